@@ -1,0 +1,36 @@
+# One command to set up and run the service, one to set up and run the tests (see README.md).
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --disable-pip-version-check -q
+
+.PHONY: run test lint typecheck bench clean
+
+$(VENV)/.base: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -e .
+	touch $@
+
+$(VENV)/.test: pyproject.toml $(VENV)/.base
+	$(PIP) install -e '.[dev]'
+	touch $@
+
+# The service on its embedded SQLite default (http://127.0.0.1:8000).
+run: $(VENV)/.base
+	$(VENV)/bin/trainplan serve
+
+# Everything the tests need (Python extras, Debian's chromium/shellcheck/postgresql where we are root), then pytest.
+test: $(VENV)/.test
+	./scripts/test-services.sh
+	. ./scripts/test-env.sh && $(PY) -m pytest -q
+
+lint: $(VENV)/.test
+	$(VENV)/bin/ruff check app launcher tests benchmarks examples
+	$(VENV)/bin/mypy app launcher
+
+bench: $(VENV)/.base
+	$(PY) benchmarks/search_speed.py
+	$(PY) benchmarks/accuracy.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

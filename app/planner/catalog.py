@@ -1,0 +1,69 @@
+"""The GPU catalogue and the model presets, read from data/*.json (data, with a source for each entry)."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from app.planner.gpu import Efficiency, GPUSpec
+
+_PUBLISHED_KEYS = ("published_params", "published_active_params")
+
+
+def _load(name: str) -> dict[str, Any]:
+    text = resources.files("app.planner").joinpath("data", name).read_text(encoding="utf-8")
+    data: dict[str, Any] = json.loads(text)
+    return data
+
+
+@cache
+def _gpus() -> dict[str, GPUSpec]:
+    data = _load("gpus.json")
+    generations = data["generations"]
+    table: dict[str, GPUSpec] = {}
+    for row in data["gpus"]:
+        fields = {k: v for k, v in row.items() if k != "memory_MiB"}
+        fields["memory_bytes"] = int(row["memory_MiB"]) * 2**20
+        fields["efficiency"] = Efficiency(**generations[row["generation"]]["efficiency"])
+        table[row["name"].lower()] = GPUSpec(**fields)
+    return table
+
+
+@cache
+def _models() -> dict[str, dict[str, Any]]:
+    return {row["name"].lower(): row for row in _load("models.json")["models"]}
+
+
+def _lookup(kind: str, name: str, table: dict[str, Any]) -> Any:
+    key = name.strip().lower()
+    if key not in table:
+        known = ", ".join(sorted(v["name"] if isinstance(v, dict) else v.name for v in table.values()))
+        raise ValueError(f"unknown {kind} {name!r}; known: {known}")
+    return table[key]
+
+
+def gpu(name: str) -> GPUSpec:
+    """A catalogue GPU by name, case-insensitively (A100-80GB, H100-SXM, H200, ...)."""
+    spec: GPUSpec = _lookup("gpu", name, _gpus())
+    return spec
+
+
+def gpus() -> list[GPUSpec]:
+    return list(_gpus().values())
+
+
+def generation_evidence() -> dict[str, str]:
+    return {name: g["evidence"] for name, g in _load("gpus.json")["generations"].items()}
+
+
+def model_fields(name: str) -> dict[str, Any]:
+    """The ModelSpec fields of a preset (case-insensitive name), without its published sizes."""
+    row = _lookup("model preset", name, _models())
+    return {k: v for k, v in row.items() if k not in _PUBLISHED_KEYS}
+
+
+def model_presets() -> list[dict[str, Any]]:
+    """Every preset row as stored, published sizes included."""
+    return [dict(row) for row in _models().values()]

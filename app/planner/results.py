@@ -1,0 +1,111 @@
+"""What the planner returns: estimates (memory, time) and ranked plans. Bytes and seconds inside."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
+
+
+class Result(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class StageMemory(Result):
+    """Peak memory of one GPU of one pipeline stage, in bytes, by what holds it."""
+
+    stage: int = Field(description="Pipeline stage (0 = first).")
+    layers: int = Field(description="Transformer layers on this stage.")
+    params: int = Field(description="Parameters held by one GPU of this stage.")
+    weights_bytes: int = Field(description="16-bit (and FP8) weights resident on the GPU.")
+    gradients_bytes: int = Field(description="Gradient buffers on the GPU.")
+    optimizer_bytes: int = Field(description="FP32 master weights and Adam moments on the GPU.")
+    activations_bytes: int = Field(description="Activations kept for backward at the peak (all in-flight micro-batches).")
+    other_bytes: int = Field(description="Communication buckets, gathered ZeRO-3 parameters, workspaces, "
+                             "CUDA context and allocator fragmentation.")
+    total_bytes: int = Field(description="Sum: the predicted peak of this stage's GPUs.")
+    microbatches_in_flight: int = Field(description="Micro-batches whose activations this stage holds at its peak.")
+
+
+class MemoryEstimate(Result):
+    peak_bytes: int = Field(description="Highest per-GPU peak over all stages.")
+    peak_stage: int = Field(description="The stage with that peak.")
+    capacity_bytes: int = Field(description="GPU memory.")
+    usable_bytes: int = Field(description="Capacity minus the required headroom.")
+    headroom_fraction: float = Field(description="1 - peak/capacity.")
+    stages: list[StageMemory]
+    cpu_bytes_per_node: int = Field(0, description="Host memory used by offloaded states per node.")
+    cpu_capacity_bytes_per_node: int = Field(0, description="Host memory per node.")
+    nvme_bytes_per_node: int = Field(0, description="NVMe used by offloaded states per node.")
+
+
+class TimeEstimate(Result):
+    step_s: float = Field(description="Seconds per optimizer step (one global batch).")
+    tokens_per_s: float = Field(description="Tokens per second for the whole job.")
+    tflops_per_gpu: float = Field(description="Model TFLOP/s per GPU (Megatron's FLOP count, recompute excluded).")
+    mfu: float = Field(description="Model FLOPs utilisation: tflops_per_gpu / dense peak of the precision.")
+    hfu: float = Field(description="Hardware FLOPs utilisation: as MFU but counting recomputation.")
+    bubble_fraction: float = Field(description="Pipeline bubble time / step time.")
+    flops_per_step: float = Field(description="Model FLOPs per step (Megatron num_floating_point_operations).")
+    flops_definition: str = Field(description="How the FLOPs are counted.")
+    breakdown: dict[str, float] = Field(description="Seconds per step by cause; they add up to step_s.")
+    time_to_train_s: float | None = Field(None, description="Seconds for training.train_tokens, if given.")
+
+
+class Estimate(Result):
+    feasible: bool = Field(description="Valid for the framework and fits in memory with the headroom.")
+    reasons: list[str] = Field(description="Why not feasible (empty if feasible).")
+    memory: MemoryEstimate
+    time: TimeEstimate
+
+
+class Layout(Result):
+    """Numbers derived once from a parallel config and read by every artifact."""
+
+    world_size: int
+    num_nodes: int
+    gpus_per_node: int
+    num_microbatches: int = Field(description="Micro-batches per pipeline per step (= gradient accumulation).")
+    global_batch_size: int
+    stage_layers: list[int] = Field(description="Transformer layers on each pipeline stage.")
+
+
+class Plan(Result):
+    rank: int = Field(description="1 = best for the objective.")
+    parallel: ParallelConfig
+    layout: Layout
+    estimate: Estimate
+    why: list[str] = Field(description="Short reasons this plan ranks where it does.")
+    notes: list[str] = Field(default_factory=list, description="Choices made on your behalf.")
+
+
+class RejectedGroup(Result):
+    reason: str = Field(description="A stable code for the rule (e.g. heads_divisible_by_tp, out_of_memory).")
+    message: str = Field(description="What the rule says, with the numbers of an example.")
+    count: int = Field(description="Candidates rejected for this reason.")
+    examples: list[ParallelConfig] = Field(description="A few of them.")
+
+
+class SearchStats(Result):
+    candidates: int
+    evaluated: int
+    feasible: int
+    seconds: float
+    truncated: bool = Field(False, description="True when the search time cap stopped the search.")
+
+
+class PlanResult(Result):
+    planner_version: str
+    model: ModelSpec
+    cluster: ClusterSpec
+    training: TrainingSpec
+    num_parameters: int
+    num_active_parameters: int
+    plans: list[Plan]
+    rejected: list[RejectedGroup]
+    suggestions: list[str] = Field(default_factory=list, description="When nothing fits: what would.")
+    stats: SearchStats
+
+    @property
+    def best(self) -> Plan | None:
+        return self.plans[0] if self.plans else None

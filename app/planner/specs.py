@@ -1,0 +1,368 @@
+"""Typed, frozen, validated inputs of the planner.
+
+Every spec validates on construction; errors are ``ValueError``s that name the field and the numbers, so
+that the CLI and the API can show them as they are. Field descriptions are the one source of help text for
+the OpenAPI schema and the web form.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from app.planner import catalog
+from app.planner.gpu import GPUSpec
+
+Precision = Literal["bf16", "fp16", "fp8"]
+Framework = Literal["megatron", "deepspeed", "megatron-deepspeed"]
+Objective = Literal["throughput", "min_gpus", "headroom"]
+Recompute = Literal["none", "selective", "full"]
+OffloadDevice = Literal["none", "cpu", "nvme"]
+
+# Names that end up in shell scripts (host names, NIC names, paths) must be plain: no quotes, no `;`,
+# no `$`, no backticks, no whitespace or newlines. Everything allowed is still quoted in every script.
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:\-]*$")
+SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/\-]*$")
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def check_safe_name(field: str, value: str) -> str:
+    if not SAFE_NAME.fullmatch(value) or len(value) > 253:
+        raise ValueError(
+            f"{field}: {value!r} is not a plain name (letters, digits, '.', '_', ':', '-'; "
+            f"no spaces, quotes, ';', '$', backticks or newlines)"
+        )
+    return value
+
+
+def check_safe_path(field: str, value: str) -> str:
+    if not SAFE_PATH.fullmatch(value) or ".." in value.split("/") or len(value) > 1024:
+        raise ValueError(
+            f"{field}: {value!r} is not a plain absolute path (letters, digits, '.', '_', '-', '/'; "
+            f"no '..', spaces, quotes, ';', '$', backticks or newlines)"
+        )
+    return value
+
+
+def default_ffn_hidden_size(hidden_size: int, swiglu: bool) -> int:
+    """Megatron-LM's default: 4h, or int(8h/3/64)*64 with SwiGLU (arguments.py, validate_args)."""
+    return int(8 * hidden_size / 3 / 64) * 64 if swiglu else 4 * hidden_size
+
+
+class ModelSpec(Frozen):
+    """A decoder-only transformer, with Megatron-LM's argument names. Parameter counts are derived."""
+
+    name: str = Field("custom", description="A label for the model (a preset name or your own).")
+    num_layers: int = Field(description="Number of transformer layers (--num-layers).", ge=1, le=1024)
+    hidden_size: int = Field(description="Model width h (--hidden-size).", ge=8, le=262144)
+    num_attention_heads: int = Field(description="Attention heads (--num-attention-heads).", ge=1, le=4096)
+    num_query_groups: int | None = Field(
+        None, description="Key/value heads for grouped-query attention (--num-query-groups); default = heads."
+    )
+    kv_channels: int | None = Field(
+        None, description="Head dimension (--kv-channels); default hidden_size / num_attention_heads."
+    )
+    ffn_hidden_size: int | None = Field(
+        None, description="MLP width (--ffn-hidden-size); default 4h, or int(8h/3/64)*64 with SwiGLU."
+    )
+    vocab_size: int = Field(description="Vocabulary size, padded as trained (--vocab-size).", ge=1, le=4_000_000)
+    seq_length: int = Field(description="Training sequence length in tokens (--seq-length).", ge=1, le=4_194_304)
+    swiglu: bool = Field(False, description="Gated SiLU MLP as in Llama (--swiglu): three MLP matrices.")
+    untie_embeddings_and_output_weights: bool = Field(
+        False, description="Separate input embedding and output layer (--untie-embeddings-and-output-weights)."
+    )
+    position_embedding_type: Literal["learned_absolute", "rope", "alibi", "none"] = Field(
+        "rope", description="Position embedding (--position-embedding-type); learned ones add seq*h parameters."
+    )
+    normalization: Literal["LayerNorm", "RMSNorm"] = Field("RMSNorm", description="--normalization.")
+    add_bias_linear: bool = Field(False, description="Biases in linear layers (GPT-3/BLOOM: yes, Llama: no).")
+    embedding_layernorm: bool = Field(False, description="A LayerNorm after the word embedding (BLOOM).")
+    hidden_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="--hidden-dropout (stores a mask if > 0).")
+    attention_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="--attention-dropout.")
+    num_experts: int | None = Field(
+        None, description="Routed experts per MoE layer (--num-experts); none for a dense model.", ge=1
+    )
+    moe_router_topk: int = Field(2, description="Experts each token is routed to (--moe-router-topk).", ge=1)
+    moe_ffn_hidden_size: int | None = Field(
+        None, description="MLP width of each routed expert (--moe-ffn-hidden-size); default ffn_hidden_size."
+    )
+    moe_shared_expert_intermediate_size: int | None = Field(
+        None, description="Total width of the shared experts (--moe-shared-expert-intermediate-size)."
+    )
+    moe_first_dense_layers: int = Field(
+        0, ge=0, description="Leading layers with a dense MLP instead of MoE (DeepSeek's first_k_dense)."
+    )
+    moe_capacity_factor: float | None = Field(
+        None, gt=0, description="Token capacity factor per expert (--moe-expert-capacity-factor); none = dropless."
+    )
+    source: str = Field("", description="Where the shape comes from (paper, model card, config.json).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_defaults(cls, data: object) -> object:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        h, heads = data.get("hidden_size"), data.get("num_attention_heads")
+        if data.get("num_query_groups") is None and heads is not None:
+            data["num_query_groups"] = heads
+        if data.get("ffn_hidden_size") is None and isinstance(h, int):
+            data["ffn_hidden_size"] = default_ffn_hidden_size(h, bool(data.get("swiglu", False)))
+        if data.get("kv_channels") is None and isinstance(h, int) and isinstance(heads, int) and heads > 0:
+            if h % heads:
+                raise ValueError(
+                    f"hidden_size({h}) is not divisible by num_attention_heads({heads}); "
+                    f"set kv_channels to give the head dimension"
+                )
+            data["kv_channels"] = h // heads
+        if data.get("num_experts") and data.get("moe_ffn_hidden_size") is None:
+            data["moe_ffn_hidden_size"] = data.get("ffn_hidden_size")
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelSpec:
+        heads, groups = self.num_attention_heads, self.num_query_groups
+        assert groups is not None and self.ffn_hidden_size is not None  # filled above
+        if groups < 1 or heads % groups:
+            raise ValueError(
+                f"num_attention_heads({heads}) must be a multiple of num_query_groups({groups})"
+            )
+        if self.ffn_hidden_size < 1:
+            raise ValueError(f"ffn_hidden_size({self.ffn_hidden_size}) must be >= 1")
+        if self.num_experts is not None:
+            if self.moe_router_topk > self.num_experts:
+                raise ValueError(
+                    f"moe_router_topk({self.moe_router_topk}) > num_experts({self.num_experts})"
+                )
+            if self.moe_first_dense_layers >= self.num_layers:
+                raise ValueError(
+                    f"moe_first_dense_layers({self.moe_first_dense_layers}) must be < "
+                    f"num_layers({self.num_layers})"
+                )
+        elif self.moe_first_dense_layers or self.moe_shared_expert_intermediate_size:
+            raise ValueError("MoE fields are set but num_experts is not")
+        return self
+
+    # Derived sizes ------------------------------------------------------------------------------------
+    @property
+    def head_dim(self) -> int:
+        return self.kv_channels or self.hidden_size // self.num_attention_heads
+
+    @property
+    def query_size(self) -> int:
+        return self.head_dim * self.num_attention_heads
+
+    @property
+    def kv_size(self) -> int:
+        return self.head_dim * (self.num_query_groups or self.num_attention_heads)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts is not None and self.num_experts > 1
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.moe_first_dense_layers if self.is_moe else 0
+
+    @property
+    def num_parameters(self) -> int:
+        from app.planner.params import total_parameters
+
+        return total_parameters(self)
+
+    @property
+    def num_active_parameters(self) -> int:
+        from app.planner.params import active_parameters
+
+        return active_parameters(self)
+
+
+class ClusterSpec(Frozen):
+    """Nodes of identical GPUs; bandwidths per GPU and per direction, in GB/s (bytes)."""
+
+    num_nodes: int = Field(description="Number of nodes.", ge=1, le=100_000)
+    gpus_per_node: int = Field(8, description="GPUs in each node.", ge=1, le=256)
+    gpu: GPUSpec = Field(description="GPU type: a catalogue name or custom numbers.")
+    intra_node_GBps: float | None = Field(
+        None, gt=0, description="GPU-to-GPU bandwidth inside a node, per GPU and direction, GB/s "
+        "(default: the catalogue's NVLink figure)."
+    )
+    inter_node_GBps: float | None = Field(
+        None, gt=0, description="Network bandwidth between nodes per GPU and direction, GB/s "
+        "(a 400 Gb/s NIC per GPU is 50 GB/s; default from the catalogue)."
+    )
+    nics: tuple[str, ...] = Field(
+        (), description="InfiniBand HCA names (e.g. mlx5_0 … mlx5_7), used for NCCL_IB_HCA."
+    )
+    socket_ifname: str | None = Field(
+        None, description="Network interface for NCCL's bootstrap and sockets (NCCL_SOCKET_IFNAME), e.g. eth0."
+    )
+    hosts: tuple[str, ...] = Field((), description="Host names, one per node, head node first (optional).")
+    cpu_memory_GiB: float = Field(1024.0, gt=0, description="CPU memory per node, GiB (for offload).")
+    nvme_path: str | None = Field(None, description="Local NVMe mount for ZeRO-Infinity offload, e.g. /local_nvme.")
+    nvme_GBps: float = Field(6.0, gt=0, description="NVMe read/write bandwidth per node, GB/s.")
+    host_to_device_GBps: float | None = Field(
+        None, gt=0, description="Pinned host↔GPU copy bandwidth per GPU, GB/s (default: the catalogue's PCIe)."
+    )
+    cpu_adam_params_per_s: float = Field(
+        1.0e9, gt=0, description="CPU Adam updates per second per node (DeepSpeedCPUAdam), for offload plans."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_gpu(cls, data: object) -> object:
+        """`gpu` may be a catalogue name, or {"preset": name, ...overrides}, or all GPUSpec fields."""
+        if not isinstance(data, dict):
+            return data
+        gpu = data.get("gpu")
+        if isinstance(gpu, str):
+            return {**data, "gpu": catalog.gpu(gpu)}
+        if isinstance(gpu, dict) and "preset" in gpu:
+            base = catalog.gpu(str(gpu["preset"])).model_dump()
+            overrides = {k: v for k, v in gpu.items() if k != "preset"}
+            return {**data, "gpu": {**base, **overrides}}
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> ClusterSpec:
+        for nic in self.nics:
+            check_safe_name("cluster.nics", nic)
+        for host in self.hosts:
+            check_safe_name("cluster.hosts", host)
+        if self.socket_ifname is not None:
+            check_safe_name("cluster.socket_ifname", self.socket_ifname)
+        if self.nvme_path is not None:
+            check_safe_path("cluster.nvme_path", self.nvme_path)
+        if self.hosts and len(self.hosts) != self.num_nodes:
+            raise ValueError(f"cluster.hosts lists {len(self.hosts)} hosts but num_nodes is {self.num_nodes}")
+        if len(set(self.hosts)) != len(self.hosts):
+            raise ValueError("cluster.hosts has duplicates")
+        return self
+
+    @property
+    def world_size(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+    @property
+    def nvlink_domain(self) -> int:
+        """GPUs that share the fast intra-node fabric (at most the node)."""
+        return min(self.gpus_per_node, self.gpu.nvlink_domain) if self.gpu.nvlink_domain > 1 else 1
+
+    @property
+    def intra_bw(self) -> float:
+        """Bytes/s per GPU inside the NVLink domain."""
+        return (self.intra_node_GBps or self.gpu.nvlink_GBps) * 1e9
+
+    @property
+    def inter_bw(self) -> float:
+        """Bytes/s per GPU across nodes (or across NVLink domains)."""
+        return (self.inter_node_GBps or self.gpu.network_GBps) * 1e9
+
+    @property
+    def h2d_bw(self) -> float:
+        return (self.host_to_device_GBps or self.gpu.pcie_GBps) * 1e9
+
+
+class ParallelPins(Frozen):
+    """Dimensions the user fixes; the search only varies the rest."""
+
+    tp: int | None = Field(None, ge=1, description="Tensor-parallel size.")
+    pp: int | None = Field(None, ge=1, description="Pipeline-parallel size.")
+    vpp: int | None = Field(None, ge=1, description="Virtual pipeline stages per rank (interleaving).")
+    dp: int | None = Field(None, ge=1, description="Data-parallel size.")
+    cp: int | None = Field(None, ge=1, description="Context-parallel size.")
+    ep: int | None = Field(None, ge=1, description="Expert-parallel size.")
+    zero_stage: int | None = Field(None, ge=0, le=3, description="DeepSpeed ZeRO stage.")
+    distributed_optimizer: bool | None = Field(None, description="Megatron's distributed optimizer.")
+    micro_batch_size: int | None = Field(None, ge=1, description="Sequences per micro-batch.")
+    recompute: Recompute | None = Field(None, description="Activation recomputation.")
+    sequence_parallel: bool | None = Field(None, description="Megatron sequence parallelism (needs TP > 1).")
+    offload_optimizer: OffloadDevice | None = Field(None, description="ZeRO optimizer offload.")
+    offload_param: OffloadDevice | None = Field(None, description="ZeRO-3 parameter offload.")
+    num_nodes: int | None = Field(None, ge=1, description="Use exactly this many nodes.")
+
+
+class TrainingSpec(Frozen):
+    global_batch_size: int = Field(description="Sequences per optimizer step.", ge=1, le=10_000_000)
+    precision: Precision = Field("bf16", description="Mixed-precision mode: bf16, fp16 or fp8 (TE).")
+    optimizer: Literal["adam"] = Field("adam", description="Optimizer (Adam/AdamW: two fp32 moments).")
+    framework: Framework = Field("megatron", description="What will run the job.")
+    objective: Objective = Field(
+        "throughput", description="Rank by tokens/s, by fewest GPUs that fit, or by most memory headroom."
+    )
+    pinned: ParallelPins = Field(default_factory=ParallelPins, description="Dimensions fixed by you.")
+    memory_headroom: float = Field(
+        0.10, ge=0.0, le=0.5, description="Fraction of GPU memory a plan must leave free to count as fitting."
+    )
+    flash_attention: bool = Field(True, description="Fused/flash attention (no s×s scores kept).")
+    overlap_grad_reduce: bool = Field(True, description="Overlap data-parallel gradient reduction with backward.")
+    allow_tp_across_nodes: bool = Field(False, description="Let a TP group span nodes (slow; off by default).")
+    train_tokens: float | None = Field(None, gt=0, description="Tokens to train on, for time-to-train.")
+    max_plans: int = Field(10, ge=1, le=200, description="How many ranked plans to return.")
+    search_time_limit_s: float = Field(20.0, gt=0, le=600, description="Cap on search time.")
+
+
+class ParallelConfig(Frozen):
+    """One fully specified parallel layout (what `estimate` evaluates and `plan` returns)."""
+
+    tp: int = Field(1, ge=1, description="Tensor-parallel size.")
+    pp: int = Field(1, ge=1, description="Pipeline-parallel size.")
+    vpp: int = Field(1, ge=1, description="Virtual pipeline stages per rank (1 = no interleaving).")
+    dp: int = Field(1, ge=1, description="Data-parallel size.")
+    cp: int = Field(1, ge=1, description="Context-parallel size.")
+    ep: int = Field(1, ge=1, description="Expert-parallel size (carved out of DP×CP, as in Megatron).")
+    etp: int | None = Field(None, ge=1, description="Expert tensor-parallel size (default = tp).")
+    zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage (0 = off).")
+    distributed_optimizer: bool = Field(False, description="Megatron's distributed optimizer (sharded Adam).")
+    micro_batch_size: int = Field(1, ge=1, description="Sequences per micro-batch.")
+    recompute: Recompute = Field("none", description="Activation recomputation: none, selective, full.")
+    sequence_parallel: bool = Field(False, description="Megatron sequence parallelism.")
+    offload_optimizer: OffloadDevice = Field("none", description="ZeRO optimizer-state offload.")
+    offload_param: OffloadDevice = Field("none", description="ZeRO-3 parameter offload.")
+    first_stage_layers: int | None = Field(
+        None, ge=1, description="Layers on the first pipeline stage (--decoder-first-pipeline-num-layers)."
+    )
+    last_stage_layers: int | None = Field(
+        None, ge=1, description="Layers on the last pipeline stage (--decoder-last-pipeline-num-layers)."
+    )
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def expert_tp(self) -> int:
+        return self.etp or self.tp
+
+    @property
+    def sharded_optimizer(self) -> bool:
+        return self.distributed_optimizer or self.zero_stage >= 1
+
+
+class PlanRequest(Frozen):
+    model: ModelSpec
+    cluster: ClusterSpec
+    training: TrainingSpec
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve_model(cls, data: object) -> object:
+        """`model` may be a preset name, or {"preset": name, ...overrides}, or the ModelSpec fields."""
+        if not isinstance(data, dict):
+            return data
+        model = data.get("model")
+        if isinstance(model, str):
+            return {**data, "model": catalog.model_fields(model)}
+        if isinstance(model, dict) and "preset" in model:
+            overrides = {k: v for k, v in model.items() if k != "preset"}
+            return {**data, "model": {**catalog.model_fields(str(model["preset"])), **overrides}}
+        return data
+
+
+class EstimateRequest(PlanRequest):
+    parallel: ParallelConfig
