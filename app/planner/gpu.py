@@ -24,7 +24,14 @@ class Efficiency(BaseModel):
     nvlink: float = Field(gt=0, le=1, description="NCCL bus bandwidth inside a node / datasheet NVLink.")
     network: float = Field(gt=0, le=1, description="NCCL bus bandwidth across nodes / NIC line rate.")
     kernel_overhead_s: float = Field(ge=0, description="Fixed cost per kernel (launch, tail) in seconds.")
-    collective_latency_s: float = Field(ge=0, description="Fixed cost per NCCL collective in seconds.")
+    collective_latency_s: float = Field(ge=0, description="Fixed cost per NCCL collective call in seconds.")
+    network_hop_latency_s: float = Field(
+        ge=0, description="Per-step latency of a ring step across nodes (rings over n ranks take n-1 steps)."
+    )
+    overlap: float = Field(
+        ge=0, le=1, description="Share of overlappable communication that really hides under compute "
+        "(NCCL and compute kernels contend for SMs and HBM)."
+    )
     runtime_overhead_bytes: int = Field(
         ge=0, description="CUDA context, cuBLAS/NCCL workspaces and the like, outside the allocator."
     )

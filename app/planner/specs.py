@@ -301,6 +301,9 @@ class TrainingSpec(Frozen):
     )
     flash_attention: bool = Field(True, description="Fused/flash attention (no s×s scores kept).")
     overlap_grad_reduce: bool = Field(True, description="Overlap data-parallel gradient reduction with backward.")
+    overlap_p2p_comm: bool = Field(
+        True, description="Overlap pipeline sends with compute (Megatron's default with interleaving)."
+    )
     allow_tp_across_nodes: bool = Field(False, description="Let a TP group span nodes (slow; off by default).")
     train_tokens: float | None = Field(None, gt=0, description="Tokens to train on, for time-to-train.")
     max_plans: int = Field(10, ge=1, le=200, description="How many ranked plans to return.")
