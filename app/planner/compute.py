@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.planner.specs import ModelSpec, ParallelConfig, TrainingSpec
 from app.planner.gpu import GPUSpec
+from app.planner.specs import ModelSpec, ParallelConfig, TrainingSpec
 
 ACT = 2
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from app.planner import compute, rules
-from app.planner.layout import num_microbatches, stage_layers
-from app.planner.memory import _moe_layer_flags, memory_estimate, stage_params
+from app.planner.layout import num_microbatches, stage_groups, stage_layer_kinds
+from app.planner.memory import memory_estimate, optimizer_shards, stage_params
 from app.planner.results import Estimate, MemoryEstimate, TimeEstimate
 from app.planner.specs import ClusterSpec, EstimateRequest, ModelSpec, ParallelConfig, TrainingSpec
 from app.planner.step import StageTime, _dp_exposed, pipeline_time, stage_time
@@ -22,12 +22,13 @@ def time_estimate(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, imbalance: float = 1.0
 ) -> TimeEstimate:
     m = max(1, num_microbatches(training, par))
-    flags = _moe_layer_flags(model, stage_layers(model.num_layers, par))
-    stages = [stage_time(model, cluster, training, par, i, d, e, imbalance) for i, (d, e) in enumerate(flags)]
-    pipe_s, bubble_s, slow = pipeline_time(stages, par, m)
-    first_params = stage_params(model, par, 0, *flags[0])
-    dp_s = _dp_exposed(model, cluster, training, par, stages[0], (first_params.dense, first_params.expert))
-    optimizer_s, offload_s = _optimizer_times(model, cluster, training, par, flags)
+    kinds = stage_layer_kinds(model, par)
+    groups = stage_groups(kinds, par.pp)
+    timed = [(stage_time(model, cluster, training, par, first, d, e, imbalance), n) for first, n, d, e in groups]
+    pipe_s, bubble_s, slow = pipeline_time(timed, par, m)
+    first_params = stage_params(model, par, 0, *kinds[0])
+    dp_s = _dp_exposed(model, cluster, training, par, timed[0][0], (first_params.dense, first_params.expert))
+    optimizer_s, offload_s = _optimizer_times(model, cluster, training, par, groups)
     step = pipe_s + dp_s + optimizer_s + offload_s
     breakdown = _breakdown(slow, m, bubble_s, dp_s, optimizer_s, offload_s)
     tokens = training.global_batch_size * model.seq_length
@@ -68,18 +69,16 @@ def _breakdown(slow: StageTime, m: int, bubble: float, dp: float, opt: float, of
 
 def _optimizer_times(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig,
-    flags: list[tuple[int, int]],
+    groups: list[tuple[int, int, int, int]],
 ) -> tuple[float, float]:
     """(GPU optimizer step, exposed offload work) for the slowest stage."""
-    from app.planner.memory import optimizer_shards
-
     dense_n, expert_n = optimizer_shards(par, training.framework)
     sharded = par.distributed_optimizer or par.zero_stage >= 1
     worst_gpu = worst_offload = 0.0
     local = min(cluster.gpus_per_node, par.world_size)
     hbm = cluster.gpu.hbm_bw * cluster.gpu.efficiency.hbm
-    for i, (d, e) in enumerate(flags):
-        sp = stage_params(model, par, i, d, e)
+    for first, _n, d, e in groups:
+        sp = stage_params(model, par, first, d, e)
         shard = (sp.dense / dense_n + sp.expert / expert_n) if sharded else sp.dense + sp.expert
         total = sp.dense + sp.expert
         if par.offload_optimizer == "none":

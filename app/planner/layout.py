@@ -33,6 +33,31 @@ def stage_layers(num_layers: int, par: ParallelConfig) -> list[int]:
     return layers
 
 
+def stage_layer_kinds(model: ModelSpec, par: ParallelConfig) -> list[tuple[int, int]]:
+    """(dense layers, MoE layers) on each stage; the first `moe_first_dense_layers` layers are dense."""
+    out, start = [], 0
+    dense_total = model.num_layers - model.num_moe_layers
+    for n in stage_layers(model.num_layers, par):
+        dense = max(0, min(start + n, dense_total) - start)
+        out.append((dense, n - dense))
+        start += n
+    return out
+
+
+def stage_groups(kinds: list[tuple[int, int]], pp: int) -> list[tuple[int, int, int, int]]:
+    """Runs of identical middle stages as (first stage, count, dense, moe); the first stage (embedding) and
+    the last (output layer) always stand alone."""
+    groups: list[tuple[int, int, int, int]] = []
+    for i, (dense, moe) in enumerate(kinds):
+        prev = groups[-1] if groups else None
+        mergeable = prev is not None and prev[0] != 0 and i != pp - 1 and prev[2:] == (dense, moe)
+        if prev is not None and mergeable:
+            groups[-1] = (prev[0], prev[1] + 1, dense, moe)
+        else:
+            groups.append((i, 1, dense, moe))
+    return groups
+
+
 def num_microbatches(training: TrainingSpec, par: ParallelConfig) -> int:
     return training.global_batch_size // (par.micro_batch_size * par.dp)
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from app.planner import activations as act
 from app.planner import params as pc
-from app.planner.layout import microbatches_in_flight, num_microbatches, stage_layers
+from app.planner.layout import microbatches_in_flight, num_microbatches, stage_groups, stage_layer_kinds
 from app.planner.results import MemoryEstimate, StageMemory
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 
@@ -93,16 +93,6 @@ def optimizer_shards(par: ParallelConfig, framework: str) -> tuple[int, int]:
     return par.dp, par.dp
 
 
-def _moe_layer_flags(model: ModelSpec, layers: list[int]) -> list[tuple[int, int]]:
-    """(dense layers, MoE layers) on each stage; the first `moe_first_dense_layers` layers are dense."""
-    out, start = [], 0
-    for n in layers:
-        dense = max(0, min(start + n, model.num_layers - model.num_moe_layers) - start)
-        out.append((dense, n - dense))
-        start += n
-    return out
-
-
 @dataclass(frozen=True, slots=True)
 class StageParams:
     dense: int
@@ -160,11 +150,26 @@ def _other_bytes(
     return other
 
 
-def stage_memory(
+@dataclass(frozen=True, slots=True)
+class StageParts:
+    """Bytes of one GPU of one stage (floats; StageMemory is built from these only for results)."""
+
+    params: int
+    weights: float
+    grads: float
+    optimizer: float
+    activations: float
+    other: float
+    total: float
+    cpu: float
+    nvme: float
+    in_flight: float
+
+
+def stage_parts(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig,
     stage: int, dense: int, moe: int, imbalance: float = 1.0,
-) -> tuple[StageMemory, float, float]:
-    """(StageMemory, cpu bytes, nvme bytes) for one GPU of `stage`."""
+) -> StageParts:
     dense_shard, expert_shard = optimizer_shards(par, training.framework)
     sp = stage_params(model, par, stage, dense, moe)
     sd, se = state_bytes(training, par, dense_shard), state_bytes(training, par, expert_shard)
@@ -172,40 +177,56 @@ def stage_memory(
     grads = sp.dense * sd.grads + sp.expert * se.grads
     optimizer = sp.dense * sd.optimizer + sp.expert * se.optimizer
     fp8_extra = 2.0 * (sp.dense + sp.expert) if training.precision == "fp8" else 0.0  # TE fp8 copy + transpose
-    m = num_microbatches(training, par)
-    in_flight = microbatches_in_flight(par, stage, m)
+    in_flight = microbatches_in_flight(par, stage, max(1, num_microbatches(training, par)))
     acts = _stage_activation_bytes(model, par, training, stage, dense, moe, in_flight, imbalance)
     other = _other_bytes(model, training, par, sp, fp8_extra)
     eff = cluster.gpu.efficiency
     allocated = weights + grads + optimizer + acts + other
     fragmentation = allocated * eff.allocator_fragmentation
-    other_total = other + fragmentation + eff.runtime_overhead_bytes
-    total = allocated + fragmentation + eff.runtime_overhead_bytes
-    stage_mem = StageMemory(
-        stage=stage, layers=dense + moe, params=sp.dense + sp.expert,
-        weights_bytes=int(weights), gradients_bytes=int(grads), optimizer_bytes=int(optimizer),
-        activations_bytes=int(acts), other_bytes=int(other_total), total_bytes=int(total),
-        microbatches_in_flight=math.ceil(in_flight),
+    return StageParts(
+        params=sp.dense + sp.expert, weights=weights, grads=grads, optimizer=optimizer, activations=acts,
+        other=other + fragmentation + eff.runtime_overhead_bytes,
+        total=allocated + fragmentation + eff.runtime_overhead_bytes,
+        cpu=sp.dense * sd.cpu + sp.expert * se.cpu, nvme=sp.dense * sd.nvme + sp.expert * se.nvme,
+        in_flight=in_flight,
     )
-    cpu = sp.dense * sd.cpu + sp.expert * se.cpu
-    nvme = sp.dense * sd.nvme + sp.expert * se.nvme
-    return stage_mem, cpu, nvme
+
+
+def _to_stage_memory(stage: int, layers: int, p: StageParts) -> StageMemory:
+    return StageMemory(
+        stage=stage, layers=layers, params=p.params, weights_bytes=int(p.weights), gradients_bytes=int(p.grads),
+        optimizer_bytes=int(p.optimizer), activations_bytes=int(p.activations), other_bytes=int(p.other),
+        total_bytes=int(p.total), microbatches_in_flight=math.ceil(p.in_flight),
+    )
+
+
+def peak_memory(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, imbalance: float = 1.0
+) -> tuple[float, int, float]:
+    """(peak bytes per GPU, its stage, host bytes per node) from one stage per group of identical stages:
+    in-flight micro-batches only fall along the pipeline, so a group's first stage is its peak."""
+    peak, peak_stage, cpu = -1.0, 0, 0.0
+    for first, _count, dense, moe in stage_groups(stage_layer_kinds(model, par), par.pp):
+        parts = stage_parts(model, cluster, training, par, first, dense, moe, imbalance)
+        if parts.total > peak:
+            peak, peak_stage = parts.total, first
+        cpu = max(cpu, parts.cpu)
+    local = min(cluster.gpus_per_node, par.world_size)
+    return peak, peak_stage, cpu * local + _offload_buffers(par) * local
 
 
 def memory_estimate(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, imbalance: float = 1.0
 ) -> MemoryEstimate:
-    layers = stage_layers(model.num_layers, par)
     stages: list[StageMemory] = []
     cpu_per_gpu = nvme_per_gpu = 0.0
-    for stage, (dense, moe) in enumerate(_moe_layer_flags(model, layers)):
-        mem, cpu, nvme = stage_memory(model, cluster, training, par, stage, dense, moe, imbalance)
-        stages.append(mem)
-        cpu_per_gpu, nvme_per_gpu = max(cpu_per_gpu, cpu), max(nvme_per_gpu, nvme)
+    for stage, (dense, moe) in enumerate(stage_layer_kinds(model, par)):
+        parts = stage_parts(model, cluster, training, par, stage, dense, moe, imbalance)
+        stages.append(_to_stage_memory(stage, dense + moe, parts))
+        cpu_per_gpu, nvme_per_gpu = max(cpu_per_gpu, parts.cpu), max(nvme_per_gpu, parts.nvme)
     peak = max(stages, key=lambda s: s.total_bytes)
     capacity = cluster.gpu.memory_bytes
     local = min(cluster.gpus_per_node, par.world_size)
-    pinned = _offload_buffers(par) * local
     return MemoryEstimate(
         peak_bytes=peak.total_bytes,
         peak_stage=peak.stage,
@@ -213,7 +234,7 @@ def memory_estimate(
         usable_bytes=int(capacity * (1 - training.memory_headroom)),
         headroom_fraction=1 - peak.total_bytes / capacity,
         stages=stages,
-        cpu_bytes_per_node=int(cpu_per_gpu * local + pinned),
+        cpu_bytes_per_node=int(cpu_per_gpu * local + _offload_buffers(par) * local),
         cpu_capacity_bytes_per_node=int(cluster.cpu_memory_GiB * 2**30),
         nvme_bytes_per_node=int(nvme_per_gpu * local),
     )

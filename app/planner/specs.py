@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from app.planner import catalog
 from app.planner.gpu import GPUSpec
@@ -213,20 +213,16 @@ class ClusterSpec(Frozen):
         1.0e9, gt=0, description="CPU Adam updates per second per node (DeepSpeedCPUAdam), for offload plans."
     )
 
-    @model_validator(mode="before")
+    @field_validator("gpu", mode="before")
     @classmethod
-    def _resolve_gpu(cls, data: object) -> object:
+    def _resolve_gpu(cls, gpu: object) -> object:
         """`gpu` may be a catalogue name, or {"preset": name, ...overrides}, or all GPUSpec fields."""
-        if not isinstance(data, dict):
-            return data
-        gpu = data.get("gpu")
         if isinstance(gpu, str):
-            return {**data, "gpu": catalog.gpu(gpu)}
+            return catalog.gpu(gpu)
         if isinstance(gpu, dict) and "preset" in gpu:
             base = catalog.gpu(str(gpu["preset"])).model_dump()
-            overrides = {k: v for k, v in gpu.items() if k != "preset"}
-            return {**data, "gpu": {**base, **overrides}}
-        return data
+            return {**base, **{k: v for k, v in gpu.items() if k != "preset"}}
+        return gpu
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
@@ -352,19 +348,16 @@ class PlanRequest(Frozen):
     cluster: ClusterSpec
     training: TrainingSpec
 
-    @model_validator(mode="before")
+    @field_validator("model", mode="before")
     @classmethod
-    def _resolve_model(cls, data: object) -> object:
+    def _resolve_model(cls, model: object) -> object:
         """`model` may be a preset name, or {"preset": name, ...overrides}, or the ModelSpec fields."""
-        if not isinstance(data, dict):
-            return data
-        model = data.get("model")
         if isinstance(model, str):
-            return {**data, "model": catalog.model_fields(model)}
+            return catalog.model_fields(model)
         if isinstance(model, dict) and "preset" in model:
             overrides = {k: v for k, v in model.items() if k != "preset"}
-            return {**data, "model": {**catalog.model_fields(str(model["preset"])), **overrides}}
-        return data
+            return {**catalog.model_fields(str(model["preset"])), **overrides}
+        return model
 
 
 class EstimateRequest(PlanRequest):

@@ -185,13 +185,14 @@ def _zero3_exposed(
     return comm.overlapped(total - first_layer, st.compute + st.recompute, cluster) + first_layer
 
 
-def pipeline_time(stage_times: list[StageTime], par: ParallelConfig, microbatches: int) -> tuple[float, float, StageTime]:
-    """(pipeline seconds, bubble seconds, the bottleneck stage)."""
-    totals = [s.total for s in stage_times]
-    slow = max(range(len(totals)), key=totals.__getitem__)
-    avg = sum(totals) / len(totals)
+def pipeline_time(
+    groups: list[tuple[StageTime, int]], par: ParallelConfig, microbatches: int
+) -> tuple[float, float, StageTime]:
+    """(pipeline seconds, bubble seconds, the bottleneck stage) from (stage time, number of such stages)."""
+    slow = max(groups, key=lambda g: g[0].total)[0]
+    avg = sum(t.total * n for t, n in groups) / par.pp
     bubble = (par.pp - 1) * avg / par.vpp if par.pp > 1 else 0.0
-    return microbatches * totals[slow] + bubble, bubble, stage_times[slow]
+    return microbatches * slow.total + bubble, bubble, slow
 
 
 def _dp_exposed(

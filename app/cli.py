@@ -1,0 +1,126 @@
+"""`python -m app` / `trainplan`: plan, estimate (and serve). Reads a JSON request from a file or stdin."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import ValidationError
+
+from app.planner import EstimateRequest, PlanRequest, estimate, plan
+from app.planner.errors import FieldError, field_errors
+from app.planner.explain import describe
+from app.planner.results import Estimate, PlanResult
+
+GiB = 2**30
+
+
+def _read_request(path: str) -> dict[str, Any]:
+    try:
+        text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()  # noqa: SIM115
+    except OSError as exc:
+        raise SystemExit(f"error: cannot read request {path!r}: {exc.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"error: request is not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    if not isinstance(data, dict):
+        raise SystemExit("error: the request must be a JSON object with keys model, cluster, training")
+    return data
+
+
+def _fail(errors: list[FieldError]) -> int:
+    for e in errors:
+        print(f"error: {e}", file=sys.stderr)
+    return 2
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def format_estimate(est: Estimate) -> str:
+    t, m = est.time, est.memory
+    lines = [f"feasible: {'yes' if est.feasible else 'no'}"]
+    lines += [f"  - {r}" for r in est.reasons]
+    lines.append(f"step {t.step_s:.3f} s | {t.tokens_per_s:,.0f} tokens/s | {t.tflops_per_gpu:.1f} TFLOP/s per GPU | "
+                 f"MFU {_pct(t.mfu)} | bubble {_pct(t.bubble_fraction)}")
+    lines.append("time breakdown: " + ", ".join(f"{k[:-2]} {v:.3f}s" for k, v in t.breakdown.items() if v > 0))
+    lines.append(f"peak memory {m.peak_bytes / GiB:.1f} GiB of {m.capacity_bytes / GiB:.1f} GiB (stage {m.peak_stage})")
+    lines.append(f"{'stage':>5} {'layers':>6} {'weights':>8} {'grads':>8} {'optim':>8} {'activ':>8} {'other':>8} {'total':>8}  GiB")
+    for s in m.stages:
+        lines.append(f"{s.stage:>5} {s.layers:>6} {s.weights_bytes / GiB:>8.2f} {s.gradients_bytes / GiB:>8.2f} "
+                     f"{s.optimizer_bytes / GiB:>8.2f} {s.activations_bytes / GiB:>8.2f} {s.other_bytes / GiB:>8.2f} "
+                     f"{s.total_bytes / GiB:>8.2f}")
+    if m.cpu_bytes_per_node:
+        lines.append(f"host memory for offload: {m.cpu_bytes_per_node / GiB:.0f} GiB per node")
+    return "\n".join(lines)
+
+
+def format_plan(result: PlanResult) -> str:
+    m, c = result.model, result.cluster
+    lines = [f"{m.name}: {result.num_parameters / 1e9:.2f}B parameters on {c.num_nodes} x {c.gpus_per_node} "
+             f"{c.gpu.name} ({result.training.framework}, {result.training.precision}, "
+             f"global batch {result.training.global_batch_size})",
+             f"searched {result.stats.candidates} candidates in {result.stats.seconds:.2f} s: "
+             f"{result.stats.feasible} feasible" + (" (time cap hit)" if result.stats.truncated else "")]
+    if result.plans:
+        lines.append(f"{'#':>3}  {'plan':<58} {'GA':>4} {'peak GiB':>8} {'step s':>8} {'tokens/s':>11} {'MFU':>6} {'bubble':>6}")
+        for p in result.plans:
+            t = p.estimate.time
+            lines.append(f"{p.rank:>3}  {describe(p.parallel):<58} {p.layout.num_microbatches:>4} "
+                         f"{p.estimate.memory.peak_bytes / GiB:>8.1f} {t.step_s:>8.2f} {t.tokens_per_s:>11,.0f} "
+                         f"{_pct(t.mfu):>6} {_pct(t.bubble_fraction):>6}")
+        lines.append("why #1: " + "; ".join(result.plans[0].why))
+    for s in result.suggestions:
+        lines.append(f"* {s}")
+    if result.rejected:
+        lines.append("rejected candidates:")
+        lines += [f"  {g.count:>6} {g.reason}: {g.message}" for g in result.rejected]
+    return "\n".join(lines)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    try:
+        result = plan(PlanRequest(**_read_request(args.request)))
+    except ValidationError as exc:
+        return _fail(field_errors(exc))
+    except ValueError as exc:
+        return _fail([FieldError("", str(exc))])
+    print(result.model_dump_json(indent=2) if args.json else format_plan(result))
+    return 0 if result.plans else 1
+
+
+def cmd_estimate(args: argparse.Namespace) -> int:
+    try:
+        est = estimate(EstimateRequest(**_read_request(args.request)))
+    except ValidationError as exc:
+        return _fail(field_errors(exc))
+    except ValueError as exc:
+        return _fail([FieldError("", str(exc))])
+    print(est.model_dump_json(indent=2) if args.json else format_estimate(est))
+    return 0
+
+
+VERBS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
+    "plan": (cmd_plan, "search parallel layouts for a request and rank them"),
+    "estimate": (cmd_estimate, "evaluate one fixed parallel layout (request key 'parallel')"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trainplan", description=__doc__)
+    sub = parser.add_subparsers(dest="verb", required=True)
+    for name, (_func, help_text) in VERBS.items():
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("request", nargs="?", default="-", help="JSON request file (default: stdin)")
+        p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return VERBS[args.verb][0](args)

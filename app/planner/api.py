@@ -1,0 +1,106 @@
+"""The planner's two entry points: `plan(request) -> PlanResult` and `estimate(request) -> Estimate`."""
+
+from __future__ import annotations
+
+import time
+
+from app.planner import __version__
+from app.planner.estimate import evaluate, time_estimate
+from app.planner.explain import describe, why
+from app.planner.layout import make_layout
+from app.planner.results import Estimate, Plan, PlanResult, RejectedGroup, SearchStats, TimeEstimate
+from app.planner.search import Found, SearchState, search_world
+from app.planner.specs import ClusterSpec, EstimateRequest, ModelSpec, PlanRequest, TrainingSpec
+
+GiB = 2**30
+
+
+def estimate(request: EstimateRequest) -> Estimate:
+    """Evaluate one fixed parallel configuration on the cluster."""
+    return evaluate(request.model, request.cluster, request.training, request.parallel)
+
+
+def world_sizes(cluster: ClusterSpec, training: TrainingSpec) -> list[int]:
+    """GPU counts to search: the whole cluster, the pinned node count, or (min_gpus) every size upwards."""
+    g = cluster.gpus_per_node
+    if training.pinned.num_nodes:
+        if training.pinned.num_nodes > cluster.num_nodes:
+            raise ValueError(f"training.pinned.num_nodes({training.pinned.num_nodes}) > "
+                             f"cluster.num_nodes({cluster.num_nodes})")
+        return [training.pinned.num_nodes * g]
+    if training.objective != "min_gpus":
+        return [cluster.world_size]
+    partial = [d for d in range(1, g) if g % d == 0]
+    return partial + [n * g for n in range(1, cluster.num_nodes + 1)]
+
+
+def _search(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, deadline: float,
+            offload: bool, state: SearchState) -> None:
+    for world in world_sizes(cluster, training):
+        search_world(model, cluster, training, world, state, deadline, offload)
+        if state.found and training.objective == "min_gpus":
+            return
+
+
+def _rank_key(training: TrainingSpec, f: Found, t: TimeEstimate) -> tuple[float, ...]:
+    if training.objective == "min_gpus":
+        return (f.world, -t.tokens_per_s)
+    if training.objective == "headroom":
+        return (f.peak_bytes, -t.tokens_per_s)
+    return (-t.tokens_per_s, f.peak_bytes)
+
+
+def plan(request: PlanRequest) -> PlanResult:
+    """Search every parallel layout for the request and return the ranked feasible plans."""
+    model, cluster, training = request.model, request.cluster, request.training
+    start = time.perf_counter()
+    deadline = start + training.search_time_limit_s
+    state = SearchState()
+    _search(model, cluster, training, deadline, offload=False, state=state)
+    if not state.found and training.framework != "megatron" and not state.truncated:
+        _search(model, cluster, training, deadline, offload=True, state=state)
+    timed = [(f, time_estimate(model, cluster, training, f.par)) for f in state.found]
+    timed.sort(key=lambda ft: _rank_key(training, *ft))
+    plans = _plans(model, cluster, training, timed[: training.max_plans], len(timed))
+    suggestions = [] if plans else suggest(request, state)
+    return PlanResult(
+        planner_version=__version__, model=model, cluster=cluster, training=training,
+        num_parameters=model.num_parameters, num_active_parameters=model.num_active_parameters,
+        plans=plans, rejected=_rejected(state), suggestions=suggestions,
+        stats=SearchStats(candidates=state.candidates, evaluated=state.evaluated, feasible=len(state.found),
+                          seconds=time.perf_counter() - start, truncated=state.truncated),
+    )
+
+
+def _plans(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+           ranked: list[tuple[Found, TimeEstimate]], feasible: int) -> list[Plan]:
+    plans: list[Plan] = []
+    best: Estimate | None = None
+    for rank, (found, _t) in enumerate(ranked, start=1):
+        est = evaluate(model, cluster, training, found.par, world_size=found.world)
+        notes = []
+        if training.framework != "deepspeed" and found.par.tp == 1 and training.pinned.sequence_parallel:
+            notes.append("sequence parallelism needs TP > 1: left off")
+        plans.append(Plan(
+            rank=rank, parallel=found.par, layout=make_layout(model, cluster, training, found.par),
+            estimate=est, why=why(found.par, est, best, feasible), notes=notes,
+        ))
+        best = best or est
+    return plans
+
+
+def _rejected(state: SearchState) -> list[RejectedGroup]:
+    r = state.rejected
+    groups = [RejectedGroup(reason=code, message=r.messages[code], count=n, examples=r.examples[code])
+              for code, n in r.counts.items()]
+    return sorted(groups, key=lambda g: -g.count)
+
+
+def suggest(request: PlanRequest, state: SearchState) -> list[str]:
+    """What would fit when nothing does: more nodes, ZeRO offload, a shorter sequence."""
+    from app.planner.suggest import suggestions
+
+    return suggestions(request, state)
+
+
+__all__ = ["describe", "estimate", "plan"]

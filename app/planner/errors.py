@@ -1,0 +1,43 @@
+"""Input errors as (field, message) pairs that name the field and the numbers, for the CLI, API and form."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+
+@dataclass(frozen=True)
+class FieldError:
+    field: str  # dotted path, e.g. "cluster.num_nodes" ("" for the whole request)
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}" if self.field else self.message
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    # pydantic puts the model-validator name or union branch in the path; keep the user's field names only
+    return ".".join(str(p) for p in loc if not (isinstance(p, str) and (p.startswith("function-") or p in ("str", "GPUSpec"))))
+
+
+def field_errors(exc: ValidationError, prefix: str = "") -> list[FieldError]:
+    out = []
+    for err in exc.errors(include_url=False):
+        loc = _loc(tuple(err.get("loc", ())))
+        field = ".".join(x for x in (prefix, loc) if x)
+        msg = str(err.get("msg", "invalid"))
+        msg = msg.removeprefix("Value error, ")
+        if "input" in err and err.get("type") not in ("missing", "value_error", "model_type", "extra_forbidden"):
+            given = err["input"]
+            if not isinstance(given, (dict, list)):
+                msg = f"{msg} (got {given!r})"
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown field"
+        out.append(FieldError(field, msg))
+    return out
+
+
+def value_error(exc: ValueError, field: str = "") -> list[FieldError]:
+    return [FieldError(field, str(exc))]

@@ -1,0 +1,224 @@
+"""The search: flat candidate generators, named pruning rules, ranking by the objective.
+
+Candidates are the product of small generators (TP that divides the heads and stays in the NVLink domain,
+CP for long sequences, PP that divides the layers, DP that follows, EP that divides the experts, VPP that divides
+the stage, micro-batch sizes that divide the per-replica batch, the sharding options of the framework). Each is
+checked against the rules (rules.py) and against memory; for every placement only the cheapest recomputation that
+fits is timed, since more recomputation only adds work. Rejected candidates keep their reason.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from app.planner import rules
+from app.planner.memory import peak_memory
+from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
+
+MAX_MICRO_BATCH = 32
+MAX_MICROBATCH_TOKENS = 262_144  # no micro-batch larger than this many tokens per GPU is worth timing
+RECOMPUTE_ORDER = ("none", "selective", "full")
+
+
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def tp_options(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> list[int]:
+    pinned = training.pinned.tp
+    if pinned:
+        return [pinned]
+    if training.framework == "deepspeed":
+        return [1]
+    limit = cluster.gpus_per_node if training.allow_tp_across_nodes else min(cluster.gpus_per_node, cluster.nvlink_domain)
+    return [t for t in divisors(limit) if model.num_attention_heads % t == 0]
+
+
+def cp_options(model: ModelSpec, training: TrainingSpec, rest: int) -> list[int]:
+    """Context parallelism only pays for long sequences (Megatron only); powers of two."""
+    if training.pinned.cp:
+        return [training.pinned.cp]
+    if training.framework != "megatron" or model.seq_length < 16384 or not training.flash_attention:
+        return [1]
+    return [c for c in (1, 2, 4, 8, 16, 32) if rest % c == 0 and model.seq_length % (2 * c) == 0]
+
+
+def pp_options(model: ModelSpec, training: TrainingSpec, rest: int) -> list[int]:
+    if training.pinned.pp:
+        return [training.pinned.pp]
+    uneven_ok = training.framework != "megatron"
+    return [p for p in divisors(rest) if p <= model.num_layers and (uneven_ok or model.num_layers % p == 0)]
+
+
+def vpp_options(model: ModelSpec, training: TrainingSpec, pp: int) -> list[int]:
+    if training.pinned.vpp:
+        return [training.pinned.vpp]
+    if pp == 1 or training.framework != "megatron":
+        return [1]
+    per_stage = model.num_layers // pp
+    return [1] + [v for v in (2, 3, 4, 6, 8) if v <= per_stage and per_stage % v == 0]
+
+
+def ep_options(model: ModelSpec, training: TrainingSpec, plane: int) -> list[int]:
+    if training.pinned.ep:
+        return [training.pinned.ep]
+    if not model.is_moe or training.framework != "megatron":
+        return [1]
+    experts = model.num_experts or 1
+    return [e for e in divisors(experts) if plane % e == 0 and e <= 64]
+
+
+def mbs_options(model: ModelSpec, training: TrainingSpec, per_replica: int, cp: int) -> list[int]:
+    if training.pinned.micro_batch_size:
+        return [training.pinned.micro_batch_size]
+    cap = max(1, MAX_MICROBATCH_TOKENS * cp // model.seq_length)
+    return [b for b in divisors(per_replica) if b <= min(MAX_MICRO_BATCH, cap)]
+
+
+def sharding_options(training: TrainingSpec, dp: int, cp: int, pp: int, offload: bool) -> list[dict[str, object]]:
+    """Optimizer sharding (and offload) choices the framework offers for this placement."""
+    pins = training.pinned
+    if training.framework == "megatron":
+        options = [False, True] if dp * cp > 1 else [False]
+        if pins.distributed_optimizer is not None:
+            options = [pins.distributed_optimizer]
+        return [{"distributed_optimizer": d} for d in options]
+    stages = [1] if pp > 1 else [1, 2, 3]
+    if pins.zero_stage is not None:
+        stages = [pins.zero_stage]
+    out: list[dict[str, object]] = []
+    for stage in stages:
+        offloads = [("none", "none")]
+        if offload and stage >= 1:
+            offloads.append(("cpu", "none"))
+        if offload and stage == 3:
+            offloads += [("cpu", "cpu"), ("nvme", "nvme")]
+        for opt, param in offloads:
+            if pins.offload_optimizer not in (None, opt) or pins.offload_param not in (None, param):
+                continue
+            out.append({"zero_stage": stage, "offload_optimizer": opt, "offload_param": param})
+    return out
+
+
+def recompute_options(training: TrainingSpec) -> tuple[str, ...]:
+    if training.pinned.recompute:
+        return (training.pinned.recompute,)
+    # With flash attention there are no s x s scores: selective recomputation saves nothing.
+    return ("none", "full") if training.flash_attention else RECOMPUTE_ORDER
+
+
+@dataclass
+class Placement:
+    tp: int
+    cp: int
+    pp: int
+    dp: int
+    ep: int
+    vpp: int
+
+
+def placements(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, world: int) -> Iterator[Placement]:
+    for tp in tp_options(model, cluster, training):
+        if world % tp:
+            continue
+        for cp in cp_options(model, training, world // tp):
+            for pp in pp_options(model, training, world // (tp * cp)):
+                if (world // (tp * cp)) % pp:
+                    continue
+                dp = world // (tp * cp * pp)
+                if training.pinned.dp and dp != training.pinned.dp:
+                    continue
+                for ep, vpp in itertools.product(ep_options(model, training, tp * cp * dp),
+                                                 vpp_options(model, training, pp)):
+                    yield Placement(tp, cp, pp, dp, ep, vpp)
+
+
+@dataclass
+class Rejections:
+    """Rejected candidates by reason; each reason keeps the message of its closest miss (smallest `score`)."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    messages: dict[str, str] = field(default_factory=dict)
+    examples: dict[str, list[ParallelConfig]] = field(default_factory=dict)
+    scores: dict[str, float] = field(default_factory=dict)
+
+    def add(self, code: str, message: str, par: ParallelConfig, score: float = 0.0) -> None:
+        self.counts[code] = self.counts.get(code, 0) + 1
+        examples = self.examples.setdefault(code, [])
+        if code not in self.scores or score < self.scores[code]:
+            self.scores[code], self.messages[code] = score, message
+            examples.insert(0, par)
+            del examples[3:]
+        elif len(examples) < 3:
+            examples.append(par)
+
+
+@dataclass
+class Found:
+    par: ParallelConfig
+    world: int
+    peak_bytes: float
+
+
+@dataclass
+class SearchState:
+    rejected: Rejections = field(default_factory=Rejections)
+    found: list[Found] = field(default_factory=list)
+    candidates: int = 0
+    evaluated: int = 0
+    truncated: bool = False
+
+
+def _config(pl: Placement, mbs: int, recompute: str, sharding: dict[str, object], training: TrainingSpec) -> ParallelConfig:
+    sp = pl.tp > 1 and training.framework != "deepspeed"
+    if training.pinned.sequence_parallel is not None:
+        sp = training.pinned.sequence_parallel
+    fields = dict(tp=pl.tp, pp=pl.pp, vpp=pl.vpp, dp=pl.dp, cp=pl.cp, ep=pl.ep, micro_batch_size=mbs,
+                  recompute=recompute, sequence_parallel=sp, **sharding)
+    return ParallelConfig(**fields)  # type: ignore[arg-type]
+
+
+def search_world(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, world: int, state: SearchState,
+    deadline: float, offload: bool,
+) -> None:
+    """Every candidate on `world` GPUs: record the feasible ones and why the others fail."""
+    usable = cluster.gpu.memory_bytes * (1 - training.memory_headroom)
+    host = cluster.cpu_memory_GiB * 2**30 * 0.9
+    for pl in placements(model, cluster, training, world):
+        per_replica = training.global_batch_size // pl.dp
+        for sharding in sharding_options(training, pl.dp, pl.cp, pl.pp, offload):
+            for mbs in mbs_options(model, training, max(per_replica, 1), pl.cp):
+                if time.perf_counter() > deadline:
+                    state.truncated = True
+                    return
+                _try_recompute_levels(model, cluster, training, world, pl, mbs, sharding, state, usable, host)
+
+
+def _try_recompute_levels(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, world: int, pl: Placement, mbs: int,
+    sharding: dict[str, object], state: SearchState, usable: float, host: float,
+) -> None:
+    """The cheapest recomputation that fits; the more expensive ones are dominated and not timed."""
+    for recompute in recompute_options(training):
+        state.candidates += 1
+        par = _config(pl, mbs, recompute, sharding, training)
+        violations = rules.check(model, cluster, training, par, world)
+        if violations:
+            state.rejected.add(violations[0].code, violations[0].message, par)
+            return  # the rules do not depend on recomputation
+        state.evaluated += 1
+        peak, stage, cpu = peak_memory(model, cluster, training, par)
+        if cpu > host:
+            state.rejected.add("cpu_out_of_memory", f"offloaded states need {cpu / 2**30:.0f} GiB of host memory "
+                               f"per node > 90% of {cluster.cpu_memory_GiB:.0f} GiB", par, score=cpu)
+            return
+        if peak <= usable:
+            state.found.append(Found(par, world, peak))
+            return
+        state.rejected.add("out_of_memory", f"needs {peak / 2**30:.1f} GiB per GPU on stage {stage} > usable "
+                           f"{usable / 2**30:.1f} GiB", par, score=peak)
