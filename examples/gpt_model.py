@@ -1,0 +1,164 @@
+"""A small decoder-only GPT with Megatron-LM's shape knobs (GQA, SwiGLU, RMSNorm/LayerNorm, RoPE or learned
+positions, tied or untied output), and a learnable synthetic token stream for it.
+
+Used by examples/train_gpt.py; kept plain so that DeepSpeed ZeRO 1-3 can shard it without special hooks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    vocab_size: int
+    seq_length: int
+    num_query_groups: int | None = None
+    ffn_hidden_size: int | None = None
+    swiglu: bool = False
+    normalization: str = "RMSNorm"
+    position_embedding_type: str = "rope"
+    untie_embeddings_and_output_weights: bool = False
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def groups(self) -> int:
+        return self.num_query_groups or self.num_attention_heads
+
+    @property
+    def ffn(self) -> int:
+        if self.ffn_hidden_size:
+            return self.ffn_hidden_size
+        return int(8 * self.hidden_size / 3 / 64) * 64 or self.hidden_size if self.swiglu else 4 * self.hidden_size
+
+
+def norm(cfg: GPTConfig) -> nn.Module:
+    return nn.RMSNorm(cfg.hidden_size) if cfg.normalization == "RMSNorm" else nn.LayerNorm(cfg.hidden_size)
+
+
+def rope_tables(seq: int, dim: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+    inv = 1.0 / base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim)
+    angles = torch.outer(torch.arange(seq, dtype=torch.float32), inv)
+    return angles.cos(), angles.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: [batch, heads, seq, dim]; rotate pairs (x1, x2) of the two halves."""
+    x1, x2 = x.float().chunk(2, dim=-1)
+    cos, sin = cos[: x.shape[-2]], sin[: x.shape[-2]]
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        kv = cfg.groups * cfg.head_dim
+        self.qkv = nn.Linear(cfg.hidden_size, cfg.hidden_size + 2 * kv, bias=False)
+        self.proj = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        b, s, h = x.shape
+        cfg = self.cfg
+        kv = cfg.groups * cfg.head_dim
+        q, k, v = self.qkv(x).split((h, kv, kv), dim=-1)
+        q = q.view(b, s, cfg.num_attention_heads, cfg.head_dim).transpose(1, 2)
+        k = k.view(b, s, cfg.groups, cfg.head_dim).transpose(1, 2)
+        v = v.view(b, s, cfg.groups, cfg.head_dim).transpose(1, 2)
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        repeat = cfg.num_attention_heads // cfg.groups
+        if repeat > 1:
+            k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(out.transpose(1, 2).reshape(b, s, h))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.swiglu = cfg.swiglu
+        self.up = nn.Linear(cfg.hidden_size, cfg.ffn * (2 if cfg.swiglu else 1), bias=False)
+        self.down = nn.Linear(cfg.ffn, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.swiglu:
+            gate, up = self.up(x).chunk(2, dim=-1)
+            return self.down(F.silu(gate) * up)
+        return self.down(F.gelu(self.up(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.norm1, self.attn, self.norm2, self.mlp = norm(cfg), Attention(cfg), norm(cfg), MLP(cfg)
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x), rope)
+        return x + self.mlp(self.norm2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: GPTConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.pos = nn.Embedding(cfg.seq_length, cfg.hidden_size) if cfg.position_embedding_type != "rope" else None
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+        self.final_norm = norm(cfg)
+        self.head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if not cfg.untie_embeddings_and_output_weights:
+            self.head.weight = self.embed.weight
+        cos, sin = rope_tables(cfg.seq_length, cfg.head_dim)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        self.apply(self._init)
+
+    @staticmethod
+    def _init(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear | nn.Embedding):
+            nn.init.normal_(module.weight, std=0.02)
+
+    def forward(self, tokens: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        if self.pos is not None:
+            x = x + self.pos(torch.arange(tokens.shape[1], device=tokens.device))
+        rope = None if self.pos is not None else (self.rope_cos, self.rope_sin)
+        for block in self.blocks:
+            x = block(x, rope)
+        logits = self.head(self.final_norm(x)).float()
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.reshape(-1))
+
+
+class SyntheticTokens:
+    """A fixed random successor map over the vocabulary: token t+1 = succ[token t]. A model learns it in a few
+    steps, so the loss visibly drops from ln(vocab). Batches depend only on (seed, step, micro step, dp rank),
+    so a resumed run sees the same data as an uninterrupted one."""
+
+    def __init__(self, vocab_size: int, seq_length: int, seed: int) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.succ = torch.randperm(vocab_size, generator=g)
+        self.vocab_size, self.seq_length, self.seed = vocab_size, seq_length, seed
+
+    def batch(self, step: int, micro: int, dp_rank: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(((self.seed * 1_000_003 + step) * 1009 + micro) * 65537 + dp_rank)
+        tokens = torch.empty(batch_size, self.seq_length + 1, dtype=torch.long)
+        tokens[:, 0] = torch.randint(self.vocab_size, (batch_size,), generator=g)
+        for t in range(self.seq_length):
+            tokens[:, t + 1] = self.succ[tokens[:, t]]
+        return tokens[:, :-1], tokens[:, 1:]
+
+
+def num_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+

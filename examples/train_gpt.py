@@ -1,0 +1,212 @@
+"""Train the small GPT of examples/gpt_model.py with DeepSpeed (ZeRO 0-3), from Megatron-style arguments.
+
+    torchrun --nproc-per-node 2 examples/train_gpt.py --num-layers 2 --hidden-size 64 \\
+        --num-attention-heads 4 --seq-length 32 --vocab-size 256 --micro-batch-size 2 \\
+        --global-batch-size 8 --train-iters 10 --deepspeed_config ds_config.json --save ckpt --load ckpt
+
+Arguments may also come from a file (`--args-file megatron_args.txt`, shell words, `#` comments); the
+command line wins. Megatron arguments this trainer has no use for are ignored; tensor, pipeline and context
+parallelism (> 1) are refused: this is a data-parallel + ZeRO trainer. Runs on GPUs with NCCL, on CPU with
+gloo (set DS_ACCELERATOR=cpu). Rank 0 logs loss and tokens/s per step; `--metrics-dir` gets one JSON per rank
+(step times, peak memory); `--save`/`--load` checkpoint so that a restarted run continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from gpt_model import GPT, GPTConfig, SyntheticTokens, num_parameters
+
+PROCESS_START = time.time()
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
+    a = p.add_argument
+    a("--args-file", default=None, help="Megatron-style arguments, shell words (command line wins)")
+    for name in ("num-layers", "hidden-size", "num-attention-heads", "seq-length", "vocab-size"):
+        a(f"--{name}", type=int, required=False)
+    a("--num-query-groups", type=int, default=None)
+    a("--ffn-hidden-size", type=int, default=None)
+    a("--max-position-embeddings", type=int, default=None)
+    a("--swiglu", action="store_true")
+    a("--normalization", choices=("LayerNorm", "RMSNorm"), default="RMSNorm")
+    a("--position-embedding-type", choices=("learned_absolute", "rope"), default="rope")
+    a("--untie-embeddings-and-output-weights", action="store_true")
+    a("--micro-batch-size", type=int, default=1)
+    a("--global-batch-size", type=int, default=None)
+    a("--train-iters", type=int, default=10)
+    a("--lr", type=float, default=3e-3)
+    a("--weight-decay", type=float, default=0.01)
+    a("--seed", type=int, default=1234)
+    a("--save", default=None)
+    a("--load", default=None)
+    a("--save-interval", type=int, default=0)
+    a("--log-interval", type=int, default=1)
+    a("--deepspeed_config", "--deepspeed-config", dest="deepspeed_config", default=None)
+    a("--zero-stage", type=int, default=None, help="used when no DeepSpeed config is given")
+    a("--bf16", action="store_true")
+    a("--tensor-model-parallel-size", type=int, default=1)
+    a("--pipeline-model-parallel-size", type=int, default=1)
+    a("--context-parallel-size", type=int, default=1)
+    a("--metrics-dir", default=None, help="write rank<R>.json with per-step times and peak memory here")
+    a("--throttle-s", type=float, default=0.0, help="sleep after each step (fault-injection tests)")
+    a("--local_rank", "--local-rank", dest="local_rank", type=int, default=None)
+    first, _ = p.parse_known_args(argv)
+    file_args = shlex.split(Path(first.args_file).read_text(), comments=True) if first.args_file else []
+    args, ignored = p.parse_known_args(file_args + argv)
+    args.ignored = ignored
+    missing = [n for n in ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "vocab_size")
+               if getattr(args, n) is None]
+    if missing:
+        p.error("missing model arguments: " + ", ".join("--" + m.replace("_", "-") for m in missing))
+    for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
+        if getattr(args, name) != 1:
+            p.error(f"--{name.replace('_', '-')} {getattr(args, name)}: this example trains data parallel + ZeRO only")
+    return args
+
+
+def ds_config(args: argparse.Namespace, world: int, on_cuda: bool) -> dict[str, Any]:
+    """The rendered DeepSpeed JSON, with batch sizes filled from the arguments where it leaves them out."""
+    cfg: dict[str, Any] = json.loads(Path(args.deepspeed_config).read_text()) if args.deepspeed_config else {}
+    if not cfg:
+        cfg = {"zero_optimization": {"stage": args.zero_stage or 0}, "bf16": {"enabled": args.bf16}}
+    gbs = args.global_batch_size or args.micro_batch_size * world
+    cfg.setdefault("train_micro_batch_size_per_gpu", args.micro_batch_size)
+    cfg.setdefault("train_batch_size", gbs)
+    cfg.setdefault("gradient_accumulation_steps", gbs // (args.micro_batch_size * world))
+    cfg.setdefault("steps_per_print", 10**9)
+    cfg.setdefault("zero_allow_untested_optimizer", True)
+    offload = cfg.get("zero_optimization", {}).get("offload_optimizer", {}).get("device", "none")
+    if offload not in (None, "none"):
+        cfg.setdefault("zero_force_ds_cpu_optimizer", False)  # we pass torch's AdamW, not DeepSpeedCPUAdam
+    if not on_cuda and cfg.get("fp16", {}).get("enabled"):
+        raise SystemExit("train_gpt: fp16 does not run on CPU; use bf16 or fp32 in the DeepSpeed config")
+    return cfg
+
+
+def optimizer_for(model: torch.nn.Module, cfg: dict[str, Any], args: argparse.Namespace) -> torch.optim.Optimizer:
+    """torch's AdamW (no JIT-compiled op); hyper-parameters from the config's optimizer block when present."""
+    params = cfg.pop("optimizer", {}).get("params", {})
+    return torch.optim.AdamW(
+        model.parameters(), lr=params.get("lr", args.lr), betas=tuple(params.get("betas", (0.9, 0.95))),
+        eps=params.get("eps", 1e-8), weight_decay=params.get("weight_decay", args.weight_decay),
+    )
+
+
+def init_engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any], torch.device]:
+    import deepspeed
+
+    on_cuda = torch.cuda.is_available() and os.environ.get("DS_ACCELERATOR", "cuda") != "cpu"
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False  # no JIT build of the shm op on CPU
+    deepspeed.init_distributed(dist_backend="nccl" if on_cuda else "gloo")
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if on_cuda else torch.device("cpu")
+    if on_cuda:
+        torch.cuda.set_device(device)
+    torch.manual_seed(args.seed)
+    cfg_model = GPTConfig(
+        num_layers=args.num_layers, hidden_size=args.hidden_size, num_attention_heads=args.num_attention_heads,
+        vocab_size=args.vocab_size, seq_length=args.seq_length, num_query_groups=args.num_query_groups,
+        ffn_hidden_size=args.ffn_hidden_size, swiglu=args.swiglu, normalization=args.normalization,
+        position_embedding_type=args.position_embedding_type,
+        untie_embeddings_and_output_weights=args.untie_embeddings_and_output_weights,
+    )
+    model = GPT(cfg_model)
+    config = ds_config(args, int(os.environ.get("WORLD_SIZE", 1)), on_cuda)
+    optimizer = optimizer_for(model, config, args)
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+    return engine, config, device
+
+
+def resume(engine: Any, args: argparse.Namespace) -> int:
+    if not args.load or not (Path(args.load) / "latest").exists():
+        return 0
+    _, client_state = engine.load_checkpoint(args.load)
+    step = int((client_state or {}).get("step", 0))
+    log(f"resumed from checkpoint {args.load} at step {step}")
+    return step
+
+
+def log(message: str) -> None:
+    if int(os.environ.get("RANK", 0)) == 0:
+        print(f"[train_gpt] {message}", flush=True)
+
+
+def train_step(engine: Any, data: SyntheticTokens, step: int, gas: int, device: torch.device) -> float:
+    import torch.distributed as dist
+
+    mbs, dp_rank = engine.train_micro_batch_size_per_gpu(), dist.get_rank()
+    total = 0.0
+    for micro in range(gas):
+        tokens, labels = data.batch(step, micro, dp_rank, mbs)
+        loss = engine(tokens.to(device), labels.to(device))
+        engine.backward(loss)
+        engine.step()
+        total += loss.detach().float()
+    mean = torch.as_tensor(total / gas, device=device).reshape(1)
+    dist.all_reduce(mean)
+    return float(mean.item()) / dist.get_world_size()
+
+
+def peak_memory(device: torch.device) -> tuple[int, str]:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device), "cuda_max_memory_allocated"
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "cpu_max_rss"
+
+
+def train(args: argparse.Namespace) -> dict[str, Any]:
+    engine, config, device = init_engine(args)
+    gas, gbs = config["gradient_accumulation_steps"], config["train_batch_size"]
+    data = SyntheticTokens(args.vocab_size, args.seq_length, args.seed)
+    start = resume(engine, args)
+    log(f"{num_parameters(engine.module):,} parameters, ZeRO stage {engine.zero_optimization_stage()}, "
+        f"batch {gbs} x {args.seq_length} tokens, steps {start}..{args.train_iters}")
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    steps = []
+    for step in range(start, args.train_iters):
+        t0 = time.perf_counter()
+        loss = train_step(engine, data, step, gas, device)
+        step_s = time.perf_counter() - t0
+        steps.append({"step": step + 1, "loss": loss, "step_s": step_s, "time": time.time()})
+        if (step + 1) % args.log_interval == 0 or step + 1 == args.train_iters:
+            log(f"step {step + 1}/{args.train_iters} loss {loss:.4f} "
+                f"tokens/s {gbs * args.seq_length / step_s:.0f} step_s {step_s:.4f}")
+        if args.save and args.save_interval and (step + 1) % args.save_interval == 0:
+            engine.save_checkpoint(args.save, tag=f"step{step + 1}", client_state={"step": step + 1})
+        if args.throttle_s:
+            time.sleep(args.throttle_s)
+    memory, kind = peak_memory(device)
+    return {"resumed_from": start, "tokens_per_step": gbs * args.seq_length, "steps": steps,
+            "peak_memory_bytes": memory, "memory_kind": kind, "device": str(device)}
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    result = train(args)
+    rank = int(os.environ.get("RANK", 0))
+    if args.metrics_dir:
+        times = [s["step_s"] for s in result["steps"]]
+        result.update(rank=rank, world_size=int(os.environ.get("WORLD_SIZE", 1)), process_start=PROCESS_START,
+                      median_step_s=statistics.median(times) if times else None, ignored_args=args.ignored)
+        Path(args.metrics_dir).mkdir(parents=True, exist_ok=True)
+        (Path(args.metrics_dir) / f"rank{rank}.json").write_text(json.dumps(result, indent=1) + "\n")
+    log("done")
+    import torch.distributed as dist
+
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,109 @@
+"""`python -m launcher VERB ...`: a small verbs -> functions table; knobs live in plan.json, not in flags.
+
+Everything the launcher process imports is the standard library: no torch, nothing from app/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from launcher.fields import PlanError
+
+Verb = Callable[[argparse.Namespace], int]
+
+
+def _run(args: argparse.Namespace) -> int:
+    from launcher.launch import run
+
+    return run(args)
+
+
+def _dry_run(args: argparse.Namespace) -> int:
+    from launcher.launch import dry_run
+
+    return dry_run(args)
+
+
+def _show(args: argparse.Namespace) -> int:
+    from launcher.launch import show
+
+    return show(args)
+
+
+def _preflight(args: argparse.Namespace) -> int:
+    from launcher.preflight import preflight
+
+    return preflight(args)
+
+
+def _probe(args: argparse.Namespace) -> int:
+    from launcher.probe import probe
+
+    return probe(args)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from launcher.bench import bench
+
+    return bench(args)
+
+
+VERBS: dict[str, tuple[Verb, str]] = {
+    "run": (_run, "run the plan's training job (extra script arguments after --)"),
+    "dry-run": (_dry_run, "print every command per node and its exact environment; change nothing"),
+    "preflight": (_preflight, "check this machine and the cluster against the plan before launching"),
+    "show": (_show, "summarise a plan.json"),
+    "probe": (_probe, "measure GEMM, collectives, copies and CPU Adam; write a cluster profile JSON"),
+    "bench": (_bench, "run the plan for a few steps; compare memory and tokens/s with its prediction"),
+}
+
+
+def _launch_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--node-rank", type=int, default=None,
+                   help="start only this node (run the launcher once per node); default: every node, over ssh")
+    p.add_argument("--run-dir", default=None, help="run directory (default: job.run_dir or runs/<name>-<time>)")
+    p.add_argument("--backend", choices=("torchrun", "deepspeed", "slurm"), default=None,
+                   help="override job.backend")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="python -m launcher", description="Launch a trainplan plan.json.")
+    sub = top.add_subparsers(dest="verb", required=True, metavar="VERB")
+    for name, (_, help_text) in VERBS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if name == "probe":
+            p.add_argument("plan", nargs="?", help="plan.json (optional: or --nodes/--gpus-per-node)")
+            p.add_argument("--nodes", type=int, default=1)
+            p.add_argument("--gpus-per-node", type=int, default=None)
+            p.add_argument("--hosts", default="", help="comma-separated hosts, head first (without a plan)")
+            p.add_argument("--master-addr", default=None)
+            p.add_argument("--master-port", type=int, default=29500)
+            p.add_argument("--output", default=None, help="profile path (default: <run_dir>/cluster_profile.json)")
+        else:
+            p.add_argument("plan", help="path to plan.json")
+        if name == "bench":
+            p.add_argument("--steps", type=int, default=20, help="training steps to run (default 20)")
+            p.add_argument("--warmup", type=int, default=3, help="steps left out of the median (default 3)")
+            p.add_argument("--output", default=None, help="report path (default: <run_dir>/bench.json)")
+        if name != "show":
+            _launch_options(p)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, extra = argv[:cut], argv[cut + 1 :]
+    args = parser().parse_args(argv)
+    args.extra = extra
+    if extra and args.verb not in ("run", "dry-run", "bench"):
+        parser().error(f"extra script arguments after -- are only for run, dry-run and bench, not {args.verb}")
+    try:
+        return VERBS[args.verb][0](args)
+    except PlanError as exc:
+        sys.stderr.write(f"launcher: plan refused: {exc}\n")
+        return 2

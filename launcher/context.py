@@ -1,0 +1,131 @@
+"""Everything a backend needs besides the plan: where it lives, the run directory, which node, the caller.
+
+The environment of every command is built here, explicitly: a few PATH-like basics from the caller, the
+plan's `env`, and what the launcher itself sets (documented in docs/launcher.md). Nothing else is passed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from launcher.spec import PLACEHOLDER, PLACEHOLDERS, Plan, PlanError
+
+BASIC_ENV = (
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TMPDIR", "LD_LIBRARY_PATH", "PYTHONPATH",
+    "VIRTUAL_ENV", "CUDA_VISIBLE_DEVICES",
+)
+
+
+@dataclass(frozen=True)
+class LaunchContext:
+    plan: Plan
+    plan_dir: Path
+    run_dir: Path
+    backend: str
+    node_rank: int | None = None  # None: this launcher starts every node (over ssh where remote)
+    extra_args: tuple[str, ...] = ()
+    caller_env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = self.plan.world.num_nodes
+        if self.node_rank is not None and not 0 <= self.node_rank < n:
+            raise PlanError(f"--node-rank {self.node_rank} is out of range for world.num_nodes({n})")
+
+    def nodes(self) -> list[int]:
+        return list(range(self.plan.world.num_nodes)) if self.node_rank is None else [self.node_rank]
+
+    @property
+    def suffix(self) -> str:
+        """Names this launcher's own files in a run directory that per-node launchers may share."""
+        return "" if self.node_rank is None else f".node{self.node_rank}"
+
+    @property
+    def python(self) -> str:
+        return self.plan.entrypoint.python or sys.executable
+
+    @property
+    def script(self) -> str:
+        return str(self.plan_dir / self.plan.entrypoint.script)  # an absolute script stays as it is
+
+    @property
+    def working_dir(self) -> str:
+        wd = self.plan.entrypoint.working_dir
+        return str(self.plan_dir / self.substitute(wd, None)) if wd else str(self.plan_dir)
+
+    @property
+    def in_slurm(self) -> bool:
+        return "SLURM_JOB_ID" in self.caller_env and "SLURM_JOB_NODELIST" in self.caller_env
+
+    def host(self, node_rank: int) -> str:
+        hosts = self.plan.world.hosts
+        return hosts[node_rank] if hosts else "localhost"
+
+    def node_log_dir(self, node_rank: int | None) -> Path:
+        return self.run_dir / "logs" / ("all" if node_rank is None else f"node{node_rank}")
+
+    def values(self, node_rank: int | None) -> dict[str, str]:
+        w = self.plan.world
+        out = {
+            "run_dir": str(self.run_dir), "plan_dir": str(self.plan_dir), "num_nodes": str(w.num_nodes),
+            "gpus_per_node": str(w.gpus_per_node), "master_addr": w.master_addr, "master_port": str(w.master_port),
+        }
+        if node_rank is not None:
+            out["node_rank"] = str(node_rank)
+        return out
+
+    def substitute(self, text: str, node_rank: int | None) -> str:
+        values = self.values(node_rank)
+
+        def one(match: object) -> str:
+            name = match.group(1)  # type: ignore[attr-defined]
+            if name not in values:
+                assert name in PLACEHOLDERS  # spec.py refuses unknown ones
+                raise PlanError(f"{{{name}}} is not known when one command starts every node ({self.backend})")
+            return values[name]
+
+        return PLACEHOLDER.sub(one, text)
+
+    def script_argv(self, node_rank: int | None) -> list[str]:
+        args = [self.substitute(a, node_rank) for a in self.plan.entrypoint.args]
+        return [self.script, *args, *self.extra_args]
+
+    def worker_env(self, node_rank: int | None, extra_prefixes: tuple[str, ...] = ()) -> dict[str, str]:
+        """The exact environment of a command: basics from the caller, the plan's env, the launcher's own."""
+        env = {k: v for k, v in self.caller_env.items() if k in BASIC_ENV or k.startswith(extra_prefixes)}
+        if self.plan.job.omp_num_threads is not None:
+            env["OMP_NUM_THREADS"] = str(self.plan.job.omp_num_threads)
+        env["PYTHONUNBUFFERED"] = "1"  # rank-0 output reaches the console live
+        env.update({k: self.substitute(v, node_rank) for k, v in self.plan.env.items()})
+        env["TRAINPLAN_RUN_DIR"] = str(self.run_dir)
+        return env
+
+
+def default_run_dir(plan: Plan, plan_dir: Path, cwd: Path, now: float | None = None) -> Path:
+    """job.run_dir (relative to the plan's directory), else ./runs/<name>-<YYYYmmdd-HHMMSS>."""
+    if plan.job.run_dir:
+        return (plan_dir / plan.job.run_dir).resolve()
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    return cwd.resolve() / "runs" / f"{plan.job.name}-{stamp}"
+
+
+def make_context(
+    plan: Plan,
+    plan_path: str | Path,
+    *,
+    node_rank: int | None = None,
+    run_dir: str | None = None,
+    backend: str | None = None,
+    extra_args: tuple[str, ...] = (),
+    caller_env: dict[str, str] | None = None,
+) -> LaunchContext:
+    plan_dir = Path(plan_path).resolve().parent
+    resolved = Path(run_dir).resolve() if run_dir else default_run_dir(plan, plan_dir, Path.cwd())
+    return LaunchContext(
+        plan=plan, plan_dir=plan_dir, run_dir=resolved, backend=backend or plan.job.backend,
+        node_rank=node_rank, extra_args=tuple(extra_args),
+        caller_env=dict(os.environ if caller_env is None else caller_env),
+    )

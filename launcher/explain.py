@@ -1,0 +1,34 @@
+"""Reads an agent's own failure report out of its output (torchrun's "Root Cause", DeepSpeed's return code).
+
+The launcher sees local workers die itself (launcher/watch.py); these reports cover ranks on other nodes.
+"""
+
+from __future__ import annotations
+
+import re
+
+TORCHRUN_ROOT = re.compile(
+    r"Root Cause \(first observed failure\):.*?host\s*:\s*(?P<host>\S+).*?rank\s*:\s*(?P<rank>\d+) "
+    r"\(local_rank: (?P<local>\d+)\).*?exitcode\s*:\s*(?P<code>-?\d+) \(pid: (?P<pid>\d+)\)"
+    r"(?:.*?traceback\s*:\s*(?P<why>[^\n]*))?",
+    re.S,
+)
+DEEPSPEED_RC = re.compile(r"exits with return code = (-?\d+)")
+
+
+def agent_report(output: str) -> str | None:
+    """One line naming the failed rank and why, from what the agent printed; None when it said nothing."""
+    match = None
+    for match in TORCHRUN_ROOT.finditer(output):
+        pass  # the last report wins (after restarts there may be several)
+    if match:
+        why = (match.group("why") or "").strip()
+        tail = f": {why}" if why and why != "<N/A>" else ""
+        return (
+            f"torchrun reports rank {match['rank']} (local_rank {match['local']}, pid {match['pid']}, "
+            f"host {match['host']}) exitcode {match['code']}{tail}"
+        )
+    codes = DEEPSPEED_RC.findall(output)
+    if codes:
+        return f"deepspeed reports a rank exited with return code {codes[-1]}"
+    return None

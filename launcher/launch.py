@@ -1,0 +1,105 @@
+"""The `run`, `dry-run` and `show` verbs: plan.json -> commands -> checks -> run directory -> runner."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from typing import BinaryIO
+
+from launcher import rundir, spec
+from launcher.backends import build
+from launcher.checks import FAIL, Check, is_local_command, quick_checks
+from launcher.command import Command, launch_argv
+from launcher.context import LaunchContext, make_context
+from launcher.events import EventLog
+from launcher.runner import Runner, RunPolicy
+from launcher.table import table
+
+
+def context_from_args(args: argparse.Namespace) -> LaunchContext:
+    plan = spec.load(args.plan)
+    return make_context(
+        plan, args.plan, node_rank=args.node_rank, run_dir=args.run_dir, backend=args.backend,
+        extra_args=tuple(args.extra),
+    )
+
+
+def checks_table(checks: list[Check]) -> str:
+    return table(("check", "status", "detail", "what to do"), [(c.name, c.status, c.detail, c.fix) for c in checks])
+
+
+def launch(ctx: LaunchContext, console: BinaryIO | None = None) -> int:
+    """Build, check, prepare the run directory and run; the job's exit code (2: refused before starting)."""
+    backend, commands = build(ctx)
+    failed = [c for c in quick_checks(ctx, commands) if c.status == FAIL]
+    if failed:
+        sys.stderr.write(f"launcher: refusing to start {ctx.plan.job.name}:\n{checks_table(failed)}\n")
+        return 2
+    rundir.prepare(ctx, commands, backend.derived_files(ctx))
+    log = EventLog(ctx.run_dir / f"launcher{ctx.suffix}.log")
+    log(f"run directory {ctx.run_dir}; backend {ctx.backend}; {len(commands)} command(s)")
+    policy = RunPolicy(ctx.plan.job.grace_period_s, ctx.plan.job.max_restarts, backend.restarts_inside,
+                       ctx.run_dir)
+    try:
+        return Runner(commands, policy, log, console).run()
+    finally:
+        log.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    return launch(context_from_args(args))
+
+
+def describe_command(command: Command) -> str:
+    local = is_local_command(command)
+    where = "this machine" if local else f"{command.host} (over ssh)"
+    node = "every node" if command.node_rank is None else f"node {command.node_rank}"
+    lines = [f"# {node} on {where}", f"# cwd: {command.cwd}", "# environment (exactly this, nothing else):"]
+    lines += [f"#   {k}={v}" for k, v in sorted(command.env.items())]
+    lines.append(shlex.join(command.argv))
+    if not local:
+        lines += ["# executed as:", shlex.join(launch_argv(command, False))]
+    return "\n".join(lines)
+
+
+def dry_run(args: argparse.Namespace) -> int:
+    """Print every command per node with its exact environment, and the checks; create nothing."""
+    ctx = context_from_args(args)
+    backend, commands = build(ctx)
+    print(f"# plan {ctx.plan.job.name}: backend {ctx.backend}, run directory {ctx.run_dir} (not created)")
+    for command in commands:
+        print(describe_command(command) + "\n")
+    files = {**ctx.plan.files, **backend.derived_files(ctx)}
+    if files:
+        print("# files written to the run directory: " + ", ".join(sorted(files)))
+    print(checks_table(quick_checks(ctx, commands)))
+    return 0
+
+
+def show(args: argparse.Namespace) -> int:
+    plan = spec.load(args.plan)
+    job, w, p, e = plan.job, plan.world, plan.parallel, plan.entrypoint
+    rows = [
+        ("job", f"{job.name}: backend {job.backend}, max_restarts {job.max_restarts}, "
+                f"grace {job.grace_period_s:g} s, numa {job.numa_binding}, OMP threads {job.omp_num_threads}"),
+        ("world", f"{w.num_nodes} node(s) x {w.gpus_per_node} {w.accelerator} process(es) = {w.world_size}; "
+                  f"master {w.master_addr}:{w.master_port}" + (f"; hosts {', '.join(w.hosts)}" if w.hosts else "")),
+        ("parallel", f"tp {p.tp} pp {p.pp} vpp {p.vpp} cp {p.cp} dp {p.dp} ep {p.ep}, ZeRO {p.zero_stage}; "
+                     f"batch {p.global_batch_size} = mbs {p.micro_batch_size} x gas "
+                     f"{p.gradient_accumulation_steps} x dp {p.dp}"),
+        ("entrypoint", shlex.join([e.python or "python", e.script, *e.args])),
+        ("env", ", ".join(f"{k}={v}" for k, v in sorted(plan.env.items())) or "-"),
+        ("files", ", ".join(f"{k} ({len(v)} B)" for k, v in sorted(plan.files.items())) or "-"),
+    ]
+    if plan.model:
+        m = plan.model
+        rows.append(("model", f"{m.name}: {m.num_layers} layers, h {m.hidden_size}, {m.num_attention_heads} heads "
+                              f"({m.query_groups} kv), ffn {m.ffn_size}, vocab {m.vocab_size}, seq {m.seq_length}"))
+    if plan.prediction:
+        pr = plan.prediction
+        mem = ", ".join(f"{b / 2**30:.2f}" for b in pr.peak_memory_bytes) or "-"
+        rows.append(("prediction", f"{pr.tokens_per_s or '-'} tokens/s, step {pr.step_s or '-'} s, "
+                                   f"peak memory GiB per stage: {mem}"))
+    print(table(("section", "summary"), rows))
+    return 0

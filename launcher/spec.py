@@ -1,0 +1,372 @@
+"""The plan.json format (``kind: "trainplan.plan"``, ``schema_version: 1``): what `python -m launcher` reads.
+
+Stdlib only (the launcher must start in well under 150 ms). The renderer builds these frozen dataclasses and
+calls :func:`dump`; the launcher calls :func:`load`. Every class validates on construction and raises
+:class:`PlanError` naming the field and the numbers. The format is described in docs/plan-json.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from launcher.fields import (
+    ENV_NAME,
+    FILE_NAME,
+    PLAIN_NAME,
+    PlanError,
+    build,
+    need_bool,
+    need_float,
+    need_int,
+    need_opt,
+    need_str,
+    need_str_map,
+    need_str_tuple,
+)
+
+__all__ = [
+    "Entrypoint", "Hardware", "Job", "Model", "Parallel", "Plan", "PlanError", "Prediction", "World",
+    "dump", "load",
+]
+
+SCHEMA_VERSION = 1
+KIND = "trainplan.plan"
+BACKENDS = ("torchrun", "deepspeed", "slurm")
+ACCELERATORS = ("cuda", "cpu")
+NUMA_MODES = ("none", "node", "socket", "exclusive", "core-complex")
+# Substituted in entrypoint.args, entrypoint.working_dir and env values (docs/plan-json.md).
+PLACEHOLDERS = ("run_dir", "plan_dir", "node_rank", "num_nodes", "gpus_per_node", "master_addr", "master_port")
+# Set by the launcher or the backend for every worker; a plan may not set them.
+LAUNCHER_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                "GROUP_RANK", "TRAINPLAN_RUN_DIR")
+# Names the launcher itself writes into the run directory.
+RESERVED_FILES = ("plan.json", "commands.json", "launcher.log", "workers.json", "logs", "hostfile.generated")
+LOOPBACK = re.compile(r"^(localhost|127\.\d+\.\d+\.\d+|::1)$")
+PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _check_placeholders(where: str, text: str) -> None:
+    for name in PLACEHOLDER.findall(text):
+        if name not in PLACEHOLDERS:
+            raise PlanError(f"{where}: unknown placeholder {{{name}}} (known: {', '.join(PLACEHOLDERS)})")
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    run_dir: str | None = None
+    backend: str = "torchrun"
+    max_restarts: int = 0
+    grace_period_s: float = 30.0
+    omp_num_threads: int | None = None
+    numa_binding: str = "none"
+
+    def __post_init__(self) -> None:
+        need_str("job.name", self.name, pattern=FILE_NAME)
+        need_opt("job.run_dir", self.run_dir, need_str)
+        need_str("job.backend", self.backend, BACKENDS)
+        need_int("job.max_restarts", self.max_restarts, 0, 1000)
+        need_float("job.grace_period_s", self.grace_period_s)
+        need_opt("job.omp_num_threads", self.omp_num_threads, need_int, 1, 4096)
+        if isinstance(self.numa_binding, bool):  # documented alias: true = "node", false = "none"
+            object.__setattr__(self, "numa_binding", "node" if self.numa_binding else "none")
+        need_str("job.numa_binding", self.numa_binding, NUMA_MODES)
+
+
+@dataclass(frozen=True)
+class World:
+    num_nodes: int = 1
+    gpus_per_node: int = 1
+    hosts: tuple[str, ...] = ()
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29500
+    accelerator: str = "cuda"
+
+    def __post_init__(self) -> None:
+        need_int("world.num_nodes", self.num_nodes, 1, 100_000)
+        need_int("world.gpus_per_node", self.gpus_per_node, 1, 1024)
+        object.__setattr__(self, "hosts", need_str_tuple("world.hosts", self.hosts, PLAIN_NAME))
+        need_str("world.master_addr", self.master_addr, pattern=PLAIN_NAME)
+        need_int("world.master_port", self.master_port, 1, 65535)
+        need_str("world.accelerator", self.accelerator, ACCELERATORS)
+        if self.hosts and len(self.hosts) != self.num_nodes:
+            raise PlanError(f"world.hosts lists {len(self.hosts)} hosts but world.num_nodes is {self.num_nodes}")
+        if len(set(self.hosts)) != len(self.hosts):
+            raise PlanError(f"world.hosts has duplicates: {list(self.hosts)}")
+        if self.num_nodes > 1 and LOOPBACK.fullmatch(self.master_addr):
+            raise PlanError(
+                f"world.master_addr({self.master_addr}) is a loopback address but world.num_nodes is "
+                f"{self.num_nodes}: give the head node's address"
+            )
+
+    @property
+    def world_size(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+
+@dataclass(frozen=True)
+class Parallel:
+    dp: int
+    global_batch_size: int
+    tp: int = 1
+    pp: int = 1
+    vpp: int = 1
+    cp: int = 1
+    ep: int = 1
+    zero_stage: int = 0
+    micro_batch_size: int = 1
+    gradient_accumulation_steps: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "vpp", "dp", "cp", "ep", "micro_batch_size", "global_batch_size"):
+            need_int(f"parallel.{name}", getattr(self, name), 1)
+        need_int("parallel.zero_stage", self.zero_stage, 0, 3)
+        mbs, dp, gbs = self.micro_batch_size, self.dp, self.global_batch_size
+        if self.gradient_accumulation_steps is None:  # derived once, here
+            if gbs % (mbs * dp):
+                raise PlanError(
+                    f"parallel.global_batch_size({gbs}) is not a multiple of "
+                    f"micro_batch_size({mbs}) * dp({dp}) = {mbs * dp}"
+                )
+            object.__setattr__(self, "gradient_accumulation_steps", gbs // (mbs * dp))
+        gas = need_int("parallel.gradient_accumulation_steps", self.gradient_accumulation_steps, 1)
+        if gbs != mbs * gas * dp:
+            raise PlanError(
+                f"parallel.global_batch_size({gbs}) != micro_batch_size({mbs}) * "
+                f"gradient_accumulation_steps({gas}) * dp({dp}) = {mbs * gas * dp}"
+            )
+        if (dp * self.cp) % self.ep:
+            raise PlanError(f"parallel.ep({self.ep}) must divide dp({dp}) * cp({self.cp}) = {dp * self.cp}")
+        if self.vpp > 1 and self.pp == 1:
+            raise PlanError(f"parallel.vpp({self.vpp}) > 1 needs pp > 1 (pp is 1)")
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.cp * self.dp
+
+
+@dataclass(frozen=True)
+class Entrypoint:
+    script: str
+    args: tuple[str, ...] = ()
+    working_dir: str | None = None
+    python: str | None = None
+
+    def __post_init__(self) -> None:
+        if not need_str("entrypoint.script", self.script):
+            raise PlanError("entrypoint.script is empty")
+        object.__setattr__(self, "args", need_str_tuple("entrypoint.args", self.args))
+        for i, arg in enumerate(self.args):
+            _check_placeholders(f"entrypoint.args[{i}]", arg)
+        need_opt("entrypoint.working_dir", self.working_dir, need_str)
+        if self.working_dir:
+            _check_placeholders("entrypoint.working_dir", self.working_dir)
+        need_opt("entrypoint.python", self.python, need_str)
+
+
+@dataclass(frozen=True)
+class Model:
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    vocab_size: int
+    seq_length: int
+    name: str = "custom"
+    num_query_groups: int | None = None
+    ffn_hidden_size: int | None = None
+    swiglu: bool = False
+    normalization: str = "RMSNorm"
+    position_embedding_type: str = "rope"
+    untie_embeddings_and_output_weights: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length"):
+            need_int(f"model.{name}", getattr(self, name), 1)
+        need_str("model.name", self.name)
+        need_opt("model.num_query_groups", self.num_query_groups, need_int, 1)
+        need_opt("model.ffn_hidden_size", self.ffn_hidden_size, need_int, 1)
+        need_bool("model.swiglu", self.swiglu)
+        need_str("model.normalization", self.normalization, ("LayerNorm", "RMSNorm"))
+        need_str("model.position_embedding_type", self.position_embedding_type, ("learned_absolute", "rope"))
+        need_bool("model.untie_embeddings_and_output_weights", self.untie_embeddings_and_output_weights)
+        h, heads, groups = self.hidden_size, self.num_attention_heads, self.query_groups
+        if h % heads:
+            raise PlanError(f"model.hidden_size({h}) is not divisible by model.num_attention_heads({heads})")
+        if heads % groups:
+            raise PlanError(f"model.num_attention_heads({heads}) is not a multiple of num_query_groups({groups})")
+
+    @property
+    def query_groups(self) -> int:
+        return self.num_query_groups or self.num_attention_heads
+
+    @property
+    def ffn_size(self) -> int:
+        """Megatron's default: 4h, or int(8h/3/64)*64 with SwiGLU."""
+        if self.ffn_hidden_size:
+            return self.ffn_hidden_size
+        return int(8 * self.hidden_size / 3 / 64) * 64 if self.swiglu else 4 * self.hidden_size
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The planner's numbers for this plan, compared by `launcher bench` with what a run measures."""
+
+    tokens_per_s: float | None = None
+    step_s: float | None = None
+    peak_memory_bytes: tuple[int, ...] = ()  # per pipeline stage (one value: the same for every rank)
+
+    def __post_init__(self) -> None:
+        need_opt("prediction.tokens_per_s", self.tokens_per_s, need_float)
+        need_opt("prediction.step_s", self.step_s, need_float)
+        mem = self.peak_memory_bytes
+        if isinstance(mem, str) or not isinstance(mem, list | tuple):
+            raise PlanError(f"prediction.peak_memory_bytes: expected a list of integers, got {mem!r}")
+        object.__setattr__(
+            self, "peak_memory_bytes",
+            tuple(need_int(f"prediction.peak_memory_bytes[{i}]", v, 0) for i, v in enumerate(mem)),
+        )
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """Catalogue numbers for the plan's GPU and cluster (per GPU, per direction), for `launcher probe`."""
+
+    name: str = ""
+    memory_bytes: int | None = None
+    bf16_TFLOPs: float | None = None
+    fp16_TFLOPs: float | None = None
+    intra_node_GBps: float | None = None
+    inter_node_GBps: float | None = None
+    host_to_device_GBps: float | None = None
+    cpu_adam_params_per_s: float | None = None
+
+    NUMBERS: ClassVar[tuple[str, ...]] = (
+        "bf16_TFLOPs", "fp16_TFLOPs", "intra_node_GBps", "inter_node_GBps", "host_to_device_GBps",
+        "cpu_adam_params_per_s",
+    )
+
+    def __post_init__(self) -> None:
+        need_str("hardware.name", self.name)
+        need_opt("hardware.memory_bytes", self.memory_bytes, need_int, 1)
+        for name in self.NUMBERS:
+            need_opt(f"hardware.{name}", getattr(self, name), need_float)
+
+
+@dataclass(frozen=True)
+class Plan:
+    job: Job
+    world: World
+    parallel: Parallel
+    entrypoint: Entrypoint
+    env: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    model: Model | None = None
+    prediction: Prediction | None = None
+    hardware: Hardware | None = None
+    meta: dict[str, str] = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
+    kind: str = KIND
+
+    SECTIONS: ClassVar[dict[str, type]] = {
+        "job": Job, "world": World, "parallel": Parallel, "entrypoint": Entrypoint,
+        "model": Model, "prediction": Prediction, "hardware": Hardware,
+    }
+
+    def __post_init__(self) -> None:
+        if self.kind != KIND:
+            raise PlanError(f"kind: {self.kind!r} is not {KIND!r}")
+        check_version(self.schema_version)
+        for name, cls in self.SECTIONS.items():
+            value = getattr(self, name)
+            if not isinstance(value, cls) and not (value is None and name in ("model", "prediction", "hardware")):
+                raise PlanError(f"{name}: expected a {cls.__name__}, got {type(value).__name__}")
+        object.__setattr__(self, "env", need_str_map("env", self.env, ENV_NAME))
+        object.__setattr__(self, "files", need_str_map("files", self.files, FILE_NAME, multiline=True))
+        object.__setattr__(self, "meta", need_str_map("meta", self.meta, ENV_NAME, multiline=True))
+        for key, value in self.env.items():
+            if key in LAUNCHER_ENV:
+                raise PlanError(f"env.{key} is set by the launcher for each worker; remove it from the plan")
+            _check_placeholders(f"env.{key}", value)
+        for name in self.files:
+            if name in RESERVED_FILES:
+                raise PlanError(f"files.{name}: the launcher writes that name itself (reserved: {RESERVED_FILES})")
+        self._check_consistency()
+
+    def _check_consistency(self) -> None:
+        w, p = self.world, self.parallel
+        if w.world_size != p.world_size:
+            raise PlanError(
+                f"world.num_nodes({w.num_nodes}) * world.gpus_per_node({w.gpus_per_node}) = {w.world_size} "
+                f"!= parallel world size tp({p.tp})*pp({p.pp})*cp({p.cp})*dp({p.dp}) = {p.world_size}"
+            )
+        mem = self.prediction.peak_memory_bytes if self.prediction else ()
+        if len(mem) not in (0, 1, p.pp):
+            raise PlanError(
+                f"prediction.peak_memory_bytes has {len(mem)} values; give 1 or one per stage (pp = {p.pp})"
+            )
+        if self.model and self.model.num_layers < p.pp * p.vpp:
+            raise PlanError(
+                f"model.num_layers({self.model.num_layers}) < pp({p.pp}) * vpp({p.vpp}) = {p.pp * p.vpp}"
+            )
+
+    # Serialisation --------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"schema_version": self.schema_version, "kind": self.kind}
+        for name in ("job", "world", "parallel", "entrypoint", "env", "files", "model", "prediction",
+                     "hardware", "meta"):
+            value = getattr(self, name)
+            out[name] = asdict(value) if hasattr(value, "__dataclass_fields__") else value
+        return json.loads(json.dumps(out))  # tuples -> lists, dicts copied
+
+    @classmethod
+    def from_dict(cls, data: object) -> Plan:
+        if not isinstance(data, dict):
+            raise PlanError(f"plan.json: expected a JSON object at the top, got {type(data).__name__}")
+        if data.get("kind") != KIND:
+            raise PlanError(f"kind: {data.get('kind')!r} is not {KIND!r} (is this a trainplan plan.json?)")
+        check_version(data.get("schema_version"))
+        sections = {
+            name: None if data.get(name) is None else build(sec, data[name], name)
+            for name, sec in cls.SECTIONS.items() if name in data
+        }
+        return build(cls, {**data, **sections}, "plan")
+
+
+def check_version(version: object) -> None:
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise PlanError(f"schema_version: expected the integer {SCHEMA_VERSION}, got {version!r}")
+    if version != SCHEMA_VERSION:
+        raise PlanError(
+            f"schema_version {version} is not supported by this launcher (it reads version {SCHEMA_VERSION}); "
+            f"re-render the plan or upgrade the launcher"
+        )
+
+
+def loads(text: str, where: str = "plan.json") -> Plan:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PlanError(f"{where}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    return Plan.from_dict(data)
+
+
+def load(path: str | Path) -> Plan:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PlanError(f"{path}: cannot read: {exc.strerror}") from None
+    return loads(text, str(path))
+
+
+def dump(plan: Plan, path: str | Path) -> None:
+    """Write atomically (several per-node launchers may share a run directory)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(plan.to_dict(), indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)

@@ -1,0 +1,132 @@
+"""Watches the worker processes of the local agents: which rank died first, how, and restarts.
+
+Workers are found by a short /proc scan (only while some are missing); each is then watched with a pidfd,
+which wakes the launcher the moment it exits, at no cost while it runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher import procs
+
+SCAN_INTERVAL_S = 0.2
+SCAN_GIVE_UP_S = 60.0
+
+
+@dataclass(frozen=True)
+class Death:
+    worker: procs.Worker
+    node_rank: int | None
+    status: int | None  # raw wait status, None if the agent collected it first
+
+    @property
+    def failed(self) -> bool:
+        return self.status != 0
+
+    def describe(self) -> str:
+        w = self.worker
+        node = "" if self.node_rank is None else f", node {self.node_rank}"
+        return f"rank {w.rank} (local_rank {w.local_rank}, pid {w.pid}{node}) {procs.describe_status(self.status)}"
+
+
+class WorkerWatch:
+    def __init__(
+        self, agent_pid: int, expected: int, node_rank: int | None, selector: selectors.BaseSelector,
+        log: Callable[..., None], workers_file: Path | None, max_restarts: int,
+    ) -> None:
+        self.agent_pid, self.expected, self.node_rank = agent_pid, expected, node_rank
+        self.selector, self.log, self.workers_file = selector, log, workers_file
+        self.max_restarts = max_restarts
+        self.alive: dict[int, tuple[procs.Worker, int]] = {}  # pid -> (worker, pidfd)
+        self.seen: dict[int, procs.Worker] = {}
+        self.deaths: list[Death] = []
+        self.restarts = 0
+        self._failed_since_restart = False
+        self._scan_since = time.monotonic()
+        self._last_scan = 0.0
+
+    @property
+    def scanning(self) -> bool:
+        return len(self.alive) < self.expected and time.monotonic() - self._scan_since < SCAN_GIVE_UP_S
+
+    @property
+    def first_failure(self) -> Death | None:
+        return next((d for d in self.deaths if d.failed), None)
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if self.scanning and now - self._last_scan >= SCAN_INTERVAL_S:
+            self._last_scan = now
+            self.scan()
+
+    def scan(self) -> None:
+        new = [w for w in procs.find_workers(self.agent_pid) if w.pid not in self.alive and w.pid not in self.seen]
+        for worker in new:
+            try:
+                fd = os.pidfd_open(worker.pid)
+            except OSError:
+                continue  # already gone
+            self.alive[worker.pid] = (worker, fd)
+            self.seen[worker.pid] = worker
+            self.selector.register(fd, selectors.EVENT_READ, ("worker", self, worker.pid))
+        if new:
+            self._note_restart()
+            ranks = ", ".join(f"rank {w.rank} pid {w.pid}" for w in new)
+            self.log(f"node {self.node_rank}: workers started: {ranks}", echo=False)
+            self._write_workers()
+
+    def _note_restart(self) -> None:
+        if self._failed_since_restart:
+            self.restarts += 1
+            self._failed_since_restart = False
+            self.log(f"node {self.node_rank}: worker group restarted by the agent "
+                     f"(restart {self.restarts} of at most {self.max_restarts})")
+
+    def on_exit(self, pid: int) -> Death | None:
+        entry = self.alive.pop(pid, None)
+        if entry is None:
+            return None
+        worker, fd = entry
+        status = procs.zombie_status(pid)
+        with contextlib.suppress(KeyError, ValueError):
+            self.selector.unregister(fd)
+        os.close(fd)
+        death = Death(worker, self.node_rank, status)
+        first = self.first_failure is None and death.failed
+        self.deaths.append(death)
+        if death.failed:
+            self._failed_since_restart = True
+            self.log(("died first: " if first else "stopped: ") + death.describe(), echo=first)
+        self._scan_since = time.monotonic()  # an agent with restarts left will start new workers
+        self._write_workers()
+        return death
+
+    def close(self) -> None:
+        for _, fd in self.alive.values():
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(fd)
+            os.close(fd)
+        self.alive.clear()
+
+    def _write_workers(self) -> None:
+        if not self.workers_file:
+            return
+        doc = {
+            "node_rank": self.node_rank,
+            "agent_pid": self.agent_pid,
+            "workers": [{"pid": w.pid, "rank": w.rank, "local_rank": w.local_rank, "alive": w.pid in self.alive}
+                        for w in self.seen.values()],
+            "deaths": [{"rank": d.worker.rank, "pid": d.worker.pid, "how": procs.describe_status(d.status)}
+                       for d in self.deaths],
+        }
+        tmp = self.workers_file.with_name(f".{self.workers_file.name}.tmp")
+        tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        tmp.replace(self.workers_file)
