@@ -18,17 +18,21 @@ from app.planner.results import Estimate, PlanResult
 GiB = 2**30
 
 
+class RequestError(ValueError):
+    """The request file cannot be read or parsed."""
+
+
 def _read_request(path: str) -> dict[str, Any]:
     try:
         text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()  # noqa: SIM115
     except OSError as exc:
-        raise SystemExit(f"error: cannot read request {path!r}: {exc.strerror}") from None
+        raise RequestError(f"cannot read request {path!r}: {exc.strerror}") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SystemExit(f"error: request is not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+        raise RequestError(f"request is not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     if not isinstance(data, dict):
-        raise SystemExit("error: the request must be a JSON object with keys model, cluster, training")
+        raise RequestError("the request must be a JSON object with keys model, cluster, training")
     return data
 
 

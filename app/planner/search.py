@@ -34,7 +34,8 @@ def tp_options(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -
         return [pinned]
     if training.framework == "deepspeed":
         return [1]
-    limit = cluster.gpus_per_node if training.allow_tp_across_nodes else min(cluster.gpus_per_node, cluster.nvlink_domain)
+    domain = min(cluster.gpus_per_node, cluster.nvlink_domain)
+    limit = 2 * cluster.gpus_per_node if training.allow_tp_across_nodes else domain
     return [t for t in divisors(limit) if model.num_attention_heads % t == 0]
 
 

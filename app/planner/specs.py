@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from app.planner import catalog
 from app.planner.gpu import GPUSpec
+from app.planner.hf_import import from_hf_config
 
 Precision = Literal["bf16", "fp16", "fp8"]
 Framework = Literal["megatron", "deepspeed", "megatron-deepspeed"]
@@ -351,12 +352,16 @@ class PlanRequest(Frozen):
     @field_validator("model", mode="before")
     @classmethod
     def _resolve_model(cls, model: object) -> object:
-        """`model` may be a preset name, or {"preset": name, ...overrides}, or the ModelSpec fields."""
+        """`model` may be a preset name, {"preset": name, ...overrides}, {"hf_config": {...config.json...},
+        ...overrides} or the ModelSpec fields."""
         if isinstance(model, str):
             return catalog.model_fields(model)
         if isinstance(model, dict) and "preset" in model:
             overrides = {k: v for k, v in model.items() if k != "preset"}
             return {**catalog.model_fields(str(model["preset"])), **overrides}
+        if isinstance(model, dict) and "hf_config" in model:
+            overrides = {k: v for k, v in model.items() if k != "hf_config"}
+            return {**from_hf_config(model["hf_config"]), **overrides}
         return model
 
 

@@ -7,7 +7,7 @@ import time
 from app.planner.estimate import time_estimate
 from app.planner.explain import describe
 from app.planner.search import Found, SearchState, search_world
-from app.planner.specs import ClusterSpec, ModelSpec, PlanRequest, TrainingSpec
+from app.planner.specs import ClusterSpec, ModelSpec, ParallelPins, PlanRequest, TrainingSpec
 
 GiB = 2**30
 SUB_SEARCH_S = 2.0
@@ -29,8 +29,7 @@ def _closest(state: SearchState) -> str | None:
            f"{state.rejected.messages['out_of_memory']}"
 
 
-def more_nodes(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> str | None:
-    offload = training.framework != "megatron"
+def _fewest_nodes(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, offload: bool) -> str | None:
     lo = cluster.num_nodes
     for factor in (2, 4, 8, 16, 32, 64, 128):
         hi = cluster.num_nodes * factor
@@ -47,6 +46,16 @@ def more_nodes(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -
                         f"{describe(found.par)}, {found.peak_bytes / GiB:.1f} GiB per GPU")
         return None
     return None
+
+
+def more_nodes(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> str | None:
+    """The fewest nodes that fit without offload, and with ZeRO offload where the framework has it."""
+    hints = [_fewest_nodes(model, cluster, training, offload=False)]
+    if training.framework != "megatron":
+        with_offload = _fewest_nodes(model, cluster, training, offload=True)
+        if with_offload and with_offload != hints[0]:
+            hints.append(with_offload + " (with ZeRO offload)")
+    return "; ".join(h for h in hints if h) or None
 
 
 def offload(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> str | None:
@@ -72,15 +81,32 @@ def shorter_sequence(model: ModelSpec, cluster: ClusterSpec, training: TrainingS
     return None
 
 
+def without_pins(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> str | None:
+    pins = training.pinned.model_dump(exclude_none=True)
+    if not pins:
+        return None
+    free = training.model_copy(update={"pinned": ParallelPins()})
+    found = _best(model, cluster, free, cluster.world_size, training.framework != "megatron")
+    fixed = ", ".join(f"{k}={v}" for k, v in pins.items())
+    if found is None:
+        return f"even without your pinned {fixed}, nothing fits on this cluster"
+    return f"without your pinned {fixed}: {describe(found.par)} fits, {found.peak_bytes / GiB:.1f} GiB per GPU"
+
+
 def suggestions(request: PlanRequest, state: SearchState) -> list[str]:
+    """What would fit. More nodes, offload and shorter sequences are tried without the pinned dimensions."""
     model, cluster, training = request.model, request.cluster, request.training
     out = [f"no plan fits {model.name} ({model.num_parameters / 1e9:.1f}B parameters) on "
            f"{cluster.world_size} x {cluster.gpu.name} with {100 * training.memory_headroom:.0f}% memory headroom"]
     closest = _closest(state)
     if closest:
         out.append(closest)
+    hint = without_pins(model, cluster, training)
+    if hint:
+        out.append(hint)
+    free = training.model_copy(update={"pinned": ParallelPins()})
     for finder in (more_nodes, offload, shorter_sequence):
-        hint = finder(model, cluster, training)
+        hint = finder(model, cluster, free)
         if hint:
             out.append(hint)
     return out

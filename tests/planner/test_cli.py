@@ -1,0 +1,53 @@
+"""The CLI reads JSON from a file or stdin and prints a table or JSON; bad input exits 2 without a traceback."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REQUEST = {"model": "llama-2-7b", "cluster": {"num_nodes": 1, "gpus_per_node": 8, "gpu": "A100-80GB"},
+           "training": {"global_batch_size": 64}}
+
+
+def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "app", *args], input=stdin, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_plan_json_from_file(tmp_path: Path) -> None:
+    path = tmp_path / "req.json"
+    path.write_text(json.dumps(REQUEST))
+    out = run("plan", str(path), "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["plans"] and set(data["plans"][0]) >= {"parallel", "estimate", "why", "layout"}
+    assert isinstance(data["rejected"], list)
+    est = data["plans"][0]["estimate"]
+    assert set(est["time"]) >= {"step_s", "tokens_per_s", "tflops_per_gpu", "mfu", "bubble_fraction", "breakdown"}
+    assert est["memory"]["peak_bytes"] > 0 and est["memory"]["stages"]
+
+
+def test_estimate_table_from_stdin() -> None:
+    req = {**REQUEST, "parallel": {"tp": 2, "pp": 2, "dp": 2, "micro_batch_size": 1, "sequence_parallel": True}}
+    out = run("estimate", stdin=json.dumps(req))
+    assert out.returncode == 0, out.stderr
+    assert "feasible: yes" in out.stdout and "tokens/s" in out.stdout and "stage" in out.stdout
+
+
+def test_bad_input_names_the_field_without_traceback() -> None:
+    bad = {**REQUEST, "cluster": {"num_nodes": -1, "gpu": "A100-80GB"}}
+    out = run("plan", stdin=json.dumps(bad))
+    assert out.returncode == 2
+    assert "cluster.num_nodes" in out.stderr and "(got -1)" in out.stderr and "Traceback" not in out.stderr
+    out = run("plan", stdin="{not json")
+    assert out.returncode == 2 and "not valid JSON" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_infeasible_estimate_says_why() -> None:
+    req = {**REQUEST, "parallel": {"tp": 3, "dp": 1}}
+    out = run("estimate", "--json", stdin=json.dumps(req))
+    data = json.loads(out.stdout)
+    assert data["feasible"] is False
+    assert any("num_attention_heads(32) % tp(3) != 0" in r for r in data["reasons"])

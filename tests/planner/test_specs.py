@@ -1,0 +1,94 @@
+"""Specs validate on construction and their errors name the field and the numbers."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from app.planner import PlanRequest, catalog
+from app.planner.errors import field_errors
+from app.planner.specs import ClusterSpec, ModelSpec, TrainingSpec
+
+
+def errors_of(**request: object) -> list[str]:
+    with pytest.raises(ValidationError) as info:
+        PlanRequest(**request)
+    return [str(e) for e in field_errors(info.value)]
+
+
+def test_out_of_range_numbers_name_field_and_value() -> None:
+    errs = errors_of(model="llama-2-7b", cluster={"num_nodes": 0, "gpu": "H100-SXM"}, training={"global_batch_size": -4})
+    assert any(e.startswith("cluster.num_nodes:") and "(got 0)" in e for e in errs), errs
+    assert any(e.startswith("training.global_batch_size:") and "(got -4)" in e for e in errs), errs
+
+
+def test_unknown_names_list_the_known_ones() -> None:
+    errs = errors_of(model="llama-9", cluster={"num_nodes": 1, "gpu": "H100-SXM"}, training={"global_batch_size": 8})
+    assert errs[0].startswith("model:") and "llama-2-70b" in errs[0] and "mixtral-8x7b" in errs[0]
+    errs = errors_of(model="llama-2-7b", cluster={"num_nodes": 1, "gpu": "V100"}, training={"global_batch_size": 8})
+    assert errs[0].startswith("cluster.gpu:") and "H100-SXM" in errs[0] and "MI300X" in errs[0]
+
+
+def test_names_are_case_insensitive() -> None:
+    r = PlanRequest(model="LLaMA-2-70B", cluster={"num_nodes": 1, "gpu": "h100-sxm"}, training={"global_batch_size": 8})
+    assert r.model.name == "llama-2-70b" and r.cluster.gpu.name == "H100-SXM"
+
+
+def test_cross_field_model_errors_show_numbers() -> None:
+    with pytest.raises(ValidationError, match=r"num_attention_heads\(32\) must be a multiple of num_query_groups\(5\)"):
+        ModelSpec(num_layers=2, hidden_size=4096, num_attention_heads=32, num_query_groups=5, vocab_size=10, seq_length=8)
+    with pytest.raises(ValidationError, match=r"hidden_size\(100\) is not divisible by num_attention_heads\(3\)"):
+        ModelSpec(num_layers=2, hidden_size=100, num_attention_heads=3, vocab_size=10, seq_length=8)
+    with pytest.raises(ValidationError, match=r"moe_router_topk\(4\) > num_experts\(2\)"):
+        ModelSpec(num_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=10, seq_length=8, num_experts=2,
+                  moe_router_topk=4)
+
+
+@pytest.mark.parametrize("bad", ["mlx5_0;rm -rf /", "mlx5 0", "$(reboot)", "`id`", "a\nb", "x'y", 'x"y'])
+def test_hostile_nic_and_host_names_are_refused(bad: str) -> None:
+    with pytest.raises(ValidationError, match="not a plain name"):
+        ClusterSpec(num_nodes=1, gpu="A100-80GB", nics=(bad,))
+    with pytest.raises(ValidationError, match="not a plain name"):
+        ClusterSpec(num_nodes=1, gpu="A100-80GB", hosts=(bad,))
+
+
+@pytest.mark.parametrize("bad", ["relative/path", "/nvme/../etc", "/nvme;ls", "/nv me", "/a$(x)"])
+def test_hostile_paths_are_refused(bad: str) -> None:
+    with pytest.raises(ValidationError, match="not a plain absolute path"):
+        ClusterSpec(num_nodes=1, gpu="A100-80GB", nvme_path=bad)
+
+
+def test_hosts_must_match_node_count() -> None:
+    with pytest.raises(ValidationError, match=r"lists 1 hosts but num_nodes is 2"):
+        ClusterSpec(num_nodes=2, gpu="A100-80GB", hosts=("node1",))
+
+
+def test_specs_are_frozen() -> None:
+    t = TrainingSpec(global_batch_size=8)
+    with pytest.raises(ValidationError):
+        t.global_batch_size = 16  # type: ignore[misc]
+
+
+def test_unknown_fields_are_refused() -> None:
+    errs = errors_of(model="llama-2-7b", cluster={"num_nodes": 1, "gpu": "H100-SXM", "gpus": 8},
+                     training={"global_batch_size": 8})
+    assert "cluster.gpus: unknown field" in errs
+
+
+def test_gpu_preset_with_overrides() -> None:
+    c = ClusterSpec(num_nodes=1, gpu={"preset": "H100-SXM", "memory_bytes": 64 * 2**30})
+    assert c.gpu.memory_bytes == 64 * 2**30 and c.gpu.bf16_TFLOPs == catalog.gpu("H100-SXM").bf16_TFLOPs
+
+
+def test_catalogue_has_every_gpu_with_a_source() -> None:
+    names = {g.name for g in catalog.gpus()}
+    assert names == {"A100-40GB", "A100-80GB", "H100-SXM", "H100-PCIe", "H200", "B200", "L40S", "MI300X"}
+    for g in catalog.gpus():
+        assert g.source and g.memory_bytes > 30 * 2**30 and g.bf16_TFLOPs > 100
+    assert catalog.gpu("A100-80GB").fp8_TFLOPs is None and catalog.gpu("H100-SXM").fp8_TFLOPs == pytest.approx(1978.9)
+
+
+def test_every_preset_has_a_source_link_or_note() -> None:
+    for row in catalog.model_presets():
+        assert row["source"], row["name"]
+        ModelSpec(**catalog.model_fields(row["name"]))
