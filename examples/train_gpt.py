@@ -104,11 +104,30 @@ def optimizer_for(model: torch.nn.Module, cfg: dict[str, Any], args: argparse.Na
     )
 
 
+def init_process_group(backend: str) -> None:
+    """Under torchrun, key this attempt's rendezvous by TORCHELASTIC_RESTART_COUNT.
+
+    The agent's store outlives a restart, so the groups DeepSpeed creates (dist.new_group) could read the
+    addresses the previous attempt's ranks published and fail with "Connection refused"
+    (pytorch/pytorch#167288). A per-attempt prefix keeps each attempt's keys apart.
+    """
+    import torch.distributed as dist
+
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return  # deepspeed.init_distributed does the usual env:// initialisation
+    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False)
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    dist.init_process_group(backend, store=dist.PrefixStore(f"trainplan/attempt_{attempt}", store),
+                            rank=rank, world_size=world)
+
+
 def init_engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any], torch.device]:
     import deepspeed
 
     on_cuda = torch.cuda.is_available() and os.environ.get("DS_ACCELERATOR", "cuda") != "cpu"
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False  # no JIT build of the shm op on CPU
+    init_process_group("nccl" if on_cuda else "gloo")
     deepspeed.init_distributed(dist_backend="nccl" if on_cuda else "gloo")
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if on_cuda else torch.device("cpu")
     if on_cuda:

@@ -109,7 +109,12 @@ def default_run_dir(plan: Plan, plan_dir: Path, cwd: Path, now: float | None = N
     if plan.job.run_dir:
         return (plan_dir / plan.job.run_dir).resolve()
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    return cwd.resolve() / "runs" / f"{plan.job.name}-{stamp}"
+    base = cwd.resolve() / "runs" / f"{plan.job.name}-{stamp}"
+    candidate, n = base, 1
+    while candidate.exists():  # two runs in the same second get their own directories
+        n += 1
+        candidate = base.with_name(f"{base.name}-{n}")
+    return candidate
 
 
 def make_context(

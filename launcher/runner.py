@@ -111,9 +111,17 @@ class Runner:
                 self.failed_rc = 127
                 self._begin_stop(signal.SIGTERM, "a command could not start")
                 break
-        while any(r.popen.returncode is None for r in self.running):
-            self._step()
-        self._finish_attempt()
+        try:
+            while any(r.popen.returncode is None for r in self.running):
+                self._step()
+        except BaseException:
+            self.log("launcher error: killing the job before re-raising")
+            self._signal_tree(signal.SIGKILL)
+            for r in self.running:
+                r.popen.wait()
+            raise
+        finally:
+            self._finish_attempt()
         return self._exit_code()
 
     def _start(self, command: Command, attempt: int) -> Running:
@@ -220,6 +228,9 @@ class Runner:
         if not alive:
             return
         self.stop_deadline = time.monotonic() + self.policy.grace_s
+        for r in self.running:
+            if r.watch:
+                r.watch.stopping = True
         self.log(f"{reason}: sending {sig.name} to the job, SIGKILL in {self.policy.grace_s:g} s")
         self._signal_tree(sig)
 

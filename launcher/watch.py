@@ -26,10 +26,12 @@ class Death:
     worker: procs.Worker
     node_rank: int | None
     status: int | None  # raw wait status, None if the agent collected it first
+    root: bool = False  # the first failure, not one caused by stopping the job
 
     @property
     def failed(self) -> bool:
-        return self.status != 0
+        """Known to have failed (None: the agent collected the status first, so we cannot tell)."""
+        return self.status not in (0, None)
 
     def describe(self) -> str:
         w = self.worker
@@ -49,7 +51,8 @@ class WorkerWatch:
         self.seen: dict[int, procs.Worker] = {}
         self.deaths: list[Death] = []
         self.restarts = 0
-        self._failed_since_restart = False
+        self.stopping = False  # set by the runner once it stops the job: later deaths are its doing
+        self._died_since_restart = False
         self._scan_since = time.monotonic()
         self._last_scan = 0.0
 
@@ -59,7 +62,7 @@ class WorkerWatch:
 
     @property
     def first_failure(self) -> Death | None:
-        return next((d for d in self.deaths if d.failed), None)
+        return next((d for d in self.deaths if d.root), None)
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -84,9 +87,9 @@ class WorkerWatch:
             self._write_workers()
 
     def _note_restart(self) -> None:
-        if self._failed_since_restart:
+        if self._died_since_restart:
             self.restarts += 1
-            self._failed_since_restart = False
+            self._died_since_restart = False
             self.log(f"node {self.node_rank}: worker group restarted by the agent "
                      f"(restart {self.restarts} of at most {self.max_restarts})")
 
@@ -99,12 +102,15 @@ class WorkerWatch:
         with contextlib.suppress(KeyError, ValueError):
             self.selector.unregister(fd)
         os.close(fd)
-        death = Death(worker, self.node_rank, status)
-        first = self.first_failure is None and death.failed
+        failed = status not in (0, None)
+        first = self.first_failure is None and failed and not self.stopping
+        death = Death(worker, self.node_rank, status, root=first)
         self.deaths.append(death)
-        if death.failed:
-            self._failed_since_restart = True
+        self._died_since_restart = True
+        if failed:
             self.log(("died first: " if first else "stopped: ") + death.describe(), echo=first)
+        else:
+            self.log(f"exited: {death.describe()}", echo=False)
         self._scan_since = time.monotonic()  # an agent with restarts left will start new workers
         self._write_workers()
         return death

@@ -19,8 +19,9 @@ def torchrun_argv(ctx: LaunchContext, node_rank: int | None, rdzv_host: str, rdz
     else:
         argv += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"{rdzv_host}:{w.master_port}", "--rdzv-id", rdzv_id]
         if node_rank is not None:
-            # Say who hosts the rendezvous store instead of letting torchrun guess from host names.
-            argv += ["--node-rank", str(node_rank), "--rdzv-conf", f"is_host={int(node_rank == 0)}"]
+            # Say who hosts the rendezvous store instead of letting torchrun guess from host names
+            # (c10d assigns node ranks itself; --node-rank is only for the static backend).
+            argv += ["--rdzv-conf", f"is_host={int(node_rank == 0)}"]
             if w.hosts:
                 argv += ["--local-addr", w.hosts[node_rank]]
     argv += [
