@@ -8,6 +8,7 @@ context parallelism and MoE. With MHA, ffn = 4h, dropout and no flash attention 
 
 from __future__ import annotations
 
+from app.planner.attention import attention_shape
 from app.planner.specs import ModelSpec, ParallelConfig, TrainingSpec
 
 ACT = 2  # bytes per 16-bit activation element
@@ -34,7 +35,9 @@ def attention_bytes(model: ModelSpec, par: ParallelConfig, training: TrainingSpe
     """Q, K, V and the projection input (TP-split), plus the s x s scores unless flash attention or
     selective recompute drops them (softmax output 2 B, dropout mask 1 B and dropout output 2 B per score)."""
     sb = tokens(model, par)
-    qkv_proj = ACT * sb * (2 * model.query_size + 2 * model.kv_size) / par.tp
+    shape = attention_shape(model)
+    widths = shape.q_width + shape.k_width + shape.v_width + shape.out_in
+    qkv_proj = ACT * sb * (widths / par.tp + shape.latent_width)
     if training.flash_attention:
         # softmax statistics in fp32, one per head and query position
         return qkv_proj + 4 * sb * model.num_attention_heads / par.tp
@@ -49,6 +52,14 @@ def mlp_bytes(model: ModelSpec, tokens_: float, ffn: int, tp: int) -> float:
     """fc1 output kept for the activation (x2 with SwiGLU) and the fc2 input, TP-split (Korthikanti's 16sbh/t)."""
     fc1_out = 2 * ffn if model.swiglu else ffn
     return ACT * tokens_ * (fc1_out + ffn) / tp
+
+
+def moe_imbalance(model: ModelSpec, training: TrainingSpec) -> float:
+    """Routed tokens on the busiest rank over the mean: the capacity factor when tokens are capped (and padded
+    to capacity), else the training's load-imbalance margin for dropless routing."""
+    if not model.is_moe:
+        return 1.0
+    return model.moe_capacity_factor or training.moe_load_imbalance
 
 
 def moe_mlp_bytes(model: ModelSpec, par: ParallelConfig, imbalance: float) -> float:
@@ -68,13 +79,11 @@ def moe_mlp_bytes(model: ModelSpec, par: ParallelConfig, imbalance: float) -> fl
     return experts + shared + router
 
 
-def layer_bytes(
-    model: ModelSpec, par: ParallelConfig, training: TrainingSpec, moe: bool, imbalance: float = 1.0
-) -> float:
+def layer_bytes(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, moe: bool) -> float:
     """One layer, one micro-batch, kept for backward without any recomputation (selective drops scores)."""
     keep_scores = par.recompute == "none"
     if moe:
-        mlp = moe_mlp_bytes(model, par, imbalance)
+        mlp = moe_mlp_bytes(model, par, moe_imbalance(model, training))
     else:
         assert model.ffn_hidden_size is not None
         mlp = mlp_bytes(model, tokens(model, par), model.ffn_hidden_size, par.tp)

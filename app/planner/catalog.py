@@ -9,7 +9,7 @@ from typing import Any
 
 from app.planner.gpu import Efficiency, GPUSpec
 
-_PUBLISHED_KEYS = ("published_params", "published_active_params")
+_PUBLISHED_KEYS = ("published_params", "published_active_params", "published_precision")
 
 
 def _load(name: str) -> dict[str, Any]:

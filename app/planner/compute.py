@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.planner.attention import Linear, attention_shape
+from app.planner.activations import moe_imbalance
 from app.planner.gpu import GPUSpec
 from app.planner.specs import ModelSpec, ParallelConfig, TrainingSpec
 
@@ -57,20 +59,27 @@ class LayerTime:
 
 
 def _linear_gemms(model: ModelSpec, par: ParallelConfig, tokens: float, moe: bool) -> list[Gemm]:
-    h, t, q, kv = model.hidden_size, par.tp, model.query_size, model.kv_size
-    gemms = [Gemm(tokens, (q + 2 * kv) / t, h), Gemm(tokens, h, q / t)]
+    t = par.tp
+    gemms = [_gemm(tokens, lin, t) for lin in attention_shape(model).linears]
     if not moe:
         assert model.ffn_hidden_size is not None
         return gemms + _mlp_gemms(model, tokens, model.ffn_hidden_size, t)
     assert model.moe_ffn_hidden_size is not None and model.num_experts
     local_experts = model.num_experts // par.ep
     per_expert = tokens * model.moe_router_topk * par.ep / model.num_experts
-    gemms.append(Gemm(tokens, model.num_experts, h))  # router
+    gemms.append(Gemm(tokens, model.num_experts, model.hidden_size))  # router
     for g in _mlp_gemms(model, per_expert, model.moe_ffn_hidden_size, par.expert_tp):
         gemms.append(Gemm(g.m, g.n, g.k, local_experts))
     if model.moe_shared_expert_intermediate_size:
         gemms += _mlp_gemms(model, tokens, model.moe_shared_expert_intermediate_size, t)
     return gemms
+
+
+def _gemm(tokens: float, lin: Linear, tp: int) -> Gemm:
+    """Column-parallel layers split their output across TP, row-parallel ones their input."""
+    n = lin.n_out / tp if lin.split == "column" else lin.n_out
+    k = lin.n_in / tp if lin.split == "row" else lin.n_in
+    return Gemm(tokens, n, k)
 
 
 def _mlp_gemms(model: ModelSpec, tokens: float, ffn: int, tp: int) -> list[Gemm]:
@@ -82,15 +91,17 @@ def _attention_time(model: ModelSpec, par: ParallelConfig, training: TrainingSpe
     """(forward, backward) seconds of the attention core."""
     s_q = model.seq_length / par.cp
     s_k = float(model.seq_length)
-    b, heads, d = par.micro_batch_size, model.num_attention_heads / par.tp, model.head_dim
+    shape = attention_shape(model)
+    b, heads = par.micro_batch_size, model.num_attention_heads / par.tp
+    d_qk, d_v = shape.score_dim, shape.value_dim
     precision = "bf16" if training.precision == "fp8" else training.precision
     if training.flash_attention:
         causal = 0.5
-        flops = 4.0 * s_q * s_k * b * heads * d * causal
+        flops = 2.0 * s_q * s_k * b * heads * (d_qk + d_v) * causal
         fwd = flops / (gpu.peak_flops(precision) * gpu.efficiency.attention) + gpu.efficiency.kernel_overhead_s
         return fwd, 2.5 * fwd
-    bmm = gemm_time(Gemm(s_q, s_k, d, b * heads), gpu, precision) + gemm_time(
-        Gemm(s_q, d, s_k, b * heads), gpu, precision
+    bmm = gemm_time(Gemm(s_q, s_k, d_qk, b * heads), gpu, precision) + gemm_time(
+        Gemm(s_q, d_v, s_k, b * heads), gpu, precision
     )
     per_score = 4 + (5 if model.attention_dropout > 0 else 0)  # fused scale-mask-softmax, then dropout
     softmax = stream_time(per_score * s_q * s_k * b * heads, 2, gpu)
@@ -113,17 +124,16 @@ def _elementwise_fwd(model: ModelSpec, par: ParallelConfig, tokens: float, gpu: 
         assert model.ffn_hidden_size is not None
         ffn = model.ffn_hidden_size / par.tp
     act_bytes = (3 if model.swiglu else 2) * ACT * tokens * ffn + permute
-    rope = 2 * ACT * tokens * (model.query_size + model.kv_size) / par.tp if model.position_embedding_type == "rope" else 0
+    shape = attention_shape(model)
+    rope = 2 * ACT * tokens * (shape.q_width + shape.k_width) / par.tp if model.position_embedding_type == "rope" else 0
     return stream_time(hidden_bytes + act_bytes + rope, 8, gpu)
 
 
-def layer_time(
-    model: ModelSpec, par: ParallelConfig, training: TrainingSpec, gpu: GPUSpec, moe: bool, imbalance: float = 1.0
-) -> LayerTime:
+def layer_time(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, gpu: GPUSpec, moe: bool) -> LayerTime:
     tokens = model.seq_length / par.cp * par.micro_batch_size
     gemms = sum(gemm_time(g, gpu, training.precision) for g in _linear_gemms(model, par, tokens, moe))
     if moe:  # the busiest GPU processes `imbalance` x the mean routed tokens
-        gemms *= 1.0 + (imbalance - 1.0) * _expert_share(model)
+        gemms *= 1.0 + (moe_imbalance(model, training) - 1.0) * _expert_share(model)
     attn_f, attn_b = _attention_time(model, par, training, gpu)
     elem = _elementwise_fwd(model, par, tokens, gpu, moe)
     fwd = gemms + attn_f + elem
@@ -137,7 +147,7 @@ def _expert_share(model: ModelSpec) -> float:
     assert model.moe_ffn_hidden_size is not None
     expansion = 3 if model.swiglu else 2
     experts = model.moe_router_topk * model.moe_ffn_hidden_size * expansion
-    attention = model.query_size + 2 * model.kv_size + model.query_size
+    attention = sum(lin.n_in * lin.n_out for lin in attention_shape(model).linears) / model.hidden_size
     shared = (model.moe_shared_expert_intermediate_size or 0) * expansion
     return experts / (experts + attention + shared)
 
@@ -152,8 +162,11 @@ def output_layer_time(model: ModelSpec, par: ParallelConfig, training: TrainingS
 
 
 def model_flops_per_token(model: ModelSpec) -> float:
-    """Megatron-LM `num_floating_point_operations` per token (forward + backward, no recompute)."""
-    h, q, kv, s = model.hidden_size, model.query_size, model.kv_size, model.seq_length
+    """Megatron-LM `num_floating_point_operations` per token (forward + backward, no recompute): 6 x the
+    matrix parameters a token passes through (top-k experts for MoE) + 6 x the causal attention core
+    (`heads * (score_dim + value_dim) / 2 * s` per layer, i.e. q*s for MHA)."""
+    h, s = model.hidden_size, model.seq_length
+    shape = attention_shape(model)
     expansion = 3 if model.swiglu else 2
     dense_layers = model.num_layers - model.num_moe_layers
     assert model.ffn_hidden_size is not None
@@ -162,8 +175,9 @@ def model_flops_per_token(model: ModelSpec) -> float:
         assert model.moe_ffn_hidden_size is not None
         shared = model.moe_shared_expert_intermediate_size or 0
         mlp += (model.moe_ffn_hidden_size * model.moe_router_topk + shared) * expansion * model.num_moe_layers
-    attention = model.num_layers * (h * (q + 2 * kv) + q * s + q * h)
-    return 6.0 * (h * mlp + attention + h * model.vocab_size)
+    attn_linear = sum(lin.n_in * lin.n_out for lin in shape.linears)
+    core = model.num_attention_heads * (shape.score_dim + shape.value_dim) / 2 * s
+    return 6.0 * (h * mlp + model.num_layers * (attn_linear + core) + h * model.vocab_size)
 
 
 def recompute_flops_per_token(model: ModelSpec, recompute: str) -> float:
@@ -172,5 +186,6 @@ def recompute_flops_per_token(model: ModelSpec, recompute: str) -> float:
     if recompute == "none":
         return 0.0
     per_token = model_flops_per_token(model) - 6.0 * model.hidden_size * model.vocab_size
-    attention_core = 6.0 * model.num_layers * model.query_size * model.seq_length
-    return per_token / 3 if recompute == "full" else attention_core / 3
+    shape = attention_shape(model)
+    core = 6.0 * model.num_layers * model.num_attention_heads * (shape.score_dim + shape.value_dim) / 2 * model.seq_length
+    return per_token / 3 if recompute == "full" else core / 3

@@ -12,19 +12,20 @@ from app.planner.step import StageTime, _dp_exposed, pipeline_time, stage_time
 FLOPS_DEFINITION = (
     "Model FLOPs as Megatron-LM's num_floating_point_operations: 6 x (forward FLOPs per token) x tokens, "
     "causal attention counted once (q*s), recomputation excluded, MoE counted on the top-k active experts; "
-    "MFU divides by the GPU's dense tensor-core peak for the training precision; HFU adds recomputation."
+    "MFU divides by the GPU's dense tensor-core peak for the training precision (BF16 peak for FP8 training, "
+    "so FP8 and BF16 MFU compare); HFU adds recomputation."
 )
 OPTIMIZER_BYTES_PER_PARAM = 30  # fused Adam: read grad, r/w fp32 master, m, v; write the 16-bit param
 GRAD_PASS_BYTES_PER_PARAM = 8  # gradient-norm read and zeroing over the whole gradient buffer
 
 
 def time_estimate(
-    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, imbalance: float = 1.0
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig
 ) -> TimeEstimate:
     m = max(1, num_microbatches(training, par))
     kinds = stage_layer_kinds(model, par)
     groups = stage_groups(kinds, par.pp)
-    timed = [(stage_time(model, cluster, training, par, first, d, e, imbalance), n) for first, n, d, e in groups]
+    timed = [(stage_time(model, cluster, training, par, first, d, e), n) for first, n, d, e in groups]
     pipe_s, bubble_s, slow = pipeline_time(timed, par, m)
     first_params = stage_params(model, par, 0, *kinds[0])
     dp_s = _dp_exposed(model, cluster, training, par, timed[0][0], (first_params.dense, first_params.expert))
@@ -34,7 +35,7 @@ def time_estimate(
     tokens = training.global_batch_size * model.seq_length
     flops = compute.model_flops_per_token(model) * tokens
     hw_flops = flops + compute.recompute_flops_per_token(model, par.recompute) * tokens
-    peak = cluster.gpu.peak_flops(training.precision)
+    peak = cluster.gpu.peak_flops("bf16" if training.precision == "fp8" else training.precision)
     per_gpu = flops / step / par.world_size
     return TimeEstimate(
         step_s=step,
@@ -115,12 +116,12 @@ def fits(mem: MemoryEstimate) -> list[rules.Violation]:
 
 def evaluate(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig,
-    imbalance: float = 1.0, world_size: int | None = None,
+    world_size: int | None = None,
 ) -> Estimate:
     violations = rules.check(model, cluster, training, par, world_size)
-    mem = memory_estimate(model, cluster, training, par, imbalance)
+    mem = memory_estimate(model, cluster, training, par)
     violations += fits(mem)
-    time = time_estimate(model, cluster, training, par, imbalance)
+    time = time_estimate(model, cluster, training, par)
     return Estimate(feasible=not violations, reasons=[v.message for v in violations], memory=mem, time=time)
 
 

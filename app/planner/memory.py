@@ -117,10 +117,10 @@ def stage_params(model: ModelSpec, par: ParallelConfig, stage: int, dense: int, 
 
 def _stage_activation_bytes(
     model: ModelSpec, par: ParallelConfig, training: TrainingSpec, stage: int, dense: int, moe: int,
-    in_flight: float, imbalance: float,
+    in_flight: float,
 ) -> float:
     per_dense = act.layer_bytes(model, par, training, moe=False)
-    per_moe = act.layer_bytes(model, par, training, moe=True, imbalance=imbalance) if moe else 0.0
+    per_moe = act.layer_bytes(model, par, training, moe=True) if moe else 0.0
     if par.recompute == "full":
         kept = (dense + moe) * act.checkpoint_bytes(model, par) * in_flight
         kept += max(per_dense if dense else 0.0, per_moe)  # the layer being recomputed in backward
@@ -168,7 +168,7 @@ class StageParts:
 
 def stage_parts(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig,
-    stage: int, dense: int, moe: int, imbalance: float = 1.0,
+    stage: int, dense: int, moe: int,
 ) -> StageParts:
     dense_shard, expert_shard = optimizer_shards(par, training.framework)
     sp = stage_params(model, par, stage, dense, moe)
@@ -178,7 +178,7 @@ def stage_parts(
     optimizer = sp.dense * sd.optimizer + sp.expert * se.optimizer
     fp8_extra = 2.0 * (sp.dense + sp.expert) if training.precision == "fp8" else 0.0  # TE fp8 copy + transpose
     in_flight = microbatches_in_flight(par, stage, max(1, num_microbatches(training, par)))
-    acts = _stage_activation_bytes(model, par, training, stage, dense, moe, in_flight, imbalance)
+    acts = _stage_activation_bytes(model, par, training, stage, dense, moe, in_flight)
     other = _other_bytes(model, training, par, sp, fp8_extra)
     eff = cluster.gpu.efficiency
     allocated = weights + grads + optimizer + acts + other
@@ -201,13 +201,13 @@ def _to_stage_memory(stage: int, layers: int, p: StageParts) -> StageMemory:
 
 
 def peak_memory(
-    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, imbalance: float = 1.0
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig
 ) -> tuple[float, int, float]:
     """(peak bytes per GPU, its stage, host bytes per node) from one stage per group of identical stages:
     in-flight micro-batches only fall along the pipeline, so a group's first stage is its peak."""
     peak, peak_stage, cpu = -1.0, 0, 0.0
     for first, _count, dense, moe in stage_groups(stage_layer_kinds(model, par), par.pp):
-        parts = stage_parts(model, cluster, training, par, first, dense, moe, imbalance)
+        parts = stage_parts(model, cluster, training, par, first, dense, moe)
         if parts.total > peak:
             peak, peak_stage = parts.total, first
         cpu = max(cpu, parts.cpu)
@@ -216,12 +216,12 @@ def peak_memory(
 
 
 def memory_estimate(
-    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, imbalance: float = 1.0
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig
 ) -> MemoryEstimate:
     stages: list[StageMemory] = []
     cpu_per_gpu = nvme_per_gpu = 0.0
     for stage, (dense, moe) in enumerate(stage_layer_kinds(model, par)):
-        parts = stage_parts(model, cluster, training, par, stage, dense, moe, imbalance)
+        parts = stage_parts(model, cluster, training, par, stage, dense, moe)
         stages.append(_to_stage_memory(stage, dense + moe, parts))
         cpu_per_gpu, nvme_per_gpu = max(cpu_per_gpu, parts.cpu), max(nvme_per_gpu, parts.nvme)
     peak = max(stages, key=lambda s: s.total_bytes)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.planner.attention import attention_shape
 from app.planner.specs import ModelSpec
 
 
@@ -22,10 +23,14 @@ def norm_params(m: ModelSpec) -> int:
 
 
 def attention_params(m: ModelSpec) -> int:
-    h, q, kv = m.hidden_size, m.query_size, m.kv_size
-    qkv = h * (q + 2 * kv) + _bias(m, q + 2 * kv)
-    proj = q * h + _bias(m, h)
-    return qkv + proj
+    """QKV + output projection (MHA/GQA), or MLA's down/up projections and latent norms (attention.py)."""
+    shape = attention_shape(m)
+    return sum(lin.params for lin in shape.linears) + shape.norm_params
+
+
+def attention_shard(m: ModelSpec, tp: int) -> int:
+    shape = attention_shape(m)
+    return sum(lin.shard(tp) for lin in shape.linears) + shape.norm_params
 
 
 def mlp_params(m: ModelSpec, ffn: int) -> int:
@@ -113,11 +118,11 @@ def layer_shard(m: ModelSpec, tp: int, ep: int, etp: int, moe: bool) -> LayerSha
     Norms and the router are replicated across TP (Megatron keeps them whole on every TP rank).
     """
     replicated = 2 * norm_params(m)
+    attention = attention_shard(m, tp)
     if not moe:
         assert m.ffn_hidden_size is not None
-        sharded = attention_params(m) + mlp_params(m, m.ffn_hidden_size)
-        return LayerShard(dense=-(-sharded // tp) + replicated, expert=0)
-    dense = -(-(attention_params(m) + shared_expert_params(m)) // tp) + replicated + router_params(m)
+        return LayerShard(dense=attention + -(-mlp_params(m, m.ffn_hidden_size) // tp) + replicated, expert=0)
+    dense = attention + -(-shared_expert_params(m) // tp) + replicated + router_params(m)
     local_experts = (m.num_experts or 0) // ep
     return LayerShard(dense=dense, expert=local_experts * -(-expert_params(m) // etp))
 

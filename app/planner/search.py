@@ -49,10 +49,40 @@ def cp_options(model: ModelSpec, training: TrainingSpec, rest: int) -> list[int]
 
 
 def pp_options(model: ModelSpec, training: TrainingSpec, rest: int) -> list[int]:
+    """Any PP up to the layer count: Megatron splits unevenly with first/last-stage layer counts
+    (stage_split_options), DeepSpeed's PipelineModule balances layers itself."""
     if training.pinned.pp:
         return [training.pinned.pp]
-    uneven_ok = training.framework != "megatron"
-    return [p for p in divisors(rest) if p <= model.num_layers and (uneven_ok or model.num_layers % p == 0)]
+    return [p for p in divisors(rest) if p <= model.num_layers]
+
+
+def stage_split_options(model: ModelSpec, training: TrainingSpec, pp: int, vpp: int) -> list[tuple[int | None, int | None]]:
+    """Layer split over the stages: even, and for Megatron (without interleaving) first/last stages with fewer
+    layers (--decoder-first/last-pipeline-num-layers), which balances the first stage's extra in-flight
+    activations and embedding and the last stage's output layer and logits."""
+    L = model.num_layers
+    even: list[tuple[int | None, int | None]] = [(None, None)] if L % pp == 0 else []
+    if pp == 1 or vpp > 1 or training.framework != "megatron":
+        return even
+    base = L // pp
+    out = list(even)
+    for first in range(max(1, base - 2), base + 1):
+        for last in range(max(1, base - 3), base + 1):
+            rest = L - first - last
+            if pp == 2:
+                ok = rest == 0
+            else:
+                ok = rest > 0 and rest % (pp - 2) == 0 and rest // (pp - 2) >= max(first, last)
+            if ok and not (first == last == base and L % pp == 0):
+                out.append((first, last))
+    return out
+
+
+def etp_options(model: ModelSpec, training: TrainingSpec, tp: int) -> list[int | None]:
+    """Expert tensor parallelism: Megatron's default (= TP) or none (ETP 1), the common MoE choice."""
+    if not model.is_moe or tp == 1 or training.framework != "megatron":
+        return [None]
+    return [None, 1]
 
 
 def vpp_options(model: ModelSpec, training: TrainingSpec, pp: int) -> list[int]:
@@ -120,6 +150,9 @@ class Placement:
     dp: int
     ep: int
     vpp: int
+    etp: int | None = None
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
 
 
 def placements(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, world: int) -> Iterator[Placement]:
@@ -133,9 +166,10 @@ def placements(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, w
                 dp = world // (tp * cp * pp)
                 if training.pinned.dp and dp != training.pinned.dp:
                     continue
-                for ep, vpp in itertools.product(ep_options(model, training, tp * cp * dp),
-                                                 vpp_options(model, training, pp)):
-                    yield Placement(tp, cp, pp, dp, ep, vpp)
+                for ep, vpp, etp in itertools.product(ep_options(model, training, tp * cp * dp),
+                                                      vpp_options(model, training, pp), etp_options(model, training, tp)):
+                    for first, last in stage_split_options(model, training, pp, vpp):
+                        yield Placement(tp, cp, pp, dp, ep, vpp, etp, first, last)
 
 
 @dataclass
@@ -178,8 +212,9 @@ def _config(pl: Placement, mbs: int, recompute: str, sharding: dict[str, object]
     sp = pl.tp > 1 and training.framework != "deepspeed"
     if training.pinned.sequence_parallel is not None:
         sp = training.pinned.sequence_parallel
-    fields = dict(tp=pl.tp, pp=pl.pp, vpp=pl.vpp, dp=pl.dp, cp=pl.cp, ep=pl.ep, micro_batch_size=mbs,
-                  recompute=recompute, sequence_parallel=sp, **sharding)
+    fields = dict(tp=pl.tp, pp=pl.pp, vpp=pl.vpp, dp=pl.dp, cp=pl.cp, ep=pl.ep, etp=pl.etp, micro_batch_size=mbs,
+                  recompute=recompute, sequence_parallel=sp, first_stage_layers=pl.first_stage_layers,
+                  last_stage_layers=pl.last_stage_layers, **sharding)
     return ParallelConfig(**fields)  # type: ignore[arg-type]
 
 

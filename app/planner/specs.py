@@ -85,6 +85,14 @@ class ModelSpec(Frozen):
     embedding_layernorm: bool = Field(False, description="A LayerNorm after the word embedding (BLOOM).")
     hidden_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="--hidden-dropout (stores a mask if > 0).")
     attention_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="--attention-dropout.")
+    multi_latent_attention: bool = Field(
+        False, description="DeepSeek-style multi-latent attention (--multi-latent-attention)."
+    )
+    q_lora_rank: int | None = Field(None, ge=1, description="MLA query low-rank dimension (--q-lora-rank).")
+    kv_lora_rank: int = Field(512, ge=1, description="MLA key/value low-rank dimension (--kv-lora-rank).")
+    qk_head_dim: int = Field(128, ge=1, description="MLA per-head query/key dimension (--qk-head-dim).")
+    qk_pos_emb_head_dim: int = Field(64, ge=0, description="MLA per-head RoPE dimension (--qk-pos-emb-head-dim).")
+    v_head_dim: int = Field(128, ge=1, description="MLA per-head value dimension (--v-head-dim).")
     num_experts: int | None = Field(
         None, description="Routed experts per MoE layer (--num-experts); none for a dense model.", ge=1
     )
@@ -295,6 +303,10 @@ class TrainingSpec(Frozen):
     pinned: ParallelPins = Field(default_factory=ParallelPins, description="Dimensions fixed by you.")
     memory_headroom: float = Field(
         0.10, ge=0.0, le=0.5, description="Fraction of GPU memory a plan must leave free to count as fitting."
+    )
+    moe_load_imbalance: float = Field(
+        1.1, ge=1.0, le=4.0, description="MoE: busiest expert rank's routed tokens over the mean (dropless "
+        "routing); a model's capacity factor replaces it."
     )
     flash_attention: bool = Field(True, description="Fused/flash attention (no s×s scores kept).")
     overlap_grad_reduce: bool = Field(True, description="Overlap data-parallel gradient reduction with backward.")

@@ -22,6 +22,8 @@ import math
 from dataclasses import dataclass, field
 
 from app.planner import comm, compute, layout
+from app.planner.activations import moe_imbalance
+from app.planner.attention import attention_shape
 from app.planner.memory import deepspeed_uses_bf16_optimizer, optimizer_shards, stage_params, zero_buckets
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 
@@ -77,7 +79,8 @@ def _cp_comm_per_layer(model: ModelSpec, par: ParallelConfig, cluster: ClusterSp
     """Ring attention: each of the cp-1 steps passes the local K and V chunk to the next rank."""
     if par.cp == 1:
         return 0.0
-    kv_bytes = 2 * ACT * model.seq_length / par.cp * par.micro_batch_size * model.kv_size / par.tp
+    shape = attention_shape(model)
+    kv_bytes = ACT * model.seq_length / par.cp * par.micro_batch_size * (shape.k_width + shape.v_width) / par.tp
     step = comm.collective_time("send_recv", kv_bytes, 2, cluster, layout.cp_crosses_nodes(par, cluster))
     return (par.cp - 1) * step
 
@@ -109,10 +112,10 @@ def _p2p_per_microbatch(model: ModelSpec, par: ParallelConfig, cluster: ClusterS
 
 
 def _layer_part(
-    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, moe: bool,
-    imbalance: float,
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, moe: bool
 ) -> StageTime:
-    lt = compute.layer_time(model, par, training, cluster.gpu, moe, imbalance)
+    lt = compute.layer_time(model, par, training, cluster.gpu, moe)
+    imbalance = moe_imbalance(model, training)
     full = par.recompute == "full"
     passes = 3 if full else 2  # forward, backward (+ the recomputed forward)
     tp_fwd, tp_bwd = _tp_comm_per_layer(model, par, cluster)
@@ -126,12 +129,12 @@ def _layer_part(
 
 def stage_time(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig,
-    stage: int, dense: int, moe: int, imbalance: float,
+    stage: int, dense: int, moe: int,
 ) -> StageTime:
     out = StageTime()
     for count, is_moe in ((dense, False), (moe, True)):
         if count:
-            part = _layer_part(model, cluster, training, par, is_moe, imbalance)
+            part = _layer_part(model, cluster, training, par, is_moe)
             for name in ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "fwd", "bwd"):
                 setattr(out, name, getattr(out, name) + count * getattr(part, name))
     if stage == par.pp - 1:

@@ -10,12 +10,16 @@ from app.planner.search import Found, SearchState, search_world
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelPins, PlanRequest, TrainingSpec
 
 GiB = 2**30
-SUB_SEARCH_S = 2.0
+SUB_SEARCH_S = 1.0  # per trial search
+BUDGET_S = 4.0  # for all suggestions of one request
 
 
-def _best(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, world: int, offload: bool) -> Found | None:
+def _best(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, world: int, offload: bool,
+          deadline: float) -> Found | None:
+    if time.perf_counter() > deadline:
+        return None
     state = SearchState()
-    search_world(model, cluster, training, world, state, time.perf_counter() + SUB_SEARCH_S, offload)
+    search_world(model, cluster, training, world, state, min(time.perf_counter() + SUB_SEARCH_S, deadline), offload)
     if not state.found:
         return None
     return max(state.found, key=lambda f: time_estimate(model, cluster, training, f.par).tokens_per_s)
@@ -29,64 +33,74 @@ def _closest(state: SearchState) -> str | None:
            f"{state.rejected.messages['out_of_memory']}"
 
 
-def _fewest_nodes(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, offload: bool) -> str | None:
-    lo = cluster.num_nodes
+def _fits_on(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, nodes: int, offload: bool,
+             deadline: float) -> Found | None:
+    trial = cluster.model_copy(update={"num_nodes": nodes, "hosts": ()})
+    return _best(model, trial, training, trial.world_size, offload, deadline)
+
+
+def _fewest_nodes(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, offload: bool,
+                  deadline: float) -> str | None:
+    """Double the node count until a plan fits, then bisect down (memory per GPU falls as nodes grow)."""
+    lo, found, hi = cluster.num_nodes, None, 0
     for factor in (2, 4, 8, 16, 32, 64, 128):
-        hi = cluster.num_nodes * factor
-        bigger = cluster.model_copy(update={"num_nodes": hi, "hosts": ()})
-        if _best(model, bigger, training, bigger.world_size, offload) is None:
-            lo = hi
-            continue
-        step = max(1, (hi - lo) // 16)
-        for nodes in range(lo + step, hi + 1, step):
-            trial = cluster.model_copy(update={"num_nodes": nodes, "hosts": ()})
-            found = _best(model, trial, training, trial.world_size, offload)
-            if found is not None:
-                return (f"{nodes} nodes ({nodes * cluster.gpus_per_node} x {cluster.gpu.name}) would fit: "
-                        f"{describe(found.par)}, {found.peak_bytes / GiB:.1f} GiB per GPU")
+        found = _fits_on(model, cluster, training, cluster.num_nodes * factor, offload, deadline)
+        if found is not None:
+            hi = cluster.num_nodes * factor
+            break
+        lo = cluster.num_nodes * factor
+    if found is None:
         return None
-    return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        smaller = _fits_on(model, cluster, training, mid, offload, deadline)
+        if smaller is None:
+            lo = mid
+        else:
+            hi, found = mid, smaller
+    return (f"{hi} nodes ({hi * cluster.gpus_per_node} x {cluster.gpu.name}) would fit: "
+            f"{describe(found.par)}, {found.peak_bytes / GiB:.1f} GiB per GPU")
 
 
-def more_nodes(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> str | None:
+def more_nodes(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, deadline: float) -> str | None:
     """The fewest nodes that fit without offload, and with ZeRO offload where the framework has it."""
-    hints = [_fewest_nodes(model, cluster, training, offload=False)]
+    hints = [_fewest_nodes(model, cluster, training, False, deadline)]
     if training.framework != "megatron":
-        with_offload = _fewest_nodes(model, cluster, training, offload=True)
+        with_offload = _fewest_nodes(model, cluster, training, True, deadline)
         if with_offload and with_offload != hints[0]:
             hints.append(with_offload + " (with ZeRO offload)")
     return "; ".join(h for h in hints if h) or None
 
 
-def offload(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> str | None:
+def offload(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, deadline: float) -> str | None:
     for framework in ("megatron-deepspeed", "deepspeed"):
         trial = training.model_copy(update={"framework": framework, "pinned": training.pinned.model_copy(
             update={"tp": None, "pp": None, "zero_stage": None, "offload_optimizer": None, "offload_param": None,
                     "distributed_optimizer": None})})
-        found = _best(model, cluster, trial, cluster.world_size, offload=True)
+        found = _best(model, cluster, trial, cluster.world_size, True, deadline)
         if found is not None:
             return (f"framework {framework} with ZeRO offload would fit on this cluster: {describe(found.par)}, "
                     f"{found.peak_bytes / GiB:.1f} GiB per GPU (slower: the optimizer runs on the CPU)")
     return None
 
 
-def shorter_sequence(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> str | None:
+def shorter_sequence(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, deadline: float) -> str | None:
     seq = model.seq_length
     while seq > 512:
         seq //= 2
         shorter = model.model_copy(update={"seq_length": seq})
-        found = _best(shorter, cluster, training, cluster.world_size, training.framework != "megatron")
+        found = _best(shorter, cluster, training, cluster.world_size, training.framework != "megatron", deadline)
         if found is not None:
             return f"seq_length {seq} (instead of {model.seq_length}) would fit: {describe(found.par)}"
     return None
 
 
-def without_pins(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> str | None:
+def without_pins(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, deadline: float) -> str | None:
     pins = training.pinned.model_dump(exclude_none=True)
     if not pins:
         return None
     free = training.model_copy(update={"pinned": ParallelPins()})
-    found = _best(model, cluster, free, cluster.world_size, training.framework != "megatron")
+    found = _best(model, cluster, free, cluster.world_size, training.framework != "megatron", deadline)
     fixed = ", ".join(f"{k}={v}" for k, v in pins.items())
     if found is None:
         return f"even without your pinned {fixed}, nothing fits on this cluster"
@@ -96,17 +110,20 @@ def without_pins(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec)
 def suggestions(request: PlanRequest, state: SearchState) -> list[str]:
     """What would fit. More nodes, offload and shorter sequences are tried without the pinned dimensions."""
     model, cluster, training = request.model, request.cluster, request.training
+    deadline = time.perf_counter() + BUDGET_S
     out = [f"no plan fits {model.name} ({model.num_parameters / 1e9:.1f}B parameters) on "
            f"{cluster.world_size} x {cluster.gpu.name} with {100 * training.memory_headroom:.0f}% memory headroom"]
     closest = _closest(state)
     if closest:
         out.append(closest)
-    hint = without_pins(model, cluster, training)
+    hint = without_pins(model, cluster, training, deadline)
     if hint:
         out.append(hint)
     free = training.model_copy(update={"pinned": ParallelPins()})
     for finder in (more_nodes, offload, shorter_sequence):
-        hint = finder(model, cluster, free)
+        hint = finder(model, cluster, free, deadline)
         if hint:
             out.append(hint)
+    if time.perf_counter() > deadline:
+        out.append(f"(stopped looking for alternatives after {BUDGET_S:.0f} s)")
     return out

@@ -1,0 +1,58 @@
+"""Every bad request becomes a 4xx whose JSON body names the field and the reason (never a 500)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.api.schemas import ErrorBody, FieldErrorOut
+from app.api.service import InputError, NotFound
+from app.planner.errors import FieldError
+
+_LOCATIONS = ("body", "query", "path", "header", "cookie")
+
+
+def error_response(status_code: int, errors: list[FieldError], detail: str | None = None) -> JSONResponse:
+    body = ErrorBody(detail=detail or "; ".join(str(e) for e in errors) or "bad request",
+                     errors=[FieldErrorOut(field=e.field, message=e.message) for e in errors])
+    return JSONResponse(body.model_dump(), status_code=status_code)
+
+
+def request_errors(errors: Iterable[Mapping[str, Any]]) -> list[FieldError]:
+    """FastAPI's own checks (JSON syntax, query and path parameters) as field errors: loc minus its 'body'/'query'."""
+    out = []
+    for err in errors:
+        loc = [str(p) for p in err.get("loc", ())]
+        if loc and loc[0] in _LOCATIONS:
+            where, loc = loc[0], loc[1:]
+            if where == "body" and err.get("type") == "json_invalid":
+                loc = []  # the position in the text, not a field
+        message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        given = err.get("input")
+        if err.get("type") not in ("missing", "json_invalid") and isinstance(given, (str, int, float)):
+            message = f"{message} (got {given!r})"
+        out.append(FieldError(".".join(loc), message))
+    return out
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(InputError)
+    def _input(_request: Request, exc: InputError) -> JSONResponse:
+        return error_response(exc.status_code, exc.errors)
+
+    @app.exception_handler(NotFound)
+    def _not_found(_request: Request, exc: NotFound) -> JSONResponse:
+        return error_response(404, [exc.error])
+
+    @app.exception_handler(RequestValidationError)
+    def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(422, request_errors(exc.errors()))
+
+    @app.exception_handler(StarletteHTTPException)
+    def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return error_response(exc.status_code, [], detail=str(exc.detail))

@@ -1,0 +1,79 @@
+"""OpenAPI for the request bodies: the planner's PlanRequest / EstimateRequest schemas (their Field descriptions
+are the documentation), widened where the planner accepts shorthands (preset names, {"preset": ...},
+{"hf_config": ...}), with examples."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
+
+from app.planner import EstimateRequest, PlanRequest
+
+REF = "#/components/schemas/{model}"
+
+_MODEL_SHORTHANDS = [
+    {"type": "string", "description": "A preset name (GET /catalog/models), e.g. llama-2-70b."},
+    {"type": "object", "description": '{"preset": name, ...ModelSpec fields to override}', "required": ["preset"]},
+    {"type": "object", "description": '{"hf_config": {...a Hugging Face config.json...}, ...overrides, e.g. '
+     'seq_length}', "required": ["hf_config"]},
+]
+_GPU_SHORTHANDS = [
+    {"type": "string", "description": "A catalogue name (GET /catalog/gpus), e.g. H100-SXM."},
+    {"type": "object", "description": '{"preset": name, ...GPUSpec fields to override}', "required": ["preset"]},
+]
+
+EXAMPLE_PLAN = {
+    "model": "llama-2-70b",
+    "cluster": {"num_nodes": 32, "gpus_per_node": 8, "gpu": "H100-SXM",
+                "nics": ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_7"]},
+    "training": {"global_batch_size": 512},
+}
+EXAMPLES: dict[str, dict[str, Any]] = {
+    "preset": {"summary": "A preset model", "value": EXAMPLE_PLAN},
+    "dimensions": {"summary": "Model dimensions", "value": {
+        **EXAMPLE_PLAN, "model": {"name": "my-7b", "num_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+                                  "vocab_size": 32000, "seq_length": 4096, "swiglu": True}}},
+    "hf_config": {"summary": "A Hugging Face config.json", "value": {
+        **EXAMPLE_PLAN, "model": {"hf_config": {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
+                                                "num_attention_heads": 32, "intermediate_size": 11008,
+                                                "vocab_size": 32000, "max_position_embeddings": 4096},
+                                  "seq_length": 4096}}},
+}
+EXAMPLE_ESTIMATE = {**EXAMPLE_PLAN, "parallel": {"tp": 4, "pp": 4, "dp": 16, "distributed_optimizer": True,
+                                                 "sequence_parallel": True, "micro_batch_size": 1}}
+
+
+def request_body(model: type[BaseModel], examples: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """`openapi_extra` for a route whose JSON body is validated as `model` inside the route."""
+    content = {"schema": {"$ref": REF.format(model=model.__name__)}, "examples": examples}
+    return {"requestBody": {"required": True, "content": {"application/json": content}}}
+
+
+def _request_schemas() -> dict[str, Any]:
+    schemas: dict[str, Any] = {}
+    for model in (PlanRequest, EstimateRequest):
+        schema = model.model_json_schema(ref_template=REF)
+        schemas.update(schema.pop("$defs", {}))
+        schema["properties"]["model"] = {"anyOf": [*_MODEL_SHORTHANDS, {"$ref": REF.format(model="ModelSpec")}]}
+        schemas[model.__name__] = schema
+    gpu = schemas["ClusterSpec"]["properties"]["gpu"]
+    schemas["ClusterSpec"]["properties"]["gpu"] = {"anyOf": [*_GPU_SHORTHANDS, {"$ref": gpu["$ref"]}],
+                                                   "description": gpu.get("description", "")}
+    return schemas
+
+
+def install(app: FastAPI) -> None:
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, description=app.description,
+                                 routes=app.routes)
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            for name, body in _request_schemas().items():
+                components.setdefault(name, body)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -1,0 +1,97 @@
+"""Response models of the REST API (requests are the planner's own specs: PlanRequest, EstimateRequest)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.planner.gpu import GPUSpec
+from app.planner.results import Plan, PlanResult
+from app.planner.specs import ModelSpec
+
+
+class Out(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class FieldErrorOut(Out):
+    field: str = Field(description="Dotted path of the offending field (e.g. cluster.num_nodes); '' for the "
+                       "whole request.")
+    message: str = Field(description="What is wrong, with the value given.")
+
+
+class ErrorBody(Out):
+    detail: str = Field(description="One-line summary.")
+    errors: list[FieldErrorOut] = Field(default_factory=list, description="One entry per offending field.")
+
+
+class ArtifactLink(Out):
+    name: str = Field(description="File name (ds_config.json, megatron_args.txt, train.sh, ...).")
+    rank: int = Field(description="Which ranked plan the file belongs to.")
+    url: str = Field(description="Where to download it.")
+    media_type: str
+
+
+class PlanLinks(Out):
+    self: str = Field(description="This stored plan (JSON).")
+    html: str = Field(description="The result page for people (a permalink).")
+    bundle: str | None = Field(description="All files of the chosen plan as one zip (null if nothing fits).")
+    artifacts: list[ArtifactLink] = Field(description="The chosen plan's files, rendered when the plan was stored. "
+                                          "Other ranks: GET /plans/{id}/artifacts/{name}?rank=N.")
+
+
+class StoredPlan(Out):
+    id: str
+    created_at: datetime
+    planner_version: str = Field(description="Version of the planner that made the result.")
+    request: dict[str, Any] = Field(description="The request as it was sent.")
+    chosen: Plan | None = Field(description="The rank-1 plan (null when nothing fits).")
+    summary: str | None = Field(description="The chosen plan in one line (TP4 PP4 DP4 ...).")
+    explanation: list[str] = Field(description="Why the chosen plan ranks first.")
+    notices: list[str] = Field(description="What the service changed or could not do (time cap, rendering).")
+    result: PlanResult = Field(description="Everything the planner returned: ranked plans, rejected candidates "
+                               "grouped by reason, suggestions, search statistics.")
+    links: PlanLinks
+
+
+class PlanSummary(Out):
+    id: str
+    created_at: datetime
+    planner_version: str
+    model_name: str
+    num_parameters: int
+    gpu_name: str
+    num_gpus: int
+    num_plans: int = Field(description="Ranked plans returned (0: nothing fits).")
+    best_summary: str | None
+    best_tokens_per_s: float | None
+    truncated: bool = Field(description="The search hit its time cap.")
+    url: str
+
+
+class PlanPage(Out):
+    items: list[PlanSummary] = Field(description="Newest first.")
+    total: int
+    limit: int
+    offset: int
+    next: str | None = Field(description="The next page, or null on the last one.")
+
+
+class ModelPreset(Out):
+    name: str
+    source: str
+    num_parameters: int = Field(description="Parameters derived from the shape by the planner.")
+    published_params: float | None = Field(None, description="The size its authors published.")
+    spec: ModelSpec
+
+
+class Health(Out):
+    status: Literal["ok"]
+    planner_version: str
+    renderer_version: str
+    database: str = Field(description="sqlite or postgresql.")
+
+
+GPUList = list[GPUSpec]

@@ -1,0 +1,63 @@
+"""The FastAPI application: `uvicorn app.main:app` or `trainplan serve`. Settings come from the environment."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
+
+from app.api import errors, misc_router, openapi, plans_router
+from app.api.errors import error_response
+from app.api.limits import BodyLimitMiddleware
+from app.api.service import PlanCache
+from app.planner import __version__
+from app.planner.errors import FieldError
+from app.settings import Settings
+from app.store import PlanStore
+from app.web import router as web_router
+from app.web.templates import WebTemplates
+
+log = logging.getLogger("trainplan")
+
+DESCRIPTION = """Plans parallel training of large transformers: `POST /plans` searches tensor/pipeline/data/context/expert
+parallelism, ZeRO or the distributed optimizer, offload, recomputation and micro-batch size for a model on a cluster,
+stores the ranked result and renders the chosen plan's DeepSpeed JSON, Megatron-LM arguments, NCCL exports and launch
+scripts. The web form for people is at `/`."""
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings.from_env()
+    store = PlanStore(settings.database_url)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        store.init()  # creates the SQLite file (and ./var/) or the PostgreSQL tables on first start
+        log.info("trainplan %s: plans in %s", __version__, store.engine.url.render_as_string(hide_password=True))
+        yield
+        store.close()
+
+    app = FastAPI(title="trainplan", version=__version__, description=DESCRIPTION, lifespan=lifespan)
+    app.state.settings = settings
+    app.state.store = store
+    app.state.plan_cache = PlanCache(settings.plan_cache_size)
+    app.state.templates = WebTemplates(settings.templates_dir)
+    app.include_router(plans_router)
+    app.include_router(misc_router)
+    app.include_router(web_router)
+    errors.install(app)
+    openapi.install(app)
+
+    @app.exception_handler(OperationalError)
+    def _database_down(_request: Request, exc: OperationalError) -> JSONResponse:
+        log.error("database error: %s", exc)
+        return error_response(503, [FieldError("", "the plan database is unavailable; try again later")])
+
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
+    return app
+
+
+app = create_app()

@@ -1,0 +1,114 @@
+"""The numbers and names every artifact reads, derived once from (result, plan, options).
+
+World size, nodes, GPUs per node, the batch identity and the environment are computed here and nowhere else;
+the DeepSpeed JSON, the Megatron arguments, the sbatch header, the torchrun flags, the PyTorchJob and plan.json
+all read them from one `Facts` (docs/conventions.md, habit 6).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from app.planner.results import Plan, PlanResult
+from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
+from app.render.env import EnvVar, nccl_env, worker_env
+from app.render.options import RenderOptions
+
+DEFAULT_ENTRYPOINTS = {
+    "megatron": "pretrain_gpt.py",
+    "megatron-deepspeed": "pretrain_gpt.py",
+    "deepspeed": "examples/train_gpt.py",
+}
+EXAMPLE_TRAINER = "examples/train_gpt.py"
+
+
+@dataclass(frozen=True)
+class Facts:
+    model: ModelSpec
+    cluster: ClusterSpec
+    training: TrainingSpec
+    plan: Plan
+    options: RenderOptions
+    job_name: str
+    framework: str
+    world_size: int
+    num_nodes: int
+    gpus_per_node: int
+    micro_batch_size: int
+    grad_accum_steps: int
+    global_batch_size: int
+    hosts: tuple[str, ...]
+    master_addr: str | None  # None: multi-node scripts read MASTER_ADDR from the environment
+    nccl_env: tuple[EnvVar, ...]
+    worker_env: tuple[EnvVar, ...]
+    entrypoint: str
+
+    @property
+    def par(self) -> ParallelConfig:
+        return self.plan.parallel
+
+    @property
+    def env(self) -> tuple[EnvVar, ...]:
+        return self.nccl_env + self.worker_env
+
+    @property
+    def env_map(self) -> dict[str, str]:
+        return {e.name: e.value for e in self.env}
+
+    @property
+    def uses_example_trainer(self) -> bool:
+        return self.framework == "deepspeed" and self.entrypoint == EXAMPLE_TRAINER
+
+    @property
+    def summary(self) -> str:
+        """One line naming the plan, for file headers."""
+        from app.planner.explain import describe
+
+        return (f"{self.model.name} on {self.num_nodes} x {self.gpus_per_node} {self.cluster.gpu.name}, "
+                f"{self.framework}, plan #{self.plan.rank}: {describe(self.par)}")
+
+
+def default_job_name(model_name: str) -> str:
+    name = re.sub(r"[^a-z0-9]+", "-", model_name.lower()).strip("-")[:40].strip("-")
+    return name or "trainplan-job"
+
+
+def _plan(result: PlanResult, rank: int) -> Plan:
+    for plan in result.plans:
+        if plan.rank == rank:
+            return plan
+    ranks = [p.rank for p in result.plans]
+    raise ValueError(f"rank({rank}) is not among the result's plans (ranks {ranks or 'none: nothing fits'})")
+
+
+def _check_batch(plan: Plan) -> tuple[int, int]:
+    par, lay = plan.parallel, plan.layout
+    mbs, gas, dp, gbs = par.micro_batch_size, lay.num_microbatches, par.dp, lay.global_batch_size
+    if mbs * gas * dp != gbs:
+        raise ValueError(f"plan #{plan.rank}: micro_batch_size({mbs}) * num_microbatches({gas}) * dp({dp}) = "
+                         f"{mbs * gas * dp} != global_batch_size({gbs})")
+    if par.world_size != lay.world_size or lay.num_nodes * lay.gpus_per_node != lay.world_size:
+        raise ValueError(f"plan #{plan.rank}: tp*pp*cp*dp = {par.world_size}, layout world_size = "
+                         f"{lay.world_size}, num_nodes({lay.num_nodes}) * gpus_per_node({lay.gpus_per_node}) = "
+                         f"{lay.num_nodes * lay.gpus_per_node}: they must agree")
+    return mbs, gas
+
+
+def derive(result: PlanResult, rank: int, options: RenderOptions) -> Facts:
+    plan = _plan(result, rank)
+    mbs, gas = _check_batch(plan)
+    lay, cluster, training = plan.layout, result.cluster, result.training
+    hosts = cluster.hosts[: lay.num_nodes]
+    master = options.master_addr or (hosts[0] if hosts else None)
+    if master is None and lay.num_nodes == 1:
+        master = "127.0.0.1"
+    return Facts(
+        model=result.model, cluster=cluster, training=training, plan=plan, options=options,
+        job_name=options.job_name or default_job_name(result.model.name),
+        framework=training.framework, world_size=lay.world_size, num_nodes=lay.num_nodes,
+        gpus_per_node=lay.gpus_per_node, micro_batch_size=mbs, grad_accum_steps=gas,
+        global_batch_size=lay.global_batch_size, hosts=hosts, master_addr=master,
+        nccl_env=nccl_env(plan, cluster, options), worker_env=worker_env(plan, training),
+        entrypoint=options.entrypoint or DEFAULT_ENTRYPOINTS[training.framework],
+    )

@@ -1,0 +1,38 @@
+"""Command-line flags as data: a name and its value words, grouped in titled sections."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Flag:
+    name: str
+    values: tuple[str, ...] = ()
+
+    @property
+    def words(self) -> tuple[str, ...]:
+        return (self.name, *self.values)
+
+    @property
+    def line(self) -> str:
+        return " ".join(self.words)
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    title: str
+    flags: tuple[Flag, ...]
+
+
+def num(value: object) -> str:
+    """Numbers as argparse reads them back exactly (repr keeps every digit of a float)."""
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def flag(name: str, *values: object) -> Flag:
+    return Flag(name, tuple(num(v) for v in values))
+
+
+def argv(sections: list[Section]) -> list[str]:
+    return [word for sec in sections for fl in sec.flags for word in fl.words]

@@ -1,0 +1,182 @@
+"""What the renderer needs besides the plan: job name, script, data, schedule, launch settings.
+
+Every field that reaches a script is validated here, so that hostile text (quotes, `;`, `$()`, backticks,
+spaces, newlines) is refused with a message naming the field before anything is rendered; what is allowed is
+still quoted in every script. Field descriptions are the one source of help text for the API and the web form.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from app.planner.specs import check_safe_name, check_safe_path
+
+# Kubernetes object names (RFC 1123 labels) are the strictest of Slurm, file and k8s names: use them for all.
+JOB_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
+# A script path relative to the working directory, or absolute.
+SCRIPT_PATH = re.compile(r"^[A-Za-z0-9_./-]*[A-Za-z0-9_]\.py$")
+# One command-line word that needs no shell quoting (shlex's safe characters).
+PLAIN_WORD = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
+# A Hugging Face model id, e.g. meta-llama/Llama-2-7b-hf.
+HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+IMAGE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
+SLURM_TIME = re.compile(r"^(\d+-)?\d+(:\d{2}){0,2}$")
+DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+TokenizerType = Literal["HuggingFaceTokenizer", "GPTSentencePieceTokenizer", "GPT2BPETokenizer", "NullTokenizer"]
+NcclAlgo = Literal["default", "Tree", "Ring", "NVLS", "NVLSTree", "CollnetDirect", "CollnetChain", "PAT"]
+
+
+def _check(pattern: re.Pattern[str], field: str, value: str, what: str) -> str:
+    if not pattern.fullmatch(value) or "\n" in value:
+        raise ValueError(f"{field}: {value!r} is not {what}")
+    return value
+
+
+class RenderOptions(BaseModel):
+    """Settings for turning one plan into files; the defaults start a smoke run on mock data."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    job_name: str | None = Field(
+        None, description="Job name for Slurm, Kubernetes and the run directory: lowercase letters, digits and "
+        "'-', at most 40 characters (default: from the model name).")
+    entrypoint: str | None = Field(
+        None, description="Training script, relative to the working directory or absolute (default: "
+        "pretrain_gpt.py for Megatron-LM and Megatron-DeepSpeed, examples/train_gpt.py for DeepSpeed).")
+    workdir: str | None = Field(
+        None, description="Absolute directory the training script runs in: your Megatron-LM or "
+        "Megatron-DeepSpeed checkout, or this repository (default: the directory the job is started from).")
+    python: str = Field("python", description="Python interpreter on the nodes (a name on PATH or an absolute path).")
+    extra_args: tuple[str, ...] = Field(
+        (), description="More arguments for the training script, one word each (e.g. --log-timers-to-tensorboard); "
+        "flags the plan already sets are refused.")
+    data_path: str | None = Field(
+        None, description="Absolute path (prefix) of the tokenized dataset (--data-path). Without it Megatron-LM "
+        "trains on mock data; Megatron-DeepSpeed needs it.")
+    tokenizer_type: TokenizerType | None = Field(
+        None, description="Tokenizer of the dataset (--tokenizer-type); needed with data_path.")
+    tokenizer_model: str | None = Field(
+        None, description="Tokenizer model: an absolute path or a Hugging Face id (--tokenizer-model).")
+    vocab_file: str | None = Field(None, description="Vocabulary file for GPT2BPETokenizer (--vocab-file).")
+    merge_file: str | None = Field(None, description="BPE merges file for GPT2BPETokenizer (--merge-file).")
+    checkpoint_dir: str | None = Field(
+        None, description="Absolute directory to save checkpoints to and resume from (--save/--load).")
+    save_interval: int = Field(1000, ge=1, le=10_000_000, description="Iterations between checkpoints.")
+    train_iters: int = Field(1000, ge=1, le=100_000_000, description="Optimizer steps to train (--train-iters).")
+    lr: float = Field(3.0e-4, gt=0, le=1, description="Peak learning rate (--lr).")
+    min_lr: float | None = Field(None, ge=0, le=1, description="Final learning rate of the cosine decay "
+                                 "(--min-lr; default lr/10).")
+    lr_warmup_iters: int | None = Field(
+        None, ge=0, description="Linear warm-up steps (--lr-warmup-iters; default train_iters/10, at most 2000).")
+    weight_decay: float = Field(0.1, ge=0, le=1, description="AdamW weight decay (--weight-decay).")
+    clip_grad: float = Field(1.0, ge=0, le=1000, description="Gradient-norm clipping (--clip-grad, DeepSpeed "
+                             "gradient_clipping); 0 turns it off.")
+    log_interval: int = Field(10, ge=1, le=1_000_000, description="Steps between log lines (--log-interval, "
+                              "DeepSpeed steps_per_print).")
+    eval_interval: int = Field(1000, ge=1, le=100_000_000, description="Steps between evaluations (Megatron).")
+    eval_iters: int = Field(10, ge=0, le=1_000_000, description="Batches per evaluation (Megatron).")
+    seed: int = Field(1234, ge=0, le=2**31 - 1, description="Random seed (--seed).")
+    master_addr: str | None = Field(
+        None, description="Address of node 0 (rendezvous host); default: the first of cluster.hosts. Multi-node "
+        "scripts without either read MASTER_ADDR from the environment.")
+    master_port: int = Field(29500, ge=1024, le=65535, description="TCP port of the rendezvous on node 0.")
+    max_restarts: int = Field(0, ge=0, le=100, description="Times torchrun restarts the workers after a failure.")
+    container_image: str = Field(
+        "nvcr.io/nvidia/pytorch:25.01-py3", description="Container image for the Kubernetes PyTorchJob; it must "
+        "hold the training code at workdir.")
+    k8s_namespace: str | None = Field(None, description="Kubernetes namespace (default: the current one).")
+    slurm_partition: str | None = Field(None, description="Slurm partition (#SBATCH --partition).")
+    slurm_account: str | None = Field(None, description="Slurm account (#SBATCH --account).")
+    slurm_time_limit: str | None = Field(
+        None, description="Slurm time limit, e.g. 2-00:00:00 or 720 (#SBATCH --time; default: the partition's).")
+    nccl_algo: NcclAlgo | None = Field(
+        None, description="NCCL_ALGO: unset = Tree when collectives cross nodes (omitted on one node); "
+        "'default' = never set it (NCCL chooses); or force an algorithm.")
+
+    @field_validator("job_name")
+    @classmethod
+    def _job_name(cls, v: str | None) -> str | None:
+        return None if v is None else _check(JOB_NAME, "job_name", v, "a job name (lowercase letters, digits, "
+                                             "'-'; starts and ends with a letter or digit; at most 40 characters)")
+
+    @field_validator("entrypoint")
+    @classmethod
+    def _entrypoint(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        _check(SCRIPT_PATH, "entrypoint", v, "a Python script path (letters, digits, '_', '.', '-', '/'; ends in .py)")
+        if ".." in v.split("/"):
+            raise ValueError(f"entrypoint: {v!r} may not contain '..'")
+        return v
+
+    @field_validator("workdir", "data_path", "vocab_file", "merge_file", "checkpoint_dir")
+    @classmethod
+    def _paths(cls, v: str | None, info: ValidationInfo) -> str | None:
+        return None if v is None else check_safe_path(str(info.field_name), v)
+
+    @field_validator("python")
+    @classmethod
+    def _python(cls, v: str) -> str:
+        return check_safe_path("python", v) if v.startswith("/") else check_safe_name("python", v)
+
+    @field_validator("tokenizer_model")
+    @classmethod
+    def _tokenizer_model(cls, v: str | None) -> str | None:
+        if v is None or v.startswith("/"):
+            return None if v is None else check_safe_path("tokenizer_model", v)
+        return _check(HF_ID, "tokenizer_model", v, "an absolute path or a Hugging Face id like org/name")
+
+    @field_validator("extra_args")
+    @classmethod
+    def _extra_args(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for i, word in enumerate(v):
+            _check(PLAIN_WORD, f"extra_args[{i}]", word, "a plain word (letters, digits and _@%+=:,./-; no spaces, "
+                   "quotes, ';', '$', backticks or newlines)")
+        return v
+
+    @field_validator("master_addr", "slurm_partition", "slurm_account")
+    @classmethod
+    def _names(cls, v: str | None, info: ValidationInfo) -> str | None:
+        return None if v is None else check_safe_name(str(info.field_name), v)
+
+    @field_validator("container_image")
+    @classmethod
+    def _image(cls, v: str) -> str:
+        return _check(IMAGE, "container_image", v, "an image reference (lowercase letters, digits, ._/:@-)")
+
+    @field_validator("k8s_namespace")
+    @classmethod
+    def _namespace(cls, v: str | None) -> str | None:
+        return None if v is None else _check(DNS_LABEL, "k8s_namespace", v, "a Kubernetes namespace (RFC 1123 label)")
+
+    @field_validator("slurm_time_limit")
+    @classmethod
+    def _time(cls, v: str | None) -> str | None:
+        return None if v is None else _check(SLURM_TIME, "slurm_time_limit", v,
+                                             "a Slurm time (minutes, [days-]hours:minutes:seconds, ...)")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RenderOptions:
+        if self.lr_warmup_iters is not None and self.lr_warmup_iters >= self.train_iters:
+            raise ValueError(f"lr_warmup_iters({self.lr_warmup_iters}) must be < train_iters({self.train_iters})")
+        if self.min_lr is not None and self.min_lr > self.lr:
+            raise ValueError(f"min_lr({self.min_lr}) must be <= lr({self.lr})")
+        if self.tokenizer_type == "GPT2BPETokenizer" and not (self.vocab_file and self.merge_file):
+            raise ValueError("tokenizer_type GPT2BPETokenizer needs vocab_file and merge_file")
+        if self.tokenizer_type in ("HuggingFaceTokenizer", "GPTSentencePieceTokenizer") and not self.tokenizer_model:
+            raise ValueError(f"tokenizer_type {self.tokenizer_type} needs tokenizer_model")
+        if self.data_path and self.tokenizer_type in (None, "NullTokenizer"):
+            raise ValueError("data_path needs the dataset's tokenizer_type (and its tokenizer_model or vocab/merge files)")
+        return self
+
+    @property
+    def warmup_iters(self) -> int:
+        return self.lr_warmup_iters if self.lr_warmup_iters is not None else min(2000, self.train_iters // 10)
+
+    @property
+    def final_lr(self) -> float:
+        return self.min_lr if self.min_lr is not None else self.lr / 10

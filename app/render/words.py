@@ -1,0 +1,49 @@
+"""Shell words as data: literal strings (quoted when rendered) and references to shell variables.
+
+Commands are lists of lines of words; `shell_word` is the only place a word becomes shell text, and the
+templates call it through the `sh` filter, so every value that reaches a script is quoted.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+PLAIN = re.compile(r"^[A-Za-z0-9_@%+=:,./-]*$")
+
+
+@dataclass(frozen=True, slots=True)
+class Var:
+    """`"${NAME}suffix"` in a script: the value of a shell variable, with a plain literal suffix."""
+
+    name: str
+    suffix: str = ""
+
+    def __post_init__(self) -> None:
+        if not VAR_NAME.fullmatch(self.name) or not PLAIN.fullmatch(self.suffix):
+            raise ValueError(f"not a shell variable reference: {self.name!r} + {self.suffix!r}")
+
+
+Word = str | Var
+Line = tuple[Word, ...]
+
+
+def shell_word(word: Word) -> str:
+    if isinstance(word, Var):
+        return f'"${{{word.name}}}{word.suffix}"'
+    return shlex.quote(word)
+
+
+def shell_line(line: Line) -> str:
+    return " ".join(shell_word(w) for w in line)
+
+
+def resolve(word: Word, values: dict[str, str]) -> str:
+    """The word as the shell would see it, given the variables' values (for plan.json and tests)."""
+    return values[word.name] + word.suffix if isinstance(word, Var) else word
+
+
+def flat(lines: list[Line]) -> list[Word]:
+    return [w for line in lines for w in line]

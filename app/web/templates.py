@@ -1,0 +1,56 @@
+"""The web form's Jinja environment: autoescape on, StrictUndefined, filters that convert units at the edge."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+GiB = 2**30
+
+
+def gib(value: float, digits: int = 1) -> str:
+    return f"{value / GiB:,.{digits}f}"
+
+
+def pct(value: float, digits: int = 1) -> str:
+    return f"{100 * value:.{digits}f}%"
+
+
+def num(value: float, digits: int = 0) -> str:
+    return f"{value:,.{digits}f}"
+
+
+def seconds(value: float) -> str:
+    """Seconds for people: ms below a second, days above two days."""
+    if value < 1:
+        return f"{1000 * value:.1f} ms"
+    if value < 120:
+        return f"{value:.2f} s"
+    if value < 7200:
+        return f"{value / 60:.1f} min"
+    if value < 172800:
+        return f"{value / 3600:.1f} h"
+    return f"{value / 86400:.1f} days"
+
+
+def params(value: float) -> str:
+    return f"{value / 1e9:.2f}B" if value >= 1e9 else f"{value / 1e6:.1f}M"
+
+
+class WebTemplates:
+    def __init__(self, templates_dir: Path) -> None:
+        web = Path(templates_dir) / "web"
+        if not (web / "base.html").is_file():
+            raise ValueError(f"TRAINPLAN_TEMPLATES_DIR: {templates_dir} has no web/base.html")
+        self.dir = web
+        self.env = Environment(loader=FileSystemLoader(str(web)), autoescape=True, undefined=StrictUndefined,
+                               trim_blocks=True, lstrip_blocks=True, auto_reload=False)
+        self.env.filters.update(gib=gib, pct=pct, num=num, seconds=seconds, params=params)
+
+    def render(self, name: str, **context: Any) -> str:
+        return self.env.get_template(name).render(**context)
+
+    def static(self, name: str) -> str:
+        return (self.dir / "static" / name).read_text(encoding="utf-8")

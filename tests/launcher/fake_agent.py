@@ -1,0 +1,68 @@
+"""A stand-in for torchrun in the runner tests (no torch): starts N workers with RANK/LOCAL_RANK in their
+own sessions, as torchrun does, and fails when one of them fails.
+
+    fake_agent.py N MODE      MODE: ok | fail1 | hang | orphan | flaky:<marker file>
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+WORKER = r"""
+import os, signal, sys, time
+rank, mode = int(os.environ["RANK"]), sys.argv[1]
+print(f"worker rank {rank} pid {os.getpid()} up", flush=True)
+if mode == "hang":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    time.sleep(600)
+if mode == "fail1" and rank == 1:
+    time.sleep(0.5)
+    sys.exit(3)
+time.sleep(0.5 if mode in ("ok", "orphan") or mode.startswith("flaky") else 600)
+"""
+
+
+def main() -> int:
+    n, mode = int(sys.argv[1]), sys.argv[2]
+    if mode.startswith("flaky:"):
+        marker = mode.split(":", 1)[1]
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            print("flaky agent: failing this time", flush=True)
+            return 5
+    if mode == "orphan":  # a grandchild that escapes its parent (double fork), as stray helpers do
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "escaped-orphan"],
+                         start_new_session=True)
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WORKER, mode], start_new_session=True,
+                         env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r)})
+        for r in range(n)
+    ]
+
+    def stop(signum: int, frame: object) -> None:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    while True:
+        codes = [p.poll() for p in procs]
+        if any(c not in (None, 0) for c in codes):
+            time.sleep(0.3)  # like torchrun's monitor interval
+            for p in procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGTERM)
+            print("fake agent: a worker failed", flush=True)
+            return 1
+        if all(c == 0 for c in codes):
+            return 0
+        time.sleep(0.05)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""The runner with real processes (a torch-free stand-in for torchrun): exit codes, the first failed rank,
+signals forwarded with a grace period then SIGKILL, nothing left behind, restarts."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import launcher_env, processes_mentioning, wait_for
+
+from launcher.command import Command
+from launcher.events import EventLog
+from launcher.runner import Runner, RunPolicy
+
+HERE = Path(__file__).resolve().parent
+AGENT = str(HERE / "fake_agent.py")
+pytestmark = pytest.mark.timeout(60)
+
+
+def agent(tmp_path: Path, mode: str, workers: int = 2, console: bool = True) -> Command:
+    return Command(argv=(sys.executable, AGENT, str(workers), mode), env=launcher_env(), cwd=str(tmp_path),
+                   workers=workers, console=console, log=str(tmp_path / "logs" / "agent.log"))
+
+
+def run(tmp_path: Path, commands: list[Command], restarts_inside: bool = True, max_restarts: int = 0,
+        grace_s: float = 5.0) -> tuple[int, str, str]:
+    (tmp_path / "logs").mkdir(exist_ok=True)
+    console = io.BytesIO()
+    log = EventLog(tmp_path / "launcher.log", echo=None)
+    code = Runner(commands, RunPolicy(grace_s, max_restarts, restarts_inside, tmp_path), log, console).run()
+    log.close()
+    return code, console.getvalue().decode(), (tmp_path / "launcher.log").read_text()
+
+
+def test_success_shows_output_and_records_workers(tmp_path: Path) -> None:
+    code, console, log = run(tmp_path, [agent(tmp_path, "ok")])
+    assert code == 0
+    assert "worker rank 0" in console and "worker rank 1" in console
+    assert "worker rank 1" in (tmp_path / "logs" / "agent.log").read_text()
+    doc = json.loads((tmp_path / "workers.node0.json").read_text())
+    assert sorted(w["rank"] for w in doc["workers"]) == [0, 1]
+    assert "job finished: exit code 0" in log
+
+
+def test_failed_rank_is_named_and_the_agents_code_propagates(tmp_path: Path) -> None:
+    code, _, log = run(tmp_path, [agent(tmp_path, "fail1")])
+    assert code == 1
+    assert "died first: rank 1 (local_rank 1" in log and "exited with code 3" in log
+    assert "job failed: exit code 1" in log
+    assert not processes_mentioning(AGENT)
+
+
+def test_agent_killed_by_a_signal_gives_128_plus_signal(tmp_path: Path) -> None:
+    command = Command(argv=(sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"),
+                      env=launcher_env(), cwd=str(tmp_path), log=str(tmp_path / "logs" / "agent.log"))
+    code, _, log = run(tmp_path, [command])
+    assert code == 128 + 9 and "killed by signal 9 (SIGKILL)" in log
+
+
+def test_one_failed_node_stops_the_others(tmp_path: Path) -> None:
+    hang = agent(tmp_path, "hang", console=False)
+    fail = Command(argv=(sys.executable, "-c", "import time, sys; time.sleep(1); sys.exit(4)"), env=launcher_env(),
+                   cwd=str(tmp_path), node_rank=1, log=str(tmp_path / "logs" / "node1.log"))
+    code, _, log = run(tmp_path, [hang, fail], grace_s=1.0)
+    assert code == 4
+    assert "node 1 failed: sending SIGTERM" in log
+    assert "killing 2 leftover process(es)" in log  # the workers ignore SIGTERM: SIGKILL after the grace period
+    assert not processes_mentioning(AGENT)
+
+
+def test_orphans_are_collected(tmp_path: Path) -> None:
+    code, _, log = run(tmp_path, [agent(tmp_path, "orphan")])
+    assert code == 0
+    assert "leftover process" in log
+    assert not processes_mentioning("escaped-orphan")
+
+
+def test_launcher_restarts_a_failed_job_up_to_the_limit(tmp_path: Path) -> None:
+    marker = tmp_path / "failed-once"
+    code, console, log = run(tmp_path, [agent(tmp_path, f"flaky:{marker}")], restarts_inside=False, max_restarts=2)
+    assert code == 0 and marker.exists()
+    assert "restart 1 of at most 2: the job failed with exit code 5" in log
+    assert "failing this time" in console
+    again = tmp_path / "again"
+    again.mkdir()
+    code, _, log = run(again, [agent(again, "fail1")], restarts_inside=False, max_restarts=1)
+    assert code == 1 and log.count("restart 1 of at most 1") == 1 and "restart 2" not in log
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_to_the_launcher_is_forwarded_then_escalated(tmp_path: Path, sig: signal.Signals) -> None:
+    spec = {"commands": [{**agent(tmp_path, "hang").to_dict()}], "grace_s": 1.0, "max_restarts": 0,
+            "restarts_inside": True, "run_dir": str(tmp_path)}
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    proc = subprocess.Popen([sys.executable, str(HERE / "run_commands.py"), str(tmp_path / "spec.json")],
+                            env=launcher_env(), cwd=HERE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: (tmp_path / "workers.node0.json").exists(), 20, "workers to start")
+    t0 = time.monotonic()
+    os.kill(proc.pid, sig)
+    assert proc.wait(timeout=30) == 128 + sig
+    assert time.monotonic() - t0 < 25  # grace 1 s, then SIGKILL: not a hang
+    log = (tmp_path / "launcher.log").read_text()
+    assert f"received {sig.name}: sending {sig.name} to the job, SIGKILL in 1 s" in log
+    if sig == signal.SIGTERM:  # the workers ignore SIGTERM: they are SIGKILLed once the grace period is over
+        assert "grace period over" in log or "killing 2 leftover process(es)" in log
+    assert not processes_mentioning(AGENT)

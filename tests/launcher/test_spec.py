@@ -1,0 +1,127 @@
+"""plan.json: round trips, and refusals that name the field and the numbers."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from make_plan import tiny_plan
+
+from launcher import spec
+from launcher.spec import Entrypoint, Job, Parallel, Plan, PlanError, World
+
+
+def minimal(**world: object) -> dict[str, object]:
+    return {
+        "schema_version": 1, "kind": "trainplan.plan",
+        "job": {"name": "t"},
+        "world": {"num_nodes": 1, "gpus_per_node": 2, **world},
+        "parallel": {"dp": 2, "global_batch_size": 4},
+        "entrypoint": {"script": "train.py"},
+    }
+
+
+def test_round_trip_through_json_file(tmp_path: Path) -> None:
+    plan = tiny_plan(nodes=2, procs=2, hosts=("a", "b"), master_addr="a")
+    spec.dump(plan, tmp_path / "plan.json")
+    loaded = spec.load(tmp_path / "plan.json")
+    assert loaded == plan
+    assert loaded.to_dict() == plan.to_dict()
+    assert json.loads((tmp_path / "plan.json").read_text())["schema_version"] == 1
+
+
+def test_minimal_plan_gets_defaults_and_derived_accumulation() -> None:
+    plan = Plan.from_dict(minimal())
+    assert plan.parallel.gradient_accumulation_steps == 2  # 4 / (mbs 1 * dp 2)
+    assert plan.job.backend == "torchrun" and plan.world.master_port == 29500
+    assert plan.env == {} and plan.model is None
+
+
+def test_world_size_mismatch_names_both_products() -> None:
+    data = minimal(num_nodes=2, gpus_per_node=8)
+    data["parallel"] = {"tp": 2, "pp": 2, "dp": 2, "global_batch_size": 2}
+    data["world"]["master_addr"] = "head"  # type: ignore[index]
+    with pytest.raises(PlanError) as err:
+        Plan.from_dict(data)
+    assert str(err.value) == (
+        "world.num_nodes(2) * world.gpus_per_node(8) = 16 != parallel world size tp(2)*pp(2)*cp(1)*dp(2) = 8"
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"schema_version": 2}, "schema_version 2 is not supported"),
+        ({"schema_version": "1"}, "schema_version: expected the integer 1"),
+        ({"kind": "something"}, "kind: 'something' is not 'trainplan.plan'"),
+        ({"world": {"num_nodes": 1, "gpus_per_node": "2"}}, "world.gpus_per_node: expected an integer, got '2'"),
+        ({"world": {"num_nodes": 1, "gpus": 2}}, "world: unknown field(s) 'gpus'"),
+        ({"job": {}}, "job: missing required field(s) 'name'"),
+        ({"parallel": {"dp": 2, "global_batch_size": 6, "micro_batch_size": 2}},
+         "parallel.global_batch_size(6) is not a multiple of micro_batch_size(2) * dp(2) = 4"),
+        ({"parallel": {"dp": 2, "global_batch_size": 8, "gradient_accumulation_steps": 3}},
+         "parallel.global_batch_size(8) != micro_batch_size(1) * gradient_accumulation_steps(3) * dp(2) = 6"),
+        ({"entrypoint": {"script": "t.py", "args": ["{rundir}/x"]}}, "unknown placeholder {rundir}"),
+        ({"env": {"RANK": "0"}}, "env.RANK is set by the launcher"),
+        ({"env": {"NCCL_DEBUG": 1}}, "env.NCCL_DEBUG: expected a string"),
+        ({"files": {"../x": "y"}}, "files: '../x' is not a valid name"),
+        ({"files": {"plan.json": "{}"}}, "files.plan.json: the launcher writes that name itself"),
+        ({"world": {"num_nodes": 2, "gpus_per_node": 1}}, "world.master_addr(127.0.0.1) is a loopback address"),
+        ({"world": {"num_nodes": 1, "gpus_per_node": 2, "hosts": ["a", "b"]}}, "world.hosts lists 2 hosts"),
+        ({"job": {"name": "t", "backend": "mpirun"}}, "job.backend: 'mpirun' is not one of torchrun"),
+        ({"job": {"name": "bad name"}}, "job.name: 'bad name' is not a plain name"),
+        ({"prediction": {"peak_memory_bytes": [1, 2, 3]}}, "prediction.peak_memory_bytes has 3 values"),
+    ],
+)
+def test_refusals_name_the_field(change: dict[str, object], message: str) -> None:
+    data = {**minimal(), **change}
+    with pytest.raises(PlanError) as err:
+        Plan.from_dict(data)
+    assert message in str(err.value)
+
+
+def test_malformed_json_names_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "plan.json"
+    path.write_text('{"schema_version": 1,\n  "kind": }')
+    with pytest.raises(PlanError, match=r"not valid JSON: Expecting value at line 2 column 11"):
+        spec.load(path)
+
+
+def test_constructed_from_python_validates_too() -> None:
+    with pytest.raises(PlanError, match=r"world.gpus_per_node\(0\) must be >= 1"):
+        World(gpus_per_node=0)
+    with pytest.raises(PlanError, match="parallel.ep"):
+        Parallel(dp=3, global_batch_size=3, ep=2)
+    job = Job(name="x", numa_binding=True)  # type: ignore[arg-type]
+    assert job.numa_binding == "node"  # the documented boolean alias
+
+
+@given(
+    nodes=st.integers(1, 4), per_node=st.integers(1, 8), tp=st.sampled_from([1, 2, 4]),
+    pp=st.sampled_from([1, 2]), mbs=st.integers(1, 4), gas=st.integers(1, 4),
+)
+def test_consistent_plans_round_trip_and_inconsistent_ones_are_refused(
+    nodes: int, per_node: int, tp: int, pp: int, mbs: int, gas: int
+) -> None:
+    world = nodes * per_node
+    w = World(num_nodes=nodes, gpus_per_node=per_node, master_addr="head")
+    e = Entrypoint(script="t.py")
+    if world % (tp * pp) == 0:
+        dp = world // (tp * pp)
+        p = Parallel(tp=tp, pp=pp, dp=dp, micro_batch_size=mbs, global_batch_size=mbs * gas * dp)
+        plan = Plan(job=Job(name="h"), world=w, parallel=p, entrypoint=e)
+        assert Plan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
+        assert plan.parallel.gradient_accumulation_steps == gas
+    wrong = Parallel(tp=tp, pp=pp, dp=world + 1, micro_batch_size=mbs, global_batch_size=mbs * (world + 1))
+    with pytest.raises(PlanError, match=rf"= {world} != parallel world size .* = {tp * pp * (world + 1)}"):
+        Plan(job=Job(name="h"), world=w, parallel=wrong, entrypoint=e)
+
+
+def test_replace_keeps_validation() -> None:
+    plan = tiny_plan()
+    with pytest.raises(PlanError, match="world.num_nodes"):
+        replace(plan, world=replace(plan.world, num_nodes=3))
