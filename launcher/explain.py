@@ -18,10 +18,9 @@ DEEPSPEED_RC = re.compile(r"exits with return code = (-?\d+)")
 
 def agent_report(output: str) -> str | None:
     """One line naming the failed rank and why, from what the agent printed; None when it said nothing."""
-    match = None
-    for match in TORCHRUN_ROOT.finditer(output):
-        pass  # the last report wins (after restarts there may be several)
-    if match:
+    reports = list(TORCHRUN_ROOT.finditer(output))
+    if reports:
+        match = reports[-1]  # the last report wins (after restarts there may be several)
         why = (match.group("why") or "").strip()
         tail = f": {why}" if why and why != "<N/A>" else ""
         return (

@@ -73,19 +73,22 @@ def summary_rows(profile: dict[str, Any], hw: Hardware | None) -> list[tuple[str
         meas = "-" if measured is None else f"{measured:.4g} {unit}"
         rows.append((what, meas, cat, ratio))
 
+    def catalogue(name: str) -> float | None:
+        return getattr(hw, name, None) if hw else None
+
     for precision in sorted({g["precision"] for g in profile["gemm"]}):
-        peak = getattr(hw, f"{precision}_TFLOPs", None) if hw else None
-        row(f"GEMM {precision} (best shape)", best([g for g in profile["gemm"] if g["precision"] == precision],
-                                                   "tflops"), "TFLOP/s", peak)
-    for scope, cat in (("intra_node", hw and hw.intra_node_GBps), ("inter_node", hw and hw.inter_node_GBps)):
+        gemms = [g for g in profile["gemm"] if g["precision"] == precision]
+        row(f"GEMM {precision} (best shape)", best(gemms, "tflops"), "TFLOP/s", catalogue(f"{precision}_TFLOPs"))
+    for scope in SCOPES:
         for op in OPS:
             sel = [c for c in profile["collectives"] if c["scope"] == scope and c["op"] == op]
             if sel:
                 largest = max(sel, key=lambda c: c["bytes"])
-                row(f"{op} {scope} busbw @ {largest['bytes']} B", largest["busbw_GBps"], "GB/s", cat or None)
+                row(f"{op} {scope} busbw @ {largest['bytes']} B", largest["busbw_GBps"], "GB/s",
+                    catalogue(f"{scope}_GBps"))
     h2d = profile["host_to_device"]
     if h2d:
-        row("pinned host->device copy", h2d["h2d_GBps"], "GB/s", hw and hw.host_to_device_GBps or None)
-    row("CPU AdamW", profile["cpu_adam"]["params_per_s"], "params/s", hw and hw.cpu_adam_params_per_s or None)
+        row("pinned host->device copy", h2d["h2d_GBps"], "GB/s", catalogue("host_to_device_GBps"))
+    row("CPU AdamW", profile["cpu_adam"]["params_per_s"], "params/s", catalogue("cpu_adam_params_per_s"))
     return rows
 

@@ -76,7 +76,8 @@ class Runner:
         self.selector = selectors.DefaultSelector()
         self.running: list[Running] = []
         self.failed_rc: int | None = None
-        self.stop_deadline: float | None = None
+        self.stopping = False
+        self.stop_deadline: float | None = None  # when the grace period ends (None: not stopping, or killed)
         self.restarts = 0
 
     def run(self) -> int:
@@ -102,7 +103,7 @@ class Runner:
 
     # One attempt --------------------------------------------------------------------------------------------
     def _attempt(self, attempt: int) -> int:
-        self.running, self.failed_rc, self.stop_deadline = [], None, None
+        self.running, self.failed_rc, self.stopping, self.stop_deadline = [], None, False, None
         for command in self.commands:
             try:
                 self.running.append(self._start(command, attempt))
@@ -222,12 +223,12 @@ class Runner:
                 self._begin_stop(signal.Signals(sig), f"received {procs.signal_name(sig)}")
 
     def _begin_stop(self, sig: signal.Signals, reason: str) -> None:
-        if self.stop_deadline is not None:
+        if self.stopping:
             return
         alive = [r for r in self.running if r.popen.returncode is None]
         if not alive:
             return
-        self.stop_deadline = time.monotonic() + self.policy.grace_s
+        self.stopping, self.stop_deadline = True, time.monotonic() + self.policy.grace_s
         for r in self.running:
             if r.watch:
                 r.watch.stopping = True
@@ -246,13 +247,16 @@ class Runner:
     def _kill_all(self) -> None:
         n = self._signal_tree(signal.SIGKILL)
         self.log(f"grace period over: sent SIGKILL to {n} process(es)")
-        self.stop_deadline = time.monotonic() + 3600.0  # nothing more to escalate to
+        self.stopping, self.stop_deadline = True, None  # nothing more to escalate to
 
     def _finish_attempt(self) -> None:
         """Nothing may outlive the job: kill and collect whatever is left below the launcher."""
         own = {r.popen.pid for r in self.running}
+        while self.stop_deadline is not None and time.monotonic() < self.stop_deadline and self._leftovers():
+            procs.reap_orphans(own)  # orphans of a stopped agent get the rest of the grace period
+            time.sleep(0.1)
         for attempt in range(50):
-            left = [p for p in procs.descendants(os.getpid()) if procs.zombie_status(p) is None]
+            left = self._leftovers()
             if not left:
                 break
             if attempt == 0:
@@ -271,6 +275,9 @@ class Runner:
             if r.popen.stdin:
                 r.popen.stdin.close()
             r.log.close()
+
+    def _leftovers(self) -> list[int]:
+        return [p for p in procs.descendants(os.getpid()) if procs.zombie_status(p) is None]
 
     # Results --------------------------------------------------------------------------------------------------
     def _exit_code(self) -> int:

@@ -25,7 +25,7 @@ def _expand_one(item: str) -> list[str]:
     if not match:
         return [item]
     head, tail = item[: match.start()], item[match.end() :]
-    out = []
+    out: list[str] = []
     for part in match.group(1).split(","):
         lo, _, hi = part.partition("-")
         if not hi:

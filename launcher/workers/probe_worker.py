@@ -68,9 +68,12 @@ def gemm(shapes: list[list[int]], limits: dict[str, Any], device: torch.device) 
             m, n, k = (min(d, limits["max_dim"]) for d in (m, n, k))
             a = torch.randn(m, k, device=device, dtype=DTYPES[precision])
             b = torch.randn(k, n, device=device, dtype=DTYPES[precision])
-            once = timed(lambda a=a, b=b: a @ b, device, 1, warmup=1)
+            def matmul(a: torch.Tensor = a, b: torch.Tensor = b) -> torch.Tensor:
+                return a @ b
+
+            once = timed(matmul, device, 1, warmup=1)
             iters = max(3, min(200, int(0.2 / max(once, 1e-6))))
-            t = timed(lambda a=a, b=b: a @ b, device, iters)
+            t = timed(matmul, device, iters)
             tflops = 2.0 * m * n * k / t / 1e12
             out.append({"precision": precision, "m": m, "n": n, "k": k, "tflops": tflops})
             progress(f"gemm {precision} {m}x{n}x{k}: {tflops:.3g} TFLOP/s")
