@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from app.planner import __version__
-from app.planner.estimate import evaluate, time_estimate
+from app.planner.estimate import evaluate, step_lower_bound, time_estimate
 from app.planner.explain import describe, why
 from app.planner.layout import make_layout
 from app.planner.results import Estimate, Plan, PlanResult, RejectedGroup, SearchStats, TimeEstimate
@@ -59,9 +59,8 @@ def plan(request: PlanRequest) -> PlanResult:
     _search(model, cluster, training, deadline, offload=False, state=state)
     if not state.found and training.framework != "megatron" and not state.truncated:
         _search(model, cluster, training, deadline, offload=True, state=state)
-    timed = [(f, time_estimate(model, cluster, training, f.par)) for f in state.found]
-    timed.sort(key=lambda ft: _rank_key(training, *ft))
-    plans = _plans(model, cluster, training, timed[: training.max_plans], len(timed))
+    timed = _time_best(model, cluster, training, state.found)
+    plans = _plans(model, cluster, training, timed[: training.max_plans], len(state.found))
     suggestions = [] if plans else suggest(request, state)
     return PlanResult(
         planner_version=__version__, model=model, cluster=cluster, training=training,
@@ -70,6 +69,25 @@ def plan(request: PlanRequest) -> PlanResult:
         stats=SearchStats(candidates=state.candidates, evaluated=state.evaluated, feasible=len(state.found),
                           seconds=time.perf_counter() - start, truncated=state.truncated),
     )
+
+
+def _time_best(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
+               found: list[Found]) -> list[tuple[Found, TimeEstimate]]:
+    """Time the feasible candidates and rank them. For throughput, candidates are timed in order of a lower
+    bound on their step time and the rest skipped once that bound exceeds the `max_plans`-th best step."""
+    if training.objective != "throughput":
+        timed = [(f, time_estimate(model, cluster, training, f.par)) for f in found]
+        return sorted(timed, key=lambda ft: _rank_key(training, *ft))
+    bounded = sorted(((step_lower_bound(model, cluster, training, f.par), i, f) for i, f in enumerate(found)))
+    timed: list[tuple[Found, TimeEstimate]] = []
+    steps: list[float] = []
+    for bound, _i, f in bounded:
+        if len(steps) >= training.max_plans and bound > sorted(steps)[training.max_plans - 1]:
+            break
+        t = time_estimate(model, cluster, training, f.par)
+        timed.append((f, t))
+        steps.append(t.step_s)
+    return sorted(timed, key=lambda ft: _rank_key(training, *ft))
 
 
 def _plans(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,

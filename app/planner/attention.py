@@ -10,7 +10,6 @@ the small latent tensors and their norms are counted, the absorbed-projection in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
 from typing import Literal
 
 from app.planner.specs import ModelSpec
@@ -50,7 +49,6 @@ class AttentionShape:
     norm_params: int  # MLA's latent norms
 
 
-@cache
 def _shape(m: ModelSpec) -> AttentionShape:
     h, heads = m.hidden_size, m.num_attention_heads
     if not m.multi_latent_attention:
@@ -74,4 +72,4 @@ def _shape(m: ModelSpec) -> AttentionShape:
 
 
 def attention_shape(m: ModelSpec) -> AttentionShape:
-    return _shape(m)
+    return m.memo("attention_shape", lambda: _shape(m))

@@ -51,6 +51,20 @@ def time_estimate(
     )
 
 
+def step_lower_bound(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig) -> float:
+    """A cheap bound below `time_estimate(...).step_s`: every FLOP (recomputation included) at the fastest rate
+    the model grants any kernel, stretched by the pipeline's fill and drain `(m + (p-1)/v) / m`."""
+    gpu = cluster.gpu
+    eff = gpu.efficiency
+    gemm_eff = eff.gemm_fp8 if training.precision == "fp8" else eff.gemm
+    fastest = max(gpu.peak_flops(training.precision) * gemm_eff,
+                  gpu.peak_flops("bf16" if training.precision == "fp8" else training.precision) * eff.attention)
+    per_token = compute.model_flops_per_token(model) + compute.recompute_flops_per_token(model, par.recompute)
+    work = per_token * training.global_batch_size * model.seq_length / par.world_size / fastest
+    m = max(1, num_microbatches(training, par))
+    return work * (1 + (par.pp - 1) / (par.vpp * m))
+
+
 def _breakdown(slow: StageTime, m: int, bubble: float, dp: float, opt: float, offload: float) -> dict[str, float]:
     """Seconds per step on the critical path (the slowest stage's micro-batches), adding up to step_s."""
     return {

@@ -113,6 +113,10 @@ class LayerShard:
 
 
 def layer_shard(m: ModelSpec, tp: int, ep: int, etp: int, moe: bool) -> LayerShard:
+    return m.memo(("layer_shard", tp, ep, etp, moe), lambda: _layer_shard(m, tp, ep, etp, moe))
+
+
+def _layer_shard(m: ModelSpec, tp: int, ep: int, etp: int, moe: bool) -> LayerShard:
     """Parameters of one layer on one GPU under TP (attention, MLP), EP x ETP (experts).
 
     Norms and the router are replicated across TP (Megatron keeps them whole on every TP rank).

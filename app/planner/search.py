@@ -91,7 +91,8 @@ def vpp_options(model: ModelSpec, training: TrainingSpec, pp: int) -> list[int]:
     if pp == 1 or training.framework != "megatron":
         return [1]
     per_stage = model.num_layers // pp
-    return [1] + [v for v in (2, 3, 4, 6, 8) if v <= per_stage and per_stage % v == 0]
+    interleaved = [v for v in (2, 3, 4, 6, 8) if v <= per_stage and per_stage % v == 0]
+    return [1] + interleaved[:2] + interleaved[-1:] if len(interleaved) > 3 else [1] + interleaved
 
 
 def ep_options(model: ModelSpec, training: TrainingSpec, plane: int) -> list[int]:
@@ -114,7 +115,9 @@ def sharding_options(training: TrainingSpec, dp: int, cp: int, pp: int, offload:
     """Optimizer sharding (and offload) choices the framework offers for this placement."""
     pins = training.pinned
     if training.framework == "megatron":
-        options = [False, True] if dp * cp > 1 else [False]
+        # The distributed optimizer shards optimizer state over DP x CP at the same communication volume as the
+        # all-reduce it replaces (reduce-scatter + all-gather): with DP x CP > 1 it is always taken.
+        options = [dp * cp > 1]
         if pins.distributed_optimizer is not None:
             options = [pins.distributed_optimizer]
         return [{"distributed_optimizer": d} for d in options]
@@ -228,33 +231,42 @@ def search_world(
     for pl in placements(model, cluster, training, world):
         per_replica = training.global_batch_size // pl.dp
         for sharding in sharding_options(training, pl.dp, pl.cp, pl.pp, offload):
-            for mbs in mbs_options(model, training, max(per_replica, 1), pl.cp):
+            sizes = mbs_options(model, training, max(per_replica, 1), pl.cp)
+            for i, mbs in enumerate(sizes):
                 if time.perf_counter() > deadline:
                     state.truncated = True
                     return
-                _try_recompute_levels(model, cluster, training, world, pl, mbs, sharding, state, usable, host)
+                if _try_recompute_levels(model, cluster, training, world, pl, mbs, sharding, state, usable, host):
+                    # Activation memory never shrinks with a larger micro-batch (in-flight micro-batches x size
+                    # only grows), so every larger one runs out of memory too.
+                    larger = (len(sizes) - i - 1) * len(recompute_options(training))
+                    state.candidates += larger
+                    state.rejected.counts["out_of_memory"] += larger
+                    break
 
 
 def _try_recompute_levels(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, world: int, pl: Placement, mbs: int,
     sharding: dict[str, object], state: SearchState, usable: float, host: float,
-) -> None:
-    """The cheapest recomputation that fits; the more expensive ones are dominated and not timed."""
+) -> bool:
+    """The cheapest recomputation that fits; the more expensive ones are dominated and not timed.
+    True when even the most recomputation runs out of GPU memory."""
     for recompute in recompute_options(training):
         state.candidates += 1
         par = _config(pl, mbs, recompute, sharding, training)
         violations = rules.check(model, cluster, training, par, world)
         if violations:
             state.rejected.add(violations[0].code, violations[0].message, par)
-            return  # the rules do not depend on recomputation
+            return False  # the rules do not depend on recomputation
         state.evaluated += 1
         peak, stage, cpu = peak_memory(model, cluster, training, par)
         if cpu > host:
             state.rejected.add("cpu_out_of_memory", f"offloaded states need {cpu / 2**30:.0f} GiB of host memory "
                                f"per node > 90% of {cluster.cpu_memory_GiB:.0f} GiB", par, score=cpu)
-            return
+            return False
         if peak <= usable:
             state.found.append(Found(par, world, peak))
-            return
+            return False
         state.rejected.add("out_of_memory", f"needs {peak / 2**30:.1f} GiB per GPU on stage {stage} > usable "
                            f"{usable / 2**30:.1f} GiB", par, score=peak)
+    return True

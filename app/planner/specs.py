@@ -8,14 +8,16 @@ the OpenAPI schema and the web form.
 from __future__ import annotations
 
 import re
-from typing import Literal
+from collections.abc import Callable
+from typing import Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from app.planner import catalog
 from app.planner.gpu import GPUSpec
 from app.planner.hf_import import from_hf_config
 
+T = TypeVar("T")
 Precision = Literal["bf16", "fp16", "fp8"]
 Framework = Literal["megatron", "deepspeed", "megatron-deepspeed"]
 Objective = Literal["throughput", "min_gpus", "headroom"]
@@ -110,6 +112,17 @@ class ModelSpec(Frozen):
         None, gt=0, description="Token capacity factor per expert (--moe-expert-capacity-factor); none = dropless."
     )
     source: str = Field("", description="Where the shape comes from (paper, model card, config.json).")
+    # Derived quantities, computed once per instance (the spec is frozen, so they never go stale).
+    _memo: dict[object, object] = PrivateAttr(default_factory=dict)
+
+    def memo(self, key: object, compute: Callable[[], T]) -> T:
+        """The cached value of `compute()` for `key` on this spec."""
+        memo = self.__pydantic_private__["_memo"]  # type: ignore[index]  # the slot, not pydantic's __getattr__
+        try:
+            return memo[key]  # type: ignore[no-any-return]
+        except KeyError:
+            value = memo[key] = compute()
+            return value
 
     @model_validator(mode="before")
     @classmethod

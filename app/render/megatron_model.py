@@ -14,14 +14,20 @@ def _check_supported(f: Facts) -> None:
     if m.is_moe and f.framework != "megatron":
         raise ValueError(f"model.num_experts: mixture-of-experts models are rendered for Megatron-LM only "
                          f"(framework {f.framework})")
+    if m.multi_latent_attention and f.framework != "megatron":
+        raise ValueError(f"model.multi_latent_attention: MLA is rendered for Megatron-LM only (framework {f.framework})")
 
 
-def _shape(f: Facts) -> list[Flag]:
+def _attention(f: Facts) -> list[Flag]:
+    """Grouped-query attention and head size, or DeepSeek's multi-latent attention (Megatron-LM only)."""
     m = f.model
-    out = [
-        flag("--num-layers", m.num_layers), flag("--hidden-size", m.hidden_size),
-        flag("--ffn-hidden-size", m.ffn_hidden_size), flag("--num-attention-heads", m.num_attention_heads),
-    ]
+    if m.multi_latent_attention:
+        out = [flag("--multi-latent-attention")]
+        if m.q_lora_rank is not None:
+            out.append(flag("--q-lora-rank", m.q_lora_rank))
+        return out + [flag("--kv-lora-rank", m.kv_lora_rank), flag("--qk-head-dim", m.qk_head_dim),
+                      flag("--qk-pos-emb-head-dim", m.qk_pos_emb_head_dim), flag("--v-head-dim", m.v_head_dim)]
+    out = []
     groups = m.num_query_groups or m.num_attention_heads
     if groups != m.num_attention_heads:
         if f.framework == "megatron":
@@ -30,6 +36,16 @@ def _shape(f: Facts) -> list[Flag]:
             out.append(flag("--num-key-value-heads", groups))
     if m.kv_channels and m.kv_channels * m.num_attention_heads != m.hidden_size:
         out.append(flag("--kv-channels", m.kv_channels))
+    return out
+
+
+def _shape(f: Facts) -> list[Flag]:
+    m = f.model
+    out = [
+        flag("--num-layers", m.num_layers), flag("--hidden-size", m.hidden_size),
+        flag("--ffn-hidden-size", m.ffn_hidden_size), flag("--num-attention-heads", m.num_attention_heads),
+    ]
+    out += _attention(f)
     out += [flag("--seq-length", m.seq_length), flag("--max-position-embeddings", m.seq_length)]
     return out
 

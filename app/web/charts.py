@@ -40,6 +40,7 @@ class Rect:
     fill: str
     title: str = ""
     cls: str = ""
+    stroke: str = ""
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ def memory_chart(plan: Plan, width: float = 640, height: float = 320) -> Chart:
                 chart.rects.append(Rect(x, y, bar, h, colour, f"stage {s.stage} {name}: {getattr(s, attr) / GiB:.2f} GiB"))
         peak = s.stage == mem.peak_stage
         chart.rects.append(Rect(x, y, bar, bottom - y, "none", f"stage {s.stage}: {s.total_bytes / GiB:.2f} GiB, "
-                                f"{s.layers} layers", "peak" if peak else "outline"))
+                                f"{s.layers} layers", "peak" if peak else "outline", "#222222" if peak else ""))
         if bar >= 22 or peak:
             chart.labels.append(Label(x + bar / 2, y - 4, f"{s.total_bytes / GiB:.1f}", "middle", "value" + (" strong" if peak else "")))
         if s.stage % label_every == 0:
@@ -166,7 +167,7 @@ def pipeline_chart(plan: Plan, width: float = 640) -> Chart:
     chart = Chart("pipeline-chart", "Pipeline schedule", desc, width, height)
     for s in range(par.pp):
         y = top + s * row
-        chart.rects.append(Rect(left, y + 1, right - left, row - 2, "url(#bubble)", f"stage {s}: idle = bubble", "bubble"))
+        chart.rects.append(Rect(left, y + 1, right - left, row - 2, "url(#pipeline-chart-bubble)", f"stage {s}: idle = bubble", "bubble"))
         if s % max(1, math.ceil(par.pp / 16)) == 0:
             chart.labels.append(Label(left - 6, y + row / 2 + 4, f"stage {s}", "end", "tick"))
     for op in ops:
@@ -179,7 +180,7 @@ def pipeline_chart(plan: Plan, width: float = 640) -> Chart:
             chart.rects.append(Rect(x0, top + op.stage * row + 1, max(x1 - x0 - 0.5, 0.5), row - 2, fill, title, "op"))
     if elided:
         x = left + cut * scale
-        chart.rects.append(Rect(x, top - 2, gap * scale, row * par.pp + 4, "url(#cut)", f"{elided} micro-batches not drawn", "cut"))
+        chart.rects.append(Rect(x, top - 2, gap * scale, row * par.pp + 4, "url(#pipeline-chart-cut)", f"{elided} micro-batches not drawn", "cut"))
         chart.labels.append(Label(x + gap * scale / 2, top + row * par.pp + 14, f"+{elided} micro-batches", "middle", "tick"))
     chart.labels.append(Label(left, top + row * par.pp + 32, "time →", "start", "tick"))
     chart.legend.extend([(CHUNK_COLORS[0][0], "forward"), (CHUNK_COLORS[0][1], "backward")]
@@ -210,7 +211,7 @@ def step_chart(plans: list[Plan], selected: int, width: float = 640) -> Chart:
         chart.labels.append(Label(left - 6, y + row / 2 + 4, f"#{p.rank}", "end", "tick" + strong))
         chart.labels.append(Label(x + 4, y + row / 2 + 4, f"{p.estimate.time.step_s:.2f} s", "start", "value" + strong))
         chart.rects.append(Rect(left, y + 3, x - left, row - 6, "none", f"#{p.rank} {describe(p.parallel)}",
-                                "peak" if p.rank == selected else "outline"))
+                                "peak" if p.rank == selected else "outline", "#222222" if p.rank == selected else ""))
     chart.lines.append(Line(left, top, left, top + row * len(plans), "axis"))
     chart.labels.append(Label(left, height - 8, "seconds per step →", "start", "tick"))
     chart.legend.extend(used[k] for k in STEP_PARTS if k in used)

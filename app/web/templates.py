@@ -35,6 +35,12 @@ def seconds(value: float) -> str:
     return f"{value / 86400:.1f} days"
 
 
+def coord(value: float) -> str:
+    """An SVG coordinate: one decimal is plenty, and keeps the output stable."""
+    text = f"{value:.1f}"
+    return text[:-2] if text.endswith(".0") else text
+
+
 def params(value: float) -> str:
     return f"{value / 1e9:.2f}B" if value >= 1e9 else f"{value / 1e6:.1f}M"
 
@@ -47,7 +53,7 @@ class WebTemplates:
         self.dir = web
         self.env = Environment(loader=FileSystemLoader(str(web)), autoescape=True, undefined=StrictUndefined,
                                trim_blocks=True, lstrip_blocks=True, auto_reload=False)
-        self.env.filters.update(gib=gib, pct=pct, num=num, seconds=seconds, params=params)
+        self.env.filters.update(gib=gib, pct=pct, num=num, seconds=seconds, params=params, n=coord)
 
     def render(self, name: str, **context: Any) -> str:
         return self.env.get_template(name).render(**context)

@@ -28,6 +28,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def foreign_addresses(n: int) -> tuple[str, ...]:
+    """Documentation addresses (RFC 5737) that are not this machine's; nothing is ever sent to them."""
+    from launcher.command import is_local
+
+    candidates = [f"{net}.{i}" for net in ("203.0.113", "198.51.100", "192.0.2") for i in range(10, 20)]
+    return tuple([a for a in candidates if not is_local(a)][:n])
+
+
 def write_plan(tmp_path: Path, plan: Plan, name: str = "plan.json") -> Path:
     path = tmp_path / name
     dump(plan, path)

@@ -1,0 +1,106 @@
+"""plan.json, the launcher's input, built with the launcher's own spec classes (launcher/spec.py owns the format).
+
+The entrypoint is the training script with every argument written out (`{run_dir}` is the launcher's run
+directory, where it writes the plan's `files`); the environment is the same NCCL and framework variables the
+scripts export. The launcher never imports the renderer; the renderer imports only `launcher.spec`.
+"""
+
+from __future__ import annotations
+
+import json
+
+from launcher import spec
+
+from app.render import launch
+from app.render.facts import Facts
+from app.render.flags import argv
+from app.render.megatron_args import sections
+from app.render.words import Word
+
+RUN_DIR = "{run_dir}"
+# Scripts for a human at a cluster; the launcher builds its own commands from the plan.
+NOT_FOR_LAUNCHER = ("plan.json",)
+
+
+def _script_path(f: Facts) -> tuple[str, str | None]:
+    """(script, working_dir): relative scripts resolve against the workdir when one is given."""
+    workdir, script = f.options.workdir, f.entrypoint
+    if workdir and not script.startswith("/"):
+        script = f"{workdir}/{script}"
+    return script, workdir
+
+
+def entrypoint_args(f: Facts) -> tuple[str, ...]:
+    config: Word = f"{RUN_DIR}/ds_config.json"
+    if f.framework == "deepspeed":
+        words = [w for name, values in launch.trainer_flags(f, config) for w in (name, *values)]
+    else:
+        words = list(argv(sections(f)))
+        if f.framework == "megatron-deepspeed":
+            words += ["--deepspeed_config", config]
+    return tuple(str(w) for w in words)
+
+
+def _files(f: Facts, files: dict[str, str]) -> dict[str, str]:
+    _hosts, known = launch.hostfile_hosts(f)
+    skip = (*NOT_FOR_LAUNCHER, *(() if known else ("hostfile",)))  # placeholders would mislead the launcher
+    return {name: text for name, text in files.items() if name not in skip}
+
+
+def _prediction(f: Facts) -> spec.Prediction:
+    est = f.plan.estimate
+    return spec.Prediction(
+        tokens_per_s=est.time.tokens_per_s, step_s=est.time.step_s,
+        peak_memory_bytes=tuple(s.total_bytes for s in est.memory.stages),
+    )
+
+
+def _model(f: Facts) -> spec.Model:
+    m = f.model
+    position = m.position_embedding_type if m.position_embedding_type in ("rope", "learned_absolute") else "rope"
+    return spec.Model(
+        num_layers=m.num_layers, hidden_size=m.hidden_size, num_attention_heads=m.num_attention_heads,
+        vocab_size=m.vocab_size, seq_length=m.seq_length, name=m.name, num_query_groups=m.num_query_groups,
+        ffn_hidden_size=m.ffn_hidden_size, swiglu=m.swiglu, normalization=m.normalization,
+        position_embedding_type=position, untie_embeddings_and_output_weights=m.untie_embeddings_and_output_weights,
+    )
+
+
+def _hardware(f: Facts) -> spec.Hardware:
+    c, gpu = f.cluster, f.cluster.gpu
+    return spec.Hardware(
+        name=gpu.name, memory_bytes=gpu.memory_bytes, bf16_TFLOPs=gpu.bf16_TFLOPs, fp16_TFLOPs=gpu.fp16_TFLOPs,
+        intra_node_GBps=c.intra_bw / 1e9, inter_node_GBps=c.inter_bw / 1e9, host_to_device_GBps=c.h2d_bw / 1e9,
+        cpu_adam_params_per_s=c.cpu_adam_params_per_s,
+    )
+
+
+def build_plan(f: Facts, files: dict[str, str]) -> spec.Plan:
+    o, par = f.options, f.par
+    script, workdir = _script_path(f)
+    return spec.Plan(
+        job=spec.Job(name=f.job_name, backend="torchrun", max_restarts=o.max_restarts),
+        world=spec.World(num_nodes=f.num_nodes, gpus_per_node=f.gpus_per_node, hosts=f.hosts,
+                         master_addr=f.master_addr or "127.0.0.1", master_port=o.master_port),
+        parallel=spec.Parallel(dp=par.dp, global_batch_size=f.global_batch_size, tp=par.tp, pp=par.pp, vpp=par.vpp,
+                               cp=par.cp, ep=par.ep, zero_stage=par.zero_stage, micro_batch_size=f.micro_batch_size,
+                               gradient_accumulation_steps=f.grad_accum_steps),
+        entrypoint=spec.Entrypoint(script=script, args=entrypoint_args(f), working_dir=workdir,
+                                   python=None if o.python == "python" else o.python),
+        env=f.env_map,
+        files=_files(f, files),
+        model=_model(f),
+        prediction=_prediction(f),
+        hardware=_hardware(f),
+        meta={"summary": f.summary, "framework": f.framework, "planner_version": _planner_version()},
+    )
+
+
+def _planner_version() -> str:
+    from app.planner import __version__
+
+    return __version__
+
+
+def plan_json(f: Facts, files: dict[str, str]) -> str:
+    return json.dumps(build_plan(f, files).to_dict(), indent=2) + "\n"

@@ -1,0 +1,164 @@
+"""`render(result, rank, options) -> Artifacts`: one plan becomes every file a cluster admin needs.
+
+Python derives every value once (`facts.derive`) and builds the commands and sections as data; the Jinja
+templates under templates/ only lay them out (StrictUndefined, `tojson` for JSON and YAML values, `sh` for
+shell words, `comment` for free text in comments).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.planner.results import PlanResult
+from app.render import launch
+from app.render.deepspeed_config import ds_config
+from app.render.facts import Facts, derive
+from app.render.flags import Section
+from app.render.megatron_args import sections
+from app.render.options import RenderOptions
+from app.render.plan_json import plan_json
+from app.render.words import Word, flat, shell_line, shell_word
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+ARTIFACT_NAMES = (
+    "ds_config.json", "megatron_args.txt", "train.sh", "nccl_env.sh", "torchrun.sh", "hostfile", "deepspeed.sh",
+    "sbatch.sh", "pytorchjob.yaml", "plan.json",
+)
+# Files each rank reads at run time (shipped in the PyTorchJob's ConfigMap).
+WORKER_FILES = ("ds_config.json", "megatron_args.txt", "train.sh", "nccl_env.sh")
+ARGS_FILE_WORD = re.compile(r"^[^\s'\"\\#][^\s'\"\\]*$")
+CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+class Artifacts(BaseModel):
+    """The rendered files of one plan, in ARTIFACT_NAMES order, and what the renderer decided for you."""
+
+    model_config = ConfigDict(frozen=True)
+
+    files: dict[str, str] = Field(description="File name -> text, only the files that apply to the framework.")
+    notes: list[str] = Field(default_factory=list, description="Choices made or limits met while rendering.")
+
+
+def comment(text: object) -> str:
+    """Free text inside a one-line comment: control characters (newlines above all) become spaces."""
+    return CONTROL.sub(" ", str(text))
+
+
+def environment() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined, autoescape=False,
+        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+    )
+    env.filters["sh"] = shell_word
+    env.filters["shline"] = shell_line
+    env.filters["comment"] = comment
+    env.policies["json.dumps_kwargs"] = {"sort_keys": False}
+    return env
+
+
+ENV = environment()
+
+
+def _template(name: str, **values: Any) -> str:
+    return ENV.get_template(f"{name}.j2").render(m=ENV.get_template("_macros.j2").module, **values)
+
+
+def _check_args_file(secs: list[Section]) -> None:
+    for sec in secs:
+        for fl in sec.flags:
+            for word in fl.words:
+                if not ARGS_FILE_WORD.fullmatch(word):
+                    raise ValueError(f"{fl.name}: {word!r} cannot be written to megatron_args.txt unquoted")
+
+
+def _megatron_files(f: Facts) -> dict[str, str]:
+    secs = sections(f)
+    _check_args_file(secs)
+    tail: list[Word] = []
+    if f.framework == "megatron-deepspeed":
+        tail = ["--deepspeed_config", launch.in_dir(launch.HERE, "ds_config.json")]
+    return {"megatron_args.txt": _template("megatron_args.txt", f=f, sections=secs),
+            "train.sh": _template("train.sh", f=f, tail=tail)}
+
+
+def _deepspeed_files(f: Facts) -> dict[str, str]:
+    ds = ds_config(f)
+    offloads = [(n, o) for n, o in (("offload_optimizer", ds.zero.offload_optimizer),
+                                    ("offload_param", ds.zero.offload_param)) if o is not None]
+    hosts, known = launch.hostfile_hosts(f)
+    return {
+        "ds_config.json": _template("ds_config.json", ds=ds, z=ds.zero, offloads=offloads),
+        "hostfile": _template("hostfile", f=f, hosts=hosts, hosts_known=known),
+        "deepspeed.sh": _template("deepspeed.sh", f=f, command=launch.deepspeed_runner(f, launch.worker(f, launch.HERE))),
+    }
+
+
+def _launch_files(f: Facts, worker_files: dict[str, str]) -> dict[str, str]:
+    here = launch.worker(f, launch.HERE)
+    par = f.par
+    world_reason = f"tp({par.tp}) * pp({par.pp}) * cp({par.cp}) * dp({par.dp})"
+    k8s = launch.torchrun_k8s(f, launch.worker(f, launch.K8S_FILES_DIR))
+    return {
+        "nccl_env.sh": worker_files["nccl_env.sh"],
+        "torchrun.sh": _template("torchrun.sh", f=f, command=launch.torchrun_node(f, here)),
+        "sbatch.sh": _template("sbatch.sh", f=f, command=launch.torchrun_slurm(f, here), world_reason=world_reason),
+        "pytorchjob.yaml": _template(
+            "pytorchjob.yaml", f=f, command=[str(w) for w in flat(k8s)], files=list(worker_files.items()),
+            files_dir=launch.K8S_FILES_DIR, configmap=f"{f.job_name}-files",
+        ),
+    }
+
+
+def notes(f: Facts) -> list[str]:
+    out: list[str] = []
+    if f.framework != "deepspeed" and f.model.embedding_layernorm:
+        out.append("model.embedding_layernorm: Megatron has no flag for a LayerNorm after the embedding; "
+                   "the rendered model has none")
+    if f.uses_example_trainer and f.par.recompute != "none":
+        out.append(f"recompute={f.par.recompute}: examples/train_gpt.py does not recompute activations; the plan's "
+                   f"memory estimate assumes a training script that does")
+    if f.num_nodes > 1 and not f.hosts:
+        out.append("cluster.hosts was not given: the hostfile lists placeholder names to replace")
+    if f.master_addr is None:
+        out.append("no head-node address (cluster.hosts or options.master_addr): the multi-node scripts read "
+                   "MASTER_ADDR from the environment, and plan.json (which must name it) is not rendered")
+    return out
+
+
+def render(result: PlanResult, rank: int = 1, options: RenderOptions | None = None) -> Artifacts:
+    """Every artifact of plan `rank` of `result` that applies to its framework, in ARTIFACT_NAMES order."""
+    f = derive(result, rank, options or RenderOptions())
+    files: dict[str, str] = {"nccl_env.sh": _template("nccl_env.sh", f=f)}
+    builders: list[Callable[[Facts], dict[str, str]]] = []
+    if f.framework != "megatron":
+        builders.append(_deepspeed_files)
+    if f.framework != "deepspeed":
+        builders.append(_megatron_files)
+    for build in builders:
+        files.update(build(f))
+    worker_files = {n: files[n] for n in WORKER_FILES if n in files}
+    files.update(_launch_files(f, worker_files))
+    if f.master_addr is not None:  # the launcher needs node 0's address on more than one node
+        files["plan.json"] = plan_json(f, files)
+    ordered = {name: files[name] for name in ARTIFACT_NAMES if name in files}
+    return Artifacts(files=ordered, notes=notes(f))
+
+
+def write_artifacts(arts: Artifacts, out_dir: str | os.PathLike[str]) -> list[Path]:
+    """Write the files into out_dir (created if needed); scripts are made executable. Returns the paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, text in arts.files.items():
+        path = out / name
+        path.write_text(text, encoding="utf-8")
+        path.chmod(0o755 if name.endswith(".sh") else 0o644)
+        paths.append(path)
+    return paths

@@ -1,0 +1,108 @@
+"""The CLI verbs: dry-run prints everything and changes nothing; bad plans are refused before anything starts."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import replace
+from pathlib import Path
+
+from conftest import foreign_addresses, run_launcher, write_plan
+from make_plan import tiny_plan
+
+from launcher.spec import Entrypoint, Parallel, World
+
+
+def test_help_lists_the_verbs() -> None:
+    done = run_launcher("--help")
+    assert done.returncode == 0
+    for verb in ("run", "dry-run", "preflight", "show", "probe", "bench"):
+        assert verb in done.stdout
+
+
+def test_dry_run_prints_every_command_and_its_environment_and_creates_nothing(tmp_path: Path) -> None:
+    a, b = foreign_addresses(2)
+    plan = tiny_plan(nodes=2, procs=2, hosts=(a, b), master_addr=a,
+                     env={"NCCL_SOCKET_IFNAME": "eth0"})
+    path = write_plan(tmp_path, plan)
+    run_dir = tmp_path / "run"
+    done = run_launcher("dry-run", str(path), "--run-dir", str(run_dir), "--", "--lr", "0.5")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert f"# node 0 on {a} (over ssh)" in out and f"# node 1 on {b} (over ssh)" in out
+    assert out.count("#   NCCL_SOCKET_IFNAME=eth0") == 2 and "#   DS_ACCELERATOR=cpu" in out
+    commands = [line for line in out.splitlines() if "torch.distributed.run" in line and line.startswith("/")]
+    assert len(commands) == 2
+    argv = shlex.split(commands[1])
+    assert argv[-2:] == ["--lr", "0.5"] and f"{run_dir}/ds_config.json" in argv
+    ssh = [shlex.split(line) for line in out.splitlines() if line.startswith("ssh ")]
+    assert len(ssh) == 2 and [argv[-2] for argv in ssh] == [a, b] and ssh[0][1] == "-tt"
+    assert "env -i" in ssh[1][-1] and "NCCL_SOCKET_IFNAME=eth0" in ssh[1][-1]
+    assert not run_dir.exists()
+
+
+def test_show_summarises(tmp_path: Path) -> None:
+    done = run_launcher("show", str(write_plan(tmp_path, tiny_plan(procs=2))))
+    assert done.returncode == 0
+    assert "1 node(s) x 2 cpu process(es) = 2" in done.stdout and "ZeRO 1" in done.stdout
+    assert "tiny-gpt: 2 layers, h 64" in done.stdout
+
+
+def refused(tmp_path: Path, text: str, *extra: str) -> str:
+    path = tmp_path / "plan.json"
+    path.write_text(text)
+    run_dir = tmp_path / "run"
+    done = run_launcher("run", str(path), "--run-dir", str(run_dir), *extra)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert not run_dir.exists()  # refused before anything starts
+    return done.stderr
+
+
+def test_malformed_plan_is_refused(tmp_path: Path) -> None:
+    assert "not valid JSON" in refused(tmp_path, '{"kind": "trainplan.plan", ')
+
+
+def test_unknown_schema_version_is_refused(tmp_path: Path) -> None:
+    doc = tiny_plan().to_dict()
+    doc["schema_version"] = 7
+    assert "schema_version 7 is not supported by this launcher" in refused(tmp_path, json.dumps(doc))
+
+
+def test_inconsistent_numbers_are_refused(tmp_path: Path) -> None:
+    doc = tiny_plan().to_dict()
+    doc["parallel"].update(dp=4, global_batch_size=8)
+    err = refused(tmp_path, json.dumps(doc))
+    assert "plan refused: world.num_nodes(1) * world.gpus_per_node(2) = 2 != parallel world size" in err
+
+
+def test_plan_inconsistent_with_the_machine_is_refused(tmp_path: Path) -> None:
+    plan = tiny_plan()
+    plan = replace(plan, world=World(gpus_per_node=1024, accelerator="cuda"),
+                   parallel=Parallel(dp=1024, global_batch_size=1024))
+    err = refused(tmp_path, json.dumps(plan.to_dict()))
+    assert "refusing to start" in err and "world.gpus_per_node(1024) but this node exposes" in err
+
+
+def test_missing_entrypoint_and_bad_node_rank_are_refused(tmp_path: Path) -> None:
+    plan = replace(tiny_plan(), entrypoint=Entrypoint(script="no_such_train.py"))
+    err = refused(tmp_path, json.dumps(plan.to_dict()))
+    assert "entrypoint.script" in err and "no_such_train.py does not exist" in err
+    assert "--node-rank 5 is out of range for world.num_nodes(1)" in refused(
+        tmp_path, json.dumps(tiny_plan().to_dict()), "--node-rank", "5")
+
+
+def test_busy_rendezvous_port_is_refused(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        plan = tiny_plan(backend="deepspeed", master_port=port)
+        err = refused(tmp_path, json.dumps(plan.to_dict()))
+    assert f"world.master_port {port} is in use" in err
+
+
+def test_extra_arguments_only_for_verbs_that_run_the_script(tmp_path: Path) -> None:
+    done = run_launcher("show", str(write_plan(tmp_path, tiny_plan())), "--", "--lr", "1")
+    assert done.returncode == 2 and "only for run, dry-run and bench" in done.stderr

@@ -1,0 +1,70 @@
+"""The launcher process imports nothing from app/ and no torch (torch lives in the processes it starts)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT, launcher_env, write_plan
+from make_plan import tiny_plan
+
+LAUNCHER = ROOT / "launcher"
+HEAVY = ("torch", "deepspeed", "numpy", "app", "pydantic", "fastapi")
+
+
+def launcher_process_modules() -> list[Path]:
+    return [p for p in LAUNCHER.rglob("*.py") if "workers" not in p.parts]
+
+
+def test_no_module_of_the_launcher_process_imports_heavy_packages() -> None:
+    for path in launcher_process_modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for name in names:
+                assert name.split(".")[0] not in HEAVY, f"{path.relative_to(ROOT)} imports {name}"
+
+
+def test_running_the_verbs_loads_no_torch_and_nothing_from_app(tmp_path: Path) -> None:
+    plan = write_plan(tmp_path, tiny_plan())
+    code = f"""
+import sys, io, contextlib, importlib, pkgutil
+import launcher
+for mod in pkgutil.walk_packages(launcher.__path__, "launcher."):
+    if ".workers" not in mod.name and mod.name != "launcher.__main__":
+        importlib.import_module(mod.name)
+from launcher.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    assert main(["dry-run", {str(plan)!r}]) == 0
+    assert main(["show", {str(plan)!r}]) == 0
+    try:
+        main(["--help"])
+    except SystemExit:
+        pass
+bad = sorted(m for m in sys.modules if m.split(".")[0] in {HEAVY!r})
+assert not bad, bad
+print("clean", len(sys.modules))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=launcher_env(),
+                          cwd=ROOT, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("clean")
+
+
+def test_main_module_help_starts_without_heavy_imports() -> None:
+    code = (
+        "import runpy, sys\n"
+        "sys.argv = ['launcher', '--help']\n"
+        "try:\n"
+        "    runpy.run_module('launcher', run_name='__main__')\n"
+        "except SystemExit as e:\n"
+        "    assert e.code == 0\n"
+        "assert 'torch' not in sys.modules and 'app' not in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=launcher_env(),
+                          cwd=ROOT, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "run" in done.stdout and "preflight" in done.stdout and "probe" in done.stdout

@@ -1,0 +1,53 @@
+"""/proc helpers on real processes: the tree, workers by RANK, exit statuses of zombies."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from launcher import procs
+
+SLEEPER = "import time; time.sleep(30)"
+
+
+def test_workers_are_the_topmost_descendants_with_rank() -> None:
+    # parent (no RANK) -> worker (RANK=3) -> its child (inherits RANK=3, not a worker)
+    code = ("import os, subprocess, sys, time\n"
+            f"c = subprocess.Popen([sys.executable, '-c', {SLEEPER!r}])\n"
+            "time.sleep(30)\n")
+    parent = subprocess.Popen([sys.executable, "-c",
+                               f"import os, subprocess, sys, time\n"
+                               f"subprocess.Popen([sys.executable, '-c', {code!r}], "
+                               f"env={{**os.environ, 'RANK': '3', 'LOCAL_RANK': '1'}})\n"
+                               f"time.sleep(30)\n"])
+    try:
+        deadline = time.monotonic() + 10
+        while len(procs.descendants(parent.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(procs.descendants(parent.pid)) == 2
+        workers = procs.find_workers(parent.pid)
+        assert [(w.rank, w.local_rank) for w in workers] == [(3, 1)]
+        assert procs.parent_of(workers[0].pid) == parent.pid
+    finally:
+        for pid in reversed([parent.pid, *procs.descendants(parent.pid)]):
+            os.kill(pid, signal.SIGKILL)
+        parent.wait()
+
+
+def test_zombie_status_and_descriptions() -> None:
+    child = subprocess.Popen([sys.executable, "-c", SLEEPER])
+    assert procs.zombie_status(child.pid) is None  # running
+    os.kill(child.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while procs.zombie_status(child.pid) is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    status = procs.zombie_status(child.pid)  # not reaped yet: the kernel keeps the wait status
+    assert status is not None and procs.describe_status(status) == "killed by signal 9 (SIGKILL)"
+    child.wait()
+    assert procs.zombie_status(child.pid) is None  # reaped: gone
+    assert procs.describe_returncode(3) == "exited with code 3"
+    assert procs.describe_returncode(-15) == "killed by signal 15 (SIGTERM)"
+    assert procs.describe_status(None).startswith("exited (status already collected")
