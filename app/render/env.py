@@ -66,7 +66,8 @@ def worker_env(plan: Plan, training: TrainingSpec) -> tuple[EnvVar, ...]:
     """What the training framework itself requires of every rank's environment."""
     par = plan.parallel
     if training.framework != "deepspeed" and (par.tp > 1 or par.cp > 1):
-        reason = (f"tp({par.tp}) or cp({par.cp}) > 1: Megatron orders its TP/CP communication on one CUDA "
-                  f"connection and asserts this before Blackwell")
+        sizes = " and ".join(f"{name}({n})" for name, n in (("tp", par.tp), ("cp", par.cp)) if n > 1)
+        reason = (f"{sizes} > 1: Megatron needs one CUDA connection so that its TP/CP communication is scheduled "
+                  f"in issue order (asserted before Blackwell)")
         return (EnvVar("CUDA_DEVICE_MAX_CONNECTIONS", "1", reason),)
     return ()

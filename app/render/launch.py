@@ -41,10 +41,11 @@ def trainer_flags(f: Facts, config_path: Word) -> list[tuple[str, tuple[Word, ..
     """Arguments of the DeepSpeed training script (examples/train_gpt.py's Megatron-style names)."""
     o = f.options
     model = [fl for fl in model_flags(f) if fl.name in TRAINER_MODEL_FLAGS]
-    flags: list[Flag] = [*model, flag("--vocab-size", f.model.vocab_size),
-                         flag("--micro-batch-size", f.micro_batch_size), flag("--global-batch-size", f.global_batch_size),
-                         flag("--train-iters", o.train_iters), flag("--lr", o.lr), flag("--weight-decay", o.weight_decay),
-                         flag("--seed", o.seed), flag("--log-interval", o.log_interval)]
+    flags: list[Flag] = [
+        *model, flag("--vocab-size", f.model.vocab_size), flag("--micro-batch-size", f.micro_batch_size),
+        flag("--global-batch-size", f.global_batch_size), flag("--train-iters", o.train_iters), flag("--lr", o.lr),
+        flag("--weight-decay", o.weight_decay), flag("--seed", o.seed), flag("--log-interval", o.log_interval),
+    ]
     if o.checkpoint_dir:
         flags += [flag("--save", o.checkpoint_dir), flag("--load", o.checkpoint_dir),
                   flag("--save-interval", o.save_interval)]

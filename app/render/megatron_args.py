@@ -62,8 +62,9 @@ def precision_flags(f: Facts) -> list[Flag]:
         out = [flag("--fp16")]
         if f.framework == "megatron":  # under DeepSpeed the ds_config fp16 block scales the loss
             ls = LossScale()
-            out += [flag("--initial-loss-scale", 2**ls.initial_scale_power), flag("--min-loss-scale", ls.min_loss_scale),
-                    flag("--loss-scale-window", ls.loss_scale_window), flag("--hysteresis", ls.hysteresis)]
+            out += [flag("--initial-loss-scale", 2**ls.initial_scale_power),
+                    flag("--min-loss-scale", ls.min_loss_scale), flag("--loss-scale-window", ls.loss_scale_window),
+                    flag("--hysteresis", ls.hysteresis)]
         return out
     out = [flag("--bf16")]
     if precision == "fp8":

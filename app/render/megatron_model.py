@@ -6,6 +6,11 @@ from app.render.facts import Facts
 from app.render.flags import Flag, flag
 
 
+def mds(f: Facts) -> bool:
+    """Megatron-DeepSpeed's dialect; Megatron-LM's names serve Megatron-LM and the DeepSpeed trainer."""
+    return f.framework == "megatron-deepspeed"
+
+
 def _check_supported(f: Facts) -> None:
     m = f.model
     if m.position_embedding_type == "alibi":
@@ -14,26 +19,30 @@ def _check_supported(f: Facts) -> None:
     if m.is_moe and f.framework != "megatron":
         raise ValueError(f"model.num_experts: mixture-of-experts models are rendered for Megatron-LM only "
                          f"(framework {f.framework})")
+    if f.uses_example_trainer and m.position_embedding_type not in ("rope", "learned_absolute"):
+        raise ValueError(f"model.position_embedding_type: examples/train_gpt.py supports rope and learned_absolute, "
+                         f"not {m.position_embedding_type}")
     if m.multi_latent_attention and f.framework != "megatron":
-        raise ValueError(f"model.multi_latent_attention: MLA is rendered for Megatron-LM only (framework {f.framework})")
+        raise ValueError(f"model.multi_latent_attention: MLA is rendered for Megatron-LM only "
+                         f"(framework {f.framework})")
 
 
 def _attention(f: Facts) -> list[Flag]:
     """Grouped-query attention and head size, or DeepSeek's multi-latent attention (Megatron-LM only)."""
     m = f.model
+    out: list[Flag] = []
     if m.multi_latent_attention:
-        out = [flag("--multi-latent-attention")]
+        out.append(flag("--multi-latent-attention"))
         if m.q_lora_rank is not None:
             out.append(flag("--q-lora-rank", m.q_lora_rank))
-        return out + [flag("--kv-lora-rank", m.kv_lora_rank), flag("--qk-head-dim", m.qk_head_dim),
-                      flag("--qk-pos-emb-head-dim", m.qk_pos_emb_head_dim), flag("--v-head-dim", m.v_head_dim)]
-    out = []
+        return [*out, flag("--kv-lora-rank", m.kv_lora_rank), flag("--qk-head-dim", m.qk_head_dim),
+                flag("--qk-pos-emb-head-dim", m.qk_pos_emb_head_dim), flag("--v-head-dim", m.v_head_dim)]
     groups = m.num_query_groups or m.num_attention_heads
     if groups != m.num_attention_heads:
-        if f.framework == "megatron":
-            out += [flag("--group-query-attention"), flag("--num-query-groups", groups)]
-        else:
+        if mds(f):
             out.append(flag("--num-key-value-heads", groups))
+        else:
+            out += [flag("--group-query-attention"), flag("--num-query-groups", groups)]
     if m.kv_channels and m.kv_channels * m.num_attention_heads != m.hidden_size:
         out.append(flag("--kv-channels", m.kv_channels))
     return out
@@ -52,7 +61,7 @@ def _shape(f: Facts) -> list[Flag]:
 
 def _positions(f: Facts) -> list[Flag]:
     kind = f.model.position_embedding_type
-    if f.framework == "megatron":
+    if not mds(f):
         return [flag("--position-embedding-type", kind)]
     if kind == "rope":
         return [flag("--use-rotary-position-embeddings"), flag("--no-position-embedding")]
@@ -60,7 +69,7 @@ def _positions(f: Facts) -> list[Flag]:
 
 
 def _layers(f: Facts) -> list[Flag]:
-    m, megatron = f.model, f.framework == "megatron"
+    m, megatron = f.model, not mds(f)
     norm = m.normalization if megatron else m.normalization.lower()
     out = [flag("--normalization", norm)]
     if m.swiglu:

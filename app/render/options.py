@@ -170,7 +170,8 @@ class RenderOptions(BaseModel):
         if self.tokenizer_type in ("HuggingFaceTokenizer", "GPTSentencePieceTokenizer") and not self.tokenizer_model:
             raise ValueError(f"tokenizer_type {self.tokenizer_type} needs tokenizer_model")
         if self.data_path and self.tokenizer_type in (None, "NullTokenizer"):
-            raise ValueError("data_path needs the dataset's tokenizer_type (and its tokenizer_model or vocab/merge files)")
+            raise ValueError("data_path needs the dataset's tokenizer_type (and its tokenizer_model or vocab and "
+                             "merge files)")
         return self
 
     @property
@@ -179,4 +180,4 @@ class RenderOptions(BaseModel):
 
     @property
     def final_lr(self) -> float:
-        return self.min_lr if self.min_lr is not None else self.lr / 10
+        return self.min_lr if self.min_lr is not None else float(f"{self.lr / 10:.6g}")

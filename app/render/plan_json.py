@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 
-from launcher import spec
-
 from app.render import launch
 from app.render.facts import Facts
 from app.render.flags import argv
 from app.render.megatron_args import sections
 from app.render.words import Word
+from launcher import spec
 
 RUN_DIR = "{run_dir}"
 # Scripts for a human at a cluster; the launcher builds its own commands from the plan.

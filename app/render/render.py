@@ -93,10 +93,11 @@ def _deepspeed_files(f: Facts) -> dict[str, str]:
     offloads = [(n, o) for n, o in (("offload_optimizer", ds.zero.offload_optimizer),
                                     ("offload_param", ds.zero.offload_param)) if o is not None]
     hosts, known = launch.hostfile_hosts(f)
+    runner = launch.deepspeed_runner(f, launch.worker(f, launch.HERE))
     return {
         "ds_config.json": _template("ds_config.json", ds=ds, z=ds.zero, offloads=offloads),
         "hostfile": _template("hostfile", f=f, hosts=hosts, hosts_known=known),
-        "deepspeed.sh": _template("deepspeed.sh", f=f, command=launch.deepspeed_runner(f, launch.worker(f, launch.HERE))),
+        "deepspeed.sh": _template("deepspeed.sh", f=f, command=runner),
     }
 
 
@@ -124,7 +125,7 @@ def notes(f: Facts) -> list[str]:
     if f.uses_example_trainer and f.par.recompute != "none":
         out.append(f"recompute={f.par.recompute}: examples/train_gpt.py does not recompute activations; the plan's "
                    f"memory estimate assumes a training script that does")
-    if f.num_nodes > 1 and not f.hosts:
+    if f.num_nodes > 1 and not f.hosts and f.framework != "megatron":
         out.append("cluster.hosts was not given: the hostfile lists placeholder names to replace")
     if f.master_addr is None:
         out.append("no head-node address (cluster.hosts or options.master_addr): the multi-node scripts read "
