@@ -18,15 +18,15 @@ from app.planner import __version__
 from app.planner.errors import FieldError
 from app.settings import Settings
 from app.store import PlanStore
-from app.web import router as web_router
+from app.web.routes import router as web_router
 from app.web.templates import WebTemplates
 
 log = logging.getLogger("trainplan")
 
-DESCRIPTION = """Plans parallel training of large transformers: `POST /plans` searches tensor/pipeline/data/context/expert
-parallelism, ZeRO or the distributed optimizer, offload, recomputation and micro-batch size for a model on a cluster,
-stores the ranked result and renders the chosen plan's DeepSpeed JSON, Megatron-LM arguments, NCCL exports and launch
-scripts. The web form for people is at `/`."""
+DESCRIPTION = """Plans parallel training of large transformers: `POST /plans` searches tensor, pipeline, data, context
+and expert parallelism, ZeRO or the distributed optimizer, offload, recomputation and micro-batch size for a model on
+a cluster, stores the ranked result and renders the chosen plan's DeepSpeed JSON, Megatron-LM arguments, NCCL exports
+and launch scripts. The web form for people is at `/`."""
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

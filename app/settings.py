@@ -51,7 +51,8 @@ class Settings(BaseModel):
     host: str = Field("127.0.0.1", description="Address `trainplan serve` binds to (0.0.0.0 in containers).")
     port: int = Field(8000, ge=1, le=65535, description="TCP port of `trainplan serve`.")
     workers: int = Field(1, ge=1, le=64, description="uvicorn worker processes (planning is CPU-bound: ~1 per core).")
-    log_level: str = Field("info", pattern="^(critical|error|warning|info|debug|trace)$", description="uvicorn log level.")
+    log_level: str = Field("info", pattern="^(critical|error|warning|info|debug|trace)$",
+                           description="uvicorn log level.")
     max_body_bytes: int = Field(
         1024 * KiB, ge=1024, description="Largest request body accepted (413 above it), uploads included."
     )

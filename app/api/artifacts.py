@@ -29,13 +29,13 @@ def renderer_version() -> str:
     return str(getattr(renderer, "__version__", ""))
 
 
-def render_files(result: PlanResult, rank: int) -> Rendered:
+def render_files(result: PlanResult, rank: int, options: renderer.RenderOptions | None) -> Rendered:
     """Render one ranked plan. A plan the renderer declines (ValueError) is stored without files, with a notice."""
     try:
-        artifacts = renderer.render(result, rank=rank)
+        artifacts = renderer.render(result, rank=rank, options=options)
     except ValueError as exc:
-        return Rendered({}, renderer_version(), [f"rank {rank}: no artifacts rendered: {exc}"])
-    return Rendered(dict(artifacts.files), renderer_version())
+        return Rendered({}, renderer_version(), [f"rank {rank}: no files rendered: {exc}"])
+    return Rendered(dict(artifacts.files), renderer_version(), [f"files: {note}" for note in artifacts.notes])
 
 
 def media_type(name: str) -> str:

@@ -20,7 +20,8 @@ router = APIRouter()
 
 @router.post("/estimate", response_model=Estimate, tags=["plans"], summary="Evaluate one fixed parallel layout",
              responses={422: {"model": ErrorBody}, 413: {"model": ErrorBody}},
-             openapi_extra=request_body(EstimateRequest, {"fixed": {"summary": "TP4 PP4 DP16", "value": EXAMPLE_ESTIMATE}}))
+             openapi_extra=request_body(EstimateRequest, {"fixed": {"summary": "TP4 PP4 DP16",
+                                                                    "value": EXAMPLE_ESTIMATE}}))
 def post_estimate(body: JsonObject) -> Estimate:
     """Memory per pipeline stage and step time of the layout in `parallel`; `feasible` and `reasons` say
     whether it fits. Nothing is stored."""

@@ -11,6 +11,7 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
 from app.planner import EstimateRequest, PlanRequest
+from app.render import RenderOptions
 
 REF = "#/components/schemas/{model}"
 
@@ -59,6 +60,12 @@ def _request_schemas() -> dict[str, Any]:
         schemas.update(schema.pop("$defs", {}))
         schema["properties"]["model"] = {"anyOf": [*_MODEL_SHORTHANDS, {"$ref": REF.format(model="ModelSpec")}]}
         schemas[model.__name__] = schema
+    render = RenderOptions.model_json_schema(ref_template=REF)
+    schemas.update(render.pop("$defs", {}))
+    schemas["RenderOptions"] = render
+    schemas["PlanRequest"]["properties"]["render"] = {
+        "$ref": REF.format(model="RenderOptions"),
+        "description": "Optional: how the plan's files are written (job name, paths, data, launch settings)."}
     gpu = schemas["ClusterSpec"]["properties"]["gpu"]
     schemas["ClusterSpec"]["properties"]["gpu"] = {"anyOf": [*_GPU_SHORTHANDS, {"$ref": gpu["$ref"]}],
                                                    "description": gpu.get("description", "")}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response, status
 
@@ -20,7 +20,11 @@ router = APIRouter(prefix="/plans", tags=["plans"])
 PlanId = Annotated[str, Path(pattern=r"^[0-9a-f]{16}$", description="A stored plan's id.")]
 Rank = Annotated[int, Query(ge=1, le=1000, description="Which ranked plan (1 = the chosen one).")]
 ArtifactName = Annotated[str, Path(description="One of: " + ", ".join(arts.ARTIFACT_NAMES))]
-ERRORS = {404: {"model": ErrorBody}, 422: {"model": ErrorBody}}
+ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorBody}, 422: {"model": ErrorBody}}
+CREATE_ERRORS: dict[int | str, dict[str, Any]] = {**ERRORS, 413: {"model": ErrorBody}}
+FILE_TYPES: dict[int | str, dict[str, Any]] = {
+    **ERRORS, 200: {"content": {"text/plain": {}, "application/json": {}, "application/yaml": {}}}}
+ZIP_TYPE: dict[int | str, dict[str, Any]] = {**ERRORS, 200: {"content": {"application/zip": {}}}}
 
 
 def artifact_url(plan_id: str, name: str, rank: int) -> str:
@@ -47,7 +51,7 @@ def stored_plan(record: PlanRecord, files: list[str]) -> StoredPlan:
     )
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=StoredPlan, responses=ERRORS | {413: {"model": ErrorBody}},
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=StoredPlan, responses=CREATE_ERRORS,
              openapi_extra=request_body(PlanRequest, EXAMPLES), summary="Search plans for a request and store them")
 def post_plan(body: JsonObject, store: StoreDep, settings: SettingsDep, cache: CacheDep,
               request: Request, response: Response) -> StoredPlan:
@@ -62,10 +66,10 @@ def post_plan(body: JsonObject, store: StoreDep, settings: SettingsDep, cache: C
 
 @router.get("", response_model=PlanPage, responses=ERRORS, summary="Stored plans, newest first")
 def list_plans(store: StoreDep, settings: SettingsDep,
-               limit: Annotated[int | None, Query(ge=1, description="Page size (default and maximum: settings).")] = None,
+               limit: Annotated[int | None, Query(ge=1, description="Page size (default, maximum: settings).")] = None,
                offset: Annotated[int, Query(ge=0, description="Items to skip.")] = 0) -> PlanPage:
     size = min(limit or settings.default_page_size, settings.max_page_size)
-    rows, total = store.list(size, offset)
+    rows, total = store.page(size, offset)
     items = [PlanSummary(**vars(r), url=f"/plans/{r.id}") for r in rows]
     nxt = f"/plans?limit={size}&offset={offset + size}" if offset + size < total else None
     return PlanPage(items=items, total=total, limit=size, offset=offset, next=nxt)
@@ -85,7 +89,7 @@ def delete_plan(plan_id: PlanId, store: StoreDep) -> None:
 
 
 @router.get("/{plan_id}/artifacts/{name}", response_class=Response, summary="One rendered file",
-            responses=ERRORS | {200: {"content": {"text/plain": {}, "application/json": {}, "application/yaml": {}}}})
+            responses=FILE_TYPES)
 def get_artifact(plan_id: PlanId, name: ArtifactName, store: StoreDep, rank: Rank = 1) -> Response:
     """A file of the chosen plan (or of `rank`), as rendered the first time it was asked for and kept since."""
     if name not in arts.ARTIFACT_NAMES:
@@ -100,7 +104,7 @@ def get_artifact(plan_id: PlanId, name: ArtifactName, store: StoreDep, rank: Ran
 
 
 @router.get("/{plan_id}/bundle.zip", response_class=Response, summary="All files of one ranked plan as a zip",
-            responses=ERRORS | {200: {"content": {"application/zip": {}}}})
+            responses=ZIP_TYPE)
 def get_bundle(plan_id: PlanId, store: StoreDep, rank: Rank = 1) -> Response:
     record = get_plan(store, plan_id)
     files = plan_artifacts(store, record, rank)

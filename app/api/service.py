@@ -20,6 +20,7 @@ from app.api.artifacts import render_files
 from app.planner import EstimateRequest, PlanRequest, __version__, estimate, plan
 from app.planner.errors import FieldError, field_errors
 from app.planner.results import Estimate, PlanResult
+from app.render import RenderOptions
 from app.settings import Settings
 from app.store import PlanRecord, PlanStore
 
@@ -48,11 +49,32 @@ def value_errors(exc: ValueError) -> list[FieldError]:
     return [FieldError(match.group(1) if match else "", message)]
 
 
-def parse_plan_request(data: Mapping[str, Any]) -> PlanRequest:
+def parse_render_options(data: Mapping[str, Any]) -> RenderOptions | None:
+    """The request's optional "render" object: how the files are written (job name, paths, launch settings)."""
+    options = data.get("render")
+    if options is None:
+        return None
     try:
-        return PlanRequest.model_validate(dict(data))
+        return RenderOptions.model_validate(options)
     except ValidationError as exc:
-        raise InputError(field_errors(exc)) from None
+        raise InputError(field_errors(exc, prefix="render")) from None
+
+
+def parse_plan_request(data: Mapping[str, Any]) -> tuple[PlanRequest, RenderOptions | None]:
+    """A plan request (model, cluster, training) and its render options; every bad field at once."""
+    errors: list[FieldError] = []
+    options = None
+    try:
+        options = parse_render_options(data)
+    except InputError as exc:
+        errors += exc.errors
+    try:
+        request = PlanRequest.model_validate({k: v for k, v in data.items() if k != "render"})
+    except ValidationError as exc:
+        raise InputError(field_errors(exc) + errors) from None
+    if errors:
+        raise InputError(errors)
+    return request, options
 
 
 def parse_estimate_request(data: Mapping[str, Any]) -> EstimateRequest:
@@ -126,14 +148,15 @@ def search(request: PlanRequest, raw: Mapping[str, Any], settings: Settings, cac
     return SearchOutcome(result, notices, cache_hit=False)
 
 
-def create_plan(store: PlanStore, raw: Mapping[str, Any], settings: Settings, cache: PlanCache) -> tuple[PlanRecord, bool]:
+def create_plan(store: PlanStore, raw: Mapping[str, Any], settings: Settings,
+                cache: PlanCache) -> tuple[PlanRecord, bool]:
     """Parse, search, render rank 1, store. Returns the stored record and whether the search was a cache hit."""
-    request = parse_plan_request(raw)
+    request, options = parse_plan_request(raw)
     outcome = search(request, raw, settings, cache)
     notices = list(outcome.notices)
     files, renderer_version = {}, ""
     if outcome.result.plans:
-        rendered = render_files(outcome.result, rank=1)
+        rendered = render_files(outcome.result, 1, options)
         files, renderer_version = rendered.files, rendered.renderer_version
         notices += rendered.notices
     record = store.add(dict(raw), outcome.result, notices, files, renderer_version)
@@ -161,7 +184,7 @@ def plan_artifacts(store: PlanStore, record: PlanRecord, rank: int) -> dict[str,
     files = store.artifacts(record.id, rank)
     if files is not None:
         return files
-    rendered = render_files(record.result, rank=rank)
+    rendered = render_files(record.result, rank, parse_render_options(record.request))
     return store.put_artifacts(record.id, rank, rendered.files, rendered.renderer_version)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from app.planner import __version__
+from app.planner.calibration import apply_profile, constants
 from app.planner.estimate import evaluate, step_lower_bound, time_estimate
 from app.planner.explain import describe, why
 from app.planner.layout import make_layout
@@ -16,8 +17,10 @@ GiB = 2**30
 
 
 def estimate(request: EstimateRequest) -> Estimate:
-    """Evaluate one fixed parallel configuration on the cluster."""
-    return evaluate(request.model, request.cluster, request.training, request.parallel)
+    """Evaluate one fixed parallel configuration on the cluster (with its measured profile, if any)."""
+    cluster, _notes = apply_profile(request.cluster, request.training)
+    est = evaluate(request.model, cluster, request.training, request.parallel)
+    return est.model_copy(update={"constants": constants(cluster, request.training)})
 
 
 def world_sizes(cluster: ClusterSpec, training: TrainingSpec) -> list[int]:
@@ -52,7 +55,8 @@ def _rank_key(training: TrainingSpec, f: Found, t: TimeEstimate) -> tuple[float,
 
 def plan(request: PlanRequest) -> PlanResult:
     """Search every parallel layout for the request and return the ranked feasible plans."""
-    model, cluster, training = request.model, request.cluster, request.training
+    model, training = request.model, request.training
+    cluster, notes = apply_profile(request.cluster, training)
     start = time.perf_counter()
     deadline = start + training.search_time_limit_s
     state = SearchState()
@@ -61,11 +65,12 @@ def plan(request: PlanRequest) -> PlanResult:
         _search(model, cluster, training, deadline, offload=True, state=state)
     timed = _time_best(model, cluster, training, state.found)
     plans = _plans(model, cluster, training, timed[: training.max_plans], len(state.found))
-    suggestions = [] if plans else suggest(request, state)
+    suggestions = [] if plans else suggest(request.model_copy(update={"cluster": cluster}), state)
     return PlanResult(
         planner_version=__version__, model=model, cluster=cluster, training=training,
         num_parameters=model.num_parameters, num_active_parameters=model.num_active_parameters,
         plans=plans, rejected=_rejected(state), suggestions=suggestions,
+        constants=constants(cluster, training), notes=notes,
         stats=SearchStats(candidates=state.candidates, evaluated=state.evaluated, feasible=len(state.found),
                           seconds=time.perf_counter() - start, truncated=state.truncated),
     )
@@ -76,8 +81,8 @@ def _time_best(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     """Time the feasible candidates and rank them. For throughput, candidates are timed in order of a lower
     bound on their step time and the rest skipped once that bound exceeds the `max_plans`-th best step."""
     if training.objective != "throughput":
-        timed = [(f, time_estimate(model, cluster, training, f.par)) for f in found]
-        return sorted(timed, key=lambda ft: _rank_key(training, *ft))
+        every = [(f, time_estimate(model, cluster, training, f.par)) for f in found]
+        return sorted(every, key=lambda ft: _rank_key(training, *ft))
     bounded = sorted(((step_lower_bound(model, cluster, training, f.par), i, f) for i, f in enumerate(found)))
     timed: list[tuple[Found, TimeEstimate]] = []
     steps: list[float] = []

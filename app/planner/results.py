@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.planner.profile import Constant
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 
 
@@ -57,6 +58,7 @@ class Estimate(Result):
     reasons: list[str] = Field(description="Why not feasible (empty if feasible).")
     memory: MemoryEstimate
     time: TimeEstimate
+    constants: list[Constant] = Field(default_factory=list, description="Hardware numbers used and their source.")
 
 
 class Layout(Result):
@@ -104,6 +106,8 @@ class PlanResult(Result):
     plans: list[Plan]
     rejected: list[RejectedGroup]
     suggestions: list[str] = Field(default_factory=list, description="When nothing fits: what would.")
+    constants: list[Constant] = Field(default_factory=list, description="Hardware numbers used and their source.")
+    notes: list[str] = Field(default_factory=list, description="Choices made on your behalf.")
     stats: SearchStats
 
     @property

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 from app.planner import catalog
 from app.planner.gpu import GPUSpec
 from app.planner.hf_import import from_hf_config
+from app.planner.profile import ClusterProfile
 
 T = TypeVar("T")
 Precision = Literal["bf16", "fp16", "fp8"]
@@ -233,6 +234,10 @@ class ClusterSpec(Frozen):
     )
     cpu_adam_params_per_s: float = Field(
         1.0e9, gt=0, description="CPU Adam updates per second per node (DeepSpeedCPUAdam), for offload plans."
+    )
+    profile: ClusterProfile | None = Field(
+        None, description="A cluster profile from `python -m launcher probe`: measured GEMM, NCCL and copy "
+        "rates used in place of the catalogue's."
     )
 
     @field_validator("gpu", mode="before")

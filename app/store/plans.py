@@ -116,7 +116,7 @@ class PlanStore:
         with Session(self.engine) as session:
             return session.scalar(select(func.count()).where(PlanRow.id == plan_id)) == 1
 
-    def list(self, limit: int, offset: int) -> tuple[list[PlanSummaryRecord], int]:
+    def page(self, limit: int, offset: int) -> tuple[list[PlanSummaryRecord], int]:
         """A page of summaries, newest first (ties broken by id), and the total count."""
         columns = [PlanRow.id, PlanRow.created_at, PlanRow.planner_version, PlanRow.model_name,
                    PlanRow.num_parameters, PlanRow.gpu_name, PlanRow.num_gpus, PlanRow.num_plans,
@@ -125,7 +125,7 @@ class PlanStore:
         with Session(self.engine) as session:
             total = session.scalar(select(func.count()).select_from(PlanRow)) or 0
             rows = session.execute(query).all()
-        return [PlanSummaryRecord(row[0], _utc(row[1]), *row[2:]) for row in rows], total
+        return [PlanSummaryRecord(**{**row._asdict(), "created_at": _utc(row.created_at)}) for row in rows], total
 
     def delete(self, plan_id: str) -> bool:
         with Session(self.engine) as session, session.begin():
@@ -145,7 +145,8 @@ class PlanStore:
         with Session(self.engine) as session:
             return list(session.scalars(query))
 
-    def put_artifacts(self, plan_id: str, rank: int, files: dict[str, str], renderer_version: str = "") -> dict[str, str]:
+    def put_artifacts(self, plan_id: str, rank: int, files: dict[str, str],
+                      renderer_version: str = "") -> dict[str, str]:
         """Freeze a rank's files; if another request froze them first, theirs win and are returned."""
         rows = [ArtifactRow(plan_id=plan_id, rank=rank, name=n, content=c, renderer_version=renderer_version)
                 for n, c in files.items()]

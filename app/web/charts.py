@@ -111,12 +111,14 @@ def memory_chart(plan: Plan, width: float = 640, height: float = 320) -> Chart:
             h = (bottom - top) * getattr(s, attr) / GiB / vmax
             y -= h
             if h > 0:
-                chart.rects.append(Rect(x, y, bar, h, colour, f"stage {s.stage} {name}: {getattr(s, attr) / GiB:.2f} GiB"))
+                title = f"stage {s.stage} {name}: {getattr(s, attr) / GiB:.2f} GiB"
+                chart.rects.append(Rect(x, y, bar, h, colour, title))
         peak = s.stage == mem.peak_stage
         chart.rects.append(Rect(x, y, bar, bottom - y, "none", f"stage {s.stage}: {s.total_bytes / GiB:.2f} GiB, "
                                 f"{s.layers} layers", "peak" if peak else "outline", "#222222" if peak else ""))
         if bar >= 22 or peak:
-            chart.labels.append(Label(x + bar / 2, y - 4, f"{s.total_bytes / GiB:.1f}", "middle", "value" + (" strong" if peak else "")))
+            cls = "value strong" if peak else "value"
+            chart.labels.append(Label(x + bar / 2, y - 4, f"{s.total_bytes / GiB:.1f}", "middle", cls))
         if s.stage % label_every == 0:
             chart.labels.append(Label(x + bar / 2, bottom + 14, str(s.stage), "middle", "tick"))
     chart.labels.append(Label((left + right) / 2, bottom + 28, "pipeline stage", "middle", "tick"))
@@ -147,6 +149,37 @@ def _shift(t: float, cut: float, gap: float) -> float:
     return t if t <= cut else t + gap
 
 
+@dataclass(frozen=True)
+class _Frame:
+    """Where the schedule is drawn: rows of `row` px from `top`, op time -> x with a cut of `gap` at `cut`."""
+
+    left: float
+    top: float
+    row: float
+    scale: float
+    cut: float
+    gap: float
+
+    def x(self, t: float) -> float:
+        return self.left + _shift(t, self.cut, self.gap) * self.scale
+
+
+BUBBLE_FILL, CUT_FILL = "url(#pipeline-chart-bubble)", "url(#pipeline-chart-cut)"
+
+
+def _op_rects(chart: Chart, ops: list[Op], frame: _Frame, vpp: int) -> None:
+    for op in ops:
+        fill = CHUNK_COLORS[op.chunk % len(CHUNK_COLORS)][0 if op.kind == "F" else 1]
+        what = "forward" if op.kind == "F" else "backward"
+        title = f"stage {op.stage} {what} micro-batch {op.microbatch}" + (f" chunk {op.chunk}" if vpp > 1 else "")
+        spans = [(op.start, op.end)] if not (op.start < frame.cut < op.end) else [(op.start, frame.cut),
+                                                                                   (frame.cut, op.end)]
+        y = frame.top + op.stage * frame.row + 1
+        for a, z in spans:
+            x0, x1 = frame.x(a), frame.x(z)
+            chart.rects.append(Rect(x0, y, max(x1 - x0 - 0.5, 0.5), frame.row - 2, fill, title, "op"))
+
+
 def pipeline_chart(plan: Plan, width: float = 640) -> Chart:
     par, m = plan.parallel, plan.layout.num_microbatches
     b = plan.estimate.time.breakdown
@@ -158,31 +191,24 @@ def pipeline_chart(plan: Plan, width: float = 640) -> Chart:
     cut, gap = _cut(ops, elided)
     row = max(7.0, min(22.0, 300 / par.pp))
     left, right, top = 60.0, width - 12, 12.0
-    height = top + row * par.pp + 44
-    scale = (right - left) / (max(op.end for op in ops) + gap)
+    frame = _Frame(left, top, row, (right - left) / (max(op.end for op in ops) + gap), cut, gap)
+    bottom = top + row * par.pp
     desc = (f"{'Interleaved ' if par.vpp > 1 else ''}1F1B schedule, PP{par.pp}"
             f"{f' × VPP{par.vpp}' if par.vpp > 1 else ''}, {m} micro-batches"
             f"{f' ({elided} steady-state ones cut out)' if elided else ''}; estimated bubble "
             f"{100 * plan.estimate.time.bubble_fraction:.1f}% of the step.")
-    chart = Chart("pipeline-chart", "Pipeline schedule", desc, width, height)
+    chart = Chart("pipeline-chart", "Pipeline schedule", desc, width, bottom + 44)
     for s in range(par.pp):
         y = top + s * row
-        chart.rects.append(Rect(left, y + 1, right - left, row - 2, "url(#pipeline-chart-bubble)", f"stage {s}: idle = bubble", "bubble"))
+        chart.rects.append(Rect(left, y + 1, right - left, row - 2, BUBBLE_FILL, f"stage {s}: idle = bubble", "bubble"))
         if s % max(1, math.ceil(par.pp / 16)) == 0:
             chart.labels.append(Label(left - 6, y + row / 2 + 4, f"stage {s}", "end", "tick"))
-    for op in ops:
-        fill = CHUNK_COLORS[op.chunk % len(CHUNK_COLORS)][0 if op.kind == "F" else 1]
-        title = f"stage {op.stage} {'forward' if op.kind == 'F' else 'backward'} micro-batch {op.microbatch}" + (
-            f" chunk {op.chunk}" if par.vpp > 1 else "")
-        pieces = [(op.start, op.end)] if not (op.start < cut < op.end) else [(op.start, cut), (cut, op.end)]
-        for a, z in pieces:
-            x0, x1 = left + _shift(a, cut, gap) * scale, left + _shift(z, cut, gap) * scale
-            chart.rects.append(Rect(x0, top + op.stage * row + 1, max(x1 - x0 - 0.5, 0.5), row - 2, fill, title, "op"))
+    _op_rects(chart, ops, frame, par.vpp)
     if elided:
-        x = left + cut * scale
-        chart.rects.append(Rect(x, top - 2, gap * scale, row * par.pp + 4, "url(#pipeline-chart-cut)", f"{elided} micro-batches not drawn", "cut"))
-        chart.labels.append(Label(x + gap * scale / 2, top + row * par.pp + 14, f"+{elided} micro-batches", "middle", "tick"))
-    chart.labels.append(Label(left, top + row * par.pp + 32, "time →", "start", "tick"))
+        x, w = frame.x(cut), gap * frame.scale
+        chart.rects.append(Rect(x, top - 2, w, bottom - top + 4, CUT_FILL, f"{elided} micro-batches not drawn", "cut"))
+        chart.labels.append(Label(x + w / 2, bottom + 14, f"+{elided} micro-batches", "middle", "tick"))
+    chart.labels.append(Label(left, bottom + 32, "time →", "start", "tick"))
     chart.legend.extend([(CHUNK_COLORS[0][0], "forward"), (CHUNK_COLORS[0][1], "backward")]
                         + ([(CHUNK_COLORS[1][1], "2nd model chunk")] if par.vpp > 1 else [])
                         + [("#d9d9d9", "idle (bubble)")])
@@ -193,8 +219,9 @@ def step_chart(plans: list[Plan], selected: int, width: float = 640) -> Chart:
     row, left, right, top = 24.0, 44.0, width - 70, 8.0
     height = top + row * len(plans) + 30
     vmax = max(p.estimate.time.step_s for p in plans) or 1.0
-    chart = Chart("step-chart", "Step time by cause", f"Seconds per optimizer step of the {len(plans)} ranked "
-                  "plans, split into compute, recomputation, exposed communication, bubble and optimizer.", width, height)
+    desc = (f"Seconds per optimizer step of the {len(plans)} ranked plans, split into compute, recomputation, "
+            "exposed communication, bubble and optimizer.")
+    chart = Chart("step-chart", "Step time by cause", desc, width, height)
     used: dict[str, tuple[str, str]] = {}
     for i, p in enumerate(plans):
         y, x = top + i * row, left

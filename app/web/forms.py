@@ -89,9 +89,10 @@ def spec_field(model: type[BaseModel], name: str, prefix: str, **overrides: Any)
     kind, options = _kind(inner, optional)
     attrs: dict[str, str] = {}
     for meta in info.metadata:
-        for cls, attr in ((Ge, "min"), (Gt, "min"), (Le, "max"), (Lt, "max")):
-            if isinstance(meta, cls):
-                attrs[attr] = str(next(iter(vars(meta).values())))
+        if isinstance(meta, (Ge, Gt)):
+            attrs["min"] = str(meta.ge if isinstance(meta, Ge) else meta.gt)
+        elif isinstance(meta, (Le, Lt)):
+            attrs["max"] = str(meta.le if isinstance(meta, Le) else meta.lt)
     if kind == "float":
         attrs["step"] = "any"
     if info.is_required():
@@ -116,19 +117,20 @@ def build_fields() -> dict[str, list[FormField]]:
     seq_help = ModelSpec.model_fields["seq_length"].description or ""
     gpus = tuple((g.name, f"{g.name} ({g.memory_bytes / 2**30:.0f} GiB)") for g in catalog.gpus())
     presets = tuple((p.name, p.label) for p in cluster_presets())
-    opt_seq = {"label": "Sequence length (override)", "help": seq_help, "attrs": {"min": "1"}}
+    seq_label = "Sequence length (override)"
     return {
         "model_preset": [
             FormField("preset.name", "Model preset", "A published model shape (GET /catalog/models).", "select",
                       _preset_options(), "llama-2-7b", {"required": "required"}),
-            FormField("preset.seq_length", kind="int", **opt_seq),
+            FormField("preset.seq_length", seq_label, seq_help, "int", attrs={"min": "1"}),
         ],
         "model_dims": [spec_field(ModelSpec, n, "model") for n in MODEL_DIMS],
         "model_hf": [
             FormField("hf.config", "config.json", "A Hugging Face config.json (Llama, Mistral, Mixtral, Qwen2/3, "
-                      "GPT-2, GPT-NeoX); read here, never fetched.", "file", attrs={"accept": ".json,application/json"}),
+                      "GPT-2, GPT-NeoX); read here, never fetched.", "file",
+                      attrs={"accept": ".json,application/json"}),
             FormField("hf.config_text", "…or paste it", "The file's JSON text.", "textarea"),
-            FormField("hf.seq_length", kind="int", **opt_seq),
+            FormField("hf.seq_length", seq_label, seq_help, "int", attrs={"min": "1"}),
         ],
         "cluster_common": [spec_field(ClusterSpec, "num_nodes", "cluster", default="2")],
         "cluster_preset": [FormField("cluster_preset", "Node type", "Typical nodes: GPUs, fabric and NICs.",
@@ -172,9 +174,7 @@ def _value(f: FormField, raw: str) -> Any:
 def _section_values(fields: list[FormField], form: Mapping[str, str], target: dict[str, Any], prefix: str) -> None:
     for f in fields:
         raw = form.get(f.name, "")
-        if f.kind == "bool":
-            _put(target, f.name.removeprefix(prefix), _value(f, raw))
-        elif raw.strip() != "":
+        if f.kind == "bool" or raw.strip() != "":  # an unchecked box is sent as nothing: it means False
             _put(target, f.name.removeprefix(prefix), _value(f, raw))
 
 
@@ -237,10 +237,9 @@ def to_request(sections: dict[str, list[FormField]], form: Mapping[str, str], up
 def error_field(error: FieldError, form: Mapping[str, str]) -> str:
     """Where the form shows a request error: model.* errors belong to the preset or config.json in those modes."""
     name, mode = error.field, form.get("model_mode", "preset")
-    if name == "model" or name.startswith("model."):
-        if mode in ("preset", "hf"):
-            key = "hf" if mode == "hf" else "preset"
-            return f"{key}.seq_length" if name == "model.seq_length" else ("hf.config" if mode == "hf" else "preset.name")
+    if (name == "model" or name.startswith("model.")) and mode in ("preset", "hf"):
+        whole = "hf.config" if mode == "hf" else "preset.name"
+        return f"{mode}.seq_length" if name == "model.seq_length" else whole
     if name.startswith("cluster.") and form.get("cluster_mode", "preset") == "preset":
         return name if name == "cluster.num_nodes" else "cluster_preset"
     return name
@@ -253,7 +252,8 @@ def _flat(prefix: str, spec: BaseModel, names: tuple[str, ...]) -> dict[str, str
     for n in names:
         v = getattr(spec, n)
         if isinstance(v, bool):  # a checkbox is "" when off; a search/yes/no select says "false"
-            out[f"{prefix}.{n}"] = "true" if v else ("false" if _unwrap(type(spec).model_fields[n].annotation)[1] else "")
+            tristate = _unwrap(type(spec).model_fields[n].annotation)[1]
+            out[f"{prefix}.{n}"] = "true" if v else ("false" if tristate else "")
         elif isinstance(v, tuple):
             out[f"{prefix}.{n}"] = " ".join(v)
         else:

@@ -30,7 +30,7 @@ def html(content: str, status_code: int = 200) -> HTMLResponse:
 
 def _form_page(templates: WebTemplates, store: PlanStore, request: Request, values: dict[str, str],
                errors: list[forms.FieldError], status_code: int = 200) -> HTMLResponse:
-    recent, _total = store.list(8, 0)
+    recent, _total = store.page(8, 0)
     context = form_context(values, errors, recent, str(request.base_url))
     return html(templates.render("index.html", **context), status_code)
 
@@ -97,7 +97,7 @@ def chart_svg(plan_id: PlanId, chart: Annotated[str, Path(pattern="^(memory|pipe
 def recent_page(store: StoreDep, settings: SettingsDep, templates: TemplatesDep,
                 offset: Annotated[int, Query(ge=0)] = 0) -> HTMLResponse:
     size = settings.default_page_size
-    items, total = store.list(size, offset)
+    items, total = store.page(size, offset)
     return html(templates.render(
         "recent.html", items=items, total=total, offset=offset, planner_version=__version__,
         prev_offset=max(0, offset - size) if offset > 0 else None,

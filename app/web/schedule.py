@@ -31,10 +31,8 @@ def _order(stage: int, pp: int, vpp: int, m: int) -> list[tuple[str, int, int]]:
     def bwd(k: int) -> tuple[str, int, int]:
         return "B", (k // (pp * vpp)) * pp + k % pp, vpp - 1 - (k // pp) % vpp
 
-    if vpp == 1:
-        warmup = min(pp - stage - 1, m)
-    else:
-        warmup = min((pp - stage - 1) * 2 + (vpp - 1) * pp, total)
+    # warm-up forwards before the first backward (schedules.py: num_warmup_microbatches)
+    warmup = min(pp - stage - 1, m) if vpp == 1 else min((pp - stage - 1) * 2 + (vpp - 1) * pp, total)
     order = [fwd(k) for k in range(warmup)]
     for i in range(total - warmup):
         order += [fwd(warmup + i), bwd(i)]

@@ -1,0 +1,68 @@
+"""examples/train_gpt.py and examples/gpt_model.py in-process: shapes, data, argument files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from gpt_model import GPT, GPTConfig, SyntheticTokens, num_parameters  # noqa: E402
+from train_gpt import ds_config, parse_args  # noqa: E402
+
+
+def expected_parameters(cfg: GPTConfig) -> int:
+    """Megatron's shapes: embedding, per layer QKV (GQA) + proj + MLP (+gate) + norms, final norm, head."""
+    h, ffn, kv = cfg.hidden_size, cfg.ffn, cfg.groups * cfg.head_dim
+    norm = 2 * h if cfg.normalization == "LayerNorm" else h
+    layer = h * (h + 2 * kv) + h * h + h * ffn * (2 if cfg.swiglu else 1) + ffn * h + 2 * norm
+    pos = cfg.seq_length * h if cfg.position_embedding_type == "learned_absolute" else 0
+    head = cfg.vocab_size * h if cfg.untie_embeddings_and_output_weights else 0
+    return cfg.vocab_size * h + pos + cfg.num_layers * layer + norm + head
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"swiglu": True, "num_query_groups": 2},
+    {"normalization": "LayerNorm", "position_embedding_type": "learned_absolute"},
+    {"untie_embeddings_and_output_weights": True, "ffn_hidden_size": 96},
+])
+def test_model_runs_and_has_megatron_shapes(kwargs: dict[str, object]) -> None:
+    cfg = GPTConfig(num_layers=2, hidden_size=32, num_attention_heads=4, vocab_size=64, seq_length=16, **kwargs)
+    model = GPT(cfg)
+    tokens, labels = SyntheticTokens(64, 16, seed=1).batch(0, 0, 0, 3)
+    loss = float(model(tokens, labels).detach())
+    assert 3.0 < loss < 5.5  # about ln(64) = 4.16 at initialisation
+    assert num_parameters(model) == expected_parameters(cfg)
+
+
+def test_synthetic_batches_are_deterministic_and_learnable() -> None:
+    data = SyntheticTokens(50, 8, seed=3)
+    a, la = data.batch(5, 1, 2, 4)
+    b, lb = data.batch(5, 1, 2, 4)
+    c, _ = data.batch(6, 1, 2, 4)
+    assert torch.equal(a, b) and torch.equal(la, lb) and not torch.equal(a, c)
+    assert torch.equal(la, data.succ[a])  # the next token is a function of this one
+
+
+def test_arguments_come_from_a_file_and_the_command_line_wins(tmp_path: Path) -> None:
+    (tmp_path / "args.txt").write_text("# Megatron-style\n--num-layers 3 --hidden-size 64\n"
+                                       "--num-attention-heads 4 --seq-length 32 --vocab-size 128\n"
+                                       "--tensor-model-parallel-size 1 --use-flash-attn --lr-decay-style cosine\n")
+    args = parse_args(["--args-file", str(tmp_path / "args.txt"), "--num-layers", "5", "--local_rank=1"])
+    assert (args.num_layers, args.hidden_size, args.local_rank) == (5, 64, 1)
+    assert "--use-flash-attn" in args.ignored
+    with pytest.raises(SystemExit):
+        parse_args(["--args-file", str(tmp_path / "args.txt"), "--tensor-model-parallel-size", "2"])
+
+
+def test_ds_config_is_completed_from_the_arguments(tmp_path: Path) -> None:
+    args = parse_args(["--num-layers", "1", "--hidden-size", "8", "--num-attention-heads", "2", "--seq-length",
+                       "4", "--vocab-size", "8", "--micro-batch-size", "2", "--global-batch-size", "16"])
+    cfg = ds_config(args, world=4, on_cuda=False)
+    assert (cfg["train_batch_size"], cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"]) == (
+        16, 2, 2)
+    (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}')
+    args.deepspeed_config = str(tmp_path / "ds.json")
+    cfg = ds_config(args, world=4, on_cuda=False)
+    assert cfg["zero_force_ds_cpu_optimizer"] is False and cfg["zero_optimization"]["stage"] == 3

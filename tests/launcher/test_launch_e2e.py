@@ -1,0 +1,99 @@
+"""End to end on CPU: `python -m launcher run plan.json` trains the example GPT through torchrun and through
+the deepspeed runner; a killed worker stops the job (or it restarts from its checkpoint); SIGTERM leaves
+nothing behind. Real processes and signals throughout."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, free_port, launcher_env, live_workers, losses, processes_mentioning, wait_for, write_plan
+from make_plan import tiny_plan
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
+
+
+def start(plan_path: Path, run_dir: Path, out: Path) -> subprocess.Popen[bytes]:
+    with open(out, "wb") as sink:
+        return subprocess.Popen([sys.executable, "-m", "launcher", "run", str(plan_path), "--run-dir", str(run_dir)],
+                                stdout=sink, stderr=subprocess.STDOUT, cwd=ROOT, env=launcher_env())
+
+
+def wait_for_step(out: Path, step: int) -> None:
+    wait_for(lambda: f"step {step}/" in out.read_text(errors="replace"), 90, f"training step {step}")
+
+
+def assert_nothing_left(tmp_path: Path) -> None:
+    left = processes_mentioning(str(tmp_path))
+    assert not left, f"processes left behind: {left}"
+
+
+@pytest.mark.parametrize("backend", ["torchrun", "deepspeed"])
+def test_two_processes_train_and_the_loss_goes_down(tmp_path: Path, backend: str) -> None:
+    plan = write_plan(tmp_path, tiny_plan(backend=backend, procs=2, steps=6, master_port=free_port()))
+    run_dir = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "launcher", "run", str(plan), "--run-dir", str(run_dir)],
+                          capture_output=True, text=True, cwd=ROOT, env=launcher_env(), timeout=140)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    values = losses(done.stdout)  # rank 0's output reaches the console live
+    assert len(values) == 6 and values[-1] < values[0]
+    for name in ("plan.json", "commands.json", "launcher.log", "ds_config.json", "megatron_args.txt"):
+        assert (run_dir / name).is_file(), name
+    if backend == "torchrun":
+        rank_logs = sorted(run_dir.glob("logs/node0/*/attempt_0/*/stdout.log"))
+    else:
+        rank_logs = sorted(run_dir.glob("logs/node0/ranks/*_rank*.log"))
+    assert len(rank_logs) == 2 and all("step 6/6" in p.read_text() for p in rank_logs[:1])
+    assert "job finished: exit code 0" in (run_dir / "launcher.log").read_text()
+    assert_nothing_left(tmp_path)
+
+
+@pytest.mark.parametrize("backend", ["torchrun", "deepspeed"])
+def test_killed_worker_stops_the_job_and_is_named(tmp_path: Path, backend: str) -> None:
+    plan = tiny_plan(backend=backend, steps=400, extra_args=("--throttle-s", "0.05"), master_port=free_port())
+    run_dir, out = tmp_path / "run", tmp_path / "out.txt"
+    proc = start(write_plan(tmp_path, plan), run_dir, out)
+    wait_for_step(out, 2)
+    victim = next(w for w in wait_for(lambda: live_workers(run_dir), 30, "workers") if w["rank"] == 1)
+    os.kill(int(victim["pid"]), signal.SIGKILL)  # type: ignore[call-overload]
+    code = proc.wait(timeout=60)
+    assert code != 0
+    log = (run_dir / "launcher.log").read_text()
+    assert f"died first: rank 1 (local_rank 1, pid {victim['pid']}, node 0) killed by signal 9 (SIGKILL)" in log
+    assert "job failed" in log and "step 400/" not in out.read_text()
+    assert_nothing_left(tmp_path)
+
+
+def test_restart_resumes_from_the_checkpoint_and_finishes(tmp_path: Path) -> None:
+    plan = tiny_plan(steps=30, max_restarts=2, extra_args=("--throttle-s", "0.1", "--save-interval", "5"))
+    run_dir, out = tmp_path / "run", tmp_path / "out.txt"
+    proc = start(write_plan(tmp_path, plan), run_dir, out)
+    wait_for(lambda: (run_dir / "checkpoints" / "latest").exists(), 90, "a checkpoint")
+    victim = next(w for w in live_workers(run_dir) if w["rank"] == 1)
+    os.kill(int(victim["pid"]), signal.SIGKILL)  # type: ignore[call-overload]
+    assert proc.wait(timeout=120) == 0
+    text = out.read_text()
+    resumed = [line for line in text.splitlines() if "resumed from checkpoint" in line]
+    assert resumed, text[-3000:]
+    step = int(resumed[0].rsplit("at step ", 1)[1])
+    assert step >= 5 and "step 30/30" in text
+    assert f"step {step + 1}/30" in text.split(resumed[0], 1)[1]  # continues where the checkpoint left off
+    log = (run_dir / "launcher.log").read_text()
+    assert "died first: rank 1" in log and "worker group restarted by the agent (restart 1 of at most 2)" in log
+    assert_nothing_left(tmp_path)
+
+
+def test_sigterm_to_the_launcher_leaves_nothing_behind(tmp_path: Path) -> None:
+    plan = tiny_plan(steps=400, extra_args=("--throttle-s", "0.05"), grace_period_s=5.0)
+    run_dir, out = tmp_path / "run", tmp_path / "out.txt"
+    proc = start(write_plan(tmp_path, plan), run_dir, out)
+    wait_for_step(out, 2)
+    assert len(live_workers(run_dir)) == 2
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    assert "received SIGTERM: sending SIGTERM to the job" in (run_dir / "launcher.log").read_text()
+    assert_nothing_left(tmp_path)
