@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -109,9 +110,34 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """The web service (uvicorn app.main:app); settings from the environment, host/port/workers also as flags."""
+    import uvicorn
+
+    from app.settings import ENV_NAMES, Settings
+
+    try:
+        settings = Settings.from_env(host=args.host, port=args.port, workers=args.workers)
+    except ValueError as exc:
+        return _fail([FieldError("", str(exc))])
+    # the app (in each worker) reads its settings from the environment: pass the flags on that way
+    os.environ.update({ENV_NAMES["host"]: settings.host, ENV_NAMES["port"]: str(settings.port),
+                       ENV_NAMES["workers"]: str(settings.workers)})
+    uvicorn.run("app.main:app", host=settings.host, port=settings.port, workers=settings.workers,
+                log_level=settings.log_level)
+    return 0
+
+
+def add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", help="address to bind (default: TRAINPLAN_HOST or 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default: TRAINPLAN_PORT or 8000)")
+    p.add_argument("--workers", type=int, help="worker processes (default: TRAINPLAN_WORKERS or 1)")
+
+
 VERBS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "plan": (cmd_plan, "search parallel layouts for a request and rank them"),
     "estimate": (cmd_estimate, "evaluate one fixed parallel layout (request key 'parallel')"),
+    "serve": (cmd_serve, "run the web service and REST API (DATABASE_URL, TRAINPLAN_* settings)"),
 }
 
 
@@ -120,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="verb", required=True)
     for name, (_func, help_text) in VERBS.items():
         p = sub.add_parser(name, help=help_text)
+        if name == "serve":
+            add_serve_arguments(p)
+            continue
         p.add_argument("request", nargs="?", default="-", help="JSON request file (default: stdin)")
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return parser

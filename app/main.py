@@ -21,7 +21,7 @@ from app.store import PlanStore
 from app.web.routes import router as web_router
 from app.web.templates import WebTemplates
 
-log = logging.getLogger("trainplan")
+log = logging.getLogger("uvicorn.error")  # shown with uvicorn's own startup lines
 
 DESCRIPTION = """Plans parallel training of large transformers: `POST /plans` searches tensor, pipeline, data, context
 and expert parallelism, ZeRO or the distributed optimizer, offload, recomputation and micro-batch size for a model on
