@@ -133,6 +133,15 @@ def _stage_activation_bytes(
     return kept
 
 
+FP8_AMAX_HISTORY = 1024  # --fp8-amax-history-len as rendered
+
+
+def _fp8_bytes(sp: StageParams, layers: int) -> float:
+    """Transformer Engine keeps an FP8 copy of each weight and its transpose (1 byte each) and an fp32 amax
+    history for the input, weight and gradient of each of a layer's four GEMMs."""
+    return 2.0 * (sp.dense + sp.expert) + layers * 4 * 3 * FP8_AMAX_HISTORY * 4
+
+
 def _other_bytes(
     model: ModelSpec, training: TrainingSpec, par: ParallelConfig, sp: StageParams, fp8_extra: float
 ) -> float:
@@ -176,7 +185,7 @@ def stage_parts(
     weights = sp.dense * sd.weights + sp.expert * se.weights
     grads = sp.dense * sd.grads + sp.expert * se.grads
     optimizer = sp.dense * sd.optimizer + sp.expert * se.optimizer
-    fp8_extra = 2.0 * (sp.dense + sp.expert) if training.precision == "fp8" else 0.0  # TE fp8 copy + transpose
+    fp8_extra = _fp8_bytes(sp, dense + moe) if training.precision == "fp8" else 0.0
     in_flight = microbatches_in_flight(par, stage, max(1, num_microbatches(training, par)))
     acts = _stage_activation_bytes(model, par, training, stage, dense, moe, in_flight)
     other = _other_bytes(model, training, par, sp, fp8_extra)

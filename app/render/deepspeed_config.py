@@ -111,8 +111,6 @@ def communication_dtype(f: Facts) -> str:
 
 
 def ds_config(f: Facts) -> DsConfig:
-    if f.training.precision == "fp8":
-        raise ValueError("training.precision: FP8 is planned for Megatron-LM only, not DeepSpeed")
     o, par = f.options, f.par
     zero = zero_section(f)
     own_optimizer = f.framework == "deepspeed"

@@ -14,13 +14,13 @@ from app.planner.results import Plan, PlanResult
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from app.render.env import EnvVar, nccl_env, worker_env
 from app.render.options import RenderOptions
+from app.render.support import EXAMPLE_TRAINER, unsupported
 
 DEFAULT_ENTRYPOINTS = {
     "megatron": "pretrain_gpt.py",
     "megatron-deepspeed": "pretrain_gpt.py",
-    "deepspeed": "examples/train_gpt.py",
+    "deepspeed": EXAMPLE_TRAINER,
 }
-EXAMPLE_TRAINER = "examples/train_gpt.py"
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,10 @@ def derive(result: PlanResult, rank: int, options: RenderOptions) -> Facts:
     plan = _plan(result, rank)
     mbs, gas = _check_batch(plan)
     lay, cluster, training = plan.layout, result.cluster, result.training
+    entrypoint = options.entrypoint or DEFAULT_ENTRYPOINTS[training.framework]
+    reasons = unsupported(result.model, training, plan, entrypoint)
+    if reasons:
+        raise ValueError("; ".join(reasons))
     hosts = cluster.hosts[: lay.num_nodes]
     master = options.master_addr or (hosts[0] if hosts else None)
     if master is None and lay.num_nodes == 1:
@@ -110,5 +114,5 @@ def derive(result: PlanResult, rank: int, options: RenderOptions) -> Facts:
         gpus_per_node=lay.gpus_per_node, micro_batch_size=mbs, grad_accum_steps=gas,
         global_batch_size=lay.global_batch_size, hosts=hosts, master_addr=master,
         nccl_env=nccl_env(plan, cluster, options), worker_env=worker_env(plan, training),
-        entrypoint=options.entrypoint or DEFAULT_ENTRYPOINTS[training.framework],
+        entrypoint=entrypoint,
     )

@@ -11,22 +11,6 @@ def mds(f: Facts) -> bool:
     return f.framework == "megatron-deepspeed"
 
 
-def _check_supported(f: Facts) -> None:
-    m = f.model
-    if m.position_embedding_type == "alibi":
-        raise ValueError(f"model.position_embedding_type: ALiBi ({m.name}) has no flag in Megatron-LM or "
-                         f"Megatron-DeepSpeed; choose rope or learned_absolute")
-    if m.is_moe and f.framework != "megatron":
-        raise ValueError(f"model.num_experts: mixture-of-experts models are rendered for Megatron-LM only "
-                         f"(framework {f.framework})")
-    if f.uses_example_trainer and m.position_embedding_type not in ("rope", "learned_absolute"):
-        raise ValueError(f"model.position_embedding_type: examples/train_gpt.py supports rope and learned_absolute, "
-                         f"not {m.position_embedding_type}")
-    if m.multi_latent_attention and f.framework != "megatron":
-        raise ValueError(f"model.multi_latent_attention: MLA is rendered for Megatron-LM only "
-                         f"(framework {f.framework})")
-
-
 def _attention(f: Facts) -> list[Flag]:
     """Grouped-query attention and head size, or DeepSeek's multi-latent attention (Megatron-LM only)."""
     m = f.model
@@ -88,7 +72,6 @@ def _layers(f: Facts) -> list[Flag]:
 
 
 def model_flags(f: Facts) -> list[Flag]:
-    _check_supported(f)
     return _shape(f) + _positions(f) + _layers(f)
 
 

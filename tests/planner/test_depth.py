@@ -1,0 +1,138 @@
+"""MoE (EP, expert-TP, routed tokens, all-to-all), context parallelism, FP8 and uneven pipeline stages,
+with hand-worked numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.planner import PlanRequest, plan, rules
+from app.planner import activations as act
+from app.planner import comm, params
+from app.planner.estimate import evaluate
+from app.planner.memory import optimizer_shards, stage_params, state_bytes
+from app.planner.specs import ClusterSpec, ParallelConfig, TrainingSpec
+from app.planner.step import _cp_comm_per_layer, _ep_comm_per_layer
+
+from .conftest import preset
+
+H100_4 = ClusterSpec(num_nodes=4, gpu="H100-SXM")
+
+
+def test_expert_weights_and_optimizer_shard_by_ep_and_expert_dp() -> None:
+    m = preset("mixtral-8x7b")
+    par = ParallelConfig(tp=2, dp=16, ep=4, etp=1, distributed_optimizer=True, sequence_parallel=True)
+    sp = stage_params(m, par, stage=0, dense=0, moe=32)
+    assert sp.expert == 32 * (8 // 4) * params.expert_params(m)
+    dense_n, expert_n = optimizer_shards(par, "megatron")
+    assert (dense_n, expert_n) == (16, 2 * 16 // (1 * 4))  # expert-DP = tp*cp*dp / (etp*ep) = 8
+    training = TrainingSpec(global_batch_size=64)
+    assert state_bytes(training, par, expert_n).optimizer == pytest.approx(12 / 8)
+
+
+def test_routed_token_activations() -> None:
+    """Each GPU keeps its tokens x top-k x imbalance: dispatched input and combine input (h each) plus the
+    expert MLP's fc1 output (2f with SwiGLU) and fc2 input (f); the router's fp32 logits."""
+    m = preset("mixtral-8x7b")
+    par = ParallelConfig(tp=1, ep=8, micro_batch_size=1)
+    training = TrainingSpec(global_batch_size=64, moe_load_imbalance=1.25)
+    s, h, f, k = m.seq_length, m.hidden_size, m.moe_ffn_hidden_size or 0, m.moe_router_topk
+    routed = s * k * 1.25
+    expected = 2 * 2 * routed * h + 2 * routed * 3 * f + 4 * s * 8
+    assert act.moe_mlp_bytes(m, par, act.moe_imbalance(m, training)) == pytest.approx(expected)
+    capped = preset("mixtral-8x7b", moe_capacity_factor=1.0)
+    assert act.moe_imbalance(capped, training) == 1.0
+
+
+def test_all_to_all_inside_a_node_is_faster_than_across() -> None:
+    m = preset("mixtral-8x7b")
+    inside = ParallelConfig(tp=1, dp=32, ep=8, micro_batch_size=1)
+    across = ParallelConfig(tp=4, dp=8, ep=8, etp=4, micro_batch_size=1, sequence_parallel=True)
+    t_in = _ep_comm_per_layer(m, inside, H100_4, 1.0)
+    size = 2 * m.seq_length * m.moe_router_topk * m.hidden_size
+    expected = 2 * comm.collective_time("all_to_all", size, 8, H100_4, crosses_nodes=False)
+    assert t_in == pytest.approx(expected)
+    assert _ep_comm_per_layer(m, across, H100_4, 1.0) > t_in  # EP x ETP = 32 ranks span 4 nodes
+
+
+def test_expert_grid_rules() -> None:
+    m = preset("mixtral-8x7b")
+    training = TrainingSpec(global_batch_size=64)
+    bad = ParallelConfig(tp=1, dp=32, ep=3)
+    assert [v.code for v in rules.check(m, H100_4, training, bad)] == ["experts_divisible_by_ep"]
+    dense = preset("llama-2-7b")
+    assert [v.code for v in rules.check(dense, H100_4, training, ParallelConfig(dp=32, ep=2))] == ["ep_needs_moe"]
+
+
+def test_moe_plans_use_expert_parallelism_and_count_mfu_on_active_parameters() -> None:
+    result = plan(PlanRequest(model="mixtral-8x7b", cluster={"num_nodes": 4, "gpu": "H100-SXM"},
+                              training={"global_batch_size": 256}))
+    best = result.plans[0]
+    assert best.parallel.ep > 1
+    t = best.estimate.time
+    m = result.model
+    active_6nd = 6 * m.num_active_parameters * 256 * m.seq_length
+    assert t.flops_per_step == pytest.approx(active_6nd, rel=0.25)  # attention core and vocab on top of 6·N·D
+    assert t.flops_per_step < 0.5 * 6 * m.num_parameters * 256 * m.seq_length
+
+
+def test_context_parallel_halves_activations_and_exchanges_kv() -> None:
+    m = preset("llama-3-8b-128k")
+    training = TrainingSpec(global_batch_size=8)
+    one = ParallelConfig(tp=8, cp=1, sequence_parallel=True)
+    two = ParallelConfig(tp=8, cp=2, sequence_parallel=True)
+    assert act.layer_bytes(m, two, training, moe=False) == pytest.approx(act.layer_bytes(m, one, training, moe=False) / 2)
+    kv = 2 * (m.seq_length // 2) * (1024 + 1024) / 8  # K and V of the local chunk, 8 KV heads x 128, split by TP
+    cluster = ClusterSpec(num_nodes=2, gpu="H100-SXM")
+    expected = comm.collective_time("send_recv", kv, 2, cluster, crosses_nodes=True)  # tp*cp = 16 > 8 GPUs
+    assert _cp_comm_per_layer(m, two, cluster) == pytest.approx(expected)
+    codes = [v.code for v in rules.check(m, cluster, training, ParallelConfig(tp=8, cp=3, sequence_parallel=True))]
+    assert "seq_divisible_by_2cp" in codes  # 131072 % 6 != 0
+
+
+def test_long_context_search_chooses_context_parallelism() -> None:
+    result = plan(PlanRequest(model="llama-3-8b-128k", cluster={"num_nodes": 4, "gpu": "H100-SXM"},
+                              training={"global_batch_size": 32}))
+    assert result.plans and result.plans[0].parallel.cp > 1
+    assert all(p.parallel.cp * p.parallel.tp <= 64 for p in result.plans)
+
+
+def test_fp8_is_faster_costs_weight_copies_and_needs_fp8_hardware() -> None:
+    m = preset("llama-2-70b")
+    cluster = ClusterSpec(num_nodes=8, gpu="H100-SXM")
+    par = ParallelConfig(tp=4, pp=4, dp=4, sequence_parallel=True, distributed_optimizer=True)
+    bf16 = evaluate(m, cluster, TrainingSpec(global_batch_size=256), par)
+    fp8 = evaluate(m, cluster, TrainingSpec(global_batch_size=256, precision="fp8"), par)
+    assert fp8.time.step_s < bf16.time.step_s
+    extra = fp8.memory.stages[0].other_bytes - bf16.memory.stages[0].other_bytes
+    assert extra >= 2 * fp8.memory.stages[0].params  # FP8 weight and its transpose, 1 byte each
+    a100 = ClusterSpec(num_nodes=8, gpu="A100-80GB")
+    assert "fp8_unsupported" in [v.code for v in rules.check(m, a100, TrainingSpec(global_batch_size=256,
+                                                                                   precision="fp8"), par)]
+
+
+def test_uneven_stages_for_a_layer_count_pp_does_not_divide() -> None:
+    """Llama-3 405B has 126 layers: PP16 needs uneven first/last stages (as Meta trained it)."""
+    result = plan(PlanRequest(model="llama-3-405b", cluster={"num_nodes": 128, "gpu": "H100-SXM"},
+                              training={"global_batch_size": 1024, "pinned": {"tp": 8, "pp": 16}}))
+    assert result.plans
+    best = result.plans[0]
+    layers = best.layout.stage_layers
+    assert sum(layers) == 126 and len(layers) == 16
+    assert layers[0] < layers[1] and layers[-1] < layers[1]
+    assert best.estimate.memory.peak_bytes == max(s.total_bytes for s in best.estimate.memory.stages)
+
+
+def test_search_prefers_a_lighter_last_stage_when_it_balances_time() -> None:
+    """A 128K-vocabulary output layer makes the last stage slow; moving a layer off it shortens the step."""
+    m = preset("llama-3-8b")
+    cluster = ClusterSpec(num_nodes=1, gpu="H100-SXM")
+    training = TrainingSpec(global_batch_size=64)
+    even = evaluate(m, cluster, training, ParallelConfig(tp=2, pp=4, dp=1, sequence_parallel=True))
+    uneven = evaluate(m, cluster, training, ParallelConfig(tp=2, pp=4, dp=1, sequence_parallel=True,
+                                                            first_stage_layers=8, last_stage_layers=6))
+    assert uneven.feasible, uneven.reasons
+    assert [s.layers for s in uneven.memory.stages] == [8, 9, 9, 6]
+    assert uneven.time.step_s < even.time.step_s
+    best = plan(PlanRequest(model="llama-3-8b", cluster={"num_nodes": 1, "gpu": "H100-SXM"},
+                            training={"global_batch_size": 64, "pinned": {"tp": 2, "pp": 4, "vpp": 1}})).plans[0]
+    assert best.parallel.last_stage_layers is not None and best.layout.stage_layers[-1] < 8
