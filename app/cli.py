@@ -134,9 +134,35 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, help="worker processes (default: TRAINPLAN_WORKERS or 1)")
 
 
+def cmd_render(args: argparse.Namespace) -> int:
+    """Plan, then write the chosen plan's artifacts (request key 'render' holds the RenderOptions)."""
+    from app.render import RenderOptions, render, write_artifacts
+
+    try:
+        data = _read_request(args.request)
+        options = RenderOptions(**(data.pop("render", None) or {}))
+        result = plan(PlanRequest(**data))
+    except ValidationError as exc:
+        return _fail(field_errors(exc))
+    except ValueError as exc:
+        return _fail([FieldError("", str(exc))])
+    if not result.plans:
+        print(format_plan(result))
+        return 1
+    if not 1 <= args.rank <= len(result.plans):
+        return _fail([FieldError("--rank", f"{args.rank} is not between 1 and {len(result.plans)}")])
+    written = write_artifacts(render(result, rank=args.rank, options=options), args.out)
+    chosen = result.plans[args.rank - 1]
+    print(f"plan #{args.rank}: {describe(chosen.parallel)} ({chosen.estimate.time.tokens_per_s:,.0f} tokens/s)")
+    for path in written:
+        print(f"  wrote {path}")
+    return 0
+
+
 VERBS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "plan": (cmd_plan, "search parallel layouts for a request and rank them"),
     "estimate": (cmd_estimate, "evaluate one fixed parallel layout (request key 'parallel')"),
+    "render": (cmd_render, "plan, then write the chosen plan's DeepSpeed/Megatron/NCCL/launch files and plan.json"),
     "serve": (cmd_serve, "run the web service and REST API (DATABASE_URL, TRAINPLAN_* settings)"),
 }
 
@@ -150,6 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
             add_serve_arguments(p)
             continue
         p.add_argument("request", nargs="?", default="-", help="JSON request file (default: stdin)")
+        if name == "render":
+            p.add_argument("--out", required=True, help="directory to write the files into")
+            p.add_argument("--rank", type=int, default=1, help="which ranked plan to render (default: 1)")
+            continue
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return parser
 
