@@ -133,7 +133,7 @@ def memory_chart(plan: Plan, width: float = 640, height: float = 320) -> Chart:
 
 def _drawn_microbatches(pp: int, vpp: int, m: int) -> int:
     """Enough micro-batches to show warm-up, some steady state and cool-down."""
-    limit = max(3 * pp, 12)
+    limit = max(3 * pp, 12) if vpp == 1 else max(2 * pp, 8)
     if m <= limit:
         return m
     return math.ceil(limit / pp) * pp if vpp > 1 else limit
@@ -178,9 +178,12 @@ def _op_rects(chart: Chart, ops: list[Op], frame: _Frame, vpp: int) -> None:
         for a, z in spans:
             x0, x1 = frame.x(a), frame.x(z)
             chart.rects.append(Rect(x0, y, max(x1 - x0 - 0.5, 0.5), frame.row - 2, fill, title, "op"))
+        x0, x1 = frame.x(spans[0][0]), frame.x(spans[0][1])
+        if x1 - x0 >= 13 and frame.row >= 14:  # room for the micro-batch number
+            chart.labels.append(Label((x0 + x1) / 2, y + frame.row / 2 + 2.5, str(op.microbatch), "middle", "oplabel"))
 
 
-def pipeline_chart(plan: Plan, width: float = 640) -> Chart:
+def pipeline_chart(plan: Plan, width: float = 1200) -> Chart:
     par, m = plan.parallel, plan.layout.num_microbatches
     b = plan.estimate.time.breakdown
     compute = b.get("compute_s", 0.0)
@@ -189,7 +192,7 @@ def pipeline_chart(plan: Plan, width: float = 640) -> Chart:
     ops = simulate(par.pp, par.vpp, drawn, 1.0, ratio)
     elided = m - drawn
     cut, gap = _cut(ops, elided)
-    row = max(7.0, min(22.0, 300 / par.pp))
+    row = max(7.0, min(34.0, 240 / par.pp))
     left, right, top = 60.0, width - 12, 12.0
     frame = _Frame(left, top, row, (right - left) / (max(op.end for op in ops) + gap), cut, gap)
     bottom = top + row * par.pp
@@ -209,9 +212,12 @@ def pipeline_chart(plan: Plan, width: float = 640) -> Chart:
         chart.rects.append(Rect(x, top - 2, w, bottom - top + 4, CUT_FILL, f"{elided} micro-batches not drawn", "cut"))
         chart.labels.append(Label(x + w / 2, bottom + 14, f"+{elided} micro-batches", "middle", "tick"))
     chart.labels.append(Label(left, bottom + 32, "time →", "start", "tick"))
-    chart.legend.extend([(CHUNK_COLORS[0][0], "forward"), (CHUNK_COLORS[0][1], "backward")]
-                        + ([(CHUNK_COLORS[1][1], "2nd model chunk")] if par.vpp > 1 else [])
-                        + [("#d9d9d9", "idle (bubble)")])
+    if par.vpp == 1:
+        chart.legend.extend([(CHUNK_COLORS[0][0], "forward"), (CHUNK_COLORS[0][1], "backward")])
+    else:  # one colour per model chunk: light = forward, dark = backward
+        chart.legend.extend((CHUNK_COLORS[c % len(CHUNK_COLORS)][1], f"chunk {c + 1} (light: forward)")
+                            for c in range(min(par.vpp, len(CHUNK_COLORS))))
+    chart.legend.append(("#d9d9d9", "idle (bubble)"))
     return chart
 
 

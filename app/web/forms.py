@@ -17,6 +17,7 @@ from app.planner import catalog
 from app.planner.errors import FieldError
 from app.planner.results import PlanResult
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelPins, TrainingSpec
+from app.render import RenderOptions
 from app.web.presets import cluster_presets
 
 Kind = Literal["int", "float", "bool", "tristate", "select", "text", "list", "textarea", "file"]
@@ -37,7 +38,13 @@ LABELS = {
     "overlap_p2p_comm": "Overlap PP sends", "allow_tp_across_nodes": "TP across nodes", "tp": "TP", "pp": "PP",
     "vpp": "Virtual PP", "dp": "DP", "cp": "CP", "ep": "EP", "zero_stage": "ZeRO stage",
     "distributed_optimizer": "Distributed optimizer", "micro_batch_size": "Micro-batch", "recompute": "Recompute",
-    "sequence_parallel": "Sequence parallel",
+    "sequence_parallel": "Sequence parallel", "job_name": "Job name", "master_addr": "Head node address",
+    "master_port": "Rendezvous port", "workdir": "Working directory", "entrypoint": "Training script",
+    "data_path": "Dataset path", "tokenizer_type": "Tokenizer", "tokenizer_model": "Tokenizer model",
+    "checkpoint_dir": "Checkpoints", "train_iters": "Training steps", "lr": "Learning rate",
+    "container_image": "Container image", "k8s_namespace": "Kubernetes namespace", "slurm_partition": "Slurm partition",
+    "slurm_account": "Slurm account", "slurm_time_limit": "Slurm time limit", "nccl_algo": "NCCL algorithm",
+    "extra_args": "Extra arguments",
 }
 MODEL_DIMS = ("name", "num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "ffn_hidden_size",
               "vocab_size", "seq_length", "swiglu", "untie_embeddings_and_output_weights", "position_embedding_type",
@@ -49,6 +56,9 @@ TRAINING_MAIN = ("global_batch_size", "precision", "framework", "objective", "me
 TRAINING_MORE = ("flash_attention", "overlap_grad_reduce", "overlap_p2p_comm", "allow_tp_across_nodes")
 PINS = ("tp", "pp", "vpp", "dp", "cp", "ep", "zero_stage", "micro_batch_size", "recompute", "distributed_optimizer",
         "sequence_parallel", "num_nodes")
+RENDER = ("job_name", "master_addr", "master_port", "workdir", "entrypoint", "data_path", "tokenizer_type",
+          "tokenizer_model", "checkpoint_dir", "train_iters", "lr", "container_image", "k8s_namespace",
+          "slurm_partition", "slurm_account", "slurm_time_limit", "nccl_algo", "extra_args")
 MODES = {"model_mode": ("preset", "dims", "hf"), "cluster_mode": ("preset", "custom")}
 
 
@@ -61,6 +71,7 @@ class FormField:
     options: tuple[tuple[str, str], ...] = ()  # (value, label) for selects
     default: str = ""
     attrs: dict[str, str] = field(default_factory=dict)  # min/max/step/required for <input>
+    spec_default: str | None = None  # the spec's own default: a value equal to it is left out of the request
 
 
 def _unwrap(annotation: Any) -> tuple[Any, bool]:
@@ -100,7 +111,8 @@ def spec_field(model: type[BaseModel], name: str, prefix: str, **overrides: Any)
     default = "" if info.is_required() or info.default is None or kind == "list" else info.default
     default = ("true" if default else "") if kind == "bool" else str(default)
     fields = {"name": f"{prefix}.{name}", "label": LABELS.get(name, name), "help": info.description or "",
-              "kind": kind, "options": options, "default": default, "attrs": attrs}
+              "kind": kind, "options": options, "default": default, "attrs": attrs,
+              "spec_default": None if info.is_required() else default}
     return FormField(**{**fields, **overrides})
 
 
@@ -142,6 +154,7 @@ def build_fields() -> dict[str, list[FormField]]:
                      for n in TRAINING_MAIN],
         "training_more": [spec_field(TrainingSpec, n, "training") for n in TRAINING_MORE],
         "pins": [spec_field(ParallelPins, n, "training.pinned") for n in PINS],
+        "render": [spec_field(RenderOptions, n, "render") for n in RENDER],
     }
 
 
@@ -173,9 +186,10 @@ def _value(f: FormField, raw: str) -> Any:
 
 def _section_values(fields: list[FormField], form: Mapping[str, str], target: dict[str, Any], prefix: str) -> None:
     for f in fields:
-        raw = form.get(f.name, "")
-        if f.kind == "bool" or raw.strip() != "":  # an unchecked box is sent as nothing: it means False
-            _put(target, f.name.removeprefix(prefix), _value(f, raw))
+        raw = form.get(f.name, "").strip()
+        if raw == f.spec_default or (raw == "" and f.kind != "bool"):
+            continue  # left as the spec has it (an unchecked box is sent as nothing: False, unless that's the default)
+        _put(target, f.name.removeprefix(prefix), _value(f, raw))
 
 
 def _hf_config(form: Mapping[str, str], upload: bytes | None) -> dict[str, Any]:
@@ -231,7 +245,10 @@ def to_request(sections: dict[str, list[FormField]], form: Mapping[str, str], up
     training: dict[str, Any] = {}
     for name in ("training", "training_more", "pins"):
         _section_values(sections[name], form, training, "training.")
-    return {"model": _model(sections, form, upload), "cluster": _cluster(sections, form), "training": training}
+    request = {"model": _model(sections, form, upload), "cluster": _cluster(sections, form), "training": training}
+    render: dict[str, Any] = {}
+    _section_values(sections["render"], form, render, "render.")
+    return {**request, "render": render} if render else request
 
 
 def error_field(error: FieldError, form: Mapping[str, str]) -> str:
@@ -276,4 +293,8 @@ def from_stored(sections: dict[str, list[FormField]], request: dict[str, Any], r
                    "cluster.gpu": result.cluster.gpu.name})
     values.update(_flat("training", result.training, TRAINING_MAIN + TRAINING_MORE))
     values.update(_flat("training.pinned", result.training.pinned, PINS))
+    render = request.get("render")
+    if isinstance(render, dict):
+        values.update({f"render.{k}": " ".join(v) if isinstance(v, list) else str(v) for k, v in render.items()
+                       if k in RENDER and v is not None})
     return values

@@ -26,6 +26,7 @@ class PlanRow:
     rank: int
     summary: str
     sharding: str
+    stage_layers: str
     mem_w: float  # width of the memory meter (48 px = capacity)
     mem_colour: str
     p: Plan
@@ -57,7 +58,19 @@ def _row(p: Plan) -> PlanRow:
     mem = p.estimate.memory
     share = mem.peak_bytes / mem.capacity_bytes
     colour = "#e15759" if mem.peak_bytes > mem.usable_bytes else ("#f28e2b" if share > 0.85 else "#59a14f")
-    return PlanRow(p.rank, describe(p.parallel), _sharding(p), 48 * min(share, 1.0), colour, p)
+    return PlanRow(p.rank, describe(p.parallel), _sharding(p), _layers(p.layout.stage_layers), 48 * min(share, 1.0),
+                   colour, p)
+
+
+def _layers(stage_layers: list[int]) -> str:
+    """Layers per pipeline stage, short: "20 × 4", or "19, 21 × 2, 19" when uneven."""
+    runs: list[list[int]] = []
+    for n in stage_layers:
+        if runs and runs[-1][0] == n:
+            runs[-1][1] += 1
+        else:
+            runs.append([n, 1])
+    return ", ".join(f"{n} × {k}" if k > 1 else str(n) for n, k in runs)
 
 
 def form_context(values: Mapping[str, str], errors: list[FieldError], recent: list[Any],
@@ -73,6 +86,7 @@ def form_context(values: Mapping[str, str], errors: list[FieldError], recent: li
     return {"sections": SECTIONS, "values": dict(values), "errors": by_field, "general_errors": general,
             "open_more": any(f.name in by_field for f in SECTIONS["training_more"]),
             "open_pins": any(f.name in by_field or values.get(f.name) for f in SECTIONS["pins"]),
+            "open_render": any(f.name in by_field or values.get(f.name, "") != f.default for f in SECTIONS["render"]),
             "recent": recent, "base_url": base_url, "planner_version": __version__}
 
 
@@ -87,6 +101,7 @@ def result_context(templates: WebTemplates, record: PlanRecord, rank: int, files
     context: dict[str, Any] = {
         "record": record, "result": result, "plan": plan, "rank": rank, "planner_version": __version__,
         "plan_rows": [_row(p) for p in result.plans],
+        "show_cp": any(p.parallel.cp > 1 for p in result.plans), "show_ep": any(p.parallel.ep > 1 for p in result.plans),
         "rejected": [RejectedRow(g.reason, g.message, g.count, describe(g.examples[0]) if g.examples else "")
                      for g in result.rejected],
         "efficiency": gpu.efficiency, "evidence": catalog.generation_evidence().get(gpu.generation, "not documented"),

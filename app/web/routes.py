@@ -40,10 +40,12 @@ def _not_found(templates: WebTemplates, message: str) -> HTMLResponse:
 
 
 @router.get("/", response_class=HTMLResponse)
-def form_page(request: Request, store: StoreDep, templates: TemplatesDep,
+def form_page(request: Request, store: StoreDep, settings: SettingsDep, templates: TemplatesDep,
               from_id: Annotated[str | None, Query(alias="from", pattern=r"^[0-9a-f]{16}$")] = None) -> HTMLResponse:
     """The empty form, or (?from=<id>) the form filled with a stored plan's request."""
     values = forms.defaults(SECTIONS)
+    cap_field = "training.search_time_limit_s"  # offer no more than this service allows
+    values[cap_field] = f"{min(float(values[cap_field]), settings.max_search_time_s):g}"
     if from_id:
         record = store.get(from_id)
         if record is None:
