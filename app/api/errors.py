@@ -29,9 +29,11 @@ def request_errors(errors: Iterable[Mapping[str, Any]]) -> list[FieldError]:
     for err in errors:
         loc = [str(p) for p in err.get("loc", ())]
         if loc and loc[0] in _LOCATIONS:
-            where, loc = loc[0], loc[1:]
-            if where == "body" and err.get("type") == "json_invalid":
-                loc = []  # the position in the text, not a field
+            loc = loc[1:]
+        if err.get("type") == "json_invalid":  # loc holds the position in the text, not a field
+            reason = (err.get("ctx") or {}).get("error", "")
+            out.append(FieldError("", f"request body is not valid JSON: {reason} (at character {'.'.join(loc)})"))
+            continue
         message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
         given = err.get("input")
         if err.get("type") not in ("missing", "json_invalid") and isinstance(given, (str, int, float)):

@@ -80,6 +80,10 @@ def install(app: FastAPI) -> None:
             components = schema.setdefault("components", {}).setdefault("schemas", {})
             for name, body in _request_schemas().items():
                 components.setdefault(name, body)
+            for op in (op for path in schema["paths"].values() for op in path.values()):
+                content = op.get("requestBody", {}).get("content", {}).get("application/json", {})
+                if "$ref" in content.get("schema", {}):  # FastAPI merged its own "dict" schema in: the ref is it
+                    content["schema"] = {"$ref": content["schema"]["$ref"]}
             app.openapi_schema = schema
         return app.openapi_schema
 

@@ -101,7 +101,8 @@ def result_context(templates: WebTemplates, record: PlanRecord, rank: int, files
     context: dict[str, Any] = {
         "record": record, "result": result, "plan": plan, "rank": rank, "planner_version": __version__,
         "plan_rows": [_row(p) for p in result.plans],
-        "show_cp": any(p.parallel.cp > 1 for p in result.plans), "show_ep": any(p.parallel.ep > 1 for p in result.plans),
+        "show_cp": any(p.parallel.cp > 1 for p in result.plans),
+        "show_ep": any(p.parallel.ep > 1 for p in result.plans),
         "rejected": [RejectedRow(g.reason, g.message, g.count, describe(g.examples[0]) if g.examples else "")
                      for g in result.rejected],
         "efficiency": gpu.efficiency, "evidence": catalog.generation_evidence().get(gpu.generation, "not documented"),

@@ -1,0 +1,93 @@
+"""POST /estimate, the catalogues, /healthz and the OpenAPI document."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.planner import ModelSpec, ParallelConfig, TrainingSpec, __version__, catalog
+from app.planner.specs import ClusterSpec
+from app.render import RenderOptions
+from tests.api.conftest import SMALL
+
+
+def test_estimate_evaluates_the_given_layout(sqlite_client: Any) -> None:
+    parallel = {"tp": 2, "pp": 2, "dp": 4, "distributed_optimizer": True, "micro_batch_size": 1}
+    r = sqlite_client.post("/estimate", json={**SMALL, "parallel": parallel})
+    assert r.status_code == 200
+    est = r.json()
+    assert est["feasible"] is True and est["reasons"] == []
+    assert len(est["memory"]["stages"]) == 2  # PP2
+    stage = est["memory"]["stages"][0]
+    parts = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "other_bytes")
+    assert sum(stage[p] for p in parts) == stage["total_bytes"]
+    assert abs(sum(est["time"]["breakdown"].values()) - est["time"]["step_s"]) < 1e-6 * est["time"]["step_s"]
+    assert sqlite_client.get("/plans").json()["total"] == 0  # nothing stored
+
+
+def test_estimate_of_the_chosen_plan_matches_the_plan(sqlite_client: Any) -> None:
+    created = sqlite_client.post("/plans", json=SMALL).json()
+    r = sqlite_client.post("/estimate", json={**SMALL, "parallel": created["chosen"]["parallel"]})
+    assert r.json()["time"]["step_s"] == created["chosen"]["estimate"]["time"]["step_s"]
+
+
+def test_catalog_models(sqlite_client: Any) -> None:
+    models = {m["name"]: m for m in sqlite_client.get("/catalog/models").json()}
+    assert set(models) == {row["name"] for row in catalog.model_presets()}
+    llama = models["llama-2-70b"]
+    assert ModelSpec(**llama["spec"]).num_parameters == llama["num_parameters"]
+    assert abs(llama["num_parameters"] / llama["published_params"] - 1) < 0.02
+    assert llama["source"]
+
+
+def test_catalog_gpus(sqlite_client: Any) -> None:
+    gpus = {g["name"]: g for g in sqlite_client.get("/catalog/gpus").json()}
+    assert set(gpus) == {g.name for g in catalog.gpus()}
+    h100 = gpus["H100-SXM"]
+    assert h100["memory_bytes"] == catalog.gpu("H100-SXM").memory_bytes and h100["efficiency"]["gemm"] > 0
+
+
+def test_healthz(sqlite_client: Any) -> None:
+    r = sqlite_client.get("/healthz")
+    assert r.status_code == 200
+    assert r.json() == {"status": "ok", "planner_version": __version__, "renderer_version": "0.1.0",
+                        "database": "sqlite"}
+
+
+def test_healthz_is_503_when_the_database_is_gone(sqlite_client: Any) -> None:
+    sqlite_client.app.state.store.engine.dispose()
+    sqlite_client.app.state.store.engine = __import__("sqlalchemy").create_engine("sqlite:////nonexistent/dir/x.db")
+    r = sqlite_client.get("/healthz")
+    assert r.status_code == 503 and "database unavailable" in r.json()["detail"]
+    assert sqlite_client.get("/plans").status_code == 503
+
+
+def test_openapi_documents_bodies_with_the_spec_descriptions(sqlite_client: Any) -> None:
+    doc = sqlite_client.get("/openapi.json").json()
+    schemas = doc["components"]["schemas"]
+    for model, spec in (("ModelSpec", ModelSpec), ("ClusterSpec", ClusterSpec), ("TrainingSpec", TrainingSpec),
+                        ("ParallelConfig", ParallelConfig), ("RenderOptions", RenderOptions)):
+        for name, info in spec.model_fields.items():
+            if info.description:
+                assert schemas[model]["properties"][name]["description"] == info.description, (model, name)
+    body = doc["paths"]["/plans"]["post"]["requestBody"]["content"]["application/json"]
+    assert body["schema"] == {"$ref": "#/components/schemas/PlanRequest"}
+    assert {"preset", "dimensions", "hf_config"} <= set(body["examples"])
+    assert "render" in schemas["PlanRequest"]["properties"]
+    estimate = doc["paths"]["/estimate"]["post"]["requestBody"]["content"]["application/json"]
+    assert estimate["schema"] == {"$ref": "#/components/schemas/EstimateRequest"}
+    assert "parallel" in schemas["EstimateRequest"]["properties"]
+
+
+def test_every_route_declares_its_response(sqlite_client: Any) -> None:
+    doc = sqlite_client.get("/openapi.json").json()
+    for path, methods in doc["paths"].items():
+        for method, op in methods.items():
+            ok = {code: r for code, r in op["responses"].items() if code.startswith("2")}
+            assert ok, (method, path)
+            for code, response in ok.items():
+                if code == "204":
+                    continue
+                assert response.get("content"), (method, path, code)
+                schemas = [c.get("schema") for c in response["content"].values()]
+                media = set(response["content"])
+                assert any(schemas) or media & {"application/zip", "text/plain"}, (method, path, code)

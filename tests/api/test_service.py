@@ -1,0 +1,99 @@
+"""The service around the planner: the search-time cap, the result cache, rendering at creation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.api import service
+from app.api.service import InputError, PlanCache, cap_search_time, parse_plan_request
+from app.planner import PlanRequest, __version__, plan
+from app.settings import Settings
+from tests.api.conftest import SMALL, TINY, make_sqlite_client
+
+
+def test_search_time_is_capped_and_an_explicit_ask_is_answered(sqlite_url: str) -> None:
+    with make_sqlite_client(sqlite_url, max_search_time_s=3.0) as client:
+        implicit = client.post("/plans", json=TINY).json()
+        assert implicit["result"]["training"]["search_time_limit_s"] == 3.0
+        assert implicit["notices"] == []  # the spec's default is not something the user asked for
+        asked = {**TINY, "training": {**TINY["training"], "search_time_limit_s": 60}}
+        explicit = client.post("/plans", json=asked).json()
+        assert explicit["result"]["training"]["search_time_limit_s"] == 3.0
+        assert any("60 s is above this service's cap" in n for n in explicit["notices"])
+        assert explicit["request"]["training"]["search_time_limit_s"] == 60  # the request as sent
+
+
+def test_a_truncated_search_says_so(sqlite_url: str) -> None:
+    body = {"model": "llama-2-70b", "cluster": {"num_nodes": 32, "gpu": "H100-SXM"},
+            "training": {"global_batch_size": 512}}
+    with make_sqlite_client(sqlite_url, max_search_time_s=1e-6) as client:
+        created = client.post("/plans", json=body).json()
+        assert created["result"]["stats"]["truncated"] is True
+        assert any("hit its time cap" in n for n in created["notices"])
+        assert client.get("/plans").json()["items"][0]["truncated"] is True
+
+
+def test_identical_requests_hit_the_cache_and_still_get_their_own_record(sqlite_client: Any) -> None:
+    first = sqlite_client.post("/plans", json=SMALL)
+    second = sqlite_client.post("/plans", json=SMALL)
+    assert first.headers["x-trainplan-search"] == "searched"
+    assert second.headers["x-trainplan-search"] == "cached"
+    assert first.json()["id"] != second.json()["id"]
+    assert first.json()["result"] == second.json()["result"]
+    other = sqlite_client.post("/plans", json={**SMALL, "training": {"global_batch_size": 128}})
+    assert other.headers["x-trainplan-search"] == "searched"
+
+
+def test_the_cache_is_keyed_by_the_whole_request_and_the_planner_version(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings, cache = Settings(), PlanCache(4)
+    request, _ = parse_plan_request(TINY)
+    assert not service.search(request, TINY, settings, cache).cache_hit
+    assert service.search(request, TINY, settings, cache).cache_hit
+    monkeypatch.setattr(service, "__version__", __version__ + ".post1")
+    assert not service.search(request, TINY, settings, cache).cache_hit
+
+
+def test_cache_evicts_least_recently_used_and_skips_truncated() -> None:
+    cache = PlanCache(2)
+    result = plan(PlanRequest(**TINY))
+    cache.put(("v", "a"), result)
+    cache.put(("v", "b"), result)
+    assert cache.get(("v", "a")) is result  # a is now the most recent
+    cache.put(("v", "c"), result)
+    assert cache.get(("v", "b")) is None and cache.get(("v", "a")) is result
+    truncated = result.model_copy(update={"stats": result.stats.model_copy(update={"truncated": True})})
+    cache.put(("v", "d"), truncated)
+    assert cache.get(("v", "d")) is None
+    off = PlanCache(0)
+    off.put(("v", "a"), result)
+    assert off.get(("v", "a")) is None
+
+
+def test_cap_search_time_leaves_small_limits_alone() -> None:
+    request, _ = parse_plan_request({**TINY, "training": {"global_batch_size": 8, "search_time_limit_s": 2}})
+    capped, notices = cap_search_time(request, {}, Settings(max_search_time_s=5))
+    assert capped is request and notices == []
+
+
+def test_render_options_reach_the_files(sqlite_client: Any) -> None:
+    body = {**SMALL, "render": {"job_name": "llama-smoke", "master_addr": "node001", "train_iters": 20}}
+    created = sqlite_client.post("/plans", json=body).json()
+    names = {a["name"] for a in created["links"]["artifacts"]}
+    assert "plan.json" in names  # rendered because the head node is known
+    sbatch = sqlite_client.get(f"/plans/{created['id']}/artifacts/sbatch.sh").text
+    assert "llama-smoke" in sbatch
+    args = sqlite_client.get(f"/plans/{created['id']}/artifacts/megatron_args.txt", params={"rank": 2}).text
+    assert "--train-iters 20" in args  # later ranks are rendered with the same options
+
+
+def test_render_notes_become_notices(sqlite_client: Any) -> None:
+    created = sqlite_client.post("/plans", json=SMALL).json()  # two nodes, no head node named
+    assert any(n.startswith("files: ") and "MASTER_ADDR" in n for n in created["notices"])
+
+
+def test_parse_reports_request_and_render_errors_together() -> None:
+    with pytest.raises(InputError) as exc:
+        parse_plan_request({**TINY, "cluster": {"num_nodes": 0, "gpu": "H100-SXM"}, "render": {"seed": -1}})
+    assert {e.field for e in exc.value.errors} == {"cluster.num_nodes", "render.seed"}

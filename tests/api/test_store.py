@@ -1,0 +1,71 @@
+"""The plan store on its own: SQLite in WAL mode, frozen artifacts, summaries, URL handling."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from app.planner import PlanRequest, plan
+from app.store import PlanStore
+from app.store.db import normalize_url
+from tests.api.conftest import TINY
+
+
+@pytest.fixture
+def store(db_url: str) -> PlanStore:
+    s = PlanStore(db_url)
+    s.init()
+    return s
+
+
+def test_sqlite_file_and_folder_are_created_in_wal_mode(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "er" / "plans.db"
+    s = PlanStore(f"sqlite:///{path}")
+    assert not path.exists()
+    s.init()
+    assert path.is_file()
+    with s.engine.connect() as conn:
+        assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+        assert conn.execute(text("PRAGMA foreign_keys")).scalar() == 1
+
+
+def test_add_get_page_delete(store: PlanStore) -> None:
+    result = plan(PlanRequest(**TINY))
+    record = store.add(TINY, result, ["a notice"], {"train.sh": "echo hi\n"}, "9.9")
+    got = store.get(record.id)
+    assert got is not None
+    assert got.result.model_dump() == result.model_dump()
+    assert got.request == TINY and got.notices == ["a notice"]
+    assert got.planner_version == result.planner_version
+    assert got.created_at == record.created_at.replace(microsecond=got.created_at.microsecond)
+    items, total = store.page(10, 0)
+    assert total == 1 and items[0].id == record.id and items[0].num_plans == len(result.plans)
+    assert items[0].created_at.tzinfo is not None
+    assert store.artifacts(record.id, 1) == {"train.sh": "echo hi\n"}
+    assert store.artifacts(record.id, 2) is None
+    assert store.delete(record.id) and not store.delete(record.id)
+    assert store.get(record.id) is None and store.artifacts(record.id, 1) is None
+
+
+def test_artifacts_are_frozen_first_writer_wins(store: PlanStore) -> None:
+    record = store.add(TINY, plan(PlanRequest(**TINY)), [])
+    first = store.put_artifacts(record.id, 2, {"a.txt": "first"})
+    second = store.put_artifacts(record.id, 2, {"a.txt": "second", "b.txt": "more"})
+    assert first == second == {"a.txt": "first"}
+    assert store.rendered_ranks(record.id) == [2]
+
+
+def test_ids_are_unique_and_url_safe(store: PlanStore) -> None:
+    result = plan(PlanRequest(**TINY))
+    ids = {store.add(TINY, result, []).id for _ in range(20)}
+    assert len(ids) == 20 and all(len(i) == 16 and int(i, 16) >= 0 for i in ids)
+
+
+@pytest.mark.parametrize(("url", "driver"), [
+    ("postgres://u:p@db/x", "postgresql+psycopg"), ("postgresql://u:p@db/x", "postgresql+psycopg"),
+    ("postgresql+psycopg://u:p@db/x", "postgresql+psycopg"), ("sqlite:///var/x.db", "sqlite"),
+])
+def test_postgres_urls_use_psycopg3(url: str, driver: str) -> None:
+    assert normalize_url(url).drivername == driver
