@@ -5,10 +5,9 @@ from __future__ import annotations
 import shlex
 import subprocess
 
+from conftest import foreign_addresses
 from hypothesis import given
 from hypothesis import strategies as st
-
-from conftest import foreign_addresses
 
 from launcher.command import Command, is_local, launch_argv
 

@@ -94,7 +94,7 @@ def test_malformed_json_names_line_and_column(tmp_path: Path) -> None:
 def test_constructed_from_python_validates_too() -> None:
     with pytest.raises(PlanError, match=r"world.gpus_per_node\(0\) must be >= 1"):
         World(gpus_per_node=0)
-    with pytest.raises(PlanError, match="parallel.ep"):
+    with pytest.raises(PlanError, match=r"parallel\.ep\(2\) must divide dp\(3\)"):
         Parallel(dp=3, global_batch_size=3, ep=2)
     job = Job(name="x", numa_binding=True)  # type: ignore[arg-type]
     assert job.numa_binding == "node"  # the documented boolean alias
@@ -123,5 +123,5 @@ def test_consistent_plans_round_trip_and_inconsistent_ones_are_refused(
 
 def test_replace_keeps_validation() -> None:
     plan = tiny_plan()
-    with pytest.raises(PlanError, match="world.num_nodes"):
-        replace(plan, world=replace(plan.world, num_nodes=3))
+    with pytest.raises(PlanError, match=r"= 2 != parallel world size tp\(1\)\*pp\(1\)\*cp\(1\)\*dp\(3\) = 3"):
+        replace(plan, parallel=replace(plan.parallel, dp=3, global_batch_size=6))
