@@ -90,7 +90,7 @@ def moe_flags(f: Facts) -> list[Flag]:
     out += [
         flag("--expert-model-parallel-size", par.ep), flag("--expert-tensor-parallel-size", par.expert_tp),
         flag("--moe-token-dispatcher-type", "alltoall"), flag("--moe-router-load-balancing-type", "aux_loss"),
-        flag("--moe-aux-loss-coeff", 0.01), flag("--moe-grouped-gemm"),
+        flag("--moe-aux-loss-coeff", 0.01), flag("--moe-router-dtype", "fp32"), flag("--moe-grouped-gemm"),
     ]
     if m.moe_capacity_factor is not None:
         out.append(flag("--moe-expert-capacity-factor", m.moe_capacity_factor))

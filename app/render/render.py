@@ -25,6 +25,7 @@ from app.render.megatron_args import sections
 from app.render.options import RenderOptions
 from app.render.plan_json import plan_json
 from app.render.words import Word, flat, shell_line, shell_word
+from launcher.spec import PlanError
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 ARTIFACT_NAMES = (
@@ -146,10 +147,14 @@ def render(result: PlanResult, rank: int = 1, options: RenderOptions | None = No
         files.update(build(f))
     worker_files = {n: files[n] for n in WORKER_FILES if n in files}
     files.update(_launch_files(f, worker_files))
+    extra_notes = []
     if f.master_addr is not None:  # the launcher needs node 0's address on more than one node
-        files["plan.json"] = plan_json(f, files)
+        try:
+            files["plan.json"] = plan_json(f, files)
+        except PlanError as exc:  # launcher/spec.py owns the format and has the last word on it
+            extra_notes.append(f"plan.json not rendered: launcher/spec.py refuses this plan: {exc}")
     ordered = {name: files[name] for name in ARTIFACT_NAMES if name in files}
-    return Artifacts(files=ordered, notes=notes(f))
+    return Artifacts(files=ordered, notes=notes(f) + extra_notes)
 
 
 def write_artifacts(arts: Artifacts, out_dir: str | os.PathLike[str]) -> list[Path]:

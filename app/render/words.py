@@ -33,6 +33,8 @@ Line = tuple[Word, ...]
 def shell_word(word: Word) -> str:
     if isinstance(word, Var):
         return f'"${{{word.name}}}{word.suffix}"'
+    if word.startswith("="):  # safe to shlex, but `X==a` reads as a typo to shellcheck and to people
+        return f"'{word}'" if "'" not in word else shlex.quote(word)
     return shlex.quote(word)
 
 

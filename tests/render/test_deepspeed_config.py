@@ -1,0 +1,139 @@
+"""Every rendered ds_config.json is accepted by DeepSpeed's own configuration classes with the plan's data-parallel
+world size, uses only keys DeepSpeed reads, and selects the optimizer path the planner's memory model assumed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cases import fixed_result
+
+from app.planner.memory import deepspeed_uses_bf16_optimizer, zero_buckets
+from app.render import RenderOptions, render
+
+VARIANTS = (  # (request changes, parallel): every ZeRO stage, both 16-bit types, CPU and NVMe offload, DeepSpeed PP
+    ("deepspeed", "bf16", {"dp": 8, "zero_stage": 1, "micro_batch_size": 2}),
+    ("deepspeed", "fp16", {"dp": 8, "zero_stage": 2, "micro_batch_size": 1}),
+    ("deepspeed", "fp16", {"dp": 8, "zero_stage": 0, "micro_batch_size": 1}),
+    ("deepspeed", "bf16", {"dp": 8, "zero_stage": 2, "offload_optimizer": "cpu", "micro_batch_size": 1}),
+    ("deepspeed", "bf16", {"dp": 8, "zero_stage": 3, "offload_optimizer": "nvme", "offload_param": "nvme"}),
+    ("deepspeed", "bf16", {"dp": 8, "zero_stage": 3, "offload_optimizer": "cpu", "recompute": "full"}),
+    ("megatron-deepspeed", "bf16", {"tp": 2, "pp": 2, "dp": 2, "zero_stage": 1, "sequence_parallel": True}),
+    ("megatron-deepspeed", "bf16", {"tp": 2, "dp": 4, "zero_stage": 3, "offload_param": "cpu",
+                                    "offload_optimizer": "cpu"}),
+    ("megatron-deepspeed", "fp16", {"tp": 4, "pp": 2, "zero_stage": 0, "recompute": "full"}),
+)
+DATA = {"data_path": "/data/d", "tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": "org/tok"}
+
+
+def variant(framework: str, precision: str, parallel: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    request = {"model": "llama-2-7b",
+               "cluster": {"num_nodes": 1, "gpus_per_node": 8, "gpu": "A100-80GB", "nvme_path": "/nvme"},
+               "training": {"global_batch_size": 64, "framework": framework, "precision": precision}}
+    result = fixed_result(request, parallel)
+    options = RenderOptions(**(DATA if framework == "megatron-deepspeed" else {}))
+    return result, json.loads(render(result, 1, options).files["ds_config.json"])
+
+
+def _all_configs(all_rendered) -> list[tuple[str, Any, int, dict[str, Any]]]:
+    out = [(label, result, rank, json.loads(arts.files["ds_config.json"]))
+           for label, result, rank, arts in all_rendered if "ds_config.json" in arts.files]
+    for fw, precision, par in VARIANTS:
+        result, cfg = variant(fw, precision, par)
+        out.append((f"{fw}/{precision}/{par}", result, 1, cfg))
+    return out
+
+
+def test_deepspeed_accepts_every_config_with_the_plans_dp(deepspeed_config, all_rendered) -> None:
+    configs = _all_configs(all_rendered)
+    assert len(configs) >= 15
+    for label, result, rank, cfg in configs:
+        par = result.plans[rank - 1].parallel
+        ds = deepspeed_config(cfg, par.dp, par.tp * par.pp)
+        assert ds.world_size == par.dp, label
+        assert ds.train_batch_size == ds.train_micro_batch_size_per_gpu * ds.gradient_accumulation_steps * par.dp
+        assert ds.train_batch_size == result.training.global_batch_size, label
+        assert ds.zero_optimization_stage == par.zero_stage, label
+        assert ds.gradient_clipping == 1.0
+
+
+def test_deepspeed_rejects_a_broken_batch_identity(deepspeed_config) -> None:
+    """The check above can fail: DeepSpeed itself refuses a config whose batch identity is off by one GPU."""
+    _result, cfg = variant("deepspeed", "bf16", {"dp": 8, "zero_stage": 1, "micro_batch_size": 2})
+    with pytest.raises(AssertionError, match="train_batch_size is not equal"):
+        deepspeed_config(cfg, 7, 1)
+
+
+def _deepspeed_keys() -> str:
+    import deepspeed
+
+    root = Path(deepspeed.__file__).parent / "runtime"
+    return "".join(p.read_text() for p in root.rglob("*.py"))
+
+
+def test_every_top_level_key_is_one_deepspeed_reads(all_rendered) -> None:
+    """DeepSpeed ignores unknown top-level keys silently (only its pydantic sections forbid extras)."""
+    source = _deepspeed_keys()
+    keys = {k for _l, _r, _k, cfg in _all_configs(all_rendered) for k in cfg}
+    keys |= {k for _l, _r, _k, cfg in _all_configs(all_rendered) for k in cfg.get("pipeline", {})}
+    unknown = [k for k in keys if f'"{k}"' not in source and f"'{k}'" not in source]
+    assert not unknown, f"keys DeepSpeed's runtime never names: {unknown}"
+
+
+def test_buckets_and_offload_are_the_memory_models(all_rendered) -> None:
+    for label, result, rank, cfg in _all_configs(all_rendered):
+        par = result.plans[rank - 1].parallel
+        zero, buckets = cfg["zero_optimization"], zero_buckets(result.model, par.zero_stage)
+        if par.zero_stage:
+            assert zero["reduce_bucket_size"] == buckets.reduce_bucket_size, label
+            assert zero["overlap_comm"] == (par.zero_stage >= 2), label  # memory.py doubles buckets for >= 2
+        if par.zero_stage == 3:
+            assert zero["stage3_prefetch_bucket_size"] == buckets.prefetch_bucket_size
+            assert zero["stage3_param_persistence_threshold"] == buckets.param_persistence_threshold
+            assert zero["stage3_max_live_parameters"] == buckets.max_live_parameters
+        for key, device in (("offload_optimizer", par.offload_optimizer), ("offload_param", par.offload_param)):
+            block = zero.get(key)
+            assert (block or {}).get("device", "none") == device, label
+            if block:
+                assert block["pin_memory"] is True
+                assert ("nvme_path" in block) == (block["device"] == "nvme"), label
+                assert block["device"] != "nvme" or "aio" in cfg, label
+        assert "zero_force_ds_cpu_optimizer" not in cfg, "production keeps DeepSpeedCPUAdam for offload"
+        assert ("fp16" in cfg) == (result.training.precision == "fp16")
+        assert ("bf16" in cfg) == (result.training.precision == "bf16")
+        assert ("pipeline" in cfg) == (result.training.framework == "megatron-deepspeed" and par.pp > 1)
+
+
+class EngineView:
+    """DeepSpeedEngine's own dtype and optimizer-path methods, run on a config without building an engine."""
+
+    def __init__(self, config: Any, pipeline: bool) -> None:
+        self._config, self.pipeline_parallelism, self.global_rank = config, pipeline, 0
+
+    @staticmethod
+    def bind() -> None:
+        from deepspeed.runtime.engine import DeepSpeedEngine as E
+
+        for name in ("fp16_enabled", "bfloat16_enabled", "get_data_types", "zero_optimization",
+                     "zero_optimization_stage", "zero_cpu_offload", "zero_compute_grad_norm",
+                     "zero_allow_untested_optimizer", "_do_optimizer_sanity_check"):
+            setattr(EngineView, name, getattr(E, name))
+
+
+def test_optimizer_path_is_the_one_the_memory_model_assumed(deepspeed_config, all_rendered) -> None:
+    """BF16_Optimizer (full fp32 gradients) exactly when memory.deepspeed_uses_bf16_optimizer says so."""
+    import torch
+    from deepspeed.runtime.constants import BFLOAT16
+
+    EngineView.bind()
+    adam = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])
+    for label, result, rank, cfg in _all_configs(all_rendered):
+        par = result.plans[rank - 1].parallel
+        ds = deepspeed_config(cfg, par.dp, par.tp * par.pp)
+        view = EngineView(ds, pipeline=result.training.framework == "megatron-deepspeed" and par.pp > 1)
+        path = view._do_optimizer_sanity_check(adam)  # type: ignore[attr-defined]
+        assert (path == BFLOAT16) == deepspeed_uses_bf16_optimizer(result.training, par), (label, path)
+        expected_wire = "fp32" if path == BFLOAT16 else result.training.precision
+        assert cfg["communication_data_type"] == expected_wire, label
