@@ -76,19 +76,24 @@ GOLDEN = (
          {"master_addr": "10.0.0.1", "nccl_algo": "Ring"}),
 )
 
+def hosts(n: int) -> list[str]:
+    return [f"node{i:02d}" for i in range(n)]
+
+
 # Small requests searched for real: every plan they return is rendered and checked against the tools.
 SEARCHED = (
     {"model": "llama-2-7b", "cluster": {"num_nodes": 1, "gpus_per_node": 8, "gpu": "A100-80GB"},
      "training": {"global_batch_size": 128, "framework": "megatron"}},
     {"model": "llama-2-70b", "cluster": {"num_nodes": 8, "gpus_per_node": 8, "gpu": "H100-SXM", "nics": IB8},
      "training": {"global_batch_size": 512, "framework": "megatron"}},
-    {"model": "gpt3-175b", "cluster": {"num_nodes": 16, "gpus_per_node": 8, "gpu": "A100-80GB"},
+    {"model": "gpt3-175b", "cluster": {"num_nodes": 16, "gpus_per_node": 8, "gpu": "A100-80GB", "hosts": hosts(16)},
      "training": {"global_batch_size": 1536, "framework": "megatron", "precision": "fp16"}},
-    {"model": "qwen2-57b-a14b", "cluster": {"num_nodes": 4, "gpus_per_node": 8, "gpu": "H100-SXM"},
+    {"model": "qwen2-57b-a14b", "cluster": {"num_nodes": 4, "gpus_per_node": 8, "gpu": "H100-SXM", "hosts": hosts(4)},
      "training": {"global_batch_size": 256, "framework": "megatron"}},
-    {"model": "llama-3-8b-128k", "cluster": {"num_nodes": 4, "gpus_per_node": 8, "gpu": "H100-SXM"},
+    {"model": "llama-3-8b-128k", "cluster": {"num_nodes": 4, "gpus_per_node": 8, "gpu": "H100-SXM",
+                                             "hosts": hosts(4), "nics": ["mlx5_0"]},
      "training": {"global_batch_size": 32, "framework": "megatron", "precision": "fp8"}},
-    {"model": "llama-2-13b", "cluster": {"num_nodes": 2, "gpus_per_node": 8, "gpu": "A100-80GB"},
+    {"model": "llama-2-13b", "cluster": {"num_nodes": 2, "gpus_per_node": 8, "gpu": "A100-80GB", "hosts": hosts(2)},
      "training": {"global_batch_size": 256, "framework": "megatron-deepspeed"}},
     {"model": "gpt3-175b", "cluster": {"num_nodes": 16, "gpus_per_node": 8, "gpu": "A100-80GB"},
      "training": {"global_batch_size": 1536, "framework": "megatron-deepspeed", "precision": "fp16"}},

@@ -1,0 +1,84 @@
+"""plan.json is built with the launcher's own spec classes, loads with `launcher.spec`, and for the DeepSpeed
+framework runs the project's example trainer with arguments its argparse accepts."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from cases import fixed_result
+
+from app.render import RenderOptions, render, write_artifacts
+from launcher import spec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_plan_json_loads_and_matches_the_plan(all_rendered) -> None:
+    loaded = 0
+    for label, result, rank, arts in all_rendered:
+        if "plan.json" not in arts.files:
+            continue
+        plan = spec.loads(arts.files["plan.json"])
+        p = result.plans[rank - 1]
+        assert plan.schema_version == spec.SCHEMA_VERSION and plan.kind == "trainplan.plan"
+        assert (plan.world.num_nodes, plan.world.gpus_per_node) == (p.layout.num_nodes, p.layout.gpus_per_node)
+        par = plan.parallel
+        assert (par.tp, par.pp, par.vpp, par.cp, par.ep, par.dp, par.zero_stage) == (
+            p.parallel.tp, p.parallel.pp, p.parallel.vpp, p.parallel.cp, p.parallel.ep, p.parallel.dp,
+            p.parallel.zero_stage), label
+        assert par.gradient_accumulation_steps == p.layout.num_microbatches
+        assert "plan.json" not in plan.files and set(plan.files) <= set(arts.files)
+        assert plan.prediction is not None and len(plan.prediction.peak_memory_bytes) == p.parallel.pp
+        assert json.loads(arts.files["plan.json"]) == plan.to_dict()  # what dump() would write
+        loaded += 1
+    assert loaded >= 35
+
+
+def _train_gpt():
+    sys.path.insert(0, str(ROOT / "examples"))
+    import train_gpt
+
+    return train_gpt
+
+
+def test_deepspeed_plan_runs_the_example_trainer_with_its_arguments(tmp_path: Path) -> None:
+    request = {"model": "tiny-gpt", "cluster": {"num_nodes": 1, "gpus_per_node": 2, "gpu": "A100-80GB"},
+               "training": {"global_batch_size": 8, "framework": "deepspeed"}}
+    result = fixed_result(request, {"dp": 2, "zero_stage": 2, "micro_batch_size": 2})
+    arts = render(result, 1, RenderOptions(workdir=str(ROOT), train_iters=3))
+    plan = spec.loads(arts.files["plan.json"])
+    assert plan.entrypoint.script == f"{ROOT}/examples/train_gpt.py" and plan.entrypoint.working_dir == str(ROOT)
+    run_dir = tmp_path / "run"
+    write_artifacts(arts, run_dir)
+    argv = [a.replace("{run_dir}", str(run_dir)) for a in plan.entrypoint.args]
+    train_gpt = _train_gpt()
+    args = train_gpt.parse_args(argv)
+    assert args.ignored == [], f"arguments the trainer does not read: {args.ignored}"
+    assert (args.num_layers, args.hidden_size, args.vocab_size, args.train_iters) == (4, 256, 4096, 3)
+    cfg = train_gpt.ds_config(args, world=plan.world.world_size, on_cuda=False)
+    assert (cfg["train_batch_size"], cfg["gradient_accumulation_steps"]) == (8, 2)
+    assert cfg["zero_optimization"]["stage"] == 2
+
+
+def test_the_launcher_builds_its_commands_from_the_plan(tmp_path: Path) -> None:
+    from torch.distributed.run import get_args_parser
+
+    from launcher.backends import build
+    from launcher.context import make_context
+
+    request = {"model": "llama-2-7b",
+               "cluster": {"num_nodes": 2, "gpus_per_node": 8, "gpu": "H100-SXM", "hosts": ["n0", "n1"]},
+               "training": {"global_batch_size": 64, "framework": "megatron"}}
+    arts = render(fixed_result(request, {"tp": 2, "dp": 8}))
+    write_artifacts(arts, tmp_path)
+    plan = spec.load(tmp_path / "plan.json")
+    ctx = make_context(plan, tmp_path / "plan.json", node_rank=1, caller_env={"PATH": "/usr/bin"})
+    _backend, commands = build(ctx)
+    (cmd,) = commands
+    args = get_args_parser().parse_args(list(cmd.argv[3:]))
+    assert (args.nnodes, args.nproc_per_node) == ("2", "8")
+    assert cmd.env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1" and cmd.env["NCCL_ALGO"] == "Tree"
+    assert args.training_script.endswith("pretrain_gpt.py")
+    assert "--tensor-model-parallel-size" in args.training_script_args
