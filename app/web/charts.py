@@ -43,6 +43,11 @@ class Rect:
     stroke: str = ""
 
 
+# How each kind of line looks on its own (a standalone .svg); the page's stylesheet restyles them by class.
+LINE_STYLES = {"axis": ("#999999", 1.0, ""), "grid": ("#e6e6e6", 1.0, ""), "capacity": ("#c0352b", 2.0, ""),
+               "usable": ("#d69e2e", 1.5, "6 4")}
+
+
 @dataclass(frozen=True)
 class Line:
     x1: float
@@ -50,6 +55,18 @@ class Line:
     x2: float
     y2: float
     cls: str = "axis"
+
+    @property
+    def stroke(self) -> str:
+        return LINE_STYLES[self.cls][0]
+
+    @property
+    def width(self) -> float:
+        return LINE_STYLES[self.cls][1]
+
+    @property
+    def dash(self) -> str:
+        return LINE_STYLES[self.cls][2]
 
 
 @dataclass(frozen=True)
@@ -215,8 +232,9 @@ def pipeline_chart(plan: Plan, width: float = 1200) -> Chart:
     if par.vpp == 1:
         chart.legend.extend([(CHUNK_COLORS[0][0], "forward"), (CHUNK_COLORS[0][1], "backward")])
     else:  # one colour per model chunk: light = forward, dark = backward
-        chart.legend.extend((CHUNK_COLORS[c % len(CHUNK_COLORS)][1], f"chunk {c + 1} (light: forward)")
-                            for c in range(min(par.vpp, len(CHUNK_COLORS))))
+        colours = len(CHUNK_COLORS)
+        chart.legend.extend((CHUNK_COLORS[c][1], "chunk " + ", ".join(str(k + 1) for k in range(c, par.vpp, colours))
+                             + " (light: forward)") for c in range(min(par.vpp, colours)))
     chart.legend.append(("#d9d9d9", "idle (bubble)"))
     return chart
 

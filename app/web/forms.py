@@ -181,7 +181,14 @@ def _value(f: FormField, raw: str) -> Any:
         return raw in ("true", "on", "1")
     if f.kind == "list":
         return [part for part in raw.replace(",", " ").split() if part]
-    return raw.strip()  # numbers stay text: the spec parses them and names the field when one does not
+    try:  # numbers as numbers (the spec derives defaults from them); text that is no number goes to the spec as is,
+        if f.kind == "int":  # which names the field and says why
+            return int(raw)
+        if f.kind == "float":
+            return float(raw)
+    except ValueError:
+        pass
+    return raw
 
 
 def _section_values(fields: list[FormField], form: Mapping[str, str], target: dict[str, Any], prefix: str) -> None:
@@ -219,9 +226,10 @@ def _model(sections: dict[str, list[FormField]], form: Mapping[str, str], upload
         _section_values(sections["model_dims"], form, model, "model.")
         return model
     key = "hf" if mode == "hf" else "preset"
-    seq = form.get(f"{key}.seq_length", "").strip()
+    seq_field = next(f for f in sections[f"model_{key}"] if f.name == f"{key}.seq_length")
+    seq = form.get(seq_field.name, "").strip()
     model = {"hf_config": _hf_config(form, upload)} if mode == "hf" else {"preset": form.get("preset.name", "")}
-    return {**model, "seq_length": seq} if seq else (model["preset"] if mode == "preset" else model)
+    return {**model, "seq_length": _value(seq_field, seq)} if seq else (model["preset"] if mode == "preset" else model)
 
 
 def _cluster(sections: dict[str, list[FormField]], form: Mapping[str, str]) -> dict[str, Any]:

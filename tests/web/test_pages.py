@@ -1,0 +1,161 @@
+"""The web pages through the app: the form, submitting it, the result page, errors beside their fields."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from typing import Any
+
+from app.web.pages import SECTIONS
+from tests.api.conftest import SMALL
+from tests.web.html_dom import element, hrefs, svgs
+from tests.web.test_forms import LLAMA_CONFIG, form
+
+PLAN_FORM = {"preset.name": "llama-2-7b", "cluster.num_nodes": "2", "training.global_batch_size": "64"}
+
+
+def submit(web: Any, values: dict[str, str], files: dict[str, Any] | None = None) -> Any:
+    return web.post("/", data=form(**{k.replace(".", "__"): v for k, v in values.items()}), files=files,
+                    follow_redirects=False)
+
+
+def test_form_has_every_section_with_spec_help(web: Any) -> None:
+    r = web.get("/")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    assert "script-src" not in r.headers["content-security-policy"] and "default-src 'none'" in r.headers[
+        "content-security-policy"]
+    assert "<script" not in r.text
+    for section in SECTIONS.values():
+        for f in section:
+            text, _ = element(r.text, f"field-{f.name}")
+            assert f.label in text
+            if f.help:
+                assert " ".join(f.help.split()) in text, f.name
+    text, inputs = element(r.text, "field-training.search_time_limit_s")
+    assert ("input", inputs[0][1]) == inputs[0] and inputs[0][1]["value"] == "10"  # the service's cap, not 20
+
+
+def test_submit_redirects_to_the_permalink_with_charts_and_downloads(web: Any) -> None:
+    r = submit(web, PLAN_FORM)
+    assert r.status_code == 303
+    page_url = r.headers["location"]
+    pid = page_url.rsplit("/", 1)[1]
+    page = web.get(page_url)
+    assert page.status_code == 200
+    stored = web.get(f"/plans/{pid}").json()
+    assert stored["request"] == {"model": "llama-2-7b", "cluster": {**stored["request"]["cluster"], "num_nodes": 2},
+                                 "training": {"global_batch_size": 64}}  # defaults are left out
+    drawn = {ET.fromstring(s).get("id") for s in svgs(page.text)}
+    assert {"memory-chart", "pipeline-chart", "step-chart"} <= drawn
+    rows = page.text.count('<tr class="selected">') + page.text.count("<tr>\n        <td>")
+    assert rows >= 1 and stored["summary"] in page.text
+    links = [h for h in hrefs(page.text) if h.startswith(f"/plans/{pid}/")]
+    assert f"/plans/{pid}/bundle.zip" in links
+    for name in (a["name"] for a in stored["links"]["artifacts"]):
+        assert f"/plans/{pid}/artifacts/{name}" in links
+    for link in links:
+        assert web.get(link).status_code == 200, link
+    for why in stored["explanation"]:
+        assert why.replace("&", "&amp;") in page.text or why in page.text
+
+
+def test_other_ranks_have_their_own_page(web: Any) -> None:
+    created = web.post("/plans", json=SMALL).json()
+    page = web.get(f"/p/{created['id']}", params={"rank": 2})
+    assert page.status_code == 200
+    assert f"/plans/{created['id']}/artifacts/megatron_args.txt?rank=2" in page.text
+    assert web.get(f"/p/{created['id']}", params={"rank": 99}).status_code == 404
+
+
+def test_bad_value_is_shown_beside_its_field_with_values_kept(web: Any) -> None:
+    values = {**PLAN_FORM, "cluster.num_nodes": "0", "training.global_batch_size": "96", "training.pinned.tp": "3"}
+    r = submit(web, values)
+    assert r.status_code == 422
+    text, inputs = element(r.text, "field-cluster.num_nodes")
+    assert "greater than or equal to 1" in text
+    assert inputs[0][1]["value"] == "0" and inputs[0][1].get("aria-invalid") == "true"
+    _, kept = element(r.text, "field-training.global_batch_size")
+    assert kept[0][1]["value"] == "96"
+    _, pinned = element(r.text, "field-training.pinned.tp")
+    assert pinned[0][1]["value"] == "3"
+    assert "<details open>" in r.text  # the pins section is opened because a pin is set
+    assert web.get("/plans").json()["total"] == 0
+
+
+def test_model_errors_in_preset_mode_are_shown_at_the_preset(web: Any) -> None:
+    r = submit(web, {**PLAN_FORM, "preset.seq_length": "-5"})
+    assert r.status_code == 422
+    assert "greater than or equal to 1" in element(r.text, "field-preset.seq_length")[0]
+
+
+def test_config_json_upload(web: Any) -> None:
+    files = {"hf.config": ("config.json", json.dumps(LLAMA_CONFIG).encode(), "application/json")}
+    r = submit(web, {**PLAN_FORM, "model_mode": "hf"}, files)
+    assert r.status_code == 303, element(r.text, "field-hf.config")[0] if r.status_code == 422 else r.text
+    stored = web.get("/plans/" + r.headers["location"].rsplit("/", 1)[1]).json()
+    assert stored["request"]["model"] == {"hf_config": LLAMA_CONFIG}
+    assert stored["result"]["model"]["num_query_groups"] == 4
+
+
+def test_bad_upload_keeps_the_text_and_says_why(web: Any) -> None:
+    files = {"hf.config": ("config.json", b'{"model_type": "llama"}', "application/json")}
+    r = submit(web, {**PLAN_FORM, "model_mode": "hf"}, files)
+    assert r.status_code == 422
+    text, _ = element(r.text, "field-hf.config")
+    assert "lacks 'hidden_size'" in text
+    assert "&#34;model_type&#34;: &#34;llama&#34;" in element_html(r.text, "in-hf.config_text")
+
+
+def element_html(html: str, element_id: str) -> str:
+    start = html.index(f'id="{element_id}"')
+    return html[start:html.index("</textarea>", start)]
+
+
+def test_upload_over_the_limit(tmp_path: Any) -> None:
+    from tests.api.conftest import make_sqlite_client
+
+    with make_sqlite_client(f"sqlite:///{tmp_path / 'x.db'}", max_upload_bytes=100) as web:
+        files = {"hf.config": ("config.json", json.dumps(LLAMA_CONFIG).encode(), "application/json")}
+        r = submit(web, {**PLAN_FORM, "model_mode": "hf"}, files)
+        assert r.status_code == 422
+        assert "larger than the limit of 100 bytes" in element(r.text, "field-hf.config")[0]
+
+
+def test_edit_and_replan_fills_the_form(web: Any) -> None:
+    created = web.post("/plans", json={**SMALL, "training": {"global_batch_size": 128}}).json()
+    r = web.get("/", params={"from": created["id"]})
+    assert r.status_code == 200
+    assert element(r.text, "field-training.global_batch_size")[1][0][1]["value"] == "128"
+    _, nics = element(r.text, "field-cluster.nics")
+    assert nics[0][1]["value"] == "mlx5_0 mlx5_1"
+    assert web.get("/", params={"from": "0123456789abcdef"}).status_code == 404
+
+
+def test_recent_page_and_standalone_charts(web: Any) -> None:
+    created = web.post("/plans", json=SMALL).json()
+    recent = web.get("/recent")
+    assert recent.status_code == 200 and f"/p/{created['id']}" in recent.text
+    for chart in ("memory", "pipeline", "steps"):
+        r = web.get(f"/p/{created['id']}/{chart}.svg")
+        assert r.status_code == 200 and r.headers["content-type"] == "image/svg+xml"
+        ET.fromstring(r.text)
+    assert web.get(f"/p/{created['id']}/secrets.svg").status_code == 422
+
+
+def test_nothing_fits_page(web: Any) -> None:
+    body = {"model": "llama-2-70b", "cluster": {"num_nodes": 1, "gpus_per_node": 1, "gpu": "A100-40GB"},
+            "training": {"global_batch_size": 8}}
+    created = web.post("/plans", json=body).json()
+    page = web.get(f"/p/{created['id']}")
+    assert page.status_code == 200 and "Nothing fits" in page.text and "Rejected candidates" in page.text
+    assert not svgs(page.text)
+
+
+def test_unknown_plan_page_is_a_404_page(web: Any) -> None:
+    r = web.get("/p/0123456789abcdef")
+    assert r.status_code == 404 and "no stored plan" in r.text.lower()
+
+
+def test_stylesheet(web: Any) -> None:
+    r = web.get("/static/style.css")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/css") and ".mode-panel" in r.text
