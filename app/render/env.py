@@ -13,6 +13,12 @@ from app.planner.specs import ClusterSpec, TrainingSpec
 from app.render.options import RenderOptions
 
 
+# NCCL_ALGO=Tree alone leaves AllGather/ReduceScatter/Broadcast without an algorithm on NCCL >= 2.24 (no implicit
+# ring fallback any more): the distributed optimizer and ZeRO would fail at their first all-gather. The
+# per-collective form pins the all-reduce only.
+TREE_ALLREDUCE = "allreduce:tree"
+
+
 @dataclass(frozen=True, slots=True)
 class EnvVar:
     name: str
@@ -41,9 +47,10 @@ def _algo(plan: Plan, cluster: ClusterSpec, options: RenderOptions) -> EnvVar | 
     nodes = plan.layout.num_nodes
     if nodes <= 1:
         return None
-    groups = crossing_groups(plan, cluster) or ["no collective"]
-    return EnvVar("NCCL_ALGO", "Tree", f"{' and '.join(groups)} traffic crosses {nodes} nodes: tree all-reduce "
-                                       f"latency grows with log2(nodes), ring's with nodes")
+    groups = " and ".join(crossing_groups(plan, cluster)) or "no group's"
+    return EnvVar("NCCL_ALGO", TREE_ALLREDUCE,
+                  f"{groups} traffic crosses {nodes} nodes: tree all-reduce latency grows with log2(nodes), ring's "
+                  f"with nodes; only AllReduce has a tree, so the other collectives keep NCCL's choice (NCCL >= 2.24)")
 
 
 def nccl_env(plan: Plan, cluster: ClusterSpec, options: RenderOptions) -> tuple[EnvVar, ...]:

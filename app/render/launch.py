@@ -70,15 +70,27 @@ def _restarts(f: Facts) -> Line:
     return ("--max-restarts", str(f.options.max_restarts))
 
 
+def node_rendezvous(f: Facts) -> str:
+    """standalone (one node); static (node rank from NODE_RANK, the ranks fixed by it); or c10d when torchrun
+    restarts workers, which a static rendezvous cannot regroup (node 0, from NODE_RANK, hosts the store)."""
+    if f.num_nodes == 1:
+        return "standalone"
+    return "c10d" if f.options.max_restarts > 0 else "static"
+
+
 def torchrun_node(f: Facts, w: Worker) -> list[Line]:
-    """torchrun.sh: one agent per node, static rendezvous on node 0, node rank from NODE_RANK."""
+    """torchrun.sh: one agent per node; see node_rendezvous."""
     lines: list[Line] = [(f.options.python, *TORCHRUN), ("--nnodes", Var("NNODES")),
                          ("--nproc-per-node", Var("NPROC_PER_NODE"))]
-    if f.num_nodes == 1:
+    kind = node_rendezvous(f)
+    if kind == "standalone":
         lines.append(("--standalone",))
-    else:
+    elif kind == "static":
         lines += [("--node-rank", Var("NODE_RANK")), ("--master-addr", Var("MASTER_ADDR")),
                   ("--master-port", Var("MASTER_PORT"))]
+    else:
+        lines += [("--rdzv-backend", "c10d"), ("--rdzv-endpoint", Var("RDZV_ENDPOINT")),
+                  ("--rdzv-id", f.job_name), ("--rdzv-conf", Var("RDZV_CONF"))]
     lines.append(_restarts(f))
     return lines + _worker_lines(w, "--no-python")
 

@@ -27,7 +27,8 @@ SLURM_TIME = re.compile(r"^(\d+-)?\d+(:\d{2}){0,2}$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 TokenizerType = Literal["HuggingFaceTokenizer", "GPTSentencePieceTokenizer", "GPT2BPETokenizer", "NullTokenizer"]
-NcclAlgo = Literal["default", "Tree", "Ring", "NVLS", "NVLSTree", "CollnetDirect", "CollnetChain", "PAT"]
+NcclAlgo = Literal["default", "allreduce:tree", "Tree", "Ring", "NVLS", "NVLSTree", "CollnetDirect", "CollnetChain",
+                   "PAT"]
 
 
 def _check(pattern: re.Pattern[str], field: str, value: str, what: str) -> str:
@@ -94,8 +95,9 @@ class RenderOptions(BaseModel):
     slurm_time_limit: str | None = Field(
         None, description="Slurm time limit, e.g. 2-00:00:00 or 720 (#SBATCH --time; default: the partition's).")
     nccl_algo: NcclAlgo | None = Field(
-        None, description="NCCL_ALGO: unset = Tree when collectives cross nodes (omitted on one node); "
-        "'default' = never set it (NCCL chooses); or force an algorithm.")
+        None, description="NCCL_ALGO: unset = allreduce:tree (tree all-reduce, NCCL's choice for the other "
+        "collectives) when collectives cross nodes, nothing on one node; 'default' = never set it; or force one "
+        "algorithm for every collective (a bare Tree leaves all-gather without an algorithm on NCCL >= 2.24).")
 
     @field_validator("job_name")
     @classmethod

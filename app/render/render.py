@@ -109,7 +109,8 @@ def _launch_files(f: Facts, worker_files: dict[str, str]) -> dict[str, str]:
     k8s = launch.torchrun_k8s(f, launch.worker(f, launch.K8S_FILES_DIR))
     return {
         "nccl_env.sh": worker_files["nccl_env.sh"],
-        "torchrun.sh": _template("torchrun.sh", f=f, command=launch.torchrun_node(f, here)),
+        "torchrun.sh": _template("torchrun.sh", f=f, command=launch.torchrun_node(f, here),
+                                 rendezvous=launch.node_rendezvous(f)),
         "sbatch.sh": _template("sbatch.sh", f=f, command=launch.torchrun_slurm(f, here), world_reason=world_reason),
         "pytorchjob.yaml": _template(
             "pytorchjob.yaml", f=f, command=[str(w) for w in flat(k8s)], files=list(worker_files.items()),

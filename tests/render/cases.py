@@ -14,8 +14,8 @@ from app.planner.specs import ParallelConfig
 from app.render import RenderOptions
 
 IB8 = [f"mlx5_{i}" for i in range(8)]
-DATA = {"data_path": "/data/owt/owt_text_document", "tokenizer_type": "GPT2BPETokenizer",
-        "vocab_file": "/data/gpt2/vocab.json", "merge_file": "/data/gpt2/merges.txt"}
+DATA = {"data_path": "/data/llama/corpus_text_document", "tokenizer_type": "HuggingFaceTokenizer",
+        "tokenizer_model": "meta-llama/Llama-2-7b-hf"}
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,6 @@ def test_the_launcher_builds_its_commands_from_the_plan(tmp_path: Path) -> None:
     (cmd,) = commands
     args = get_args_parser().parse_args(list(cmd.argv[3:]))
     assert (args.nnodes, args.nproc_per_node) == ("2", "8")
-    assert cmd.env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1" and cmd.env["NCCL_ALGO"] == "Tree"
+    assert cmd.env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1" and cmd.env["NCCL_ALGO"] == "allreduce:tree"
     assert args.training_script.endswith("pretrain_gpt.py")
     assert "--tensor-model-parallel-size" in args.training_script_args

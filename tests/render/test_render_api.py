@@ -77,12 +77,13 @@ def test_nccl_env_from_the_cluster_description() -> None:
     arts = render(fixed_result(request(**cluster), {"tp": 1, "dp": 16}))
     text = arts.files["nccl_env.sh"]
     assert exports(text) == {"NCCL_IB_HCA": "'=mlx5_0,mlx5_3'", "NCCL_NET_GDR_LEVEL": "PHB",
-                             "NCCL_SOCKET_IFNAME": "ib0", "NCCL_ALGO": "Tree"}
-    assert re.search(r"^export NCCL_ALGO=Tree  # data-parallel traffic crosses 2 nodes: tree", text, re.M)
+                             "NCCL_SOCKET_IFNAME": "ib0", "NCCL_ALGO": "allreduce:tree"}
+    assert re.search(r"^export NCCL_ALGO=allreduce:tree  # data-parallel traffic crosses 2 nodes: tree", text, re.M)
     assert exports(arts.files["train.sh"]) == {}  # tp 1, cp 1: no CUDA_DEVICE_MAX_CONNECTIONS
 
 
-@pytest.mark.parametrize(("algo", "expected"), [(None, "Tree"), ("default", None), ("Ring", "Ring")])
+@pytest.mark.parametrize(("algo", "expected"), [(None, "allreduce:tree"), ("default", None), ("Ring", "Ring"),
+                                               ("Tree", "Tree")])
 def test_nccl_algo_override(algo: str | None, expected: str | None) -> None:
     result = fixed_result(request(num_nodes=2, hosts=["a", "b"]), {"tp": 1, "dp": 16})
     text = render(result, 1, RenderOptions(nccl_algo=algo)).files["nccl_env.sh"]

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+#SBATCH --job-name=llama-2-13b
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node=8
+#SBATCH --exclusive
+#SBATCH --output=%x-%j.out
+# sbatch.sh: llama-2-13b under Slurm (llama-2-13b on 1 x 8 A100-40GB, deepspeed, plan #1: TP1 PP1 DP8 ZeRO-3 opt->cpu param->cpu mbs1).
+# Submit it from the directory holding these files: sbatch sbatch.sh
+# The node count is written once, in --nodes above; everything below reads it from SLURM_JOB_NUM_NODES.
+set -euo pipefail
+HERE="${SLURM_SUBMIT_DIR:?submit this script with sbatch}"
+NNODES="${SLURM_JOB_NUM_NODES}"
+GPUS_PER_NODE=8
+PLAN_WORLD_SIZE=8  # tp(1) * pp(1) * cp(1) * dp(8)
+if (( NNODES * GPUS_PER_NODE != PLAN_WORLD_SIZE )); then
+  echo "sbatch.sh: ${NNODES} nodes x ${GPUS_PER_NODE} GPUs != ${PLAN_WORLD_SIZE}, the world size this plan was made for" >&2
+  exit 2
+fi
+mapfile -t NODES < <(scontrol show hostnames "${SLURM_JOB_NODELIST}")
+MASTER_ADDR="${NODES[0]}"
+MASTER_PORT=29500
+RDZV_ENDPOINT="${MASTER_ADDR}:${MASTER_PORT}"
+# shellcheck source=nccl_env.sh
+source "${HERE}/nccl_env.sh"
+exec srun --nodes "${NNODES}" --ntasks-per-node 1 --kill-on-bad-exit=1 \
+  python -m torch.distributed.run \
+  --nnodes "${NNODES}" \
+  --nproc-per-node "${GPUS_PER_NODE}" \
+  --rdzv-backend c10d \
+  --rdzv-endpoint "${RDZV_ENDPOINT}" \
+  --rdzv-id "${SLURM_JOB_ID}" \
+  --max-restarts 0 \
+  examples/train_gpt.py \
+  --num-layers 40 \
+  --hidden-size 5120 \
+  --ffn-hidden-size 13824 \
+  --num-attention-heads 40 \
+  --seq-length 4096 \
+  --max-position-embeddings 4096 \
+  --position-embedding-type rope \
+  --normalization RMSNorm \
+  --swiglu \
+  --untie-embeddings-and-output-weights \
+  --vocab-size 32000 \
+  --micro-batch-size 1 \
+  --global-batch-size 64 \
+  --train-iters 1000 \
+  --lr 0.0003 \
+  --weight-decay 0.1 \
+  --seed 1234 \
+  --log-interval 10 \
+  --deepspeed_config "${HERE}/ds_config.json"

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# torchrun.sh: start llama-2-7b (llama-2-7b on 1 x 8 A100-80GB, megatron, plan #1: TP2 PP1 DP4 dist-opt SP mbs2 recompute=selective).
+# One node, 8 workers: run ./torchrun.sh on it.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+NNODES=1
+NPROC_PER_NODE=8
+# shellcheck source=nccl_env.sh
+source "${HERE}/nccl_env.sh"
+export CUDA_DEVICE_MAX_CONNECTIONS=1  # tp(2) > 1: Megatron needs one CUDA connection so that its TP/CP communication is scheduled in issue order (asserted before Blackwell)
+exec python -m torch.distributed.run \
+  --nnodes "${NNODES}" \
+  --nproc-per-node "${NPROC_PER_NODE}" \
+  --standalone \
+  --max-restarts 0 \
+  --no-python "${HERE}/train.sh"

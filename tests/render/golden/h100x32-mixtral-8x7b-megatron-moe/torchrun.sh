@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# torchrun.sh: start mixtral-8x7b (mixtral-8x7b on 4 x 8 H100-SXM, megatron, plan #1: TP2 PP4 DP4 EP4 dist-opt SP mbs1).
+# One torchrun agent per node, 8 workers each: run it on all 4 nodes with that
+# node's index, e.g. NODE_RANK=0 ./torchrun.sh on node 0 (the rendezvous host), NODE_RANK=1 ./torchrun.sh on the next.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+NNODES=4
+NPROC_PER_NODE=8
+NODE_RANK="${NODE_RANK:?set NODE_RANK to the index of this node, 0 to 3}"
+MASTER_ADDR=node-a
+MASTER_PORT=29500
+# shellcheck source=nccl_env.sh
+source "${HERE}/nccl_env.sh"
+export CUDA_DEVICE_MAX_CONNECTIONS=1  # tp(2) > 1: Megatron needs one CUDA connection so that its TP/CP communication is scheduled in issue order (asserted before Blackwell)
+exec python -m torch.distributed.run \
+  --nnodes "${NNODES}" \
+  --nproc-per-node "${NPROC_PER_NODE}" \
+  --node-rank "${NODE_RANK}" \
+  --master-addr "${MASTER_ADDR}" \
+  --master-port "${MASTER_PORT}" \
+  --max-restarts 0 \
+  --no-python "${HERE}/train.sh"

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+#SBATCH --job-name=deepseek-v3-like
+#SBATCH --nodes=8
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node=8
+#SBATCH --exclusive
+#SBATCH --output=%x-%j.out
+# sbatch.sh: deepseek-v3-like under Slurm (deepseek-v3-like on 8 x 8 H100-SXM, megatron, plan #1: TP2 PP4 DP8 EP8 dist-opt SP mbs1 recompute=full).
+# Submit it from the directory holding these files: sbatch sbatch.sh
+# The node count is written once, in --nodes above; everything below reads it from SLURM_JOB_NUM_NODES.
+set -euo pipefail
+HERE="${SLURM_SUBMIT_DIR:?submit this script with sbatch}"
+NNODES="${SLURM_JOB_NUM_NODES}"
+GPUS_PER_NODE=8
+PLAN_WORLD_SIZE=64  # tp(2) * pp(4) * cp(1) * dp(8)
+if (( NNODES * GPUS_PER_NODE != PLAN_WORLD_SIZE )); then
+  echo "sbatch.sh: ${NNODES} nodes x ${GPUS_PER_NODE} GPUs != ${PLAN_WORLD_SIZE}, the world size this plan was made for" >&2
+  exit 2
+fi
+mapfile -t NODES < <(scontrol show hostnames "${SLURM_JOB_NODELIST}")
+MASTER_ADDR="${NODES[0]}"
+MASTER_PORT=29500
+RDZV_ENDPOINT="${MASTER_ADDR}:${MASTER_PORT}"
+# shellcheck source=nccl_env.sh
+source "${HERE}/nccl_env.sh"
+export CUDA_DEVICE_MAX_CONNECTIONS=1  # tp(2) > 1: Megatron needs one CUDA connection so that its TP/CP communication is scheduled in issue order (asserted before Blackwell)
+exec srun --nodes "${NNODES}" --ntasks-per-node 1 --kill-on-bad-exit=1 \
+  python -m torch.distributed.run \
+  --nnodes "${NNODES}" \
+  --nproc-per-node "${GPUS_PER_NODE}" \
+  --rdzv-backend c10d \
+  --rdzv-endpoint "${RDZV_ENDPOINT}" \
+  --rdzv-id "${SLURM_JOB_ID}" \
+  --max-restarts 0 \
+  --no-python "${HERE}/train.sh"

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# train.sh: one training process of deepseek-v3-like (deepseek-v3-like on 8 x 8 H100-SXM, megatron, plan #1: TP2 PP4 DP8 EP8 dist-opt SP mbs1 recompute=full).
+# torchrun.sh, sbatch.sh, deepspeed.sh and the PyTorchJob start it once per GPU; it reads megatron_args.txt
+# and nccl_env.sh from its own directory and passes any extra arguments on to the training script.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=nccl_env.sh
+source "${HERE}/nccl_env.sh"
+export CUDA_DEVICE_MAX_CONNECTIONS=1  # tp(2) > 1: Megatron needs one CUDA connection so that its TP/CP communication is scheduled in issue order (asserted before Blackwell)
+ARGS=()
+while read -r -a words; do
+  if [[ -z "${words[*]:-}" || "${words[0]}" == \#* ]]; then
+    continue
+  fi
+  ARGS+=("${words[@]}")
+done < "${HERE}/megatron_args.txt"
+exec python pretrain_gpt.py "${ARGS[@]}" "$@"
