@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
 from app.store.models import Base
 
@@ -46,4 +48,11 @@ def init_db(engine: Engine) -> None:
     url = engine.url
     if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
         Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    Base.metadata.create_all(engine)
+    for attempt in range(3):  # several workers or replicas start at once: the loser of a CREATE race retries
+        try:
+            Base.metadata.create_all(engine)
+            return
+        except (OperationalError, ProgrammingError, IntegrityError):
+            if attempt == 2:
+                raise
+            time.sleep(0.2 * (attempt + 1))

@@ -74,3 +74,9 @@ def test_trainplan_serve_creates_var_trainplan_db(tmp_path: Path) -> None:
         proc.terminate()
         out, _ = proc.communicate(timeout=10)
     assert "Uvicorn running on http://127.0.0.1:" in out
+
+
+def test_docs_list_every_setting() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "service.md").read_text()
+    for var in ENV_NAMES.values():
+        assert f"| `{var}` |" in doc, var
