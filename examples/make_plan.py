@@ -55,6 +55,7 @@ def tiny_plan(
     steps: int = 8, accelerator: str = "cpu", hosts: tuple[str, ...] = (), master_addr: str = "127.0.0.1",
     master_port: int = 29500, max_restarts: int = 0, grace_period_s: float = 10.0, run_dir: str | None = None,
     env: dict[str, str] | None = None, extra_args: tuple[str, ...] = (), gas: int = 1, mbs: int = 2,
+    model: Model = TINY,
 ) -> Plan:
     dp = nodes * procs
     script = HERE / "train_gpt.py"
@@ -71,8 +72,8 @@ def tiny_plan(
         entrypoint=Entrypoint(script=str(script), args=args),
         env={**base_env, **(env or {})},
         files={"ds_config.json": ds_config(zero_stage, mbs, gas, dp, bf16=True),
-               "megatron_args.txt": megatron_args(TINY, mbs, mbs * gas * dp)},
-        model=TINY,
+               "megatron_args.txt": megatron_args(model, mbs, mbs * gas * dp)},
+        model=model,
         prediction=Prediction(tokens_per_s=None, step_s=None, peak_memory_bytes=()),
     )
 

@@ -1,0 +1,119 @@
+"""What the launcher costs over calling torchrun by hand, measured in one run (A vs B, alternating).
+
+The same 2-process CPU job (examples/train_gpt.py, tiny GPT, gloo) is started by bare `torchrun` and by
+`python -m launcher run plan.json`, alternately, several runs each. From rank 0's metrics file (wall-clock
+time of each step) it prints the median time from start to the end of the first training step and the
+median step time after warm-up, for both, and their ratios. Targets: at most 150 ms more to the first step,
+step-time ratio within 1 %. It also times `python -m launcher --help` (target: under 150 ms).
+
+    python benchmarks/launcher_overhead.py [--runs 5] [--steps 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "examples"))
+
+from make_plan import tiny_plan  # noqa: E402
+
+from launcher.context import make_context  # noqa: E402
+from launcher.spec import Model, Plan, dump  # noqa: E402
+
+WARMUP_STEPS = 3
+# Big enough that a step is compute (tens of ms on one core per rank), small enough to start in seconds.
+MODEL = Model(name="bench-gpt", num_layers=4, hidden_size=128, num_attention_heads=4, vocab_size=512,
+              seq_length=128, swiglu=True)
+
+
+def bare_torchrun(plan: Plan, plan_path: Path, run_dir: Path) -> tuple[list[str], dict[str, str]]:
+    """torchrun by hand: the same script, arguments, files, environment and directory the launcher uses."""
+    run_dir.mkdir(parents=True)
+    for name, text in plan.files.items():
+        (run_dir / name).write_text(text)
+    ctx = make_context(plan, plan_path, run_dir=str(run_dir))
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
+            "--nproc-per-node", str(plan.world.gpus_per_node), *ctx.script_argv(0),
+            "--metrics-dir", str(run_dir / "metrics")]
+    return argv, ctx.worker_env(0)
+
+
+def via_launcher(plan: Plan, plan_path: Path, run_dir: Path) -> tuple[list[str], dict[str, str]]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-m", "launcher", "run", str(plan_path), "--run-dir", str(run_dir), "--",
+            "--metrics-dir", str(run_dir / "metrics")]
+    return argv, env
+
+
+def one_run(argv: list[str], env: dict[str, str], run_dir: Path, cwd: Path) -> tuple[float, float]:
+    """(seconds from start to the end of step 1, median step time after warm-up), from rank 0's metrics."""
+    started = time.time()
+    done = subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode:
+        raise SystemExit(f"run failed ({done.returncode}): {' '.join(argv)}\n{done.stderr[-2000:]}")
+    metrics = json.loads((run_dir / "metrics" / "rank0.json").read_text())
+    steps = metrics["steps"]
+    return steps[0]["time"] - started, statistics.median(s["step_s"] for s in steps[WARMUP_STEPS:])
+
+
+def help_startup_s(repeats: int) -> tuple[float, float]:
+    """Median wall time of `python -m launcher --help`, and of `python -c pass` for reference."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def timed(argv: list[str]) -> float:
+        t0 = time.perf_counter()
+        subprocess.run(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, check=True)
+        return time.perf_counter() - t0
+
+    launcher = [timed([sys.executable, "-m", "launcher", "--help"]) for _ in range(repeats)]
+    bare = [timed([sys.executable, "-c", "pass"]) for _ in range(repeats)]
+    return statistics.median(launcher), statistics.median(bare)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--runs", type=int, default=5, help="runs of each way (alternating)")
+    p.add_argument("--steps", type=int, default=40, help="training steps per run")
+    args = p.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="launcher-overhead-"))
+    plan = tiny_plan("overhead", procs=2, steps=args.steps, model=MODEL, mbs=2)
+    plan_path = work / "plan.json"
+    dump(plan, plan_path)
+    results: dict[str, list[tuple[float, float]]] = {"torchrun": [], "launcher": []}
+    for i in range(args.runs):
+        for way in ("torchrun", "launcher") if i % 2 == 0 else ("launcher", "torchrun"):
+            run_dir = work / f"{way}-{i}"
+            build = bare_torchrun if way == "torchrun" else via_launcher
+            argv, env = build(plan, plan_path, run_dir)
+            results[way].append(one_run(argv, env, run_dir, cwd=work))  # the plan's directory, for both
+            first, step = results[way][-1]
+            print(f"run {i + 1} {way:8s}: first step after {first * 1e3:7.0f} ms, median step {step * 1e3:6.2f} ms",
+                  flush=True)
+    first = {w: statistics.median(r[0] for r in rs) for w, rs in results.items()}
+    step = {w: statistics.median(r[1] for r in rs) for w, rs in results.items()}
+    help_s, python_s = help_startup_s(11)
+    print(f"\n2 processes, {args.steps} steps, {args.runs} runs each (alternating), medians:")
+    print(f"  time to first step   torchrun {first['torchrun'] * 1e3:7.0f} ms   launcher "
+          f"{first['launcher'] * 1e3:7.0f} ms   difference {(first['launcher'] - first['torchrun']) * 1e3:+6.0f} ms"
+          f"   ratio {first['launcher'] / first['torchrun']:.3f}   (target: <= +150 ms)")
+    print(f"  step time            torchrun {step['torchrun'] * 1e3:7.2f} ms   launcher "
+          f"{step['launcher'] * 1e3:7.2f} ms   ratio {step['launcher'] / step['torchrun']:.3f}"
+          f"   (target: within 1 %)")
+    print(f"  python -m launcher --help: {help_s * 1e3:.0f} ms (python -c pass: {python_s * 1e3:.0f} ms; "
+          f"target < 150 ms)")
+    print(f"  runs kept in {work}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
