@@ -48,15 +48,31 @@ def children_map() -> dict[int, list[int]]:
     return tree
 
 
-def descendants(root: int, tree: dict[int, list[int]] | None = None) -> list[int]:
-    """All processes below `root`, parents before children."""
-    tree = children_map() if tree is None else tree
+def children(pid: int) -> list[int]:
+    """Direct children from /proc/<pid>/task/*/children (no scan of every process); [] if it is gone."""
     out: list[int] = []
-    todo = list(tree.get(root, []))
+    try:
+        tasks = os.listdir(f"{PROC}/{pid}/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        with contextlib.suppress(OSError), open(f"{PROC}/{pid}/task/{tid}/children", "rb") as f:
+            out.extend(int(c) for c in f.read().split())
+    return out
+
+
+HAVE_CHILDREN_FILES = os.path.exists(f"{PROC}/self/task/{os.getpid()}/children")
+
+
+def descendants(root: int) -> list[int]:
+    """All processes below `root`, parents before children."""
+    tree = None if HAVE_CHILDREN_FILES else children_map()
+    out: list[int] = []
+    todo = children(root) if tree is None else list(tree.get(root, []))
     while todo:
         pid = todo.pop(0)
         out.append(pid)
-        todo.extend(tree.get(pid, []))
+        todo.extend(children(pid) if tree is None else tree.get(pid, []))
     return out
 
 
@@ -72,9 +88,9 @@ def environ(pid: int) -> dict[str, str]:
 
 def find_workers(root: int) -> list[Worker]:
     """Topmost descendants of `root` with RANK in their environment."""
-    tree = children_map()
+    tree = None if HAVE_CHILDREN_FILES else children_map()
     found: list[Worker] = []
-    todo = list(tree.get(root, []))
+    todo = children(root) if tree is None else list(tree.get(root, []))
     while todo:
         pid = todo.pop(0)
         env = environ(pid)
@@ -83,7 +99,7 @@ def find_workers(root: int) -> list[Worker]:
             with contextlib.suppress(ValueError):
                 found.append(Worker(pid, int(env["RANK"]), int(env.get("LOCAL_RANK", "-1")), int(fields[21])))
                 continue
-        todo.extend(tree.get(pid, []))
+        todo.extend(children(pid) if tree is None else tree.get(pid, []))
     return sorted(found, key=lambda w: w.rank)
 
 
@@ -144,7 +160,7 @@ def make_subreaper() -> bool:
 
 def reap_orphans(own_children: set[int]) -> None:
     """Collect zombies re-parented to us (we are a subreaper), leaving our own Popen children alone."""
-    for pid in children_map().get(os.getpid(), []):
+    for pid in children(os.getpid()):
         if pid not in own_children and zombie_status(pid) is not None:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)

@@ -61,7 +61,7 @@ class DeepSpeed:
                 cwd=ctx.working_dir,
                 host=ctx.host(node),
                 node_rank=node,
-                workers=w.gpus_per_node,
+                workers=0 if self._pdsh(ctx) else w.gpus_per_node,  # pdsh starts even the head's ranks over ssh
                 follow=str(ctx.node_log_dir(node) / "ranks" / f"*_rank{node * w.gpus_per_node}.log"),
                 log=str(ctx.node_log_dir(node) / "agent.log"),
             )

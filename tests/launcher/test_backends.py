@@ -113,12 +113,14 @@ def test_deepspeed_multi_node_pdsh_and_per_node() -> None:
     ctx = ctx_for(plan)
     backend, (cmd,) = build(ctx)
     assert after(cmd.argv, "--launcher") == "pdsh" and "--no_ssh_check" not in cmd.argv
+    assert cmd.workers == 0  # pdsh starts even the head's ranks over ssh: none are the launcher's descendants
     files = backend.derived_files(ctx)
     assert files["hostfile.generated"] == "a slots=2\nb slots=2\n"
     assert "DS_ACCELERATOR=cpu\n" in files["deepspeed_env.generated"]
     assert cmd.env["DS_ENV_FILE"] == "/runs/r1/deepspeed_env.generated"
     (node1,) = build(ctx_for(plan, node_rank=1))[1]
     assert "--no_ssh" in node1.argv and after(node1.argv, "--node_rank") == "1" and node1.host == "b"
+    assert node1.workers == 2
     assert node1.follow and node1.follow.endswith("*_rank2.log")  # local rank 0 of node 1 is global rank 2
 
 

@@ -28,6 +28,8 @@ def test_workers_are_the_topmost_descendants_with_rank() -> None:
         while len(procs.descendants(parent.pid)) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert len(procs.descendants(parent.pid)) == 2
+        tree = procs.children_map()  # the full /proc scan agrees with the per-task children files
+        assert sorted(procs.descendants(parent.pid)) == sorted(tree[parent.pid] + tree[tree[parent.pid][0]])
         workers = procs.find_workers(parent.pid)
         assert [(w.rank, w.local_rank) for w in workers] == [(3, 1)]
         assert procs.parent_of(workers[0].pid) == parent.pid
