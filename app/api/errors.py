@@ -35,6 +35,8 @@ def request_errors(errors: Iterable[Mapping[str, Any]]) -> list[FieldError]:
             out.append(FieldError("", f"request body is not valid JSON: {reason} (at character {'.'.join(loc)})"))
             continue
         message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        if not loc and err.get("type") == "dict_type":
+            message = "the request body must be a JSON object (Content-Type: application/json); " + message
         given = err.get("input")
         if err.get("type") not in ("missing", "json_invalid") and isinstance(given, (str, int, float)):
             message = f"{message} (got {given!r})"
