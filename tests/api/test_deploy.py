@@ -170,7 +170,7 @@ def test_compose_app_and_database_agree() -> None:
     env = app["environment"]
     assert set(env) <= set(ENV_NAMES.values())
     settings = Settings.from_env({k: str(v) for k, v in env.items()})
-    host_port, container_port = app["ports"][0].split(":")
+    _host_port, container_port = app["ports"][0].split(":")
     assert int(container_port) == settings.port
     url = normalize_url(settings.database_url)
     assert url.host == "db" and url.username == db["environment"]["POSTGRES_USER"]
