@@ -97,3 +97,25 @@ def test_sigterm_to_the_launcher_leaves_nothing_behind(tmp_path: Path) -> None:
     assert proc.wait(timeout=60) == 128 + signal.SIGTERM
     assert "received SIGTERM: sending SIGTERM to the job" in (run_dir / "launcher.log").read_text()
     assert_nothing_left(tmp_path)
+
+
+def test_slurm_backend_inside_an_allocation(tmp_path: Path) -> None:
+    """srun is a stand-in that runs its command here (no Slurm on CI); the rest is the real path."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(
+        "#!/bin/sh\n"
+        "[ -n \"$SLURM_JOB_ID\" ] || { echo 'srun: no SLURM_JOB_ID' >&2; exit 1; }\n"
+        "while [ $# -gt 0 ]; do case \"$1\" in --*=*) shift ;; --*) shift 2 ;; *) break ;; esac; done\n"
+        "exec \"$@\"\n")
+    (bin_dir / "srun").chmod(0o755)
+    env = launcher_env(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", SLURM_JOB_ID="4242",
+                       SLURM_JOB_NODELIST="localhost", SLURM_NNODES="1")
+    plan, run_dir = write_plan(tmp_path, tiny_plan(backend="slurm", steps=4)), tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "launcher", "run", str(plan), "--run-dir", str(run_dir)],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=140)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert len(losses(done.stdout)) == 4
+    commands = (run_dir / "commands.json").read_text()
+    assert '"srun"' in commands and '"SLURM_JOB_ID": "4242"' in commands
+    assert_nothing_left(tmp_path)

@@ -76,8 +76,8 @@ def namespaces() -> Iterator[tuple[str, str]]:
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
-def two_node_plan(tmp_path: Path) -> Path:
-    plan = tiny_plan("twonode", nodes=2, procs=1, steps=6, hosts=ADDRS, master_addr=ADDRS[0],
+def two_node_plan(tmp_path: Path, backend: str = "torchrun") -> Path:
+    plan = tiny_plan("twonode", nodes=2, procs=1, steps=6, hosts=ADDRS, master_addr=ADDRS[0], backend=backend,
                      master_port=free_port(), env={"GLOO_SOCKET_IFNAME": IFNAME})
     return write_plan(tmp_path, plan)
 
@@ -88,8 +88,9 @@ def launcher_in(ns: str, *args: str, env: dict[str, str] | None = None) -> subpr
                             env=env or launcher_env())
 
 
-def test_one_launcher_per_node(tmp_path: Path, namespaces: tuple[str, str]) -> None:
-    plan, run_dir = two_node_plan(tmp_path), tmp_path / "run"
+@pytest.mark.parametrize("backend", ["torchrun", "deepspeed"])
+def test_one_launcher_per_node(tmp_path: Path, namespaces: tuple[str, str], backend: str) -> None:
+    plan, run_dir = two_node_plan(tmp_path, backend), tmp_path / "run"
     procs = [launcher_in(ns, "run", str(plan), "--node-rank", str(k), "--run-dir", str(run_dir))
              for k, ns in enumerate(namespaces)]
     outputs = [p.communicate(timeout=150)[0] for p in procs]
