@@ -12,7 +12,6 @@ from app.planner.results import Plan
 from app.planner.specs import ClusterSpec, TrainingSpec
 from app.render.options import RenderOptions
 
-
 # NCCL_ALGO=Tree alone leaves AllGather/ReduceScatter/Broadcast without an algorithm on NCCL >= 2.24 (no implicit
 # ring fallback any more): the distributed optimizer and ZeRO would fail at their first all-gather. The
 # per-collective form pins the all-reduce only.

@@ -2,7 +2,8 @@
 
 Each case stores its input (the PlanResult and the RenderOptions) next to its files, so that a change in the
 planner's cost model or ranking does not move the goldens; a change in what the renderer writes does.
-Regenerate (then review the diff) with:  TRAINPLAN_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/render/test_golden.py
+Regenerate, then review the diff:
+    TRAINPLAN_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/render/test_golden.py
 """
 
 from __future__ import annotations

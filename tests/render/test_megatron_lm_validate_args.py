@@ -1,0 +1,67 @@
+"""Optional, strongest check: Megatron-LM's own `parse_args` + `validate_args` on every rendered argument set.
+
+megatron-core (installed) has no `megatron/training`; point TRAINPLAN_MEGATRON_LM at a Megatron-LM checkout of the
+installed core version (tag core_v0.16.1) to run this, e.g.
+    git clone -b core_v0.16.1 https://github.com/NVIDIA/Megatron-LM /opt/Megatron-LM
+    TRAINPLAN_MEGATRON_LM=/opt/Megatron-LM .venv/bin/python -m pytest tests/render/test_megatron_lm_validate_args.py
+(its tokenizer modules also need `six` and `regex`). Without it the test is skipped; CI relies on megatron-core's
+config classes and tests/render/megatron_rules.py instead. The GPU is reported as Hopper (arch 9)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+from megatron_check import args_file_words
+from test_megatron_args import world_and_env
+
+ROOT = os.environ.get("TRAINPLAN_MEGATRON_LM")
+pytestmark = pytest.mark.skipif(not ROOT, reason="TRAINPLAN_MEGATRON_LM (a Megatron-LM checkout) is not set")
+
+
+@pytest.fixture(scope="module")
+def arguments() -> Any:
+    """megatron.training.arguments without running megatron/training/__init__.py (which pulls in triton)."""
+    assert ROOT and (Path(ROOT) / "megatron" / "training" / "arguments.py").is_file(), ROOT
+    sys.path.insert(0, ROOT)
+    pkg = types.ModuleType("megatron.training")
+    pkg.__path__ = [str(Path(ROOT) / "megatron" / "training")]
+    sys.modules["megatron.training"] = pkg
+    import megatron.training.global_vars as global_vars
+
+    for name in dir(global_vars):
+        if name.startswith(("get_", "set_")):
+            setattr(pkg, name, getattr(global_vars, name))
+    import megatron.training.arguments as arguments
+
+    return arguments
+
+
+def validate(arguments: Any, words: list[str], world: int, env: dict[str, str]) -> Any:
+    with mock.patch.dict(os.environ, {"WORLD_SIZE": str(world), "RANK": "0", **env}), \
+            mock.patch.object(sys, "argv", ["pretrain_gpt.py", *words]):
+        args = arguments.parse_args()
+        with mock.patch.object(arguments, "get_device_arch_version", lambda: 9), \
+                mock.patch("torch.cuda.get_device_capability", lambda *a: (9, 0)):
+            arguments.validate_args(args, {})
+    return args
+
+
+def test_megatron_lm_accepts_every_rendered_argument_set(arguments: Any, all_rendered) -> None:
+    checked = 0
+    for label, result, rank, arts in all_rendered:
+        if result.training.framework != "megatron":
+            continue
+        world, env = world_and_env(arts)
+        args = validate(arguments, args_file_words(arts.files["megatron_args.txt"]), world, env)
+        par = result.plans[rank - 1].parallel
+        assert args.data_parallel_size == par.dp, label
+        assert (args.virtual_pipeline_model_parallel_size or 1) == par.vpp, label
+        assert args.sequence_parallel == (par.sequence_parallel and par.tp > 1), label
+        checked += 1
+    assert checked >= 20
