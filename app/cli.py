@@ -51,15 +51,22 @@ def format_estimate(est: Estimate) -> str:
     t, m = est.time, est.memory
     lines = [f"feasible: {'yes' if est.feasible else 'no'}"]
     lines += [f"  - {r}" for r in est.reasons]
-    lines.append(f"step {t.step_s:.3f} s | {t.tokens_per_s:,.0f} tokens/s | {t.tflops_per_gpu:.1f} TFLOP/s per GPU | "
-                 f"MFU {_pct(t.mfu)} | bubble {_pct(t.bubble_fraction)}")
+    lines.append(
+        f"step {t.step_s:.3f} s | {t.tokens_per_s:,.0f} tokens/s | {t.tflops_per_gpu:.1f} TFLOP/s per GPU | "
+        f"MFU {_pct(t.mfu)} | bubble {_pct(t.bubble_fraction)}"
+    )
     lines.append("time breakdown: " + ", ".join(f"{k[:-2]} {v:.3f}s" for k, v in t.breakdown.items() if v > 0))
     lines.append(f"peak memory {m.peak_bytes / GiB:.1f} GiB of {m.capacity_bytes / GiB:.1f} GiB (stage {m.peak_stage})")
-    lines.append(f"{'stage':>5} {'layers':>6} {'weights':>8} {'grads':>8} {'optim':>8} {'activ':>8} {'other':>8} {'total':>8}  GiB")
+    lines.append(
+        f"{'stage':>5} {'layers':>6} {'weights':>8} {'grads':>8} {'optim':>8} {'activ':>8} {'other':>8} "
+        f"{'total':>8}  GiB"
+    )
     for s in m.stages:
-        lines.append(f"{s.stage:>5} {s.layers:>6} {s.weights_bytes / GiB:>8.2f} {s.gradients_bytes / GiB:>8.2f} "
-                     f"{s.optimizer_bytes / GiB:>8.2f} {s.activations_bytes / GiB:>8.2f} {s.other_bytes / GiB:>8.2f} "
-                     f"{s.total_bytes / GiB:>8.2f}")
+        lines.append(
+            f"{s.stage:>5} {s.layers:>6} {s.weights_bytes / GiB:>8.2f} {s.gradients_bytes / GiB:>8.2f} "
+            f"{s.optimizer_bytes / GiB:>8.2f} {s.activations_bytes / GiB:>8.2f} {s.other_bytes / GiB:>8.2f} "
+            f"{s.total_bytes / GiB:>8.2f}"
+        )
     if m.cpu_bytes_per_node:
         lines.append(f"host memory for offload: {m.cpu_bytes_per_node / GiB:.0f} GiB per node")
     return "\n".join(lines)
@@ -67,18 +74,24 @@ def format_estimate(est: Estimate) -> str:
 
 def format_plan(result: PlanResult) -> str:
     m, c = result.model, result.cluster
-    lines = [f"{m.name}: {result.num_parameters / 1e9:.2f}B parameters on {c.num_nodes} x {c.gpus_per_node} "
-             f"{c.gpu.name} ({result.training.framework}, {result.training.precision}, "
-             f"global batch {result.training.global_batch_size})",
-             f"searched {result.stats.candidates} candidates in {result.stats.seconds:.2f} s: "
-             f"{result.stats.feasible} feasible" + (" (time cap hit)" if result.stats.truncated else "")]
+    lines = [
+        f"{m.name}: {result.num_parameters / 1e9:.2f}B parameters on {c.num_nodes} x {c.gpus_per_node} "
+        f"{c.gpu.name} ({result.training.framework}, {result.training.precision}, "
+        f"global batch {result.training.global_batch_size})",
+        f"searched {result.stats.candidates} candidates in {result.stats.seconds:.2f} s: "
+        f"{result.stats.feasible} feasible" + (" (time cap hit)" if result.stats.truncated else ""),
+    ]
     if result.plans:
-        lines.append(f"{'#':>3}  {'plan':<58} {'GA':>4} {'peak GiB':>8} {'step s':>8} {'tokens/s':>11} {'MFU':>6} {'bubble':>6}")
+        lines.append(
+            f"{'#':>3}  {'plan':<58} {'GA':>4} {'peak GiB':>8} {'step s':>8} {'tokens/s':>11} {'MFU':>6} {'bubble':>6}"
+        )
         for p in result.plans:
             t = p.estimate.time
-            lines.append(f"{p.rank:>3}  {describe(p.parallel):<58} {p.layout.num_microbatches:>4} "
-                         f"{p.estimate.memory.peak_bytes / GiB:>8.1f} {t.step_s:>8.2f} {t.tokens_per_s:>11,.0f} "
-                         f"{_pct(t.mfu):>6} {_pct(t.bubble_fraction):>6}")
+            lines.append(
+                f"{p.rank:>3}  {describe(p.parallel):<58} {p.layout.num_microbatches:>4} "
+                f"{p.estimate.memory.peak_bytes / GiB:>8.1f} {t.step_s:>8.2f} {t.tokens_per_s:>11,.0f} "
+                f"{_pct(t.mfu):>6} {_pct(t.bubble_fraction):>6}"
+            )
         lines.append("why #1: " + "; ".join(result.plans[0].why))
     for s in result.suggestions:
         lines.append(f"* {s}")
@@ -121,10 +134,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return _fail([FieldError("", str(exc))])
     # the app (in each worker) reads its settings from the environment: pass the flags on that way
-    os.environ.update({ENV_NAMES["host"]: settings.host, ENV_NAMES["port"]: str(settings.port),
-                       ENV_NAMES["workers"]: str(settings.workers)})
-    uvicorn.run("app.main:app", host=settings.host, port=settings.port, workers=settings.workers,
-                log_level=settings.log_level)
+    os.environ.update(
+        {
+            ENV_NAMES["host"]: settings.host,
+            ENV_NAMES["port"]: str(settings.port),
+            ENV_NAMES["workers"]: str(settings.workers),
+        }
+    )
+    uvicorn.run(
+        "app.main:app", host=settings.host, port=settings.port, workers=settings.workers, log_level=settings.log_level
+    )
     return 0
 
 

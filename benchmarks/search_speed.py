@@ -16,21 +16,41 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.planner import PlanRequest, plan  # noqa: E402
+from app.planner import PlanRequest, plan
 
 CASES = {
     "GPT-3 175B on 1,024 A100-80GB (128 x 8)": (
-        {"model": "gpt3-175b", "cluster": {"num_nodes": 128, "gpu": "A100-80GB"},
-         "training": {"global_batch_size": 1536}}, 1.0),
+        {
+            "model": "gpt3-175b",
+            "cluster": {"num_nodes": 128, "gpu": "A100-80GB"},
+            "training": {"global_batch_size": 1536},
+        },
+        1.0,
+    ),
     "Megatron 1T on 4,096 H100 (512 x 8)": (
-        {"model": "megatron-1t", "cluster": {"num_nodes": 512, "gpu": "H100-SXM"},
-         "training": {"global_batch_size": 3072}}, 5.0),
+        {
+            "model": "megatron-1t",
+            "cluster": {"num_nodes": 512, "gpu": "H100-SXM"},
+            "training": {"global_batch_size": 3072},
+        },
+        5.0,
+    ),
     "Kimi-K2-like 1T MoE on 16,384 H100 (2048 x 8)": (
-        {"model": "kimi-k2-like", "cluster": {"num_nodes": 2048, "gpu": "H100-SXM"},
-         "training": {"global_batch_size": 16384}}, 5.0),
+        {
+            "model": "kimi-k2-like",
+            "cluster": {"num_nodes": 2048, "gpu": "H100-SXM"},
+            "training": {"global_batch_size": 16384},
+        },
+        5.0,
+    ),
     "Llama-2 70B on 256 H100 (32 x 8)": (
-        {"model": "llama-2-70b", "cluster": {"num_nodes": 32, "gpu": "H100-SXM"},
-         "training": {"global_batch_size": 1024}}, 0.1),
+        {
+            "model": "llama-2-70b",
+            "cluster": {"num_nodes": 32, "gpu": "H100-SXM"},
+            "training": {"global_batch_size": 1024},
+        },
+        0.1,
+    ),
 }
 
 
@@ -51,8 +71,10 @@ def main() -> int:
         median = statistics.median(times)
         ok &= median < target
         best = result.plans[0].why[0] if result.plans else "no plan"
-        print(f"{name:<48} {median:>9.3f} {target:>9.1f} {result.stats.candidates:>10} "
-              f"{result.stats.candidates / median:>9.0f} {result.stats.feasible:>8}  {best}")
+        print(
+            f"{name:<48} {median:>9.3f} {target:>9.1f} {result.stats.candidates:>10} "
+            f"{result.stats.candidates / median:>9.0f} {result.stats.feasible:>8}  {best}"
+        )
     print("all under target" if ok else "SOME OVER TARGET")
     return 0 if ok else 1
 

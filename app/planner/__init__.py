@@ -14,6 +14,16 @@ from app.planner.specs import (
 )
 
 __all__ = [
-    "ClusterSpec", "Estimate", "EstimateRequest", "ModelSpec", "ParallelConfig", "Plan", "PlanRequest",
-    "PlanResult", "TrainingSpec", "__version__", "estimate", "plan",
+    "ClusterSpec",
+    "Estimate",
+    "EstimateRequest",
+    "ModelSpec",
+    "ParallelConfig",
+    "Plan",
+    "PlanRequest",
+    "PlanResult",
+    "TrainingSpec",
+    "__version__",
+    "estimate",
+    "plan",
 ]

@@ -69,9 +69,7 @@ def moe_mlp_bytes(model: ModelSpec, par: ParallelConfig, imbalance: float) -> fl
     sb = tokens(model, par) / _sp_div(par) if par.expert_tp == 1 else tokens(model, par)
     routed = sb * model.moe_router_topk * imbalance
     assert model.moe_ffn_hidden_size is not None
-    experts = 2 * ACT * routed * model.hidden_size + mlp_bytes(
-        model, routed, model.moe_ffn_hidden_size, par.expert_tp
-    )
+    experts = 2 * ACT * routed * model.hidden_size + mlp_bytes(model, routed, model.moe_ffn_hidden_size, par.expert_tp)
     shared = 0.0
     if model.moe_shared_expert_intermediate_size:
         shared = mlp_bytes(model, tokens(model, par), model.moe_shared_expert_intermediate_size, par.tp)
@@ -80,6 +78,22 @@ def moe_mlp_bytes(model: ModelSpec, par: ParallelConfig, imbalance: float) -> fl
 
 
 def layer_bytes(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, moe: bool) -> float:
+    """Cached per model and training spec on the fields of `par` it reads."""
+    key = (
+        "layer_bytes",
+        par.tp,
+        par.cp,
+        par.micro_batch_size,
+        par.sequence_parallel,
+        par.recompute,
+        par.ep,
+        par.expert_tp,
+        moe,
+    )
+    return model.memo(key, lambda: _layer_bytes(model, par, training, moe), training)
+
+
+def _layer_bytes(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, moe: bool) -> float:
     """One layer, one micro-batch, kept for backward without any recomputation (selective drops scores)."""
     keep_scores = par.recompute == "none"
     if moe:

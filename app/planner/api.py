@@ -28,8 +28,9 @@ def world_sizes(cluster: ClusterSpec, training: TrainingSpec) -> list[int]:
     g = cluster.gpus_per_node
     if training.pinned.num_nodes:
         if training.pinned.num_nodes > cluster.num_nodes:
-            raise ValueError(f"training.pinned.num_nodes({training.pinned.num_nodes}) > "
-                             f"cluster.num_nodes({cluster.num_nodes})")
+            raise ValueError(
+                f"training.pinned.num_nodes({training.pinned.num_nodes}) > cluster.num_nodes({cluster.num_nodes})"
+            )
         return [training.pinned.num_nodes * g]
     if training.objective != "min_gpus":
         return [cluster.world_size]
@@ -37,8 +38,9 @@ def world_sizes(cluster: ClusterSpec, training: TrainingSpec) -> list[int]:
     return partial + [n * g for n in range(1, cluster.num_nodes + 1)]
 
 
-def _search(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, deadline: float,
-            offload: bool, state: SearchState) -> None:
+def _search(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, deadline: float, offload: bool, state: SearchState
+) -> None:
     for world in world_sizes(cluster, training):
         search_world(model, cluster, training, world, state, deadline, offload)
         if state.found and training.objective == "min_gpus":
@@ -67,17 +69,30 @@ def plan(request: PlanRequest) -> PlanResult:
     plans = _plans(model, cluster, training, timed[: training.max_plans], len(state.found))
     suggestions = [] if plans else suggest(request.model_copy(update={"cluster": cluster}), state)
     return PlanResult(
-        planner_version=__version__, model=model, cluster=cluster, training=training,
-        num_parameters=model.num_parameters, num_active_parameters=model.num_active_parameters,
-        plans=plans, rejected=_rejected(state), suggestions=suggestions,
-        constants=constants(cluster, training), notes=notes,
-        stats=SearchStats(candidates=state.candidates, evaluated=state.evaluated, feasible=len(state.found),
-                          seconds=time.perf_counter() - start, truncated=state.truncated),
+        planner_version=__version__,
+        model=model,
+        cluster=cluster,
+        training=training,
+        num_parameters=model.num_parameters,
+        num_active_parameters=model.num_active_parameters,
+        plans=plans,
+        rejected=_rejected(state),
+        suggestions=suggestions,
+        constants=constants(cluster, training),
+        notes=notes,
+        stats=SearchStats(
+            candidates=state.candidates,
+            evaluated=state.evaluated,
+            feasible=len(state.found),
+            seconds=time.perf_counter() - start,
+            truncated=state.truncated,
+        ),
     )
 
 
-def _time_best(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
-               found: list[Found]) -> list[tuple[Found, TimeEstimate]]:
+def _time_best(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, found: list[Found]
+) -> list[tuple[Found, TimeEstimate]]:
     """Time the feasible candidates and rank them. For throughput, candidates are timed in order of a lower
     bound on their step time and the rest skipped once that bound exceeds the `max_plans`-th best step."""
     if training.objective != "throughput":
@@ -95,8 +110,13 @@ def _time_best(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     return sorted(timed, key=lambda ft: _rank_key(training, *ft))
 
 
-def _plans(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
-           ranked: list[tuple[Found, TimeEstimate]], feasible: int) -> list[Plan]:
+def _plans(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    ranked: list[tuple[Found, TimeEstimate]],
+    feasible: int,
+) -> list[Plan]:
     plans: list[Plan] = []
     best: Estimate | None = None
     for rank, (found, _t) in enumerate(ranked, start=1):
@@ -104,18 +124,26 @@ def _plans(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
         notes = []
         if training.framework != "deepspeed" and found.par.tp == 1 and training.pinned.sequence_parallel:
             notes.append("sequence parallelism needs TP > 1: left off")
-        plans.append(Plan(
-            rank=rank, parallel=found.par, layout=make_layout(model, cluster, training, found.par),
-            estimate=est, why=why(found.par, est, best, feasible), notes=notes,
-        ))
+        plans.append(
+            Plan(
+                rank=rank,
+                parallel=found.par,
+                layout=make_layout(model, cluster, training, found.par),
+                estimate=est,
+                why=why(found.par, est, best, feasible),
+                notes=notes,
+            )
+        )
         best = best or est
     return plans
 
 
 def _rejected(state: SearchState) -> list[RejectedGroup]:
     r = state.rejected
-    groups = [RejectedGroup(reason=code, message=r.messages[code], count=n, examples=r.examples[code])
-              for code, n in r.counts.items()]
+    groups = [
+        RejectedGroup(reason=code, message=r.messages[code], count=n, examples=r.examples[code])
+        for code, n in r.counts.items()
+    ]
     return sorted(groups, key=lambda g: -g.count)
 
 

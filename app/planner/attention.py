@@ -62,14 +62,25 @@ def _shape(m: ModelSpec) -> AttentionShape:
         q_linears: tuple[Linear, ...] = (Linear(h, m.q_lora_rank, "none"), Linear(m.q_lora_rank, q_up, "column"))
     else:
         q_linears = (Linear(h, q_up, "column"),)
-    kv_linears = (Linear(h, m.kv_lora_rank + m.qk_pos_emb_head_dim, "none"),
-                  Linear(m.kv_lora_rank, heads * (m.qk_head_dim + m.v_head_dim), "column"))
+    kv_linears = (
+        Linear(h, m.kv_lora_rank + m.qk_pos_emb_head_dim, "none"),
+        Linear(m.kv_lora_rank, heads * (m.qk_head_dim + m.v_head_dim), "column"),
+    )
     out = Linear(heads * m.v_head_dim, h, "row")
     latent = (m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_pos_emb_head_dim
     norms = (m.q_lora_rank or 0) + m.kv_lora_rank
-    return AttentionShape(q_linears + kv_linears + (out,), q_up, q_up, heads * m.v_head_dim, heads * m.v_head_dim,
-                          score, m.v_head_dim, latent, norms)
+    return AttentionShape(
+        q_linears + kv_linears + (out,),
+        q_up,
+        q_up,
+        heads * m.v_head_dim,
+        heads * m.v_head_dim,
+        score,
+        m.v_head_dim,
+        latent,
+        norms,
+    )
 
 
 def attention_shape(m: ModelSpec) -> AttentionShape:
-    return m.memo("attention_shape", lambda: _shape(m))
+    return m.memo("attention_shape", lambda: _shape(m))  # depends on the model alone

@@ -18,8 +18,10 @@ def apply_profile(cluster: ClusterSpec, training: TrainingSpec) -> tuple[Cluster
     if profile is None:
         return cluster, []
     if profile.device.backend != "nccl":
-        return cluster, [f"profile measured with {profile.device.backend} on {profile.device.name}: not applied "
-                         f"(a CPU profile only exercises the code path)"]
+        return cluster, [
+            f"profile measured with {profile.device.backend} on {profile.device.name}: not applied "
+            f"(a CPU profile only exercises the code path)"
+        ]
     notes: list[str] = []
     update: dict[str, object] = {}
     eff = cluster.gpu.efficiency
@@ -31,8 +33,10 @@ def apply_profile(cluster: ClusterSpec, training: TrainingSpec) -> tuple[Cluster
         gpu_update["gemm"] = measured * IN_TRAINING_GEMM_FRACTION
     elif tflops is not None:
         notes.append(f"profile device {profile.device.name!r} is not a {cluster.gpu.name}: GEMM rate not applied")
-    for scope, field, efficiency in (("intra_node", "intra_node_GBps", eff.nvlink),
-                                     ("inter_node", "inter_node_GBps", eff.network)):
+    for scope, field, efficiency in (
+        ("intra_node", "intra_node_GBps", eff.nvlink),
+        ("inter_node", "inter_node_GBps", eff.network),
+    ):
         busbw = profile.busbw(scope)
         if busbw:
             update[field] = busbw / efficiency  # so that nominal x efficiency = the measured bus bandwidth
@@ -58,19 +62,40 @@ def constants(cluster: ClusterSpec, training: TrainingSpec) -> list[Constant]:
     def src(used: bool) -> str:
         return when if used else catalogue
 
-    gemm_measured = measured and profile is not None and profile.gemm_tflops(precision) is not None \
-        and _device_matches(cluster)
+    gemm_measured = (
+        measured and profile is not None and profile.gemm_tflops(precision) is not None and _device_matches(cluster)
+    )
     intra = measured and profile is not None and profile.busbw("intra_node") is not None
     inter = measured and profile is not None and profile.busbw("inter_node") is not None
     return [
-        Constant(name="GEMM throughput in training", value=cluster.gpu.peak_flops(precision) * eff.gemm / 1e12,
-                 unit="TFLOP/s", source=src(gemm_measured)),
-        Constant(name="intra-node bus bandwidth", value=cluster.intra_bw * eff.nvlink / 1e9, unit="GB/s",
-                 source=src(intra) if cluster.intra_node_GBps is None or intra else "request"),
-        Constant(name="inter-node bus bandwidth", value=cluster.inter_bw * eff.network / 1e9, unit="GB/s",
-                 source=src(inter) if cluster.inter_node_GBps is None or inter else "request"),
-        Constant(name="host-device copy bandwidth", value=cluster.h2d_bw / 1e9, unit="GB/s",
-                 source=src(measured and profile is not None and profile.host_to_device is not None)),
-        Constant(name="CPU Adam per node", value=cluster.cpu_adam_params_per_s / 1e9, unit="Gparams/s",
-                 source=src(measured and profile is not None and profile.cpu_adam is not None)),
+        Constant(
+            name="GEMM throughput in training",
+            value=cluster.gpu.peak_flops(precision) * eff.gemm / 1e12,
+            unit="TFLOP/s",
+            source=src(gemm_measured),
+        ),
+        Constant(
+            name="intra-node bus bandwidth",
+            value=cluster.intra_bw * eff.nvlink / 1e9,
+            unit="GB/s",
+            source=src(intra) if cluster.intra_node_GBps is None or intra else "request",
+        ),
+        Constant(
+            name="inter-node bus bandwidth",
+            value=cluster.inter_bw * eff.network / 1e9,
+            unit="GB/s",
+            source=src(inter) if cluster.inter_node_GBps is None or inter else "request",
+        ),
+        Constant(
+            name="host-device copy bandwidth",
+            value=cluster.h2d_bw / 1e9,
+            unit="GB/s",
+            source=src(measured and profile is not None and profile.host_to_device is not None),
+        ),
+        Constant(
+            name="CPU Adam per node",
+            value=cluster.cpu_adam_params_per_s / 1e9,
+            unit="Gparams/s",
+            source=src(measured and profile is not None and profile.cpu_adam is not None),
+        ),
     ]

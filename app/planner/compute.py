@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.planner.attention import Linear, attention_shape
 from app.planner.activations import moe_imbalance
+from app.planner.attention import Linear, attention_shape
 from app.planner.gpu import GPUSpec
 from app.planner.specs import ModelSpec, ParallelConfig, TrainingSpec
 
@@ -130,6 +130,22 @@ def _elementwise_fwd(model: ModelSpec, par: ParallelConfig, tokens: float, gpu: 
 
 
 def layer_time(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, gpu: GPUSpec, moe: bool) -> LayerTime:
+    """Cached per model, GPU and training spec on the fields of `par` it reads."""
+    key = (
+        "layer_time",
+        par.tp,
+        par.cp,
+        par.micro_batch_size,
+        par.sequence_parallel,
+        par.recompute,
+        par.ep,
+        par.expert_tp,
+        moe,
+    )
+    return model.memo(key, lambda: _layer_time(model, par, training, gpu, moe), gpu, training)
+
+
+def _layer_time(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, gpu: GPUSpec, moe: bool) -> LayerTime:
     tokens = model.seq_length / par.cp * par.micro_batch_size
     gemms = sum(gemm_time(g, gpu, training.precision) for g in _linear_gemms(model, par, tokens, moe))
     if moe:  # the busiest GPU processes `imbalance` x the mean routed tokens
@@ -152,7 +168,9 @@ def _expert_share(model: ModelSpec) -> float:
     return experts / (experts + attention + shared)
 
 
-def output_layer_time(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, gpu: GPUSpec) -> tuple[float, float]:
+def output_layer_time(
+    model: ModelSpec, par: ParallelConfig, training: TrainingSpec, gpu: GPUSpec
+) -> tuple[float, float]:
     """(forward, backward) of the final norm, output GEMM and vocab-parallel cross entropy (fp32)."""
     tokens = model.seq_length / par.cp * par.micro_batch_size
     precision = "bf16" if training.precision == "fp8" else training.precision  # TE keeps the head in bf16
@@ -187,5 +205,7 @@ def recompute_flops_per_token(model: ModelSpec, recompute: str) -> float:
         return 0.0
     per_token = model_flops_per_token(model) - 6.0 * model.hidden_size * model.vocab_size
     shape = attention_shape(model)
-    core = 6.0 * model.num_layers * model.num_attention_heads * (shape.score_dim + shape.value_dim) / 2 * model.seq_length
+    core = (
+        6.0 * model.num_layers * model.num_attention_heads * (shape.score_dim + shape.value_dim) / 2 * model.seq_length
+    )
     return per_token / 3 if recompute == "full" else core / 3

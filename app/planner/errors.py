@@ -19,7 +19,9 @@ class FieldError:
 
 def _loc(loc: tuple[Any, ...]) -> str:
     # pydantic puts the model-validator name or union branch in the path; keep the user's field names only
-    return ".".join(str(p) for p in loc if not (isinstance(p, str) and (p.startswith("function-") or p in ("str", "GPUSpec"))))
+    return ".".join(
+        str(p) for p in loc if not (isinstance(p, str) and (p.startswith("function-") or p in ("str", "GPUSpec")))
+    )
 
 
 def field_errors(exc: ValidationError, prefix: str = "") -> list[FieldError]:

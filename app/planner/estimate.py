@@ -19,9 +19,7 @@ OPTIMIZER_BYTES_PER_PARAM = 30  # fused Adam: read grad, r/w fp32 master, m, v; 
 GRAD_PASS_BYTES_PER_PARAM = 8  # gradient-norm read and zeroing over the whole gradient buffer
 
 
-def time_estimate(
-    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig
-) -> TimeEstimate:
+def time_estimate(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig) -> TimeEstimate:
     m = max(1, num_microbatches(training, par))
     kinds = stage_layer_kinds(model, par)
     groups = stage_groups(kinds, par.pp)
@@ -57,8 +55,10 @@ def step_lower_bound(model: ModelSpec, cluster: ClusterSpec, training: TrainingS
     gpu = cluster.gpu
     eff = gpu.efficiency
     gemm_eff = eff.gemm_fp8 if training.precision == "fp8" else eff.gemm
-    fastest = max(gpu.peak_flops(training.precision) * gemm_eff,
-                  gpu.peak_flops("bf16" if training.precision == "fp8" else training.precision) * eff.attention)
+    fastest = max(
+        gpu.peak_flops(training.precision) * gemm_eff,
+        gpu.peak_flops("bf16" if training.precision == "fp8" else training.precision) * eff.attention,
+    )
     per_token = compute.model_flops_per_token(model) + compute.recompute_flops_per_token(model, par.recompute)
     work = per_token * training.global_batch_size * model.seq_length / par.world_size / fastest
     m = max(1, num_microbatches(training, par))
@@ -83,7 +83,10 @@ def _breakdown(slow: StageTime, m: int, bubble: float, dp: float, opt: float, of
 
 
 def _optimizer_times(
-    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    par: ParallelConfig,
     groups: list[tuple[int, int, int, int]],
 ) -> tuple[float, float]:
     """(GPU optimizer step, exposed offload work) for the slowest stage."""
@@ -111,25 +114,33 @@ def fits(mem: MemoryEstimate) -> list[rules.Violation]:
     out = []
     if mem.peak_bytes > mem.usable_bytes:
         stage = mem.stages[mem.peak_stage]
-        out.append(rules.Violation(
-            "out_of_memory",
-            f"stage {mem.peak_stage} needs {mem.peak_bytes / 2**30:.1f} GiB per GPU "
-            f"(weights {stage.weights_bytes / 2**30:.1f}, grads {stage.gradients_bytes / 2**30:.1f}, "
-            f"optimizer {stage.optimizer_bytes / 2**30:.1f}, activations {stage.activations_bytes / 2**30:.1f}, "
-            f"other {stage.other_bytes / 2**30:.1f}) > usable {mem.usable_bytes / 2**30:.1f} GiB "
-            f"({mem.capacity_bytes / 2**30:.1f} GiB minus {100 * (1 - mem.usable_bytes / mem.capacity_bytes):.0f}% headroom)",
-        ))
+        out.append(
+            rules.Violation(
+                "out_of_memory",
+                f"stage {mem.peak_stage} needs {mem.peak_bytes / 2**30:.1f} GiB per GPU "
+                f"(weights {stage.weights_bytes / 2**30:.1f}, grads {stage.gradients_bytes / 2**30:.1f}, "
+                f"optimizer {stage.optimizer_bytes / 2**30:.1f}, activations {stage.activations_bytes / 2**30:.1f}, "
+                f"other {stage.other_bytes / 2**30:.1f}) > usable {mem.usable_bytes / 2**30:.1f} GiB "
+                f"({mem.capacity_bytes / 2**30:.1f} GiB minus "
+                f"{100 * (1 - mem.usable_bytes / mem.capacity_bytes):.0f}% headroom)",
+            )
+        )
     if mem.cpu_bytes_per_node > 0.9 * mem.cpu_capacity_bytes_per_node:
-        out.append(rules.Violation(
-            "cpu_out_of_memory",
-            f"offloaded states need {mem.cpu_bytes_per_node / 2**30:.0f} GiB of host memory per node "
-            f"> 90% of {mem.cpu_capacity_bytes_per_node / 2**30:.0f} GiB",
-        ))
+        out.append(
+            rules.Violation(
+                "cpu_out_of_memory",
+                f"offloaded states need {mem.cpu_bytes_per_node / 2**30:.0f} GiB of host memory per node "
+                f"> 90% of {mem.cpu_capacity_bytes_per_node / 2**30:.0f} GiB",
+            )
+        )
     return out
 
 
 def evaluate(
-    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    par: ParallelConfig,
     world_size: int | None = None,
 ) -> Estimate:
     violations = rules.check(model, cluster, training, par, world_size)

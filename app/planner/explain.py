@@ -12,6 +12,8 @@ def describe(par: ParallelConfig) -> str:
     parts = [f"TP{par.tp}", f"PP{par.pp}"]
     if par.vpp > 1:
         parts.append(f"VPP{par.vpp}")
+    if par.first_stage_layers is not None or par.last_stage_layers is not None:
+        parts.append(f"layers {par.first_stage_layers or '='}/../{par.last_stage_layers or '='}")
     parts.append(f"DP{par.dp}")
     if par.cp > 1:
         parts.append(f"CP{par.cp}")
@@ -41,14 +43,17 @@ def why(par: ParallelConfig, est: Estimate, best: Estimate | None, feasible_coun
     exposed = sum(comm.values())
     lines = []
     if best is None:
-        lines.append(f"fastest of {feasible_count} feasible plans: {t.tokens_per_s:,.0f} tokens/s, "
-                     f"MFU {100 * t.mfu:.1f}%")
+        lines.append(
+            f"fastest of {feasible_count} feasible plans: {t.tokens_per_s:,.0f} tokens/s, MFU {100 * t.mfu:.1f}%"
+        )
     else:
         slower = 100 * (step / best.time.step_s - 1)
         lines.append(f"{slower:.1f}% slower than #1 ({t.tokens_per_s:,.0f} tokens/s, MFU {100 * t.mfu:.1f}%)")
     if par.pp > 1:
-        lines.append(f"pipeline bubble {100 * t.bubble_fraction:.1f}% of the step (PP{par.pp}"
-                     f"{f' x VPP{par.vpp}' if par.vpp > 1 else ''})")
+        lines.append(
+            f"pipeline bubble {100 * t.bubble_fraction:.1f}% of the step (PP{par.pp}"
+            f"{f' x VPP{par.vpp}' if par.vpp > 1 else ''})"
+        )
     if exposed > 0:
         detail = ", ".join(f"{k} {100 * v / step:.1f}%" for k, v in sorted(comm.items(), key=lambda kv: -kv[1]))
         lines.append(f"exposed communication {100 * exposed / step:.1f}% ({detail})")
@@ -57,6 +62,8 @@ def why(par: ParallelConfig, est: Estimate, best: Estimate | None, feasible_coun
     if b.get("offload_s", 0) > 0:
         lines.append(f"offloaded optimizer step {100 * b['offload_s'] / step:.1f}% of the step")
     peak = mem.stages[mem.peak_stage]
-    lines.append(f"memory {mem.peak_bytes / GiB:.1f} of {mem.capacity_bytes / GiB:.1f} GiB on stage {peak.stage} "
-                 f"(headroom {100 * mem.headroom_fraction:.0f}%)")
+    lines.append(
+        f"memory {mem.peak_bytes / GiB:.1f} of {mem.capacity_bytes / GiB:.1f} GiB on stage {peak.stage} "
+        f"(headroom {100 * mem.headroom_fraction:.0f}%)"
+    )
     return lines

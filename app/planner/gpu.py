@@ -29,8 +29,10 @@ class Efficiency(BaseModel):
         ge=0, description="Per-step latency of a ring step across nodes (rings over n ranks take n-1 steps)."
     )
     overlap: float = Field(
-        ge=0, le=1, description="Share of overlappable communication that really hides under compute "
-        "(NCCL and compute kernels contend for SMs and HBM)."
+        ge=0,
+        le=1,
+        description="Share of overlappable communication that really hides under compute "
+        "(NCCL and compute kernels contend for SMs and HBM).",
     )
     runtime_overhead_bytes: int = Field(
         ge=0, description="CUDA context, cuBLAS/NCCL workspaces and the like, outside the allocator."

@@ -62,8 +62,10 @@ def _moe_fields(cfg: dict[str, Any], kind: str) -> dict[str, Any]:
     dense_layers = cfg.get("mlp_only_layers") or []
     if dense_layers:
         if list(dense_layers) != list(range(len(dense_layers))):
-            raise ValueError(f"config.json mlp_only_layers {dense_layers} are not the leading layers; "
-                             f"only leading dense layers are modelled")
+            raise ValueError(
+                f"config.json mlp_only_layers {dense_layers} are not the leading layers; "
+                f"only leading dense layers are modelled"
+            )
         out["moe_first_dense_layers"] = len(dense_layers)
     return out
 

@@ -116,7 +116,12 @@ def stage_params(model: ModelSpec, par: ParallelConfig, stage: int, dense: int, 
 
 
 def _stage_activation_bytes(
-    model: ModelSpec, par: ParallelConfig, training: TrainingSpec, stage: int, dense: int, moe: int,
+    model: ModelSpec,
+    par: ParallelConfig,
+    training: TrainingSpec,
+    stage: int,
+    dense: int,
+    moe: int,
     in_flight: float,
 ) -> float:
     per_dense = act.layer_bytes(model, par, training, moe=False)
@@ -176,8 +181,13 @@ class StageParts:
 
 
 def stage_parts(
-    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig,
-    stage: int, dense: int, moe: int,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    par: ParallelConfig,
+    stage: int,
+    dense: int,
+    moe: int,
 ) -> StageParts:
     dense_shard, expert_shard = optimizer_shards(par, training.framework)
     sp = stage_params(model, par, stage, dense, moe)
@@ -193,19 +203,31 @@ def stage_parts(
     allocated = weights + grads + optimizer + acts + other
     fragmentation = allocated * eff.allocator_fragmentation
     return StageParts(
-        params=sp.dense + sp.expert, weights=weights, grads=grads, optimizer=optimizer, activations=acts,
+        params=sp.dense + sp.expert,
+        weights=weights,
+        grads=grads,
+        optimizer=optimizer,
+        activations=acts,
         other=other + fragmentation + eff.runtime_overhead_bytes,
         total=allocated + fragmentation + eff.runtime_overhead_bytes,
-        cpu=sp.dense * sd.cpu + sp.expert * se.cpu, nvme=sp.dense * sd.nvme + sp.expert * se.nvme,
+        cpu=sp.dense * sd.cpu + sp.expert * se.cpu,
+        nvme=sp.dense * sd.nvme + sp.expert * se.nvme,
         in_flight=in_flight,
     )
 
 
 def _to_stage_memory(stage: int, layers: int, p: StageParts) -> StageMemory:
     return StageMemory(
-        stage=stage, layers=layers, params=p.params, weights_bytes=int(p.weights), gradients_bytes=int(p.grads),
-        optimizer_bytes=int(p.optimizer), activations_bytes=int(p.activations), other_bytes=int(p.other),
-        total_bytes=int(p.total), microbatches_in_flight=math.ceil(p.in_flight),
+        stage=stage,
+        layers=layers,
+        params=p.params,
+        weights_bytes=int(p.weights),
+        gradients_bytes=int(p.grads),
+        optimizer_bytes=int(p.optimizer),
+        activations_bytes=int(p.activations),
+        other_bytes=int(p.other),
+        total_bytes=int(p.total),
+        microbatches_in_flight=math.ceil(p.in_flight),
     )
 
 
@@ -215,7 +237,10 @@ def peak_memory(
     """(peak bytes per GPU, its stage, host bytes per node) from one stage per group of identical stages:
     in-flight micro-batches only fall along the pipeline, so a group's first stage is its peak."""
     peak, peak_stage, cpu = -1.0, 0, 0.0
-    for first, _count, dense, moe in stage_groups(stage_layer_kinds(model, par), par.pp):
+    groups = stage_groups(stage_layer_kinds(model, par), par.pp)
+    for first, _count, dense, moe in groups:
+        if 0 < first < par.pp - 1 and (dense, moe) == groups[0][2:]:
+            continue  # same layers as stage 0 but fewer micro-batches in flight and no embedding: never higher
         parts = stage_parts(model, cluster, training, par, first, dense, moe)
         if parts.total > peak:
             peak, peak_stage = parts.total, first

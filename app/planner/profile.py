@@ -78,8 +78,11 @@ class ClusterProfile(_Strict):
 
     def busbw(self, scope: str) -> float | None:
         """Best bus bandwidth (GB/s) of large all-reduce/all-gather/reduce-scatter messages in a scope."""
-        rows = [c.busbw_GBps for c in self.collectives
-                if c.scope == scope and c.op != "send_recv" and c.bytes >= LARGE_MESSAGE_BYTES and c.ranks > 1]
+        rows = [
+            c.busbw_GBps
+            for c in self.collectives
+            if c.scope == scope and c.op != "send_recv" and c.bytes >= LARGE_MESSAGE_BYTES and c.ranks > 1
+        ]
         return max(rows) if rows else None
 
 

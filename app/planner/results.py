@@ -21,9 +21,13 @@ class StageMemory(Result):
     weights_bytes: int = Field(description="16-bit (and FP8) weights resident on the GPU.")
     gradients_bytes: int = Field(description="Gradient buffers on the GPU.")
     optimizer_bytes: int = Field(description="FP32 master weights and Adam moments on the GPU.")
-    activations_bytes: int = Field(description="Activations kept for backward at the peak (all in-flight micro-batches).")
-    other_bytes: int = Field(description="Communication buckets, gathered ZeRO-3 parameters, workspaces, "
-                             "CUDA context and allocator fragmentation.")
+    activations_bytes: int = Field(
+        description="Activations kept for backward at the peak (all in-flight micro-batches)."
+    )
+    other_bytes: int = Field(
+        description="Communication buckets, gathered ZeRO-3 parameters, workspaces, "
+        "CUDA context and allocator fragmentation."
+    )
     total_bytes: int = Field(description="Sum: the predicted peak of this stage's GPUs.")
     microbatches_in_flight: int = Field(description="Micro-batches whose activations this stage holds at its peak.")
 

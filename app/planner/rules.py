@@ -37,8 +37,9 @@ def world_fits_cluster(c: Ctx) -> Violation | None:
     p, g = c.par, c.cluster.gpus_per_node
     w = p.world_size
     if w > c.world_size:
-        return Violation("world_size", f"tp({p.tp}) * pp({p.pp}) * cp({p.cp}) * dp({p.dp}) = {w} "
-                                       f"> GPUs available({c.world_size})")
+        return Violation(
+            "world_size", f"tp({p.tp}) * pp({p.pp}) * cp({p.cp}) * dp({p.dp}) = {w} > GPUs available({c.world_size})"
+        )
     if w > g and w % g:
         return Violation("whole_nodes", f"world size {w} is not a whole number of nodes of {g} GPUs")
     return None
@@ -62,8 +63,10 @@ def query_groups_fit_tp(c: Ctx) -> Violation | None:
 def tp_within_nvlink_domain(c: Ctx) -> Violation | None:
     domain = min(c.cluster.gpus_per_node, c.cluster.nvlink_domain)
     if c.par.tp > domain and not c.training.allow_tp_across_nodes:
-        return Violation("tp_within_nvlink_domain", f"tp({c.par.tp}) > GPUs sharing NVLink({domain}); "
-                                                    f"set training.allow_tp_across_nodes to force it")
+        return Violation(
+            "tp_within_nvlink_domain",
+            f"tp({c.par.tp}) > GPUs sharing NVLink({domain}); set training.allow_tp_across_nodes to force it",
+        )
     return None
 
 
@@ -79,16 +82,18 @@ def pipeline_layers(c: Ctx) -> Violation | None:
         if L % p.pp:
             return Violation("layers_divisible_by_pp", f"num_layers({L}) % pp({p.pp}) != 0")
         if (L // p.pp) % p.vpp:
-            return Violation("layers_divisible_by_vpp",
-                             f"layers per stage({L // p.pp}) % vpp({p.vpp}) != 0")
+            return Violation("layers_divisible_by_vpp", f"layers per stage({L // p.pp}) % vpp({p.vpp}) != 0")
         return None
     if p.pp == 1:
         return Violation("uneven_stages_need_pp", "first/last stage layers are set but pp is 1")
     fixed = [x for x in (p.first_stage_layers, p.last_stage_layers) if x is not None]
     middle_stages, rest = p.pp - len(fixed), L - sum(fixed)
     if rest < 0 or (middle_stages == 0 and rest != 0) or (middle_stages and (rest % middle_stages or rest == 0)):
-        return Violation("uneven_stages", f"num_layers({L}) - first/last({sum(fixed)}) = {rest} does not split "
-                                          f"evenly over the {middle_stages} middle stages")
+        return Violation(
+            "uneven_stages",
+            f"num_layers({L}) - first/last({sum(fixed)}) = {rest} does not split "
+            f"evenly over the {middle_stages} middle stages",
+        )
     if any(n % p.vpp for n in stage_layers(L, p)):
         return Violation("layers_divisible_by_vpp", f"stage layers {stage_layers(L, p)} not divisible by vpp({p.vpp})")
     return None
@@ -98,8 +103,9 @@ def batch_divisible(c: Ctx) -> Violation | None:
     """num_microbatches_calculator: global_batch_size % (micro_batch_size * dp) == 0."""
     gbs, mbs, dp = c.training.global_batch_size, c.par.micro_batch_size, c.par.dp
     if gbs % (mbs * dp):
-        return Violation("global_batch_divisible",
-                         f"global_batch_size({gbs}) % (micro_batch_size({mbs}) * dp({dp})) != 0")
+        return Violation(
+            "global_batch_divisible", f"global_batch_size({gbs}) % (micro_batch_size({mbs}) * dp({dp})) != 0"
+        )
     return None
 
 
@@ -154,8 +160,11 @@ def framework_support(c: Ctx) -> Violation | None:
     p, fw = c.par, c.training.framework
     if fw == "megatron":
         if p.zero_stage or p.offload_optimizer != "none" or p.offload_param != "none":
-            return Violation("framework_support", "Megatron-LM shards with the distributed optimizer, "
-                             "not ZeRO stages or ZeRO offload (choose framework deepspeed or megatron-deepspeed)")
+            return Violation(
+                "framework_support",
+                "Megatron-LM shards with the distributed optimizer, "
+                "not ZeRO stages or ZeRO offload (choose framework deepspeed or megatron-deepspeed)",
+            )
         return None
     if p.distributed_optimizer:
         return Violation("framework_support", f"{fw} shards with ZeRO, not Megatron's distributed optimizer")
@@ -164,8 +173,10 @@ def framework_support(c: Ctx) -> Violation | None:
     if fw == "deepspeed" and (p.tp > 1 or p.sequence_parallel):
         return Violation("framework_support", "deepspeed (without Megatron) has no tensor parallelism here")
     if p.zero_stage == 0 and c.training.precision == "bf16":
-        return Violation("framework_support", "DeepSpeed bf16 without ZeRO keeps bf16 optimizer states "
-                                              "(DDP_BFLOAT16); use zero_stage >= 1")
+        return Violation(
+            "framework_support",
+            "DeepSpeed bf16 without ZeRO keeps bf16 optimizer states (DDP_BFLOAT16); use zero_stage >= 1",
+        )
     if c.training.precision == "fp8":
         return Violation("fp8_framework", "FP8 (Transformer Engine) is planned for Megatron-LM only")
     return None
@@ -174,8 +185,10 @@ def framework_support(c: Ctx) -> Violation | None:
 def zero_with_pipeline(c: Ctx) -> Violation | None:
     """deepspeed/runtime/pipe/engine.py: ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism."""
     if c.training.framework != "megatron" and c.par.pp > 1 and c.par.zero_stage >= 2:
-        return Violation("zero_with_pipeline", f"zero_stage({c.par.zero_stage}) with pp({c.par.pp}) > 1: DeepSpeed's "
-                                               f"pipeline engine allows ZeRO 0-1 only")
+        return Violation(
+            "zero_with_pipeline",
+            f"zero_stage({c.par.zero_stage}) with pp({c.par.pp}) > 1: DeepSpeed's pipeline engine allows ZeRO 0-1 only",
+        )
     return None
 
 
@@ -201,20 +214,46 @@ def fp8_supported(c: Ctx) -> Violation | None:
 def enough_microbatches(c: Ctx) -> Violation | None:
     m = c.training.global_batch_size // (c.par.micro_batch_size * c.par.dp)
     if m < 1:
-        return Violation("global_batch_divisible", f"global_batch_size({c.training.global_batch_size}) < "
-                         f"micro_batch_size({c.par.micro_batch_size}) * dp({c.par.dp})")
+        return Violation(
+            "global_batch_divisible",
+            f"global_batch_size({c.training.global_batch_size}) < "
+            f"micro_batch_size({c.par.micro_batch_size}) * dp({c.par.dp})",
+        )
     return None
 
 
-RULES: tuple[Rule, ...] = (
-    world_fits_cluster, heads_divisible_by_tp, query_groups_fit_tp, tp_within_nvlink_domain, pipeline_layers,
-    enough_microbatches, batch_divisible, interleaving_allowed, sequence_parallel_needs_tp, context_parallel,
-    expert_parallel, framework_support, zero_with_pipeline, offload_rules, fp8_supported,
+# Rules that read only the placement (TP, CP, PP and its layer split, DP, EP, VPP) and the specs ...
+PLACEMENT_RULES: tuple[Rule, ...] = (
+    world_fits_cluster,
+    heads_divisible_by_tp,
+    query_groups_fit_tp,
+    tp_within_nvlink_domain,
+    pipeline_layers,
+    context_parallel,
+    expert_parallel,
+    fp8_supported,
 )
+# ... and those that also read the micro-batch size, sharding, offload or sequence parallelism.
+CANDIDATE_RULES: tuple[Rule, ...] = (
+    enough_microbatches,
+    batch_divisible,
+    interleaving_allowed,
+    sequence_parallel_needs_tp,
+    framework_support,
+    zero_with_pipeline,
+    offload_rules,
+)
+RULES = PLACEMENT_RULES + CANDIDATE_RULES
 
 
-def check(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig,
-          world_size: int | None = None) -> list[Violation]:
-    """Every rule the configuration breaks (empty: valid)."""
+def check(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    par: ParallelConfig,
+    world_size: int | None = None,
+    only: tuple[Rule, ...] = RULES,
+) -> list[Violation]:
+    """Every rule (of `only`) the configuration breaks (empty: valid)."""
     ctx = Ctx(model, cluster, training, par, world_size if world_size is not None else cluster.world_size)
-    return [v for rule in RULES if (v := rule(ctx)) is not None]
+    return [v for rule in only if (v := rule(ctx)) is not None]

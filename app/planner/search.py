@@ -56,7 +56,9 @@ def pp_options(model: ModelSpec, training: TrainingSpec, rest: int) -> list[int]
     return [p for p in divisors(rest) if p <= model.num_layers]
 
 
-def stage_split_options(model: ModelSpec, training: TrainingSpec, pp: int, vpp: int) -> list[tuple[int | None, int | None]]:
+def stage_split_options(
+    model: ModelSpec, training: TrainingSpec, pp: int, vpp: int
+) -> list[tuple[int | None, int | None]]:
     """Layer split over the stages: even, and for Megatron (without interleaving) first/last stages with fewer
     layers (--decoder-first/last-pipeline-num-layers), which balances the first stage's extra in-flight
     activations and embedding and the last stage's output layer and logits."""
@@ -69,10 +71,7 @@ def stage_split_options(model: ModelSpec, training: TrainingSpec, pp: int, vpp: 
     for first in range(max(1, base - 2), base + 1):
         for last in range(max(1, base - 3), base + 1):
             rest = L - first - last
-            if pp == 2:
-                ok = rest == 0
-            else:
-                ok = rest > 0 and rest % (pp - 2) == 0 and rest // (pp - 2) >= max(first, last)
+            ok = rest == 0 if pp == 2 else rest > 0 and rest % (pp - 2) == 0 and rest // (pp - 2) >= max(first, last)
             if ok and not (first == last == base and L % pp == 0):
                 out.append((first, last))
     return out
@@ -92,7 +91,7 @@ def vpp_options(model: ModelSpec, training: TrainingSpec, pp: int) -> list[int]:
         return [1]
     per_stage = model.num_layers // pp
     interleaved = [v for v in (2, 3, 4, 6, 8) if v <= per_stage and per_stage % v == 0]
-    return [1] + interleaved[:2] + interleaved[-1:] if len(interleaved) > 3 else [1] + interleaved
+    return [1, *interleaved[:2], *interleaved[-1:]] if len(interleaved) > 3 else [1, *interleaved]
 
 
 def ep_options(model: ModelSpec, training: TrainingSpec, plane: int) -> list[int]:
@@ -169,8 +168,11 @@ def placements(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, w
                 dp = world // (tp * cp * pp)
                 if training.pinned.dp and dp != training.pinned.dp:
                     continue
-                for ep, vpp, etp in itertools.product(ep_options(model, training, tp * cp * dp),
-                                                      vpp_options(model, training, pp), etp_options(model, training, tp)):
+                for ep, vpp, etp in itertools.product(
+                    ep_options(model, training, tp * cp * dp),
+                    vpp_options(model, training, pp),
+                    etp_options(model, training, tp),
+                ):
                     for first, last in stage_split_options(model, training, pp, vpp):
                         yield Placement(tp, cp, pp, dp, ep, vpp, etp, first, last)
 
@@ -211,26 +213,48 @@ class SearchState:
     truncated: bool = False
 
 
-def _config(pl: Placement, mbs: int, recompute: str, sharding: dict[str, object], training: TrainingSpec) -> ParallelConfig:
+def _config(
+    pl: Placement, mbs: int, recompute: str, sharding: dict[str, object], training: TrainingSpec
+) -> ParallelConfig:
     sp = pl.tp > 1 and training.framework != "deepspeed"
     if training.pinned.sequence_parallel is not None:
         sp = training.pinned.sequence_parallel
-    fields = dict(tp=pl.tp, pp=pl.pp, vpp=pl.vpp, dp=pl.dp, cp=pl.cp, ep=pl.ep, etp=pl.etp, micro_batch_size=mbs,
-                  recompute=recompute, sequence_parallel=sp, first_stage_layers=pl.first_stage_layers,
-                  last_stage_layers=pl.last_stage_layers, **sharding)
+    fields = dict(
+        tp=pl.tp,
+        pp=pl.pp,
+        vpp=pl.vpp,
+        dp=pl.dp,
+        cp=pl.cp,
+        ep=pl.ep,
+        etp=pl.etp,
+        micro_batch_size=mbs,
+        recompute=recompute,
+        sequence_parallel=sp,
+        first_stage_layers=pl.first_stage_layers,
+        last_stage_layers=pl.last_stage_layers,
+        **sharding,
+    )
     return ParallelConfig(**fields)  # type: ignore[arg-type]
 
 
 def search_world(
-    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, world: int, state: SearchState,
-    deadline: float, offload: bool,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    world: int,
+    state: SearchState,
+    deadline: float,
+    offload: bool,
 ) -> None:
     """Every candidate on `world` GPUs: record the feasible ones and why the others fail."""
     usable = cluster.gpu.memory_bytes * (1 - training.memory_headroom)
     host = cluster.cpu_memory_GiB * 2**30 * 0.9
     for pl in placements(model, cluster, training, world):
         per_replica = training.global_batch_size // pl.dp
-        for sharding in sharding_options(training, pl.dp, pl.cp, pl.pp, offload):
+        shardings = sharding_options(training, pl.dp, pl.cp, pl.pp, offload)
+        if not shardings or not _placement_ok(model, cluster, training, world, pl, shardings, per_replica, state):
+            continue
+        for sharding in shardings:
             sizes = mbs_options(model, training, max(per_replica, 1), pl.cp)
             for i, mbs in enumerate(sizes):
                 if time.perf_counter() > deadline:
@@ -245,28 +269,71 @@ def search_world(
                     break
 
 
+def _placement_ok(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    world: int,
+    pl: Placement,
+    shardings: list[dict[str, object]],
+    per_replica: int,
+    state: SearchState,
+) -> bool:
+    """Check the placement-only rules once; a violation rejects every candidate of the placement."""
+    probe = _config(pl, 1, "none", shardings[0], training)
+    violations = rules.check(model, cluster, training, probe, world, only=rules.PLACEMENT_RULES)
+    if not violations:
+        return True
+    count = (
+        len(shardings)
+        * len(mbs_options(model, training, max(per_replica, 1), pl.cp))
+        * len(recompute_options(training))
+    )
+    state.candidates += count
+    state.rejected.add(violations[0].code, violations[0].message, probe)
+    state.rejected.counts[violations[0].code] += count - 1
+    return False
+
+
 def _try_recompute_levels(
-    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, world: int, pl: Placement, mbs: int,
-    sharding: dict[str, object], state: SearchState, usable: float, host: float,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    world: int,
+    pl: Placement,
+    mbs: int,
+    sharding: dict[str, object],
+    state: SearchState,
+    usable: float,
+    host: float,
 ) -> bool:
     """The cheapest recomputation that fits; the more expensive ones are dominated and not timed.
     True when even the most recomputation runs out of GPU memory."""
     for recompute in recompute_options(training):
         state.candidates += 1
         par = _config(pl, mbs, recompute, sharding, training)
-        violations = rules.check(model, cluster, training, par, world)
+        violations = rules.check(model, cluster, training, par, world, only=rules.CANDIDATE_RULES)
         if violations:
             state.rejected.add(violations[0].code, violations[0].message, par)
             return False  # the rules do not depend on recomputation
         state.evaluated += 1
         peak, stage, cpu = peak_memory(model, cluster, training, par)
         if cpu > host:
-            state.rejected.add("cpu_out_of_memory", f"offloaded states need {cpu / 2**30:.0f} GiB of host memory "
-                               f"per node > 90% of {cluster.cpu_memory_GiB:.0f} GiB", par, score=cpu)
+            state.rejected.add(
+                "cpu_out_of_memory",
+                f"offloaded states need {cpu / 2**30:.0f} GiB of host memory "
+                f"per node > 90% of {cluster.cpu_memory_GiB:.0f} GiB",
+                par,
+                score=cpu,
+            )
             return False
         if peak <= usable:
             state.found.append(Found(par, world, peak))
             return False
-        state.rejected.add("out_of_memory", f"needs {peak / 2**30:.1f} GiB per GPU on stage {stage} > usable "
-                           f"{usable / 2**30:.1f} GiB", par, score=peak)
+        state.rejected.add(
+            "out_of_memory",
+            f"needs {peak / 2**30:.1f} GiB per GPU on stage {stage} > usable {usable / 2**30:.1f} GiB",
+            par,
+            score=peak,
+        )
     return True

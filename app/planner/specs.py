@@ -8,8 +8,8 @@ the OpenAPI schema and the web form.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from typing import Literal, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
@@ -116,56 +116,60 @@ class ModelSpec(Frozen):
     # Derived quantities, computed once per instance (the spec is frozen, so they never go stale).
     _memo: dict[object, object] = PrivateAttr(default_factory=dict)
 
-    def memo(self, key: object, compute: Callable[[], T]) -> T:
-        """The cached value of `compute()` for `key` on this spec."""
-        memo = self.__pydantic_private__["_memo"]  # type: ignore[index]  # the slot, not pydantic's __getattr__
-        try:
-            return memo[key]  # type: ignore[no-any-return]
-        except KeyError:
-            value = memo[key] = compute()
-            return value
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> ModelSpec:
+        """A copy with its own (empty) memo: derived values of the original may not hold for the copy."""
+        copy = super().model_copy(update=update, deep=deep)
+        copy.__pydantic_private__ = {"_memo": {}}
+        return copy
 
-    @model_validator(mode="before")
-    @classmethod
-    def _fill_defaults(cls, data: object) -> object:
-        if not isinstance(data, dict):
-            return data
-        data = dict(data)
-        h, heads = data.get("hidden_size"), data.get("num_attention_heads")
-        if data.get("num_query_groups") is None and heads is not None:
-            data["num_query_groups"] = heads
-        if data.get("ffn_hidden_size") is None and isinstance(h, int):
-            data["ffn_hidden_size"] = default_ffn_hidden_size(h, bool(data.get("swiglu", False)))
-        if data.get("kv_channels") is None and isinstance(h, int) and isinstance(heads, int) and heads > 0:
+    def memo(self, key: object, compute: Callable[[], T], *owners: object) -> T:
+        """The cached value of `compute()` for `key` on this spec. `owners` are other objects the value depends
+        on; they are compared by identity (and kept alive by the cache, so an id is never reused for them)."""
+        memo = self.__pydantic_private__["_memo"]  # type: ignore[index]  # the slot, not pydantic's __getattr__
+        full_key = (key, *map(id, owners))
+        entry = memo.get(full_key)
+        if entry is not None and all(a is b for a, b in zip(entry[0], owners, strict=True)):
+            return entry[1]  # type: ignore[no-any-return]
+        value = compute()
+        memo[full_key] = (owners, value)
+        return value
+
+    @model_validator(mode="after")
+    def _fill_defaults(self) -> ModelSpec:
+        """Megatron's defaults for the optional shape fields, filled after the numbers are validated."""
+        h, heads = self.hidden_size, self.num_attention_heads
+        defaults: dict[str, int] = {}
+        if self.num_query_groups is None:
+            defaults["num_query_groups"] = heads
+        if self.ffn_hidden_size is None:
+            defaults["ffn_hidden_size"] = default_ffn_hidden_size(h, self.swiglu)
+        if self.kv_channels is None:
             if h % heads:
                 raise ValueError(
                     f"hidden_size({h}) is not divisible by num_attention_heads({heads}); "
                     f"set kv_channels to give the head dimension"
                 )
-            data["kv_channels"] = h // heads
-        if data.get("num_experts") and data.get("moe_ffn_hidden_size") is None:
-            data["moe_ffn_hidden_size"] = data.get("ffn_hidden_size")
-        return data
+            defaults["kv_channels"] = h // heads
+        if self.num_experts and self.moe_ffn_hidden_size is None:
+            defaults["moe_ffn_hidden_size"] = defaults.get("ffn_hidden_size", self.ffn_hidden_size or 0)
+        for name, value in defaults.items():
+            object.__setattr__(self, name, value)  # frozen: set once, during validation
+        return self
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
         heads, groups = self.num_attention_heads, self.num_query_groups
         assert groups is not None and self.ffn_hidden_size is not None  # filled above
         if groups < 1 or heads % groups:
-            raise ValueError(
-                f"num_attention_heads({heads}) must be a multiple of num_query_groups({groups})"
-            )
+            raise ValueError(f"num_attention_heads({heads}) must be a multiple of num_query_groups({groups})")
         if self.ffn_hidden_size < 1:
             raise ValueError(f"ffn_hidden_size({self.ffn_hidden_size}) must be >= 1")
         if self.num_experts is not None:
             if self.moe_router_topk > self.num_experts:
-                raise ValueError(
-                    f"moe_router_topk({self.moe_router_topk}) > num_experts({self.num_experts})"
-                )
+                raise ValueError(f"moe_router_topk({self.moe_router_topk}) > num_experts({self.num_experts})")
             if self.moe_first_dense_layers >= self.num_layers:
                 raise ValueError(
-                    f"moe_first_dense_layers({self.moe_first_dense_layers}) must be < "
-                    f"num_layers({self.num_layers})"
+                    f"moe_first_dense_layers({self.moe_first_dense_layers}) must be < num_layers({self.num_layers})"
                 )
         elif self.moe_first_dense_layers or self.moe_shared_expert_intermediate_size:
             raise ValueError("MoE fields are set but num_experts is not")
@@ -212,16 +216,18 @@ class ClusterSpec(Frozen):
     gpus_per_node: int = Field(8, description="GPUs in each node.", ge=1, le=256)
     gpu: GPUSpec = Field(description="GPU type: a catalogue name or custom numbers.")
     intra_node_GBps: float | None = Field(
-        None, gt=0, description="GPU-to-GPU bandwidth inside a node, per GPU and direction, GB/s "
-        "(default: the catalogue's NVLink figure)."
+        None,
+        gt=0,
+        description="GPU-to-GPU bandwidth inside a node, per GPU and direction, GB/s "
+        "(default: the catalogue's NVLink figure).",
     )
     inter_node_GBps: float | None = Field(
-        None, gt=0, description="Network bandwidth between nodes per GPU and direction, GB/s "
-        "(a 400 Gb/s NIC per GPU is 50 GB/s; default from the catalogue)."
+        None,
+        gt=0,
+        description="Network bandwidth between nodes per GPU and direction, GB/s "
+        "(a 400 Gb/s NIC per GPU is 50 GB/s; default from the catalogue).",
     )
-    nics: tuple[str, ...] = Field(
-        (), description="InfiniBand HCA names (e.g. mlx5_0 … mlx5_7), used for NCCL_IB_HCA."
-    )
+    nics: tuple[str, ...] = Field((), description="InfiniBand HCA names (e.g. mlx5_0 … mlx5_7), used for NCCL_IB_HCA.")
     socket_ifname: str | None = Field(
         None, description="Network interface for NCCL's bootstrap and sockets (NCCL_SOCKET_IFNAME), e.g. eth0."
     )
@@ -236,8 +242,9 @@ class ClusterSpec(Frozen):
         1.0e9, gt=0, description="CPU Adam updates per second per node (DeepSpeedCPUAdam), for offload plans."
     )
     profile: ClusterProfile | None = Field(
-        None, description="A cluster profile from `python -m launcher probe`: measured GEMM, NCCL and copy "
-        "rates used in place of the catalogue's."
+        None,
+        description="A cluster profile from `python -m launcher probe`: measured GEMM, NCCL and copy "
+        "rates used in place of the catalogue's.",
     )
 
     @field_validator("gpu", mode="before")
@@ -323,8 +330,11 @@ class TrainingSpec(Frozen):
         0.10, ge=0.0, le=0.5, description="Fraction of GPU memory a plan must leave free to count as fitting."
     )
     moe_load_imbalance: float = Field(
-        1.1, ge=1.0, le=4.0, description="MoE: busiest expert rank's routed tokens over the mean (dropless "
-        "routing); a model's capacity factor replaces it."
+        1.1,
+        ge=1.0,
+        le=4.0,
+        description="MoE: busiest expert rank's routed tokens over the mean (dropless "
+        "routing); a model's capacity factor replaces it.",
     )
     flash_attention: bool = Field(True, description="Fused/flash attention (no s×s scores kept).")
     overlap_grad_reduce: bool = Field(True, description="Overlap data-parallel gradient reduction with backward.")

@@ -47,8 +47,9 @@ class StageTime:
 
     @property
     def total(self) -> float:
-        return (self.compute + self.recompute + self.tp_comm + self.cp_comm + self.ep_comm + self.pp_comm
-                + self.zero_comm)
+        return (
+            self.compute + self.recompute + self.tp_comm + self.cp_comm + self.ep_comm + self.pp_comm + self.zero_comm
+        )
 
 
 @dataclass(slots=True)
@@ -123,13 +124,25 @@ def _layer_part(
     cp_fwd = _cp_comm_per_layer(model, par, cluster)
     cp = max(0.0, cp_fwd - lt.attention_fwd) * (2 if full else 1) + max(0.0, 2 * cp_fwd - 2.5 * lt.attention_fwd)
     ep = _ep_comm_per_layer(model, par, cluster, imbalance) * passes if moe else 0.0
-    return StageTime(compute=lt.fwd + lt.bwd, recompute=lt.recompute, tp_comm=tp, cp_comm=cp, ep_comm=ep,
-                     fwd=lt.fwd, bwd=lt.bwd + lt.recompute)
+    return StageTime(
+        compute=lt.fwd + lt.bwd,
+        recompute=lt.recompute,
+        tp_comm=tp,
+        cp_comm=cp,
+        ep_comm=ep,
+        fwd=lt.fwd,
+        bwd=lt.bwd + lt.recompute,
+    )
 
 
 def stage_time(
-    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig,
-    stage: int, dense: int, moe: int,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    par: ParallelConfig,
+    stage: int,
+    dense: int,
+    moe: int,
 ) -> StageTime:
     out = StageTime()
     for count, is_moe in ((dense, False), (moe, True)):
@@ -150,8 +163,9 @@ def stage_time(
     return out
 
 
-def _fp32_accumulation(model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig, stage: int, dense: int,
-                       moe: int) -> float:
+def _fp32_accumulation(
+    model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig, stage: int, dense: int, moe: int
+) -> float:
     """BF16_Optimizer folds each micro-batch's 16-bit gradients into its fp32 buffer and clears them
     (`update_hp_grads`): read 2 + read 4 + write 4 + clear 2 bytes per parameter, every micro-batch."""
     sp = stage_params(model, par, stage, dense, moe)
@@ -159,8 +173,14 @@ def _fp32_accumulation(model: ModelSpec, cluster: ClusterSpec, par: ParallelConf
 
 
 def _zero2_exposed(
-    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, stage: int,
-    dense: int, moe: int, st: StageTime,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    par: ParallelConfig,
+    stage: int,
+    dense: int,
+    moe: int,
+    st: StageTime,
 ) -> float:
     """ZeRO-2 reduce-scatters the gradients in every micro-batch's backward, overlapped (overlap_comm)."""
     sp = stage_params(model, par, stage, dense, moe)
@@ -179,7 +199,9 @@ def _zero3_exposed(
     size = ACT * (sp.dense + sp.expert)
     cross = layout.dp_crosses_nodes(par, cluster)
     layers = max(1, dense + moe)
-    gathers = 2 * comm.collective_time("all_gather", size, par.dp, cluster, cross, calls=ZERO3_GATHERS_PER_LAYER * layers)
+    gathers = 2 * comm.collective_time(
+        "all_gather", size, par.dp, cluster, cross, calls=ZERO3_GATHERS_PER_LAYER * layers
+    )
     buckets = math.ceil((sp.dense + sp.expert) / zero_buckets(model, 3).reduce_bucket_size)
     scatter = comm.collective_time("reduce_scatter", size, par.dp, cluster, cross, calls=buckets)
     pcie = 2 * size / par.dp / cluster.h2d_bw if par.offload_param != "none" else 0.0
@@ -199,7 +221,11 @@ def pipeline_time(
 
 
 def _dp_exposed(
-    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, first: StageTime,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    par: ParallelConfig,
+    first: StageTime,
     stage0_params: tuple[int, int],
 ) -> float:
     """Gradient reduction and parameter gathering left on the critical path after the last micro-batch."""
@@ -228,7 +254,12 @@ def grad_bytes(training: TrainingSpec, par: ParallelConfig) -> int:
 
 
 def _sync_time(
-    training: TrainingSpec, par: ParallelConfig, params: int, n: int, cluster: ClusterSpec, cross: bool,
+    training: TrainingSpec,
+    par: ParallelConfig,
+    params: int,
+    n: int,
+    cluster: ClusterSpec,
+    cross: bool,
     first: StageTime,
 ) -> float:
     if par.zero_stage == 3:

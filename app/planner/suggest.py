@@ -14,8 +14,9 @@ SUB_SEARCH_S = 1.0  # per trial search
 BUDGET_S = 4.0  # for all suggestions of one request
 
 
-def _best(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, world: int, offload: bool,
-          deadline: float) -> Found | None:
+def _best(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, world: int, offload: bool, deadline: float
+) -> Found | None:
     if time.perf_counter() > deadline:
         return None
     state = SearchState()
@@ -29,18 +30,22 @@ def _closest(state: SearchState) -> str | None:
     oom = state.rejected.examples.get("out_of_memory")
     if not oom:
         return None
-    return f"{state.rejected.counts['out_of_memory']} candidates run out of memory, e.g. {describe(oom[0])}: " \
-           f"{state.rejected.messages['out_of_memory']}"
+    return (
+        f"{state.rejected.counts['out_of_memory']} candidates run out of memory, e.g. {describe(oom[0])}: "
+        f"{state.rejected.messages['out_of_memory']}"
+    )
 
 
-def _fits_on(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, nodes: int, offload: bool,
-             deadline: float) -> Found | None:
+def _fits_on(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, nodes: int, offload: bool, deadline: float
+) -> Found | None:
     trial = cluster.model_copy(update={"num_nodes": nodes, "hosts": ()})
     return _best(model, trial, training, trial.world_size, offload, deadline)
 
 
-def _fewest_nodes(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, offload: bool,
-                  deadline: float) -> str | None:
+def _fewest_nodes(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, offload: bool, deadline: float
+) -> str | None:
     """Double the node count until a plan fits, then bisect down (memory per GPU falls as nodes grow)."""
     lo, found, hi = cluster.num_nodes, None, 0
     for factor in (2, 4, 8, 16, 32, 64, 128):
@@ -58,8 +63,10 @@ def _fewest_nodes(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
             lo = mid
         else:
             hi, found = mid, smaller
-    return (f"{hi} nodes ({hi * cluster.gpus_per_node} x {cluster.gpu.name}) would fit: "
-            f"{describe(found.par)}, {found.peak_bytes / GiB:.1f} GiB per GPU")
+    return (
+        f"{hi} nodes ({hi * cluster.gpus_per_node} x {cluster.gpu.name}) would fit: "
+        f"{describe(found.par)}, {found.peak_bytes / GiB:.1f} GiB per GPU"
+    )
 
 
 def more_nodes(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, deadline: float) -> str | None:
@@ -74,13 +81,27 @@ def more_nodes(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, d
 
 def offload(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, deadline: float) -> str | None:
     for framework in ("megatron-deepspeed", "deepspeed"):
-        trial = training.model_copy(update={"framework": framework, "pinned": training.pinned.model_copy(
-            update={"tp": None, "pp": None, "zero_stage": None, "offload_optimizer": None, "offload_param": None,
-                    "distributed_optimizer": None})})
+        trial = training.model_copy(
+            update={
+                "framework": framework,
+                "pinned": training.pinned.model_copy(
+                    update={
+                        "tp": None,
+                        "pp": None,
+                        "zero_stage": None,
+                        "offload_optimizer": None,
+                        "offload_param": None,
+                        "distributed_optimizer": None,
+                    }
+                ),
+            }
+        )
         found = _best(model, cluster, trial, cluster.world_size, True, deadline)
         if found is not None:
-            return (f"framework {framework} with ZeRO offload would fit on this cluster: {describe(found.par)}, "
-                    f"{found.peak_bytes / GiB:.1f} GiB per GPU (slower: the optimizer runs on the CPU)")
+            return (
+                f"framework {framework} with ZeRO offload would fit on this cluster: {describe(found.par)}, "
+                f"{found.peak_bytes / GiB:.1f} GiB per GPU (slower: the optimizer runs on the CPU)"
+            )
     return None
 
 
@@ -111,8 +132,10 @@ def suggestions(request: PlanRequest, state: SearchState) -> list[str]:
     """What would fit. More nodes, offload and shorter sequences are tried without the pinned dimensions."""
     model, cluster, training = request.model, request.cluster, request.training
     deadline = time.perf_counter() + BUDGET_S
-    out = [f"no plan fits {model.name} ({model.num_parameters / 1e9:.1f}B parameters) on "
-           f"{cluster.world_size} x {cluster.gpu.name} with {100 * training.memory_headroom:.0f}% memory headroom"]
+    out = [
+        f"no plan fits {model.name} ({model.num_parameters / 1e9:.1f}B parameters) on "
+        f"{cluster.world_size} x {cluster.gpu.name} with {100 * training.memory_headroom:.0f}% memory headroom"
+    ]
     closest = _closest(state)
     if closest:
         out.append(closest)

@@ -47,11 +47,20 @@ def narayanan_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int) 
 
 def _model(r: dict[str, Any]) -> ModelSpec:
     return ModelSpec(
-        name=r["name"], num_layers=r["layers"], hidden_size=r["hidden"], num_attention_heads=r["heads"],
-        num_query_groups=r.get("kv_heads"), ffn_hidden_size=r.get("ffn"), vocab_size=r.get("vocab") or GPT_VOCAB,
-        seq_length=r["seq"], position_embedding_type="alibi" if "BLOOM" in r["name"] else "learned_absolute",
-        normalization="LayerNorm", add_bias_linear=True, embedding_layernorm="BLOOM" in r["name"],
-        hidden_dropout=0.0 if "BLOOM" in r["name"] else 0.1, attention_dropout=0.0 if "BLOOM" in r["name"] else 0.1,
+        name=r["name"],
+        num_layers=r["layers"],
+        hidden_size=r["hidden"],
+        num_attention_heads=r["heads"],
+        num_query_groups=r.get("kv_heads"),
+        ffn_hidden_size=r.get("ffn"),
+        vocab_size=r.get("vocab") or GPT_VOCAB,
+        seq_length=r["seq"],
+        position_embedding_type="alibi" if "BLOOM" in r["name"] else "learned_absolute",
+        normalization="LayerNorm",
+        add_bias_linear=True,
+        embedding_layernorm="BLOOM" in r["name"],
+        hidden_dropout=0.0 if "BLOOM" in r["name"] else 0.1,
+        attention_dropout=0.0 if "BLOOM" in r["name"] else 0.1,
     )
 
 
@@ -67,22 +76,34 @@ def to_run(r: dict[str, Any]) -> PublishedRun:
     gpn = r.get("gpus_per_node") or 8
     bloom, mtnlg, zero = "BLOOM" in r["name"], "MT-NLG" in r["name"], r.get("zero") == 3
     cluster = ClusterSpec(
-        num_nodes=max(1, r["gpus"] // gpn), gpus_per_node=min(gpn, r["gpus"]),
+        num_nodes=max(1, r["gpus"] // gpn),
+        gpus_per_node=min(gpn, r["gpus"]),
         gpu="A100-80GB" if r.get("gpu_mem_gb") in (None, 80) else "A100-40GB",
         inter_node_GBps=6.25 if bloom else None,
     )
     framework = "megatron-deepspeed" if (bloom or mtnlg) else ("deepspeed" if zero else "megatron")
     training = TrainingSpec(
-        global_batch_size=r["gbs"], precision=r.get("precision") or "fp16", framework=framework,
-        flash_attention=False, overlap_grad_reduce=False, overlap_p2p_comm=False,
+        global_batch_size=r["gbs"],
+        precision=r.get("precision") or "fp16",
+        framework=framework,
+        flash_attention=False,
+        overlap_grad_reduce=False,
+        overlap_p2p_comm=False,
     )
     recompute, sp = _recompute(r.get("recompute"))
     dp = r.get("dp") or r["gpus"] // (r["tp"] * r["pp"])
     mbs = r.get("mbs") or (r["gbs"] // dp if zero else 1)
     stage = 3 if zero else (1 if framework != "megatron" else 0)
     parallel = ParallelConfig(
-        tp=r["tp"], pp=r["pp"], vpp=r.get("vpp") or 1, dp=dp, cp=r.get("cp") or 1, micro_batch_size=mbs,
-        recompute=recompute, sequence_parallel=sp, zero_stage=stage,
+        tp=r["tp"],
+        pp=r["pp"],
+        vpp=r.get("vpp") or 1,
+        dp=dp,
+        cp=r.get("cp") or 1,
+        micro_batch_size=mbs,
+        recompute=recompute,
+        sequence_parallel=sp,
+        zero_stage=stage,
     )
     model = _model(r)
     iter_s, derived = r.get("iter_s"), "iteration time"
@@ -90,8 +111,9 @@ def to_run(r: dict[str, Any]) -> PublishedRun:
         flops = narayanan_flops(r["gbs"], r["seq"], r["layers"], r["hidden"], model.vocab_size)
         iter_s, derived = flops / (r["tflops_per_gpu"] * 1e12 * r["gpus"]), "TFLOP/s"
     mem = r.get("mem_gb")
-    return PublishedRun(r["name"], model, cluster, training, parallel, iter_s, mem,
-                        derived if iter_s is not None else "memory")
+    return PublishedRun(
+        r["name"], model, cluster, training, parallel, iter_s, mem, derived if iter_s is not None else "memory"
+    )
 
 
 def load(path: Path = DATA) -> list[PublishedRun]:

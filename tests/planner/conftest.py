@@ -17,8 +17,13 @@ def a100_node() -> ClusterSpec:
 
 def korthikanti_training(gbs: int) -> TrainingSpec:
     """The 2022 Megatron runs: fp16, no flash attention, no overlapped DP reduction."""
-    return TrainingSpec(global_batch_size=gbs, precision="fp16", flash_attention=False, overlap_grad_reduce=False,
-                        overlap_p2p_comm=False)
+    return TrainingSpec(
+        global_batch_size=gbs,
+        precision="fp16",
+        flash_attention=False,
+        overlap_grad_reduce=False,
+        overlap_p2p_comm=False,
+    )
 
 
 __all__ = ["ParallelConfig", "korthikanti_training", "preset"]

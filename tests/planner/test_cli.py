@@ -7,13 +7,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-REQUEST = {"model": "llama-2-7b", "cluster": {"num_nodes": 1, "gpus_per_node": 8, "gpu": "A100-80GB"},
-           "training": {"global_batch_size": 64}}
+REQUEST = {
+    "model": "llama-2-7b",
+    "cluster": {"num_nodes": 1, "gpus_per_node": 8, "gpu": "A100-80GB"},
+    "training": {"global_batch_size": 64},
+}
 
 
 def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "app", *args], input=stdin, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "app", *args], input=stdin, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_plan_json_from_file(tmp_path: Path) -> None:

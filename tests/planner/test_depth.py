@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.planner import PlanRequest, plan, rules
+from app.planner import PlanRequest, comm, params, plan, rules
 from app.planner import activations as act
-from app.planner import comm, params
 from app.planner.estimate import evaluate
 from app.planner.memory import optimizer_shards, stage_params, state_bytes
 from app.planner.specs import ClusterSpec, ParallelConfig, TrainingSpec
@@ -64,8 +63,11 @@ def test_expert_grid_rules() -> None:
 
 
 def test_moe_plans_use_expert_parallelism_and_count_mfu_on_active_parameters() -> None:
-    result = plan(PlanRequest(model="mixtral-8x7b", cluster={"num_nodes": 4, "gpu": "H100-SXM"},
-                              training={"global_batch_size": 256}))
+    result = plan(
+        PlanRequest(
+            model="mixtral-8x7b", cluster={"num_nodes": 4, "gpu": "H100-SXM"}, training={"global_batch_size": 256}
+        )
+    )
     best = result.plans[0]
     assert best.parallel.ep > 1
     t = best.estimate.time
@@ -80,7 +82,9 @@ def test_context_parallel_halves_activations_and_exchanges_kv() -> None:
     training = TrainingSpec(global_batch_size=8)
     one = ParallelConfig(tp=8, cp=1, sequence_parallel=True)
     two = ParallelConfig(tp=8, cp=2, sequence_parallel=True)
-    assert act.layer_bytes(m, two, training, moe=False) == pytest.approx(act.layer_bytes(m, one, training, moe=False) / 2)
+    assert act.layer_bytes(m, two, training, moe=False) == pytest.approx(
+        act.layer_bytes(m, one, training, moe=False) / 2
+    )
     kv = 2 * (m.seq_length // 2) * (1024 + 1024) / 8  # K and V of the local chunk, 8 KV heads x 128, split by TP
     cluster = ClusterSpec(num_nodes=2, gpu="H100-SXM")
     expected = comm.collective_time("send_recv", kv, 2, cluster, crosses_nodes=True)  # tp*cp = 16 > 8 GPUs
@@ -90,8 +94,11 @@ def test_context_parallel_halves_activations_and_exchanges_kv() -> None:
 
 
 def test_long_context_search_chooses_context_parallelism() -> None:
-    result = plan(PlanRequest(model="llama-3-8b-128k", cluster={"num_nodes": 4, "gpu": "H100-SXM"},
-                              training={"global_batch_size": 32}))
+    result = plan(
+        PlanRequest(
+            model="llama-3-8b-128k", cluster={"num_nodes": 4, "gpu": "H100-SXM"}, training={"global_batch_size": 32}
+        )
+    )
     assert result.plans and result.plans[0].parallel.cp > 1
     assert all(p.parallel.cp * p.parallel.tp <= 64 for p in result.plans)
 
@@ -106,14 +113,20 @@ def test_fp8_is_faster_costs_weight_copies_and_needs_fp8_hardware() -> None:
     extra = fp8.memory.stages[0].other_bytes - bf16.memory.stages[0].other_bytes
     assert extra >= 2 * fp8.memory.stages[0].params  # FP8 weight and its transpose, 1 byte each
     a100 = ClusterSpec(num_nodes=8, gpu="A100-80GB")
-    assert "fp8_unsupported" in [v.code for v in rules.check(m, a100, TrainingSpec(global_batch_size=256,
-                                                                                   precision="fp8"), par)]
+    assert "fp8_unsupported" in [
+        v.code for v in rules.check(m, a100, TrainingSpec(global_batch_size=256, precision="fp8"), par)
+    ]
 
 
 def test_uneven_stages_for_a_layer_count_pp_does_not_divide() -> None:
     """Llama-3 405B has 126 layers: PP16 needs uneven first/last stages (as Meta trained it)."""
-    result = plan(PlanRequest(model="llama-3-405b", cluster={"num_nodes": 128, "gpu": "H100-SXM"},
-                              training={"global_batch_size": 1024, "pinned": {"tp": 8, "pp": 16}}))
+    result = plan(
+        PlanRequest(
+            model="llama-3-405b",
+            cluster={"num_nodes": 128, "gpu": "H100-SXM"},
+            training={"global_batch_size": 1024, "pinned": {"tp": 8, "pp": 16}},
+        )
+    )
     assert result.plans
     best = result.plans[0]
     layers = best.layout.stage_layers
@@ -128,11 +141,20 @@ def test_search_prefers_a_lighter_last_stage_when_it_balances_time() -> None:
     cluster = ClusterSpec(num_nodes=1, gpu="H100-SXM")
     training = TrainingSpec(global_batch_size=64)
     even = evaluate(m, cluster, training, ParallelConfig(tp=2, pp=4, dp=1, sequence_parallel=True))
-    uneven = evaluate(m, cluster, training, ParallelConfig(tp=2, pp=4, dp=1, sequence_parallel=True,
-                                                            first_stage_layers=8, last_stage_layers=6))
+    uneven = evaluate(
+        m,
+        cluster,
+        training,
+        ParallelConfig(tp=2, pp=4, dp=1, sequence_parallel=True, first_stage_layers=8, last_stage_layers=6),
+    )
     assert uneven.feasible, uneven.reasons
     assert [s.layers for s in uneven.memory.stages] == [8, 9, 9, 6]
     assert uneven.time.step_s < even.time.step_s
-    best = plan(PlanRequest(model="llama-3-8b", cluster={"num_nodes": 1, "gpu": "H100-SXM"},
-                            training={"global_batch_size": 64, "pinned": {"tp": 2, "pp": 4, "vpp": 1}})).plans[0]
+    best = plan(
+        PlanRequest(
+            model="llama-3-8b",
+            cluster={"num_nodes": 1, "gpu": "H100-SXM"},
+            training={"global_batch_size": 64, "pinned": {"tp": 2, "pp": 4, "vpp": 1}},
+        )
+    ).plans[0]
     assert best.parallel.last_stage_layers is not None and best.layout.stage_layers[-1] < 8

@@ -17,9 +17,18 @@ S, B, H, A = 2048, 1, 12288, 96  # GPT-3 175B shape
 
 
 def gpt(**kw: object) -> ModelSpec:
-    base = dict(num_layers=96, hidden_size=H, num_attention_heads=A, vocab_size=51200, seq_length=S,
-                position_embedding_type="learned_absolute", normalization="LayerNorm", add_bias_linear=True,
-                hidden_dropout=0.1, attention_dropout=0.1)
+    base = dict(
+        num_layers=96,
+        hidden_size=H,
+        num_attention_heads=A,
+        vocab_size=51200,
+        seq_length=S,
+        position_embedding_type="learned_absolute",
+        normalization="LayerNorm",
+        add_bias_linear=True,
+        hidden_dropout=0.1,
+        attention_dropout=0.1,
+    )
     return ModelSpec(**{**base, **kw})
 
 
@@ -78,8 +87,9 @@ FIG1 = [
 
 
 @pytest.mark.parametrize(("name", "pp", "vpp", "mbs", "none_gib", "seqsel_gib"), FIG1)
-def test_korthikanti_figure_1_activations(name: str, pp: int, vpp: int, mbs: int, none_gib: float,
-                                          seqsel_gib: float) -> None:
+def test_korthikanti_figure_1_activations(
+    name: str, pp: int, vpp: int, mbs: int, none_gib: float, seqsel_gib: float
+) -> None:
     m = preset(name, hidden_dropout=0.1, attention_dropout=0.1)
     training = korthikanti_training(gbs=mbs * pp * 8)
     for recompute, sp, expected in (("none", False, none_gib), ("selective", True, seqsel_gib)):
@@ -112,8 +122,9 @@ def test_in_flight_microbatches() -> None:
         ("megatron-deepspeed", "bf16", {"zero_stage": 1}, 8, (2, 4, 12 / 8)),
     ],
 )
-def test_model_state_bytes_per_parameter(framework: str, precision: str, fields: dict[str, object], shard: int,
-                                         expected: tuple[float, float, float]) -> None:
+def test_model_state_bytes_per_parameter(
+    framework: str, precision: str, fields: dict[str, object], shard: int, expected: tuple[float, float, float]
+) -> None:
     training = TrainingSpec(global_batch_size=8, framework=framework, precision=precision)  # type: ignore[arg-type]
     sb = state_bytes(training, ParallelConfig(dp=shard, **fields), shard)  # type: ignore[arg-type]
     assert (sb.weights, sb.grads, sb.optimizer) == pytest.approx(expected)
@@ -130,8 +141,9 @@ def test_offload_moves_states_to_host() -> None:
 def test_first_stage_holds_most_activations_last_holds_logits() -> None:
     m = preset("llama-3-8b")
     cluster = ClusterSpec(num_nodes=1, gpu="H100-SXM")
-    mem = memory_estimate(m, cluster, TrainingSpec(global_batch_size=64),
-                          ParallelConfig(tp=2, pp=4, sequence_parallel=True))
+    mem = memory_estimate(
+        m, cluster, TrainingSpec(global_batch_size=64), ParallelConfig(tp=2, pp=4, sequence_parallel=True)
+    )
     acts = [s.activations_bytes for s in mem.stages]
     assert acts[0] > acts[1] > acts[2]  # 4, 3, 2 micro-batches in flight
     # the last stage holds one micro-batch plus the logits of the 128K vocabulary (fp32 copy included)

@@ -9,8 +9,17 @@ from app.planner.specs import ModelSpec
 
 from .conftest import preset
 
-EXACT = ["bloom-176b", "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "llama-3-405b",
-         "mixtral-8x7b", "mixtral-8x22b"]
+EXACT = [
+    "bloom-176b",
+    "llama-2-7b",
+    "llama-2-13b",
+    "llama-2-70b",
+    "llama-3-8b",
+    "llama-3-70b",
+    "llama-3-405b",
+    "mixtral-8x7b",
+    "mixtral-8x22b",
+]
 
 
 @pytest.mark.parametrize("name", EXACT)
@@ -25,12 +34,14 @@ def test_every_preset_within_one_percent_of_its_published_size(row: dict[str, ob
     rounding = float(row.get("published_precision", 0.0))  # type: ignore[arg-type]  # "1T" is a rounded figure
     assert m.num_parameters == pytest.approx(float(row["published_params"]), rel=max(0.01, rounding))  # type: ignore[arg-type]
     if "published_active_params" in row:
-        assert m.num_active_parameters == pytest.approx(float(row["published_active_params"]),  # type: ignore[arg-type]
-                                                        rel=max(0.02, rounding))
+        assert m.num_active_parameters == pytest.approx(
+            float(row["published_active_params"]),  # type: ignore[arg-type]
+            rel=max(0.02, rounding),
+        )
 
 
 def test_gpt_count_matches_narayanan_closed_form() -> None:
-    """Narayanan et al. 2021 eq. (2): P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)); we also count the final LayerNorm."""
+    """Narayanan et al. 2021 eq. (2): P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)), plus the final LayerNorm."""
     m = preset("gpt3-175b")
     L, h, V, s = m.num_layers, m.hidden_size, m.vocab_size, m.seq_length
     closed = 12 * L * h**2 * (1 + 13 / (12 * h) + (V + s) / (12 * L * h))

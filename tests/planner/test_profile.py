@@ -12,22 +12,53 @@ from app.planner import EstimateRequest, PlanRequest, estimate, plan
 from app.planner.catalog import gpu
 
 
-def profile(intra_busbw: float, inter_busbw: float, tflops: float = 790.0, name: str = "NVIDIA H100 80GB HBM3",
-            backend: str = "nccl") -> dict[str, Any]:
+def profile(
+    intra_busbw: float,
+    inter_busbw: float,
+    tflops: float = 790.0,
+    name: str = "NVIDIA H100 80GB HBM3",
+    backend: str = "nccl",
+) -> dict[str, Any]:
     big = 256 * 2**20
     return {
-        "schema_version": 1, "kind": "trainplan.cluster_profile", "created": "2026-11-30T12:00:00Z",
-        "num_nodes": 2, "gpus_per_node": 8,
+        "schema_version": 1,
+        "kind": "trainplan.cluster_profile",
+        "created": "2026-11-30T12:00:00Z",
+        "num_nodes": 2,
+        "gpus_per_node": 8,
         "device": {"name": name, "memory_bytes": 85899345920, "backend": backend},
-        "gemm": [{"precision": "bf16", "m": 8192, "n": 8192, "k": 8192, "tflops": tflops},
-                 {"precision": "bf16", "m": 1024, "n": 1024, "k": 1024, "tflops": tflops / 3}],
+        "gemm": [
+            {"precision": "bf16", "m": 8192, "n": 8192, "k": 8192, "tflops": tflops},
+            {"precision": "bf16", "m": 1024, "n": 1024, "k": 1024, "tflops": tflops / 3},
+        ],
         "collectives": [
-            {"op": "all_reduce", "scope": "intra_node", "ranks": 8, "bytes": big, "time_s": 0.01,
-             "algbw_GBps": intra_busbw / 1.75, "busbw_GBps": intra_busbw},
-            {"op": "all_reduce", "scope": "inter_node", "ranks": 16, "bytes": big, "time_s": 0.05,
-             "algbw_GBps": inter_busbw / 1.875, "busbw_GBps": inter_busbw},
-            {"op": "all_reduce", "scope": "inter_node", "ranks": 16, "bytes": 1024, "time_s": 0.0001,
-             "algbw_GBps": 0.01, "busbw_GBps": 0.02},
+            {
+                "op": "all_reduce",
+                "scope": "intra_node",
+                "ranks": 8,
+                "bytes": big,
+                "time_s": 0.01,
+                "algbw_GBps": intra_busbw / 1.75,
+                "busbw_GBps": intra_busbw,
+            },
+            {
+                "op": "all_reduce",
+                "scope": "inter_node",
+                "ranks": 16,
+                "bytes": big,
+                "time_s": 0.05,
+                "algbw_GBps": inter_busbw / 1.875,
+                "busbw_GBps": inter_busbw,
+            },
+            {
+                "op": "all_reduce",
+                "scope": "inter_node",
+                "ranks": 16,
+                "bytes": 1024,
+                "time_s": 0.0001,
+                "algbw_GBps": 0.01,
+                "busbw_GBps": 0.02,
+            },
         ],
         "host_to_device": {"h2d_GBps": 40.0, "d2h_GBps": 38.0},
         "cpu_adam": {"params_per_s": 2.5e8, "threads": 8},
@@ -48,8 +79,9 @@ def _request(prof: dict[str, Any] | None, **training: Any) -> dict[str, Any]:
 def test_half_the_network_bandwidth_slows_the_prediction() -> None:
     par = {"tp": 1, "pp": 1, "dp": 32, "micro_batch_size": 1, "distributed_optimizer": True}
     base = estimate(EstimateRequest(**_request(None, overlap_grad_reduce=False), parallel=par))
-    halved = estimate(EstimateRequest(
-        **_request(profile(360.0, CATALOGUE_INTER / 2), overlap_grad_reduce=False), parallel=par))
+    halved = estimate(
+        EstimateRequest(**_request(profile(360.0, CATALOGUE_INTER / 2), overlap_grad_reduce=False), parallel=par)
+    )
     assert halved.time.breakdown["dp_comm_s"] == pytest.approx(2 * base.time.breakdown["dp_comm_s"], rel=0.05)
     assert halved.time.step_s > base.time.step_s
     inter = next(c for c in halved.constants if c.name == "inter-node bus bandwidth")

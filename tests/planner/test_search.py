@@ -19,15 +19,20 @@ def requests(draw: st.DrawFn) -> PlanRequest:
     gpus_per_node = draw(st.sampled_from([1, 2, 4, 8]))
     return PlanRequest(
         model=draw(st.sampled_from(MODELS)),
-        cluster={"num_nodes": draw(st.sampled_from([1, 2, 3, 4, 16])), "gpus_per_node": gpus_per_node,
-                 "gpu": draw(st.sampled_from(["A100-40GB", "A100-80GB", "H100-SXM", "L40S"])),
-                 "nvme_path": "/local_nvme"},
-        training={"global_batch_size": draw(st.sampled_from([8, 32, 96, 256, 1000])),
-                  "framework": framework,
-                  "precision": draw(st.sampled_from(["bf16", "fp16"])),
-                  "objective": draw(st.sampled_from(["throughput", "min_gpus", "headroom"])),
-                  "flash_attention": draw(st.booleans()),
-                  "max_plans": 5},
+        cluster={
+            "num_nodes": draw(st.sampled_from([1, 2, 3, 4, 16])),
+            "gpus_per_node": gpus_per_node,
+            "gpu": draw(st.sampled_from(["A100-40GB", "A100-80GB", "H100-SXM", "L40S"])),
+            "nvme_path": "/local_nvme",
+        },
+        training={
+            "global_batch_size": draw(st.sampled_from([8, 32, 96, 256, 1000])),
+            "framework": framework,
+            "precision": draw(st.sampled_from(["bf16", "fp16"])),
+            "objective": draw(st.sampled_from(["throughput", "min_gpus", "headroom"])),
+            "flash_attention": draw(st.booleans()),
+            "max_plans": 5,
+        },
     )
 
 
@@ -68,8 +73,11 @@ def test_every_returned_plan_obeys_every_rule_and_fits(request: PlanRequest) -> 
 
 
 def test_estimate_agrees_with_the_search() -> None:
-    result = plan(PlanRequest(model="llama-2-7b", cluster={"num_nodes": 2, "gpu": "H100-SXM"},
-                              training={"global_batch_size": 256}))
+    result = plan(
+        PlanRequest(
+            model="llama-2-7b", cluster={"num_nodes": 2, "gpu": "H100-SXM"}, training={"global_batch_size": 256}
+        )
+    )
     best = result.plans[0]
     again = evaluate(result.model, result.cluster, result.training, best.parallel)
     assert again.time.step_s == pytest.approx(best.estimate.time.step_s)
@@ -78,28 +86,46 @@ def test_estimate_agrees_with_the_search() -> None:
 
 
 def test_pinned_dimensions_are_respected() -> None:
-    result = plan(PlanRequest(model="llama-2-70b", cluster={"num_nodes": 4, "gpu": "H100-SXM"},
-                              training={"global_batch_size": 256, "pinned": {"tp": 8, "pp": 2, "recompute": "full"}}))
-    assert result.plans and all(p.parallel.tp == 8 and p.parallel.pp == 2 and p.parallel.recompute == "full"
-                                for p in result.plans)
+    result = plan(
+        PlanRequest(
+            model="llama-2-70b",
+            cluster={"num_nodes": 4, "gpu": "H100-SXM"},
+            training={"global_batch_size": 256, "pinned": {"tp": 8, "pp": 2, "recompute": "full"}},
+        )
+    )
+    assert result.plans and all(
+        p.parallel.tp == 8 and p.parallel.pp == 2 and p.parallel.recompute == "full" for p in result.plans
+    )
 
 
 def test_min_gpus_finds_the_smallest_world() -> None:
-    result = plan(PlanRequest(model="llama-2-13b", cluster={"num_nodes": 8, "gpu": "A100-80GB"},
-                              training={"global_batch_size": 128, "objective": "min_gpus"}))
+    result = plan(
+        PlanRequest(
+            model="llama-2-13b",
+            cluster={"num_nodes": 8, "gpu": "A100-80GB"},
+            training={"global_batch_size": 128, "objective": "min_gpus"},
+        )
+    )
     smallest = result.plans[0].layout.world_size
     assert smallest < 64
     fewer = smallest // 2 if smallest <= 8 else smallest - 8
     nodes = max(1, fewer // 8)
-    below = plan(PlanRequest(model="llama-2-13b", cluster={"num_nodes": nodes, "gpus_per_node": min(8, fewer),
-                                                           "gpu": "A100-80GB"},
-                             training={"global_batch_size": 128}))
+    below = plan(
+        PlanRequest(
+            model="llama-2-13b",
+            cluster={"num_nodes": nodes, "gpus_per_node": min(8, fewer), "gpu": "A100-80GB"},
+            training={"global_batch_size": 128},
+        )
+    )
     assert not below.plans
 
 
 def test_tp_across_nodes_only_when_forced() -> None:
-    req = {"model": "llama-2-70b", "cluster": {"num_nodes": 8, "gpus_per_node": 4, "gpu": "H100-SXM"},
-           "training": {"global_batch_size": 64, "pinned": {"tp": 8}}}
+    req = {
+        "model": "llama-2-70b",
+        "cluster": {"num_nodes": 8, "gpus_per_node": 4, "gpu": "H100-SXM"},
+        "training": {"global_batch_size": 64, "pinned": {"tp": 8}},
+    }
     assert not plan(PlanRequest(**req)).plans
     forced = plan(PlanRequest(**{**req, "training": {**req["training"], "allow_tp_across_nodes": True}}))
     assert forced.plans and forced.plans[0].estimate.time.breakdown["tp_comm_s"] > 0
@@ -108,12 +134,27 @@ def test_tp_across_nodes_only_when_forced() -> None:
 def test_130b_on_one_node_of_a100_40gb_with_tp4_zero2_does_not_fit() -> None:
     """A popular tuning guide claims a 130B model trains on 8 x A100-40GB with TP4 + ZeRO-2. It does not:
     the answer names the numbers and what would fit."""
-    glm_130b = {"name": "glm-130b-like", "num_layers": 70, "hidden_size": 12288, "num_attention_heads": 96,
-                "ffn_hidden_size": 32768, "swiglu": True, "vocab_size": 150528, "seq_length": 2048}
-    result = plan(PlanRequest(
-        model=glm_130b, cluster={"num_nodes": 1, "gpus_per_node": 8, "gpu": "A100-40GB"},
-        training={"global_batch_size": 64, "framework": "megatron-deepspeed",
-                  "pinned": {"tp": 4, "zero_stage": 2, "offload_optimizer": "none"}}))
+    glm_130b = {
+        "name": "glm-130b-like",
+        "num_layers": 70,
+        "hidden_size": 12288,
+        "num_attention_heads": 96,
+        "ffn_hidden_size": 32768,
+        "swiglu": True,
+        "vocab_size": 150528,
+        "seq_length": 2048,
+    }
+    result = plan(
+        PlanRequest(
+            model=glm_130b,
+            cluster={"num_nodes": 1, "gpus_per_node": 8, "gpu": "A100-40GB"},
+            training={
+                "global_batch_size": 64,
+                "framework": "megatron-deepspeed",
+                "pinned": {"tp": 4, "zero_stage": 2, "offload_optimizer": "none"},
+            },
+        )
+    )
     assert result.plans == []
     oom = next(g for g in result.rejected if g.reason == "out_of_memory")
     gib = float(oom.message.split("needs ")[1].split(" GiB")[0])

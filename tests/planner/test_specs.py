@@ -17,7 +17,9 @@ def errors_of(**request: object) -> list[str]:
 
 
 def test_out_of_range_numbers_name_field_and_value() -> None:
-    errs = errors_of(model="llama-2-7b", cluster={"num_nodes": 0, "gpu": "H100-SXM"}, training={"global_batch_size": -4})
+    errs = errors_of(
+        model="llama-2-7b", cluster={"num_nodes": 0, "gpu": "H100-SXM"}, training={"global_batch_size": -4}
+    )
     assert any(e.startswith("cluster.num_nodes:") and "(got 0)" in e for e in errs), errs
     assert any(e.startswith("training.global_batch_size:") and "(got -4)" in e for e in errs), errs
 
@@ -36,12 +38,21 @@ def test_names_are_case_insensitive() -> None:
 
 def test_cross_field_model_errors_show_numbers() -> None:
     with pytest.raises(ValidationError, match=r"num_attention_heads\(32\) must be a multiple of num_query_groups\(5\)"):
-        ModelSpec(num_layers=2, hidden_size=4096, num_attention_heads=32, num_query_groups=5, vocab_size=10, seq_length=8)
+        ModelSpec(
+            num_layers=2, hidden_size=4096, num_attention_heads=32, num_query_groups=5, vocab_size=10, seq_length=8
+        )
     with pytest.raises(ValidationError, match=r"hidden_size\(100\) is not divisible by num_attention_heads\(3\)"):
         ModelSpec(num_layers=2, hidden_size=100, num_attention_heads=3, vocab_size=10, seq_length=8)
     with pytest.raises(ValidationError, match=r"moe_router_topk\(4\) > num_experts\(2\)"):
-        ModelSpec(num_layers=2, hidden_size=64, num_attention_heads=4, vocab_size=10, seq_length=8, num_experts=2,
-                  moe_router_topk=4)
+        ModelSpec(
+            num_layers=2,
+            hidden_size=64,
+            num_attention_heads=4,
+            vocab_size=10,
+            seq_length=8,
+            num_experts=2,
+            moe_router_topk=4,
+        )
 
 
 @pytest.mark.parametrize("bad", ["mlx5_0;rm -rf /", "mlx5 0", "$(reboot)", "`id`", "a\nb", "x'y", 'x"y'])
@@ -70,8 +81,9 @@ def test_specs_are_frozen() -> None:
 
 
 def test_unknown_fields_are_refused() -> None:
-    errs = errors_of(model="llama-2-7b", cluster={"num_nodes": 1, "gpu": "H100-SXM", "gpus": 8},
-                     training={"global_batch_size": 8})
+    errs = errors_of(
+        model="llama-2-7b", cluster={"num_nodes": 1, "gpu": "H100-SXM", "gpus": 8}, training={"global_batch_size": 8}
+    )
     assert "cluster.gpus: unknown field" in errs
 
 

@@ -68,7 +68,8 @@ def test_gemm_roofline() -> None:
     gpu = ClusterSpec(num_nodes=1, gpu="H100-SXM").gpu
     big = compute.Gemm(8192, 8192, 8192)
     assert compute.gemm_time(big, gpu, "bf16") == pytest.approx(
-        2 * 8192**3 / (gpu.peak_flops("bf16") * gpu.efficiency.gemm) + gpu.efficiency.kernel_overhead_s)
+        2 * 8192**3 / (gpu.peak_flops("bf16") * gpu.efficiency.gemm) + gpu.efficiency.kernel_overhead_s
+    )
     skinny = compute.Gemm(8, 8192, 8192)  # a GEMV: bound by reading the 8192^2 weight
     t = compute.gemm_time(skinny, gpu, "bf16") - gpu.efficiency.kernel_overhead_s
     assert t == pytest.approx(2 * (8 * 8192 + 8192**2 + 8 * 8192) / (gpu.hbm_bw * gpu.efficiency.hbm))
@@ -84,9 +85,11 @@ def _llama(**par: object) -> tuple[float, dict[str, float], float]:
 
 
 def test_breakdown_adds_up_to_step_time() -> None:
-    for par in ({"tp": 2, "pp": 2, "dp": 4, "sequence_parallel": True},
-                {"tp": 1, "pp": 4, "vpp": 2, "dp": 4, "recompute": "full"},
-                {"dp": 16, "distributed_optimizer": True}):
+    for par in (
+        {"tp": 2, "pp": 2, "dp": 4, "sequence_parallel": True},
+        {"tp": 1, "pp": 4, "vpp": 2, "dp": 4, "recompute": "full"},
+        {"dp": 16, "distributed_optimizer": True},
+    ):
         step, breakdown, _ = _llama(**dict(par))
         assert sum(breakdown.values()) == pytest.approx(step)
 
@@ -107,10 +110,18 @@ def test_overlapping_gradient_reduction_hides_communication() -> None:
 def test_zero3_traffic_is_paid_per_microbatch() -> None:
     m = preset("llama-2-13b")
     cluster = ClusterSpec(num_nodes=8, gpu="A100-80GB")
-    one = time_estimate(m, cluster, TrainingSpec(global_batch_size=64, framework="deepspeed"),
-                        ParallelConfig(dp=64, zero_stage=3, micro_batch_size=1)).breakdown["zero_comm_s"]
-    four = time_estimate(m, cluster, TrainingSpec(global_batch_size=256, framework="deepspeed"),
-                         ParallelConfig(dp=64, zero_stage=3, micro_batch_size=1)).breakdown["zero_comm_s"]
+    one = time_estimate(
+        m,
+        cluster,
+        TrainingSpec(global_batch_size=64, framework="deepspeed"),
+        ParallelConfig(dp=64, zero_stage=3, micro_batch_size=1),
+    ).breakdown["zero_comm_s"]
+    four = time_estimate(
+        m,
+        cluster,
+        TrainingSpec(global_batch_size=256, framework="deepspeed"),
+        ParallelConfig(dp=64, zero_stage=3, micro_batch_size=1),
+    ).breakdown["zero_comm_s"]
     assert four == pytest.approx(4 * one, rel=1e-6) and one > 0
 
 
