@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from app.paths import TEMPLATES_DIR
 from app.planner.errors import field_errors
 
 DEFAULT_DATABASE_URL = "sqlite:///var/trainplan.db"  # relative to the working directory: ./var/trainplan.db
@@ -35,9 +36,8 @@ ENV_NAMES: dict[str, str] = {
 
 
 def _default_templates_dir() -> Path:
-    """templates/ next to the app package (a source checkout), else ./templates (the Docker image's WORKDIR)."""
-    beside_package = Path(__file__).resolve().parent.parent / "templates"
-    return beside_package if beside_package.is_dir() else Path("templates").resolve()
+    """The packaged templates (app/paths.py): a checkout's templates/, or the copy inside an installed wheel."""
+    return TEMPLATES_DIR
 
 
 class Settings(BaseModel):
