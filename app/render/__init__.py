@@ -7,9 +7,8 @@
 Imports no web framework; templates live in templates/ at the repository root.
 """
 
-__version__ = "0.1.0"
-
 from app.render.options import RenderOptions
+from app.render.plan_json import RENDERER_VERSION as __version__
 from app.render.render import ARTIFACT_NAMES, Artifacts, render, write_artifacts
 
 __all__ = ["ARTIFACT_NAMES", "Artifacts", "RenderOptions", "__version__", "render", "write_artifacts"]

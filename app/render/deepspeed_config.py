@@ -45,11 +45,13 @@ class Optimizer:
 
 @dataclass(frozen=True, slots=True)
 class Scheduler:
-    """WarmupCosineLR (deepspeed/runtime/lr_schedules.py): ratios of the optimizer's lr."""
+    """WarmupCosineLR (deepspeed/runtime/lr_schedules.py): ratios of the optimizer's lr, linear warm-up as
+    Megatron's --lr-warmup-iters (DeepSpeed's default is log); it needs at least one warm-up step."""
 
     total_num_steps: int
     warmup_num_steps: int
     cos_min_ratio: float
+    warmup_type: str = "linear"
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +129,6 @@ def ds_config(f: Facts) -> DsConfig:
         aio="nvme" in (par.offload_optimizer, par.offload_param),
         activation_checkpointing=par.recompute == "full",
         optimizer=Optimizer(o.lr, o.weight_decay) if own_optimizer else None,
-        scheduler=Scheduler(o.train_iters, o.warmup_iters, o.final_lr / o.lr) if own_optimizer else None,
+        scheduler=Scheduler(o.train_iters, max(1, o.warmup_iters), o.final_lr / o.lr) if own_optimizer else None,
         pipeline=f.framework == "megatron-deepspeed" and par.pp > 1,
     )

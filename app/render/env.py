@@ -68,9 +68,11 @@ def nccl_env(plan: Plan, cluster: ClusterSpec, options: RenderOptions) -> tuple[
     return tuple(out)
 
 
-def worker_env(plan: Plan, training: TrainingSpec) -> tuple[EnvVar, ...]:
+def worker_env(plan: Plan, training: TrainingSpec, options: RenderOptions) -> tuple[EnvVar, ...]:
     """What the training framework itself requires of every rank's environment."""
     par = plan.parallel
+    if options.accelerator == "cpu":
+        return (EnvVar("DS_ACCELERATOR", "cpu", "accelerator cpu: DeepSpeed runs on CPU processes with gloo"),)
     if training.framework != "deepspeed" and (par.tp > 1 or par.cp > 1):
         sizes = " and ".join(f"{name}({n})" for name, n in (("tp", par.tp), ("cp", par.cp)) if n > 1)
         reason = (f"{sizes} > 1: Megatron needs one CUDA connection so that its TP/CP communication is scheduled "

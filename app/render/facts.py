@@ -43,6 +43,7 @@ class Facts:
     nccl_env: tuple[EnvVar, ...]
     worker_env: tuple[EnvVar, ...]
     entrypoint: str
+    planner_version: str
 
     @property
     def par(self) -> ParallelConfig:
@@ -63,10 +64,22 @@ class Facts:
     @property
     def summary(self) -> str:
         """One line naming the plan, for file headers."""
-        from app.planner.explain import describe
-
         return (f"{self.model.name} on {self.num_nodes} x {self.gpus_per_node} {self.cluster.gpu.name}, "
-                f"{self.framework}, plan #{self.plan.rank}: {describe(self.par)}")
+                f"{self.framework}, plan #{self.plan.rank}: {plan_label(self.par)}")
+
+
+def plan_label(par: ParallelConfig) -> str:
+    """The layout in a few words (the renderer's own, so that headers only change when the files do)."""
+    sizes = [f"{name}{n}" for name, n in (("TP", par.tp), ("PP", par.pp), ("VPP", par.vpp), ("CP", par.cp),
+                                           ("DP", par.dp), ("EP", par.ep)) if n > 1 or name in ("TP", "PP", "DP")]
+    if par.first_stage_layers is not None or par.last_stage_layers is not None:
+        sizes.append(f"stages {par.first_stage_layers or '-'}/../{par.last_stage_layers or '-'} layers")
+    extra = [f"ZeRO-{par.zero_stage}" if par.zero_stage else "", "dist-opt" if par.distributed_optimizer else "",
+             f"optimizer->{par.offload_optimizer}" if par.offload_optimizer != "none" else "",
+             f"params->{par.offload_param}" if par.offload_param != "none" else "",
+             "SP" if par.sequence_parallel and par.tp > 1 else "", f"mbs {par.micro_batch_size}",
+             f"recompute {par.recompute}" if par.recompute != "none" else ""]
+    return " ".join(sizes + [e for e in extra if e])
 
 
 def default_job_name(model_name: str) -> str:
@@ -100,7 +113,7 @@ def derive(result: PlanResult, rank: int, options: RenderOptions) -> Facts:
     mbs, gas = _check_batch(plan)
     lay, cluster, training = plan.layout, result.cluster, result.training
     entrypoint = options.entrypoint or DEFAULT_ENTRYPOINTS[training.framework]
-    reasons = unsupported(result.model, training, plan, entrypoint)
+    reasons = unsupported(result.model, training, plan, entrypoint, options.accelerator)
     if reasons:
         raise ValueError("; ".join(reasons))
     hosts = cluster.hosts[: lay.num_nodes]
@@ -113,6 +126,6 @@ def derive(result: PlanResult, rank: int, options: RenderOptions) -> Facts:
         framework=training.framework, world_size=lay.world_size, num_nodes=lay.num_nodes,
         gpus_per_node=lay.gpus_per_node, micro_batch_size=mbs, grad_accum_steps=gas,
         global_batch_size=lay.global_batch_size, hosts=hosts, master_addr=master,
-        nccl_env=nccl_env(plan, cluster, options), worker_env=worker_env(plan, training),
-        entrypoint=entrypoint,
+        nccl_env=nccl_env(plan, cluster, options), worker_env=worker_env(plan, training, options),
+        entrypoint=entrypoint, planner_version=result.planner_version,
     )

@@ -94,6 +94,9 @@ class RenderOptions(BaseModel):
     slurm_account: str | None = Field(None, description="Slurm account (#SBATCH --account).")
     slurm_time_limit: str | None = Field(
         None, description="Slurm time limit, e.g. 2-00:00:00 or 720 (#SBATCH --time; default: the partition's).")
+    accelerator: Literal["cuda", "cpu"] = Field(
+        "cuda", description="cuda for GPU nodes; cpu runs the same layout as CPU processes with gloo, a smoke test "
+        "of the files before a GPU allocation (DeepSpeed framework only).")
     nccl_algo: NcclAlgo | None = Field(
         None, description="NCCL_ALGO: unset = allreduce:tree (tree all-reduce, NCCL's choice for the other "
         "collectives) when collectives cross nodes, nothing on one node; 'default' = never set it; or force one "

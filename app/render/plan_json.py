@@ -17,6 +17,7 @@ from app.render.words import Word
 from launcher import spec
 
 RUN_DIR = "{run_dir}"
+RENDERER_VERSION = "0.1.0"  # app.render.__version__ (imported from here to avoid a cycle)
 # Scripts for a human at a cluster; the launcher builds its own commands from the plan.
 NOT_FOR_LAUNCHER = ("plan.json",)
 
@@ -54,9 +55,12 @@ def _prediction(f: Facts) -> spec.Prediction:
     )
 
 
-def _model(f: Facts) -> spec.Model:
+def _model(f: Facts) -> spec.Model | None:
+    """The shape in the launcher's terms; None where its Model cannot say it (other position embeddings)."""
     m = f.model
-    position = m.position_embedding_type if m.position_embedding_type in ("rope", "learned_absolute") else "rope"
+    position = m.position_embedding_type
+    if position not in ("rope", "learned_absolute"):
+        return None
     return spec.Model(
         num_layers=m.num_layers, hidden_size=m.hidden_size, num_attention_heads=m.num_attention_heads,
         vocab_size=m.vocab_size, seq_length=m.seq_length, name=m.name, num_query_groups=m.num_query_groups,
@@ -80,7 +84,8 @@ def build_plan(f: Facts, files: dict[str, str]) -> spec.Plan:
     return spec.Plan(
         job=spec.Job(name=f.job_name, backend="torchrun", max_restarts=o.max_restarts),
         world=spec.World(num_nodes=f.num_nodes, gpus_per_node=f.gpus_per_node, hosts=f.hosts,
-                         master_addr=f.master_addr or "127.0.0.1", master_port=o.master_port),
+                         master_addr=f.master_addr or "127.0.0.1", master_port=o.master_port,
+                         accelerator=o.accelerator),
         parallel=spec.Parallel(dp=par.dp, global_batch_size=f.global_batch_size, tp=par.tp, pp=par.pp, vpp=par.vpp,
                                cp=par.cp, ep=par.ep, zero_stage=par.zero_stage, micro_batch_size=f.micro_batch_size,
                                gradient_accumulation_steps=f.grad_accum_steps),
@@ -91,14 +96,9 @@ def build_plan(f: Facts, files: dict[str, str]) -> spec.Plan:
         model=_model(f),
         prediction=_prediction(f),
         hardware=_hardware(f),
-        meta={"summary": f.summary, "framework": f.framework, "planner_version": _planner_version()},
+        meta={"summary": f.summary, "framework": f.framework, "planner_version": f.planner_version,
+              "renderer_version": RENDERER_VERSION},
     )
-
-
-def _planner_version() -> str:
-    from app.planner import __version__
-
-    return __version__
 
 
 def plan_json(f: Facts, files: dict[str, str]) -> str:

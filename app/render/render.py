@@ -16,6 +16,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.paths import TEMPLATES_DIR
 from app.planner.results import PlanResult
 from app.render import launch
 from app.render.deepspeed_config import ds_config
@@ -27,7 +28,7 @@ from app.render.plan_json import plan_json
 from app.render.words import Word, flat, shell_line, shell_word
 from launcher.spec import PlanError
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+TEMPLATES = TEMPLATES_DIR
 ARTIFACT_NAMES = (
     "ds_config.json", "megatron_args.txt", "train.sh", "nccl_env.sh", "torchrun.sh", "hostfile", "deepspeed.sh",
     "sbatch.sh", "pytorchjob.yaml", "plan.json",
@@ -129,6 +130,9 @@ def notes(f: Facts) -> list[str]:
                    f"memory estimate assumes a training script that does")
     if f.num_nodes > 1 and not f.hosts and f.framework != "megatron":
         out.append("cluster.hosts was not given: the hostfile lists placeholder names to replace")
+    if f.options.workdir is None:
+        out.append(f"workdir not set: the scripts run {f.entrypoint} from the directory they are started in, and "
+                   f"plan.json resolves it against plan.json's directory")
     if f.master_addr is None:
         out.append("no head-node address (cluster.hosts or options.master_addr): the multi-node scripts read "
                    "MASTER_ADDR from the environment, and plan.json (which must name it) is not rendered")

@@ -40,12 +40,15 @@ def _deepspeed_limits(model: ModelSpec, plan: Plan, entrypoint: str) -> list[str
     return out
 
 
-def unsupported(model: ModelSpec, training: TrainingSpec, plan: Plan, entrypoint: str) -> list[str]:
+def unsupported(model: ModelSpec, training: TrainingSpec, plan: Plan, entrypoint: str,
+                accelerator: str = "cuda") -> list[str]:
     """Why this plan cannot be rendered into files that start (empty: it can)."""
     if training.framework == "deepspeed":
         out = _deepspeed_limits(model, plan, entrypoint)
     else:
         out = _megatron_limits(model, training.framework)
+    if accelerator == "cpu" and training.framework != "deepspeed":
+        out.append(f"accelerator: cpu runs only the DeepSpeed framework's trainer, not {training.framework}")
     if training.framework != "megatron" and training.precision == "fp8":
         out.append("training.precision: FP8 (Transformer Engine) is rendered for Megatron-LM only")
     return out

@@ -71,7 +71,7 @@ def sbatch_nodes(text: str) -> int:
     return int(match.group(1))
 
 
-NCCL_LIKE = re.compile(r"^(NCCL_|CUDA_DEVICE_MAX_CONNECTIONS$)")
+NCCL_LIKE = re.compile(r"^(NCCL_|CUDA_DEVICE_MAX_CONNECTIONS$|DS_ACCELERATOR$)")
 
 
 def job_env(call: Call) -> dict[str, str]:

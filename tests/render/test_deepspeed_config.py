@@ -59,6 +59,32 @@ def test_deepspeed_accepts_every_config_with_the_plans_dp(deepspeed_config, all_
         assert ds.gradient_clipping == 1.0
 
 
+def test_optimizer_and_scheduler_blocks_build_with_deepspeeds_classes(all_rendered) -> None:
+    """DeepSpeedConfig does not look inside them; the scheduler class itself validates its parameters."""
+    import torch
+    from deepspeed.runtime.lr_schedules import WarmupCosineLR
+
+    built = 0
+    for label, _result, _rank, cfg in _all_configs(all_rendered):
+        if "optimizer" not in cfg:
+            continue
+        assert cfg["optimizer"]["type"] == "AdamW"
+        opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], **cfg["optimizer"]["params"])
+        assert cfg["scheduler"]["type"] == "WarmupCosineLR", label
+        WarmupCosineLR(opt, **cfg["scheduler"]["params"])
+        built += 1
+    assert built >= 5
+    short = variant_with_options({"train_iters": 3})  # a warm-up of train_iters // 10 = 0 steps: DeepSpeed needs 1
+    WarmupCosineLR(torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))]), **short["scheduler"]["params"])
+
+
+def variant_with_options(options: dict[str, Any]) -> dict[str, Any]:
+    request = {"model": "tiny-gpt", "cluster": {"num_nodes": 1, "gpus_per_node": 2, "gpu": "A100-80GB"},
+               "training": {"global_batch_size": 8, "framework": "deepspeed"}}
+    result = fixed_result(request, {"dp": 2, "zero_stage": 1, "micro_batch_size": 2})
+    return json.loads(render(result, 1, RenderOptions(**options)).files["ds_config.json"])
+
+
 def test_deepspeed_rejects_a_broken_batch_identity(deepspeed_config) -> None:
     """The check above can fail: DeepSpeed itself refuses a config whose batch identity is off by one GPU."""
     _result, cfg = variant("deepspeed", "bf16", {"dp": 8, "zero_stage": 1, "micro_batch_size": 2})

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deepspeed.sh: start llama-2-13b with DeepSpeed's launcher (llama-2-13b on 2 x 8 A100-80GB, megatron-deepspeed, plan #1: TP2 PP2 DP4 ZeRO-1 SP mbs2 recompute=full).
+# deepspeed.sh: start llama-2-13b with DeepSpeed's launcher (llama-2-13b on 2 x 8 A100-80GB, megatron-deepspeed, plan #1: TP2 PP2 DP4 ZeRO-1 SP mbs 2 recompute full).
 # Run it once, on node 0: the launcher reads the hostfile next to this script and starts all 2 nodes
 # over pdsh/ssh (passwordless ssh from node 0 to every node is required).
 set -euo pipefail

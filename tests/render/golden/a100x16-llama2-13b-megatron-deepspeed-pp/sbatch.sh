@@ -5,7 +5,7 @@
 #SBATCH --gpus-per-node=8
 #SBATCH --exclusive
 #SBATCH --output=%x-%j.out
-# sbatch.sh: llama-2-13b under Slurm (llama-2-13b on 2 x 8 A100-80GB, megatron-deepspeed, plan #1: TP2 PP2 DP4 ZeRO-1 SP mbs2 recompute=full).
+# sbatch.sh: llama-2-13b under Slurm (llama-2-13b on 2 x 8 A100-80GB, megatron-deepspeed, plan #1: TP2 PP2 DP4 ZeRO-1 SP mbs 2 recompute full).
 # Submit it from the directory holding these files: sbatch sbatch.sh
 # The node count is written once, in --nodes above; everything below reads it from SLURM_JOB_NUM_NODES.
 set -euo pipefail

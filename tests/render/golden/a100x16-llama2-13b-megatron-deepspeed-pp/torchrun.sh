@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# torchrun.sh: start llama-2-13b (llama-2-13b on 2 x 8 A100-80GB, megatron-deepspeed, plan #1: TP2 PP2 DP4 ZeRO-1 SP mbs2 recompute=full).
+# torchrun.sh: start llama-2-13b (llama-2-13b on 2 x 8 A100-80GB, megatron-deepspeed, plan #1: TP2 PP2 DP4 ZeRO-1 SP mbs 2 recompute full).
 # One torchrun agent per node, 8 workers each: run it on all 2 nodes with that
 # node's index, e.g. NODE_RANK=0 ./torchrun.sh on node 0 (the rendezvous host), NODE_RANK=1 ./torchrun.sh on the next.
 set -euo pipefail

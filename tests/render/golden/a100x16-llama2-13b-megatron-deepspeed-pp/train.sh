@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# train.sh: one training process of llama-2-13b (llama-2-13b on 2 x 8 A100-80GB, megatron-deepspeed, plan #1: TP2 PP2 DP4 ZeRO-1 SP mbs2 recompute=full).
+# train.sh: one training process of llama-2-13b (llama-2-13b on 2 x 8 A100-80GB, megatron-deepspeed, plan #1: TP2 PP2 DP4 ZeRO-1 SP mbs 2 recompute full).
 # torchrun.sh, sbatch.sh, deepspeed.sh and the PyTorchJob start it once per GPU; it reads megatron_args.txt
 # and nccl_env.sh from its own directory and passes any extra arguments on to the training script.
 set -euo pipefail

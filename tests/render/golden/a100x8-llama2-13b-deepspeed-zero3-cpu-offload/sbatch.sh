@@ -5,7 +5,7 @@
 #SBATCH --gpus-per-node=8
 #SBATCH --exclusive
 #SBATCH --output=%x-%j.out
-# sbatch.sh: llama-2-13b under Slurm (llama-2-13b on 1 x 8 A100-40GB, deepspeed, plan #1: TP1 PP1 DP8 ZeRO-3 opt->cpu param->cpu mbs1).
+# sbatch.sh: llama-2-13b under Slurm (llama-2-13b on 1 x 8 A100-40GB, deepspeed, plan #1: TP1 PP1 DP8 ZeRO-3 optimizer->cpu params->cpu mbs 1).
 # Submit it from the directory holding these files: sbatch sbatch.sh
 # The node count is written once, in --nodes above; everything below reads it from SLURM_JOB_NUM_NODES.
 set -euo pipefail
