@@ -1,0 +1,47 @@
+"""Gaps found while proving the renderer, owned elsewhere. Each is a strict xfail: it fails today for the reason
+given, and turns into a failure (XPASS) once fixed upstream, so that the marker is removed then."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.planner import PlanRequest, plan
+from app.render.support import unsupported
+from launcher import spec
+
+
+def refused(request: dict) -> list[str]:
+    result = plan(PlanRequest(**request))
+    entry = "examples/train_gpt.py" if result.training.framework == "deepspeed" else "pretrain_gpt.py"
+    return [f"#{p.rank}: {r}" for p in result.plans for r in unsupported(result.model, result.training, p, entry)]
+
+
+CLUSTER = {"num_nodes": 4, "gpus_per_node": 8, "gpu": "H100-SXM"}
+
+
+@pytest.mark.xfail(strict=True, reason="planner: plans pipeline stages for framework deepspeed (the plain engine "
+                                       "has none); app/planner/rules.py framework_support should require pp == 1")
+def test_planner_plans_no_pipeline_for_plain_deepspeed() -> None:
+    assert not refused({"model": "llama-2-7b", "cluster": CLUSTER,
+                        "training": {"global_batch_size": 64, "framework": "deepspeed"}})
+
+
+@pytest.mark.xfail(strict=True, reason="planner: plans MoE models for megatron-deepspeed/deepspeed, whose paths "
+                                       "are not rendered (MoE is Megatron-LM only); a framework_support rule")
+def test_planner_plans_moe_for_megatron_only() -> None:
+    assert not refused({"model": "mixtral-8x7b", "cluster": CLUSTER,
+                        "training": {"global_batch_size": 256, "framework": "megatron-deepspeed"}})
+
+
+@pytest.mark.xfail(strict=True, reason="planner: plans ALiBi models (bloom-176b) for Megatron-LM, which has no "
+                                       "ALiBi flag")
+def test_planner_plans_no_alibi_for_megatron() -> None:
+    assert not refused({"model": "bloom-176b", "cluster": {**CLUSTER, "num_nodes": 8},
+                        "training": {"global_batch_size": 256, "framework": "megatron"}})
+
+
+@pytest.mark.xfail(strict=True, reason="launcher/spec.py: Parallel requires ep | dp*cp, but Megatron carves EP out "
+                                       "of tp*cp*dp with ETP (parallel_state: tp*cp*dp % (etp*ep) == 0); plans "
+                                       "such as tp 4, dp 2, ep 4, etp 1 get no plan.json")
+def test_launcher_spec_accepts_expert_parallelism_across_tp() -> None:
+    spec.Parallel(tp=4, dp=2, ep=4, global_batch_size=8)
