@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from cases import GOLDEN, SEARCHED, Case, fixed_result, options_for, searched
+from render_cases import GOLDEN, SEARCHED, Case, fixed_result, options_for, searched
 
 from app.planner.results import PlanResult
 from app.render import Artifacts, RenderOptions, render

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from consistency import check, observe
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from render_consistency import check, observe
 
 from app.planner import PlanRequest, plan
 from app.render import RenderOptions, render
@@ -61,7 +61,7 @@ def requests(draw: st.DrawFn) -> dict:
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(request=requests(), pick=st.integers(0, 3))
 def test_any_searched_plan_agrees(request: dict, pick: int, tmp_path: Path) -> None:
-    from cases import options_for
+    from render_cases import options_for
 
     result = plan(PlanRequest(**request))
     if not result.plans:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cases import fixed_result
+from render_cases import fixed_result
 
 from app.planner.memory import deepspeed_uses_bf16_optimizer, zero_buckets
 from app.render import RenderOptions, render

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cases import fixed_result
+from render_cases import fixed_result
 
 from app.render import RenderOptions, render, write_artifacts
 

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
-from cases import GOLDEN, Case, fixed_result
+from render_cases import GOLDEN, Case, fixed_result
 
 from app.planner.results import PlanResult
 from app.render import RenderOptions, render

@@ -7,8 +7,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cases import fixed_result
 from pydantic import ValidationError
+from render_cases import fixed_result
 
 from app.planner import PlanRequest
 from app.render import RenderOptions, render, write_artifacts

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from cases import fixed_result
+from render_cases import fixed_result
 
 from app.render import RenderOptions, render, write_artifacts
 from launcher import spec

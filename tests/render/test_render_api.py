@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cases import DATA, fixed_result
+from render_cases import DATA, fixed_result
 
 from app.render import ARTIFACT_NAMES, Artifacts, RenderOptions, render, write_artifacts
 from app.render.render import environment

@@ -14,9 +14,9 @@ from typing import Any
 
 import yaml
 from megatron_check import Flags, args_file_words
+from script_runner import Call, job_env, make_fakebin, run, sbatch_nodes
 
 from app.render import Artifacts, write_artifacts
-from scripts import Call, job_env, make_fakebin, run, sbatch_nodes
 
 K8S_DIR = "/etc/trainplan"
 
