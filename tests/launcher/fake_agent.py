@@ -1,7 +1,9 @@
 """A stand-in for torchrun in the runner tests (no torch): starts N workers with RANK/LOCAL_RANK in their
 own sessions, as torchrun does, and fails when one of them fails.
 
-    fake_agent.py N MODE      MODE: ok | fail1 | hang | orphan | flaky:<marker file>
+    fake_agent.py N MODE [TAG]     MODE: ok | fail1 | hang | orphan | flaky:<marker file>
+
+TAG is appended to every process's command line, so that a test can find whatever it left behind.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ time.sleep(0.5 if mode in ("ok", "orphan") or mode.startswith("flaky") else 600)
 
 def main() -> int:
     n, mode = int(sys.argv[1]), sys.argv[2]
+    tag = sys.argv[3] if len(sys.argv) > 3 else ""
     if mode.startswith("flaky:"):
         marker = mode.split(":", 1)[1]
         if not os.path.exists(marker):
@@ -35,10 +38,10 @@ def main() -> int:
             print("flaky agent: failing this time", flush=True)
             return 5
     if mode == "orphan":  # a grandchild that escapes its parent (double fork), as stray helpers do
-        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "escaped-orphan"],
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "escaped-orphan", tag],
                          start_new_session=True)
     procs = [
-        subprocess.Popen([sys.executable, "-c", WORKER, mode], start_new_session=True,
+        subprocess.Popen([sys.executable, "-c", WORKER, mode, tag], start_new_session=True,
                          env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r)})
         for r in range(n)
     ]

@@ -25,8 +25,9 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def agent(tmp_path: Path, mode: str, workers: int = 2, console: bool = True) -> Command:
-    return Command(argv=(sys.executable, AGENT, str(workers), mode), env=launcher_env(), cwd=str(tmp_path),
-                   workers=workers, console=console, log=str(tmp_path / "logs" / "agent.log"))
+    argv = (sys.executable, AGENT, str(workers), mode, str(tmp_path))  # tmp_path tags every process it starts
+    return Command(argv=argv, env=launcher_env(), cwd=str(tmp_path), workers=workers, console=console,
+                   log=str(tmp_path / "logs" / "agent.log"))
 
 
 def run(tmp_path: Path, commands: list[Command], restarts_inside: bool = True, max_restarts: int = 0,
@@ -54,7 +55,7 @@ def test_failed_rank_is_named_and_the_agents_code_propagates(tmp_path: Path) -> 
     assert code == 1
     assert "died first: rank 1 (local_rank 1" in log and "exited with code 3" in log
     assert "job failed: exit code 1" in log
-    assert not processes_mentioning(AGENT)
+    assert not processes_mentioning(str(tmp_path))
 
 
 def test_agent_killed_by_a_signal_gives_128_plus_signal(tmp_path: Path) -> None:
@@ -72,14 +73,14 @@ def test_one_failed_node_stops_the_others(tmp_path: Path) -> None:
     assert code == 4
     assert "node 1 failed: sending SIGTERM" in log
     assert "killing 2 leftover process(es)" in log  # the workers ignore SIGTERM: SIGKILL after the grace period
-    assert not processes_mentioning(AGENT)
+    assert not processes_mentioning(str(tmp_path))
 
 
 def test_orphans_are_collected(tmp_path: Path) -> None:
     code, _, log = run(tmp_path, [agent(tmp_path, "orphan")])
     assert code == 0
     assert "leftover process" in log
-    assert not processes_mentioning("escaped-orphan")
+    assert not processes_mentioning(str(tmp_path))  # the escaped grandchild included
 
 
 def test_launcher_restarts_a_failed_job_up_to_the_limit(tmp_path: Path) -> None:
@@ -111,4 +112,4 @@ def test_signal_to_the_launcher_is_forwarded_then_escalated(tmp_path: Path, sig:
     assert f"received {sig.name}: sending {sig.name} to the job, SIGKILL in 1 s" in log
     if sig == signal.SIGTERM:  # the workers ignore SIGTERM: they are SIGKILLed once the grace period is over
         assert "grace period over" in log or "killing 2 leftover process(es)" in log
-    assert not processes_mentioning(AGENT)
+    assert not processes_mentioning(str(tmp_path))
