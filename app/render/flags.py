@@ -34,5 +34,16 @@ def flag(name: str, *values: object) -> Flag:
     return Flag(name, tuple(num(v) for v in values))
 
 
+def group_words(words: tuple[str, ...]) -> list[Flag]:
+    """Free command-line words as flags: each `--name` with the words that follow it."""
+    out: list[Flag] = []
+    for word in words:
+        if word.startswith("--") or not out:
+            out.append(Flag(word))
+        else:
+            out[-1] = Flag(out[-1].name, (*out[-1].values, word))
+    return out
+
+
 def argv(sections: list[Section]) -> list[str]:
     return [word for sec in sections for fl in sec.flags for word in fl.words]

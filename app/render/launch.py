@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.render.facts import Facts
-from app.render.flags import Flag, flag
+from app.render.flags import Flag, flag, group_words
 from app.render.megatron_model import model_flags
 from app.render.words import Line, Var, Word
 
@@ -51,11 +51,12 @@ def trainer_flags(f: Facts, config_path: Word) -> list[tuple[str, tuple[Word, ..
                   flag("--save-interval", o.save_interval)]
     out: list[tuple[str, tuple[Word, ...]]] = [(fl.name, fl.values) for fl in flags]
     out.append(("--deepspeed_config", (config_path,)))
-    for word in o.extra_args:
-        if word.startswith("--") or not out:
-            out.append((word, ()))
-        else:
-            out[-1] = (out[-1][0], (*out[-1][1], word))
+    names = {name for name, _ in out}
+    for fl in group_words(o.extra_args):
+        if fl.name in names:
+            raise ValueError(f"extra_args: {fl.name} is already set by the plan; change the plan or the render "
+                             f"options instead of repeating it")
+        out.append((fl.name, fl.values))
     return out
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from app.render.deepspeed_config import LossScale
 from app.render.facts import Facts
-from app.render.flags import Flag, Section, flag
+from app.render.flags import Flag, Section, flag, group_words
 from app.render.megatron_model import model_flags, moe_flags
 
 
@@ -144,21 +144,10 @@ def sections(f: Facts) -> list[Section]:
         ("deepspeed", deepspeed_flags(f)),
         ("optimizer and schedule", schedule_flags(f)),
         ("data", data_flags(f)),
-        ("extra arguments (render options)", _extra(f)),
+        ("extra arguments (render options)", group_words(f.options.extra_args)),
     ]
     out = [Section(title, tuple(flags)) for title, flags in groups if flags]
     _refuse_duplicates(out)
-    return out
-
-
-def _extra(f: Facts) -> list[Flag]:
-    words = f.options.extra_args
-    out: list[Flag] = []
-    for word in words:
-        if word.startswith("--") or not out:
-            out.append(Flag(word))
-        else:
-            out[-1] = Flag(out[-1].name, (*out[-1].values, word))
     return out
 
 

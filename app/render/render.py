@@ -130,9 +130,6 @@ def notes(f: Facts) -> list[str]:
                    f"memory estimate assumes a training script that does")
     if f.num_nodes > 1 and not f.hosts and f.framework != "megatron":
         out.append("cluster.hosts was not given: the hostfile lists placeholder names to replace")
-    if f.options.workdir is None:
-        out.append(f"workdir not set: the scripts run {f.entrypoint} from the directory they are started in, and "
-                   f"plan.json resolves it against plan.json's directory")
     if f.master_addr is None:
         out.append("no head-node address (cluster.hosts or options.master_addr): the multi-node scripts read "
                    "MASTER_ADDR from the environment, and plan.json (which must name it) is not rendered")

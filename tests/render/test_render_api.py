@@ -133,6 +133,11 @@ def test_extra_args_may_not_repeat_a_planned_flag() -> None:
     result = fixed_result(request(), {"tp": 2, "dp": 4})
     with pytest.raises(ValueError, match="extra_args: --tensor-model-parallel-size is already set by the plan"):
         render(result, 1, RenderOptions(extra_args=("--tensor-model-parallel-size", "1")))
+    ds = fixed_result(request("deepspeed"), {"dp": 8, "zero_stage": 1})
+    with pytest.raises(ValueError, match="extra_args: --lr is already set by the plan"):
+        render(ds, 1, RenderOptions(extra_args=("--lr", "1e-3")))
+    text = render(ds, 1, RenderOptions(extra_args=("--metrics-dir", "/tmp/m"))).files["torchrun.sh"]
+    assert text.rstrip().endswith('--deepspeed_config "${HERE}/ds_config.json" \\\n  --metrics-dir /tmp/m')
 
 
 def test_multi_node_without_an_address_says_what_is_missing() -> None:
