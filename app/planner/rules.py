@@ -182,6 +182,30 @@ def framework_support(c: Ctx) -> Violation | None:
     return None
 
 
+def model_fits_framework(c: Ctx) -> Violation | None:
+    """What each framework path can run (and the renderer writes): MoE and MLA with Megatron-LM only; ALiBi
+    with Megatron-DeepSpeed only (Megatron-LM has no ALiBi); no pipeline in the plain DeepSpeed engine."""
+    m, fw = c.model, c.training.framework
+    if (m.is_moe or m.multi_latent_attention) and fw != "megatron":
+        what = "experts" if m.is_moe else "multi-latent attention"
+        return Violation(
+            "framework_support", f"{m.name} has {what}: planned and rendered for Megatron-LM only, not {fw}"
+        )
+    if m.position_embedding_type == "alibi" and fw != "megatron-deepspeed":
+        return Violation(
+            "framework_support",
+            f"{m.name} uses ALiBi, which only Megatron-DeepSpeed implements (--position-embedding-type alibi), "
+            f"not {fw}",
+        )
+    if fw == "deepspeed" and c.par.pp > 1:
+        return Violation(
+            "framework_support",
+            f"pp({c.par.pp}): the plain DeepSpeed engine runs no pipeline here (use megatron-deepspeed for "
+            f"pipeline parallelism)",
+        )
+    return None
+
+
 def zero_with_pipeline(c: Ctx) -> Violation | None:
     """deepspeed/runtime/pipe/engine.py: ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism."""
     if c.training.framework != "megatron" and c.par.pp > 1 and c.par.zero_stage >= 2:
@@ -232,6 +256,7 @@ PLACEMENT_RULES: tuple[Rule, ...] = (
     context_parallel,
     expert_parallel,
     fp8_supported,
+    model_fits_framework,
 )
 # ... and those that also read the micro-batch size, sharding, offload or sequence parallelism.
 CANDIDATE_RULES: tuple[Rule, ...] = (

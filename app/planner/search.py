@@ -53,6 +53,8 @@ def pp_options(model: ModelSpec, training: TrainingSpec, rest: int) -> list[int]
     (stage_split_options), DeepSpeed's PipelineModule balances layers itself."""
     if training.pinned.pp:
         return [training.pinned.pp]
+    if training.framework == "deepspeed":
+        return [1]  # the plain engine runs no pipeline (rules.model_fits_framework)
     return [p for p in divisors(rest) if p <= model.num_layers]
 
 

@@ -1,5 +1,6 @@
-"""Gaps found while proving the renderer, owned elsewhere. Each is a strict xfail: it fails today for the reason
-given, and turns into a failure (XPASS) once fixed upstream, so that the marker is removed then."""
+"""Gaps found while proving the renderer, owned elsewhere. An open gap is a strict xfail: it fails for the reason
+given and turns into a failure (XPASS) once fixed upstream, when its marker is removed. The planner gaps are
+fixed (rules.model_fits_framework) and now guard against coming back."""
 
 from __future__ import annotations
 
@@ -19,22 +20,16 @@ def refused(request: dict) -> list[str]:
 CLUSTER = {"num_nodes": 4, "gpus_per_node": 8, "gpu": "H100-SXM"}
 
 
-@pytest.mark.xfail(strict=True, reason="planner: plans pipeline stages for framework deepspeed (the plain engine "
-                                       "has none); app/planner/rules.py framework_support should require pp == 1")
 def test_planner_plans_no_pipeline_for_plain_deepspeed() -> None:
     assert not refused({"model": "llama-2-7b", "cluster": CLUSTER,
                         "training": {"global_batch_size": 64, "framework": "deepspeed"}})
 
 
-@pytest.mark.xfail(strict=True, reason="planner: plans MoE models for megatron-deepspeed/deepspeed, whose paths "
-                                       "are not rendered (MoE is Megatron-LM only); a framework_support rule")
 def test_planner_plans_moe_for_megatron_only() -> None:
     assert not refused({"model": "mixtral-8x7b", "cluster": CLUSTER,
                         "training": {"global_batch_size": 256, "framework": "megatron-deepspeed"}})
 
 
-@pytest.mark.xfail(strict=True, reason="planner: plans ALiBi models (bloom-176b) for Megatron-LM, which has no "
-                                       "ALiBi flag")
 def test_planner_plans_no_alibi_for_megatron() -> None:
     assert not refused({"model": "bloom-176b", "cluster": {**CLUSTER, "num_nodes": 8},
                         "training": {"global_batch_size": 256, "framework": "megatron"}})
