@@ -31,6 +31,8 @@ from launcher.context import make_context  # noqa: E402
 from launcher.spec import Model, Plan, dump  # noqa: E402
 
 WARMUP_STEPS = 3
+# What both ways start from; the launcher passes PYTHONPATH on to the workers, so bare torchrun gets it too.
+CALLER_ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 # Big enough that a step is compute (tens of ms on one core per rank), small enough to start in seconds.
 MODEL = Model(name="bench-gpt", num_layers=4, hidden_size=128, num_attention_heads=4, vocab_size=512,
               seq_length=128, swiglu=True)
@@ -41,7 +43,7 @@ def bare_torchrun(plan: Plan, plan_path: Path, run_dir: Path) -> tuple[list[str]
     run_dir.mkdir(parents=True)
     for name, text in plan.files.items():
         (run_dir / name).write_text(text)
-    ctx = make_context(plan, plan_path, run_dir=str(run_dir))
+    ctx = make_context(plan, plan_path, run_dir=str(run_dir), caller_env=CALLER_ENV)
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
             "--nproc-per-node", str(plan.world.gpus_per_node), *ctx.script_argv(0),
             "--metrics-dir", str(run_dir / "metrics")]
@@ -49,10 +51,9 @@ def bare_torchrun(plan: Plan, plan_path: Path, run_dir: Path) -> tuple[list[str]
 
 
 def via_launcher(plan: Plan, plan_path: Path, run_dir: Path) -> tuple[list[str], dict[str, str]]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     argv = [sys.executable, "-m", "launcher", "run", str(plan_path), "--run-dir", str(run_dir), "--",
             "--metrics-dir", str(run_dir / "metrics")]
-    return argv, env
+    return argv, CALLER_ENV
 
 
 def one_run(argv: list[str], env: dict[str, str], run_dir: Path, cwd: Path) -> tuple[float, float]:
@@ -68,11 +69,9 @@ def one_run(argv: list[str], env: dict[str, str], run_dir: Path, cwd: Path) -> t
 
 def help_startup_s(repeats: int) -> tuple[float, float]:
     """Median wall time of `python -m launcher --help`, and of `python -c pass` for reference."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-
     def timed(argv: list[str]) -> float:
         t0 = time.perf_counter()
-        subprocess.run(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, check=True)
+        subprocess.run(argv, env=CALLER_ENV, cwd=ROOT, stdout=subprocess.DEVNULL, check=True)
         return time.perf_counter() - t0
 
     launcher = [timed([sys.executable, "-m", "launcher", "--help"]) for _ in range(repeats)]
