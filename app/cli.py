@@ -170,11 +170,17 @@ def cmd_render(args: argparse.Namespace) -> int:
         return 1
     if not 1 <= args.rank <= len(result.plans):
         return _fail([FieldError("--rank", f"{args.rank} is not between 1 and {len(result.plans)}")])
-    written = write_artifacts(render(result, rank=args.rank, options=options), args.out)
+    try:
+        arts = render(result, rank=args.rank, options=options)
+    except ValueError as exc:  # a plan the tools cannot run, or options that do not fit it
+        return _fail([FieldError("render", str(exc))])
+    written = write_artifacts(arts, args.out)
     chosen = result.plans[args.rank - 1]
     print(f"plan #{args.rank}: {describe(chosen.parallel)} ({chosen.estimate.time.tokens_per_s:,.0f} tokens/s)")
     for path in written:
         print(f"  wrote {path}")
+    for note in arts.notes:
+        print(f"  note: {note}")
     return 0
 
 

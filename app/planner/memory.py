@@ -54,6 +54,12 @@ def zero_buckets(model: ModelSpec, zero_stage: int) -> ZeroBuckets:
     return ZeroBuckets(200_000_000, 200_000_000, 0, 0, 0)
 
 
+def zero_overlap_comm(zero_stage: int) -> bool:
+    """DeepSpeed's `overlap_comm` as rendered: on for ZeRO-2/3 (DeepSpeed's own default turns it on for stage 3),
+    off for stage 1, where it would double the IPG buckets for little gain. The memory model counts its buckets."""
+    return zero_stage >= 2
+
+
 def deepspeed_uses_bf16_optimizer(training: TrainingSpec, par: ParallelConfig) -> bool:
     """Megatron-DeepSpeed runs with fp32 gradient accumulation (`data_types.grad_accum_dtype = fp32`), which
     with ZeRO-1 and bf16 selects DeepSpeed's BF16_Optimizer (engine.py `_do_optimizer_sanity_check`)."""
@@ -154,7 +160,7 @@ def _other_bytes(
     if training.framework == "megatron":
         return fp8_extra  # Megatron's grad/param buffers are the states themselves
     buckets = zero_buckets(model, par.zero_stage)
-    overlap = 2 if par.zero_stage >= 2 else 1  # overlap_comm doubles the IPG buckets
+    overlap = 2 if zero_overlap_comm(par.zero_stage) else 1  # overlap_comm doubles the IPG buckets
     other = 2.0 * buckets.reduce_bucket_size * overlap + fp8_extra
     if par.zero_stage in (1, 2):
         other += 2.0 * buckets.allgather_bucket_size

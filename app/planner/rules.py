@@ -183,19 +183,19 @@ def framework_support(c: Ctx) -> Violation | None:
 
 
 def model_fits_framework(c: Ctx) -> Violation | None:
-    """What each framework path can run (and the renderer writes): MoE and MLA with Megatron-LM only; ALiBi
-    with Megatron-DeepSpeed only (Megatron-LM has no ALiBi); no pipeline in the plain DeepSpeed engine."""
+    """What each framework path can run (and the renderer writes): MoE and MLA with Megatron-LM only; no ALiBi
+    (no flag in Megatron-LM or deepspeedai/Megatron-DeepSpeed); no pipeline in the plain DeepSpeed engine."""
     m, fw = c.model, c.training.framework
     if (m.is_moe or m.multi_latent_attention) and fw != "megatron":
         what = "experts" if m.is_moe else "multi-latent attention"
         return Violation(
             "framework_support", f"{m.name} has {what}: planned and rendered for Megatron-LM only, not {fw}"
         )
-    if m.position_embedding_type == "alibi" and fw != "megatron-deepspeed":
+    if m.position_embedding_type == "alibi":
         return Violation(
             "framework_support",
-            f"{m.name} uses ALiBi, which only Megatron-DeepSpeed implements (--position-embedding-type alibi), "
-            f"not {fw}",
+            f"{m.name} uses ALiBi, which neither Megatron-LM nor upstream Megatron-DeepSpeed implements (only "
+            f"BigScience's fork); for a same-size plan set position_embedding_type to rope",
         )
     if fw == "deepspeed" and c.par.pp > 1:
         return Violation(

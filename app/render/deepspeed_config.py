@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.planner.memory import deepspeed_uses_bf16_optimizer, zero_buckets
+from app.planner.memory import deepspeed_uses_bf16_optimizer, zero_buckets, zero_overlap_comm
 from app.planner.step import grad_bytes
 from app.render.facts import Facts
 
@@ -94,7 +94,7 @@ def zero_section(f: Facts) -> Zero:
     b = zero_buckets(f.model, stage)
     return Zero(
         stage=stage,
-        overlap_comm=stage >= 2,  # memory.py counts doubled IPG buckets for stage >= 2 only
+        overlap_comm=zero_overlap_comm(stage),  # the planner's memory model counts the doubled IPG buckets
         reduce_bucket_size=b.reduce_bucket_size,
         allgather_bucket_size=b.allgather_bucket_size if stage in (1, 2) else None,
         stage3_prefetch_bucket_size=b.prefetch_bucket_size if stage == 3 else None,

@@ -42,10 +42,6 @@ def test_launcher_spec_accepts_expert_parallelism_across_tp() -> None:
     spec.Parallel(tp=4, dp=2, ep=4, global_batch_size=8)
 
 
-@pytest.mark.xfail(strict=True, reason="planner: plans ALiBi (bloom-176b) for megatron-deepspeed, but the pinned "
-                                       "deepspeedai/Megatron-DeepSpeed 4efb479d has no --position-embedding-type "
-                                       "flag (only an unused enum; bigscience-workshop's fork has ALiBi), so the "
-                                       "renderer refuses it; tests/render/data/megatron_deepspeed_flags.txt")
 def test_planner_plans_alibi_only_where_a_flag_exists() -> None:
     assert not refused({"model": "bloom-176b", "cluster": {**CLUSTER, "num_nodes": 8},
                         "training": {"global_batch_size": 256, "framework": "megatron-deepspeed"}})
