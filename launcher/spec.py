@@ -118,6 +118,7 @@ class Parallel:
     vpp: int = 1
     cp: int = 1
     ep: int = 1
+    etp: int | None = None  # expert tensor parallelism; None: = tp (Megatron's default), filled in here
     zero_stage: int = 0
     micro_batch_size: int = 1
     gradient_accumulation_steps: int | None = None
@@ -125,6 +126,9 @@ class Parallel:
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "vpp", "dp", "cp", "ep", "micro_batch_size", "global_batch_size"):
             need_int(f"parallel.{name}", getattr(self, name), 1)
+        if self.etp is None:  # derived once, here
+            object.__setattr__(self, "etp", self.tp)
+        etp = need_int("parallel.etp", self.etp, 1)
         need_int("parallel.zero_stage", self.zero_stage, 0, 3)
         mbs, dp, gbs = self.micro_batch_size, self.dp, self.global_batch_size
         if self.gradient_accumulation_steps is None:  # derived once, here
@@ -140,8 +144,12 @@ class Parallel:
                 f"parallel.global_batch_size({gbs}) != micro_batch_size({mbs}) * "
                 f"gradient_accumulation_steps({gas}) * dp({dp}) = {mbs * gas * dp}"
             )
-        if (dp * self.cp) % self.ep:
-            raise PlanError(f"parallel.ep({self.ep}) must divide dp({dp}) * cp({self.cp}) = {dp * self.cp}")
+        plane = self.tp * self.cp * dp  # megatron-core parallel_state: EP x ETP is carved out of TP x CP x DP
+        if plane % (etp * self.ep):
+            raise PlanError(
+                f"parallel.tp({self.tp}) * cp({self.cp}) * dp({dp}) = {plane} is not a multiple of "
+                f"etp({etp}) * ep({self.ep}) = {etp * self.ep}"
+            )
         if self.vpp > 1 and self.pp == 1:
             raise PlanError(f"parallel.vpp({self.vpp}) > 1 needs pp > 1 (pp is 1)")
 

@@ -75,6 +75,9 @@ def test_world_size_mismatch_names_both_products() -> None:
         ({"job": {"name": "t", "backend": "mpirun"}}, "job.backend: 'mpirun' is not one of torchrun"),
         ({"job": {"name": "bad name"}}, "job.name: 'bad name' is not a plain name"),
         ({"prediction": {"peak_memory_bytes": [1, 2, 3]}}, "prediction.peak_memory_bytes has 3 values"),
+        ({"parallel": {"dp": 2, "global_batch_size": 4, "etp": 0}}, "parallel.etp(0) must be >= 1"),
+        ({"parallel": {"dp": 2, "global_batch_size": 4, "ep": 4}},
+         "parallel.tp(1) * cp(1) * dp(2) = 2 is not a multiple of etp(1) * ep(4) = 4"),
     ],
 )
 def test_refusals_name_the_field(change: dict[str, object], message: str) -> None:
@@ -94,7 +97,8 @@ def test_malformed_json_names_line_and_column(tmp_path: Path) -> None:
 def test_constructed_from_python_validates_too() -> None:
     with pytest.raises(PlanError, match=r"world.gpus_per_node\(0\) must be >= 1"):
         World(gpus_per_node=0)
-    with pytest.raises(PlanError, match=r"parallel\.ep\(2\) must divide dp\(3\)"):
+    with pytest.raises(PlanError, match=r"parallel\.tp\(1\) \* cp\(1\) \* dp\(3\) = 3 is not a multiple of "
+                                         r"etp\(1\) \* ep\(2\) = 2"):
         Parallel(dp=3, global_batch_size=3, ep=2)
     job = Job(name="x", numa_binding=True)  # type: ignore[arg-type]
     assert job.numa_binding == "node"  # the documented boolean alias
@@ -120,6 +124,27 @@ def test_consistent_plans_round_trip_and_inconsistent_ones_are_refused(
     wrong = Parallel(tp=tp, pp=pp, dp=world + 1, micro_batch_size=mbs, global_batch_size=mbs * (world + 1))
     with pytest.raises(PlanError, match=rf"= {world} != parallel world size .* = {tp * pp * (world + 1)}"):
         Plan(job=Job(name="h"), world=w, parallel=wrong, entrypoint=e)
+
+
+def test_expert_parallelism_is_carved_out_of_tp_cp_dp_with_expert_tp() -> None:
+    """megatron-core parallel_state: tp*cp*dp % (etp*ep) == 0, ETP defaulting to TP."""
+    p = Parallel(tp=4, dp=2, ep=4, etp=1, global_batch_size=8)  # EP spans the TP ranks: 8 = 1 * 4 * EDP 2
+    assert (p.etp, p.world_size) == (1, 8)
+    assert Parallel(tp=2, dp=4, ep=4, global_batch_size=8).etp == 2  # default: ETP = TP, 8 = 2 * 4
+    assert Parallel(tp=1, cp=2, dp=2, ep=4, global_batch_size=4).etp == 1  # EP over DP x CP, as before
+    with pytest.raises(PlanError, match=r"tp\(4\) \* cp\(1\) \* dp\(2\) = 8 is not a multiple of "
+                                         r"etp\(4\) \* ep\(4\) = 16"):
+        Parallel(tp=4, dp=2, ep=4, global_batch_size=8)  # ETP = TP leaves no room for EP 4
+    with pytest.raises(PlanError, match=r"= 4 is not a multiple of etp\(3\) \* ep\(1\) = 3"):
+        Parallel(tp=2, dp=2, etp=3, global_batch_size=2)
+
+
+def test_older_plans_without_etp_still_load() -> None:
+    data = minimal()
+    data["parallel"] = {"tp": 2, "dp": 1, "global_batch_size": 1}
+    plan = Plan.from_dict(data)
+    assert plan.parallel.etp == 2 and plan.to_dict()["parallel"]["etp"] == 2
+    assert Plan.from_dict(plan.to_dict()) == plan
 
 
 def test_replace_keeps_validation() -> None:

@@ -28,12 +28,27 @@ def test_plan_json_loads_and_matches_the_plan(all_rendered) -> None:
         assert (par.tp, par.pp, par.vpp, par.cp, par.ep, par.dp, par.zero_stage) == (
             p.parallel.tp, p.parallel.pp, p.parallel.vpp, p.parallel.cp, p.parallel.ep, p.parallel.dp,
             p.parallel.zero_stage), label
+        assert par.etp == p.parallel.expert_tp, label
         assert par.gradient_accumulation_steps == p.layout.num_microbatches
         assert "plan.json" not in plan.files and set(plan.files) <= set(arts.files)
         assert plan.prediction is not None and len(plan.prediction.peak_memory_bytes) == p.parallel.pp
         assert json.loads(arts.files["plan.json"]) == plan.to_dict()  # what dump() would write
         loaded += 1
     assert loaded >= 35
+
+
+def test_moe_plan_with_expert_tp_1_gets_a_plan_json() -> None:
+    """EP 4 across TP 4 with ETP 1 (tp*cp*dp = 8 = etp 1 * ep 4 * expert-DP 2): Megatron accepts it, so does
+    launcher/spec.py, and plan.json carries the ETP that megatron_args.txt sets."""
+    request = {"model": "mixtral-8x7b",
+               "cluster": {"num_nodes": 4, "gpus_per_node": 8, "gpu": "H100-SXM", "hosts": ["a", "b", "c", "d"]},
+               "training": {"global_batch_size": 256, "framework": "megatron"}}
+    arts = render(fixed_result(request, {"tp": 4, "pp": 4, "dp": 2, "ep": 4, "etp": 1, "sequence_parallel": True,
+                                         "distributed_optimizer": True, "micro_batch_size": 1}))
+    assert not any("plan.json not rendered" in n for n in arts.notes), arts.notes
+    par = spec.loads(arts.files["plan.json"]).parallel
+    assert (par.tp, par.dp, par.ep, par.etp) == (4, 2, 4, 1)
+    assert "--expert-tensor-parallel-size 1" in arts.files["megatron_args.txt"].splitlines()
 
 
 def _train_gpt():

@@ -35,11 +35,13 @@ def test_planner_plans_no_alibi_for_megatron() -> None:
                         "training": {"global_batch_size": 256, "framework": "megatron"}})
 
 
-@pytest.mark.xfail(strict=True, reason="launcher/spec.py: Parallel requires ep | dp*cp, but Megatron carves EP out "
-                                       "of tp*cp*dp with ETP (parallel_state: tp*cp*dp % (etp*ep) == 0); plans "
-                                       "such as tp 4, dp 2, ep 4, etp 1 get no plan.json")
 def test_launcher_spec_accepts_expert_parallelism_across_tp() -> None:
-    spec.Parallel(tp=4, dp=2, ep=4, global_batch_size=8)
+    """Fixed in launcher/spec.py (optional parallel.etp): Megatron carves EP out of tp*cp*dp with ETP
+    (parallel_state: tp*cp*dp % (etp*ep) == 0). The gap's example, tp 4, dp 2, ep 4, needs ETP 1: with ETP's
+    default (= TP) Megatron refuses it too, so the spec does."""
+    assert spec.Parallel(tp=4, dp=2, ep=4, etp=1, global_batch_size=8).etp == 1
+    with pytest.raises(spec.PlanError, match=r"etp\(4\) \* ep\(4\) = 16"):
+        spec.Parallel(tp=4, dp=2, ep=4, global_batch_size=8)
 
 
 def test_planner_plans_alibi_only_where_a_flag_exists() -> None:
