@@ -79,17 +79,7 @@ def moe_mlp_bytes(model: ModelSpec, par: ParallelConfig, imbalance: float) -> fl
 
 def layer_bytes(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, moe: bool) -> float:
     """Cached per model and training spec on the fields of `par` it reads."""
-    key = (
-        "layer_bytes",
-        par.tp,
-        par.cp,
-        par.micro_batch_size,
-        par.sequence_parallel,
-        par.recompute,
-        par.ep,
-        par.expert_tp,
-        moe,
-    )
+    key = ("layer_bytes", *par.layer_fields, moe)
     return model.memo(key, lambda: _layer_bytes(model, par, training, moe), training)
 
 

@@ -131,17 +131,7 @@ def _elementwise_fwd(model: ModelSpec, par: ParallelConfig, tokens: float, gpu: 
 
 def layer_time(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, gpu: GPUSpec, moe: bool) -> LayerTime:
     """Cached per model, GPU and training spec on the fields of `par` it reads."""
-    key = (
-        "layer_time",
-        par.tp,
-        par.cp,
-        par.micro_batch_size,
-        par.sequence_parallel,
-        par.recompute,
-        par.ep,
-        par.expert_tp,
-        moe,
-    )
+    key = ("layer_time", *par.layer_fields, moe)
     return model.memo(key, lambda: _layer_time(model, par, training, gpu, moe), gpu, training)
 
 

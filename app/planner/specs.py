@@ -380,6 +380,12 @@ class ParallelConfig(Frozen):
         return self.etp or self.tp
 
     @property
+    def layer_fields(self) -> tuple[object, ...]:
+        """What the cost of one layer for one micro-batch depends on (the key of the per-layer caches)."""
+        return (self.tp, self.cp, self.micro_batch_size, self.sequence_parallel, self.recompute, self.ep,
+                self.expert_tp)
+
+    @property
     def sharded_optimizer(self) -> bool:
         return self.distributed_optimizer or self.zero_stage >= 1
 
