@@ -1,5 +1,6 @@
 """A small decoder-only GPT with Megatron-LM's shape knobs (GQA, SwiGLU, RMSNorm/LayerNorm, RoPE or learned
-positions, tied or untied output), and a learnable synthetic token stream for it.
+positions, tied or untied output), full activation recomputation as Megatron does it, and a learnable synthetic
+token stream for it.
 
 Used by examples/train_gpt.py; kept plain so that DeepSpeed ZeRO 1-3 can shard it without special hooks.
 """
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,31 @@ class GPTConfig:
         if self.ffn_hidden_size:
             return self.ffn_hidden_size
         return int(8 * self.hidden_size / 3 / 64) * 64 or self.hidden_size if self.swiglu else 4 * self.hidden_size
+
+
+@dataclass(frozen=True)
+class Recompute:
+    """Megatron's full recomputation (`--recompute-granularity full --recompute-method M --recompute-num-layers N`):
+    keep a segment's input, drop what its layers save for backward, and run the segment's forward again in
+    backward. uniform: every run of N consecutive layers is one segment; block: each of the first N layers is a
+    segment and the rest keep their activations (megatron-core TransformerBlock._checkpointed_forward)."""
+
+    method: str
+    num_layers: int
+
+    def __post_init__(self) -> None:
+        if self.method not in ("uniform", "block"):
+            raise ValueError(f"recompute method {self.method!r} is not uniform or block")
+        if self.num_layers < 1:
+            raise ValueError(f"recompute num_layers({self.num_layers}) must be >= 1")
+
+    def segments(self, total: int) -> list[tuple[int, int, bool]]:
+        """(first layer, end, recomputed) covering layers 0..total-1 in order."""
+        n = self.num_layers
+        if self.method == "uniform":
+            return [(i, min(i + n, total), True) for i in range(0, total, n)]
+        k = min(n, total)
+        return [(i, i + 1, True) for i in range(k)] + ([(k, total, False)] if k < total else [])
 
 
 def norm(cfg: GPTConfig) -> nn.Module:
@@ -109,9 +136,10 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, cfg: GPTConfig) -> None:
+    def __init__(self, cfg: GPTConfig, recompute: Recompute | None = None) -> None:
         super().__init__()
         self.cfg = cfg
+        self.segments = recompute.segments(cfg.num_layers) if recompute else [(0, cfg.num_layers, False)]
         self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.pos = nn.Embedding(cfg.seq_length, cfg.hidden_size) if cfg.position_embedding_type != "rope" else None
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
@@ -129,13 +157,23 @@ class GPT(nn.Module):
         if isinstance(module, nn.Linear | nn.Embedding):
             nn.init.normal_(module.weight, std=0.02)
 
+    def _layers(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, first: int, end: int,
+                ) -> torch.Tensor:
+        for block in self.blocks[first:end]:
+            x = block(x, rope)
+        return x
+
     def forward(self, tokens: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         x = self.embed(tokens)
         if self.pos is not None:
             x = x + self.pos(torch.arange(tokens.shape[1], device=tokens.device))
         rope = None if self.pos is not None else (self.rope_cos, self.rope_sin)
-        for block in self.blocks:
-            x = block(x, rope)
+        for first, end, recomputed in self.segments:
+            if recomputed and torch.is_grad_enabled():
+                # torch's non-reentrant checkpoint: keeps only x; the same code path on CPU and CUDA, no setup
+                x = checkpoint(self._layers, x, rope, first, end, use_reentrant=False)
+            else:
+                x = self._layers(x, rope, first, end)
         logits = self.head(self.final_norm(x)).float()
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.reshape(-1))
 

@@ -9,6 +9,13 @@ command line wins. Megatron arguments this trainer has no use for are ignored; t
 parallelism (> 1) are refused: this is a data-parallel + ZeRO trainer. Runs on GPUs with NCCL, on CPU with
 gloo (set DS_ACCELERATOR=cpu). Rank 0 logs loss and tokens/s per step; `--metrics-dir` gets one JSON per rank
 (step times, peak memory); `--save`/`--load` checkpoint so that a restarted run continues where it stopped.
+
+Activation recomputation takes Megatron's flags. `--recompute-granularity full --recompute-method uniform
+--recompute-num-layers 1` keeps each layer's input and recomputes the layer in backward (torch.utils.checkpoint,
+non-reentrant; `block` recomputes only the first N layers). `--recompute-granularity selective` (or
+`--recompute-activations`) is accepted and does nothing: Megatron's selective recompute drops the s x s attention
+scores, and the fused attention used here (F.scaled_dot_product_attention: flash / memory-efficient kernels on
+CUDA, the flash kernel on CPU) never keeps them.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from gpt_model import GPT, GPTConfig, SyntheticTokens, num_parameters
+from gpt_model import GPT, GPTConfig, Recompute, SyntheticTokens, num_parameters
 
 PROCESS_START = time.time()
 
@@ -59,6 +66,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     a("--tensor-model-parallel-size", type=int, default=1)
     a("--pipeline-model-parallel-size", type=int, default=1)
     a("--context-parallel-size", type=int, default=1)
+    a("--recompute-granularity", choices=("full", "selective"), default=None)
+    a("--recompute-method", choices=("uniform", "block"), default=None)
+    a("--recompute-num-layers", type=int, default=None)
+    a("--recompute-activations", action="store_true", help="Megatron's alias for --recompute-granularity selective")
     a("--metrics-dir", default=None, help="write rank<R>.json with per-step times and peak memory here")
     a("--throttle-s", type=float, default=0.0, help="sleep after each step (fault-injection tests)")
     a("--local_rank", "--local-rank", dest="local_rank", type=int, default=None)
@@ -73,7 +84,35 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
         if getattr(args, name) != 1:
             p.error(f"--{name.replace('_', '-')} {getattr(args, name)}: this example trains data parallel + ZeRO only")
+    try:
+        args.recompute = recompute_from_args(args)
+    except ValueError as exc:
+        p.error(str(exc))
     return args
+
+
+def recompute_from_args(args: argparse.Namespace) -> Recompute | None:
+    """Megatron's rules (megatron-core TransformerConfig): full needs a method and a layer count, selective
+    takes neither. Selective returns None: the fused attention keeps no s x s scores to drop."""
+    granularity = args.recompute_granularity or ("selective" if args.recompute_activations else None)
+    method, layers = args.recompute_method, args.recompute_num_layers
+    if granularity == "full":
+        if method is None or layers is None:
+            raise ValueError("--recompute-granularity full needs --recompute-method (uniform or block) and "
+                             "--recompute-num-layers")
+        return Recompute(method, layers)
+    if method is not None or layers is not None:
+        raise ValueError(f"--recompute-method/--recompute-num-layers go with --recompute-granularity full, "
+                         f"not {granularity or 'none'}")
+    return None
+
+
+def describe_recompute(args: argparse.Namespace) -> str:
+    if args.recompute:
+        return f"full ({args.recompute.method}, {args.recompute.num_layers} layer(s) per segment)"
+    if args.recompute_granularity == "selective" or args.recompute_activations:
+        return "selective (a no-op: fused attention keeps no s x s scores)"
+    return "none"
 
 
 def ds_config(args: argparse.Namespace, world: int, on_cuda: bool) -> dict[str, Any]:
@@ -92,6 +131,14 @@ def ds_config(args: argparse.Namespace, world: int, on_cuda: bool) -> dict[str, 
         cfg.setdefault("zero_force_ds_cpu_optimizer", False)  # we pass torch's AdamW, not DeepSpeedCPUAdam
     if not on_cuda and cfg.get("fp16", {}).get("enabled"):
         raise SystemExit("train_gpt: fp16 does not run on CPU; use bf16 or fp32 in the DeepSpeed config")
+    # Recomputation is torch.utils.checkpoint driven by the --recompute-* flags; DeepSpeed's activation
+    # checkpointing block is only read by deepspeed.checkpointing, which this trainer does not use.
+    ac = cfg.pop("activation_checkpointing", {})
+    unsupported = [k for k in ("partition_activations", "cpu_checkpointing", "contiguous_memory_optimization")
+                   if ac.get(k)]
+    if unsupported:
+        raise SystemExit(f"train_gpt: activation_checkpointing {', '.join(unsupported)} is not supported; "
+                         f"recompute with --recompute-granularity full instead")
     return cfg
 
 
@@ -140,7 +187,7 @@ def init_engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any], torch.de
         position_embedding_type=args.position_embedding_type,
         untie_embeddings_and_output_weights=args.untie_embeddings_and_output_weights,
     )
-    model = GPT(cfg_model)
+    model = GPT(cfg_model, args.recompute)
     config = ds_config(args, int(os.environ.get("WORLD_SIZE", 1)), on_cuda)
     optimizer = optimizer_for(model, config, args)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
@@ -177,10 +224,13 @@ def train_step(engine: Any, data: SyntheticTokens, step: int, gas: int, device: 
     return float(mean.item()) / dist.get_world_size()
 
 
-def peak_memory(device: torch.device) -> tuple[int, str]:
+def peak_memory(device: torch.device) -> tuple[int, str, int | None]:
+    """(peak bytes, what was measured, peak reserved bytes): the caching allocator's peak allocated and reserved
+    on CUDA (since the reset before the first step); on CPU the process's max RSS and no reserved figure."""
     if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device), "cuda_max_memory_allocated"
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "cpu_max_rss"
+        return (torch.cuda.max_memory_allocated(device), "cuda_max_memory_allocated",
+                torch.cuda.max_memory_reserved(device))
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "cpu_max_rss", None
 
 
 def train(args: argparse.Namespace) -> dict[str, Any]:
@@ -189,7 +239,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     data = SyntheticTokens(args.vocab_size, args.seq_length, args.seed)
     start = resume(engine, args)
     log(f"{num_parameters(engine.module):,} parameters, ZeRO stage {engine.zero_optimization_stage()}, "
-        f"batch {gbs} x {args.seq_length} tokens, steps {start}..{args.train_iters}")
+        f"batch {gbs} x {args.seq_length} tokens, recompute {describe_recompute(args)}, "
+        f"steps {start}..{args.train_iters}")
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     steps = []
@@ -205,9 +256,10 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             engine.save_checkpoint(args.save, tag=f"step{step + 1}", client_state={"step": step + 1})
         if args.throttle_s:
             time.sleep(args.throttle_s)
-    memory, kind = peak_memory(device)
+    memory, kind, reserved = peak_memory(device)
     return {"resumed_from": start, "tokens_per_step": gbs * args.seq_length, "steps": steps,
-            "peak_memory_bytes": memory, "memory_kind": kind, "device": str(device)}
+            "peak_memory_bytes": memory, "memory_kind": kind, "peak_reserved_bytes": reserved,
+            "recompute": describe_recompute(args), "device": str(device)}
 
 
 def main(argv: list[str]) -> int:

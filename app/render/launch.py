@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from app.render.facts import Facts
 from app.render.flags import Flag, flag, group_words
+from app.render.megatron_args import recompute_flags
 from app.render.megatron_model import model_flags
 from app.render.words import Line, Var, Word
 
@@ -45,6 +46,7 @@ def trainer_flags(f: Facts, config_path: Word) -> list[tuple[str, tuple[Word, ..
         *model, flag("--vocab-size", f.model.vocab_size), flag("--micro-batch-size", f.micro_batch_size),
         flag("--global-batch-size", f.global_batch_size), flag("--train-iters", o.train_iters), flag("--lr", o.lr),
         flag("--weight-decay", o.weight_decay), flag("--seed", o.seed), flag("--log-interval", o.log_interval),
+        *recompute_flags(f),  # Megatron's names; the trainer recomputes full layers as the memory model assumes
     ]
     if o.checkpoint_dir:
         flags += [flag("--save", o.checkpoint_dir), flag("--load", o.checkpoint_dir),

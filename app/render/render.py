@@ -125,9 +125,10 @@ def notes(f: Facts) -> list[str]:
     if f.framework != "deepspeed" and f.model.embedding_layernorm:
         out.append("model.embedding_layernorm: Megatron has no flag for a LayerNorm after the embedding; "
                    "the rendered model has none")
-    if f.uses_example_trainer and f.par.recompute != "none":
-        out.append(f"recompute={f.par.recompute}: examples/train_gpt.py does not recompute activations; the plan's "
-                   f"memory estimate assumes a training script that does")
+    if f.uses_example_trainer and f.par.recompute == "selective":
+        out.append("recompute=selective: examples/train_gpt.py accepts the flag and does nothing, since its fused "
+                   "attention keeps no s x s scores (the memory estimate assumes none either); the step-time "
+                   "estimate still counts Megatron's recomputation of the attention core")
     if f.num_nodes > 1 and not f.hosts and f.framework != "megatron":
         out.append("cluster.hosts was not given: the hostfile lists placeholder names to replace")
     if f.master_addr is None:

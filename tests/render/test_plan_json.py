@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 from render_cases import fixed_result
 
 from app.render import RenderOptions, render, write_artifacts
@@ -75,6 +77,32 @@ def test_deepspeed_plan_runs_the_example_trainer_with_its_arguments(tmp_path: Pa
     cfg = train_gpt.ds_config(args, world=plan.world.world_size, on_cuda=False)
     assert (cfg["train_batch_size"], cfg["gradient_accumulation_steps"]) == (8, 2)
     assert cfg["zero_optimization"]["stage"] == 2
+
+
+@pytest.mark.parametrize(("recompute", "words", "method", "note"), [
+    ("full", ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"],
+     "uniform", False),
+    ("selective", ["--recompute-granularity", "selective"], None, True),
+    ("none", [], None, False),
+])
+def test_deepspeed_plan_passes_its_recompute_to_the_example_trainer(
+    recompute: str, words: list[str], method: str | None, note: bool
+) -> None:
+    """The trainer recomputes what the memory estimate assumed: Megatron's flags in plan.json and deepspeed.sh,
+    read by its argparse (nothing ignored); selective is a documented no-op, said in the notes."""
+    request = {"model": "tiny-gpt", "cluster": {"num_nodes": 1, "gpus_per_node": 2, "gpu": "A100-80GB"},
+               "training": {"global_batch_size": 8, "framework": "deepspeed"}}
+    arts = render(fixed_result(request, {"dp": 2, "zero_stage": 1, "recompute": recompute}),
+                  1, RenderOptions(workdir=str(ROOT), train_iters=3))
+    args_in_plan = list(spec.loads(arts.files["plan.json"]).entrypoint.args)
+    found = [w for i, w in enumerate(args_in_plan) if w.startswith("--recompute")
+             or (i and args_in_plan[i - 1].startswith("--recompute"))]
+    assert found == words
+    assert all(w in arts.files["deepspeed.sh"] for w in words)
+    args = _train_gpt().parse_args([a.replace("{run_dir}", "/tmp") for a in args_in_plan])
+    assert args.ignored == []
+    assert (args.recompute.method if args.recompute else None) == method
+    assert any("recompute=selective" in n for n in arts.notes) == note
 
 
 def test_the_launcher_builds_its_commands_from_the_plan(tmp_path: Path) -> None:
