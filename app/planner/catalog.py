@@ -58,6 +58,16 @@ def generation_evidence() -> dict[str, str]:
     return {name: g["evidence"] for name, g in _load("gpus.json")["generations"].items()}
 
 
+@cache
+def framework_constant(section: str, key: str) -> float:
+    """A per-framework constant from data/frameworks.json (each with its evidence there)."""
+    return float(_load("frameworks.json")[section][key])
+
+
+def framework_evidence() -> dict[str, str]:
+    return {k: v["evidence"] for k, v in _load("frameworks.json").items() if not k.startswith("_")}
+
+
 def model_fields(name: str) -> dict[str, Any]:
     """The ModelSpec fields of a preset (case-insensitive name), without its published sizes."""
     row = _lookup("model preset", name, _models())

@@ -75,6 +75,7 @@ def _breakdown(slow: StageTime, m: int, bubble: float, dp: float, opt: float, of
         "ep_comm_s": m * slow.ep_comm,
         "pp_comm_s": m * slow.pp_comm,
         "zero_comm_s": m * slow.zero_comm,
+        "engine_s": m * slow.engine,
         "bubble_s": bubble,
         "dp_comm_s": dp,
         "optimizer_s": opt,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from app.planner import comm, compute, layout
+from app.planner import catalog, comm, compute, layout
 from app.planner.activations import moe_imbalance
 from app.planner.attention import attention_shape
 from app.planner.memory import deepspeed_uses_bf16_optimizer, optimizer_shards, stage_params, zero_buckets
@@ -42,6 +42,7 @@ class StageTime:
     ep_comm: float = 0.0
     pp_comm: float = 0.0
     zero_comm: float = 0.0
+    engine: float = 0.0  # the framework's own per-micro-batch machinery (DeepSpeed's PipelineEngine)
     fwd: float = 0.0  # forward part, the window for overlapping parameter gathers
     bwd: float = 0.0  # backward part, the window for overlapping gradient reduction
 
@@ -49,6 +50,7 @@ class StageTime:
     def total(self) -> float:
         return (
             self.compute + self.recompute + self.tp_comm + self.cp_comm + self.ep_comm + self.pp_comm + self.zero_comm
+            + self.engine
         )
 
 
@@ -97,16 +99,17 @@ def _ep_comm_per_layer(model: ModelSpec, par: ParallelConfig, cluster: ClusterSp
 
 
 def _p2p_per_microbatch(model: ModelSpec, par: ParallelConfig, cluster: ClusterSpec, training: TrainingSpec) -> float:
-    """Activation send forward + gradient send backward. Megatron scatters the tensor over the TP ranks and
-    all-gathers it on arrival (scatter_gather_tensors_in_pipeline); DeepSpeed's PipelineEngine sends it whole
-    from every TP rank."""
+    """Activation send forward + gradient send backward, each TP rank sending its 1/t share: Megatron sends the
+    sequence-parallel shard (or scatters and re-gathers, scatter_gather_tensors_in_pipeline); DeepSpeed's
+    PipelineEngine partitions both over the TP group and all-gathers them on arrival (pipe_partitioned and
+    grad_partitioned, on by default), which adds an intra-node all-gather each way."""
     if par.pp == 1:
         return 0.0
-    size = ACT * model.seq_length / par.cp * par.micro_batch_size * model.hidden_size
-    if training.framework == "megatron":
-        size /= par.tp
+    full = ACT * model.seq_length / par.cp * par.micro_batch_size * model.hidden_size
     cross = layout.pp_crosses_nodes(par, cluster)
-    one = comm.collective_time("send_recv", size, 2, cluster, cross)
+    one = comm.collective_time("send_recv", full / par.tp, 2, cluster, cross)
+    if training.framework != "megatron" and par.tp > 1:
+        one += comm.collective_time("all_gather", full, par.tp, cluster, layout.tp_crosses_nodes(par, cluster))
     if par.vpp > 1 and training.overlap_p2p_comm:  # hidden behind the next chunk; the latency stays
         return 2 * par.vpp * comm.latency(cluster, cross)
     return 2 * one
@@ -154,6 +157,8 @@ def stage_time(
         fwd, bwd = compute.output_layer_time(model, par, training, cluster.gpu)
         out.compute, out.fwd, out.bwd = out.compute + fwd + bwd, out.fwd + fwd, out.bwd + bwd
     out.pp_comm = _p2p_per_microbatch(model, par, cluster, training)
+    if training.framework != "megatron" and par.pp > 1:
+        out.engine = catalog.framework_constant("deepspeed_pipeline_engine", "microbatch_overhead_s")
     if deepspeed_uses_bf16_optimizer(training, par):
         out.compute += _fp32_accumulation(model, cluster, par, stage, dense, moe)
     if par.zero_stage == 3:
