@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.planner import catalog
 from app.planner.profile import IN_TRAINING_GEMM_FRACTION, Constant
 from app.planner.specs import ClusterSpec, TrainingSpec
 
@@ -67,7 +68,13 @@ def constants(cluster: ClusterSpec, training: TrainingSpec) -> list[Constant]:
     )
     intra = measured and profile is not None and profile.busbw("intra_node") is not None
     inter = measured and profile is not None and profile.busbw("inter_node") is not None
-    return [
+    framework = []
+    if training.framework != "megatron":
+        overhead = catalog.framework_constant("deepspeed_pipeline_engine", "microbatch_overhead_s")
+        framework.append(Constant(name="DeepSpeed PipelineEngine overhead per micro-batch (with PP)",
+                                  value=overhead * 1e3, unit="ms",
+                                  source="data/frameworks.json (fitted on the BLOOM and MT-NLG runs)"))
+    return framework + [
         Constant(
             name="GEMM throughput in training",
             value=cluster.gpu.peak_flops(precision) * eff.gemm / 1e12,
