@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: run test lint typecheck bench clean
+.PHONY: run test lint bench bench-all clean
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,9 +28,14 @@ lint: $(VENV)/.test
 	$(VENV)/bin/ruff check app launcher tests benchmarks examples
 	$(VENV)/bin/mypy app launcher
 
+# Planner accuracy and speed (seconds); the service and launcher benchmarks start real processes (minutes).
 bench: $(VENV)/.base
-	$(PY) benchmarks/search_speed.py
 	$(PY) benchmarks/accuracy.py
+	$(PY) benchmarks/search_speed.py
+
+bench-all: bench $(VENV)/.test
+	$(PY) benchmarks/service_latency.py
+	$(PY) benchmarks/launcher_overhead.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
