@@ -181,20 +181,43 @@ class GPT(nn.Module):
 class SyntheticTokens:
     """A fixed random successor map over the vocabulary: token t+1 = succ[token t]. A model learns it in a few
     steps, so the loss visibly drops from ln(vocab). Batches depend only on (seed, step, micro step, dp rank),
-    so a resumed run sees the same data as an uninterrupted one."""
+    so a resumed run sees the same data as an uninterrupted one. A sequence is read off the permutation's
+    cycles in one gather (succ^t(x) = cycle of x shifted by t), so a long sequence costs no loop per token."""
 
     def __init__(self, vocab_size: int, seq_length: int, seed: int) -> None:
         g = torch.Generator().manual_seed(seed)
         self.succ = torch.randperm(vocab_size, generator=g)
         self.vocab_size, self.seq_length, self.seed = vocab_size, seq_length, seed
+        self.order, self.start, self.pos, self.length = cycles(self.succ)
 
     def batch(self, step: int, micro: int, dp_rank: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         g = torch.Generator().manual_seed(((self.seed * 1_000_003 + step) * 1009 + micro) * 65537 + dp_rank)
-        tokens = torch.empty(batch_size, self.seq_length + 1, dtype=torch.long)
-        tokens[:, 0] = torch.randint(self.vocab_size, (batch_size,), generator=g)
-        for t in range(self.seq_length):
-            tokens[:, t + 1] = self.succ[tokens[:, t]]
+        first = torch.randint(self.vocab_size, (batch_size,), generator=g)[:, None]
+        shift = torch.arange(self.seq_length + 1)[None, :]
+        tokens = self.order[self.start[first] + (self.pos[first] + shift) % self.length[first]]
         return tokens[:, :-1], tokens[:, 1:]
+
+
+def cycles(succ: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The permutation's cycles laid end to end (`order`), and per token: where its cycle starts in `order`,
+    its position in the cycle and the cycle's length; then succ^t(x) = order[start + (pos + t) % length]."""
+    nxt = succ.tolist()
+    n = len(nxt)
+    order: list[int] = []
+    start, pos, length = [0] * n, [0] * n, [0] * n
+    seen = [False] * n
+    for head in range(n):
+        if seen[head]:
+            continue
+        first, x, members = len(order), head, []
+        while not seen[x]:
+            seen[x] = True
+            members.append(x)
+            x = nxt[x]
+        for i, member in enumerate(members):
+            start[member], pos[member], length[member] = first, i, len(members)
+        order += members
+    return tuple(torch.tensor(v, dtype=torch.long) for v in (order, start, pos, length))  # type: ignore[return-value]
 
 
 def num_parameters(model: nn.Module) -> int:

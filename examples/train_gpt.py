@@ -187,7 +187,8 @@ def init_engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any], torch.de
         position_embedding_type=args.position_embedding_type,
         untie_embeddings_and_output_weights=args.untie_embeddings_and_output_weights,
     )
-    model = GPT(cfg_model, args.recompute)
+    with device:  # initialised where it trains: a 7B model is built in seconds on a GPU, in minutes on the CPU
+        model = GPT(cfg_model, args.recompute)
     config = ds_config(args, int(os.environ.get("WORLD_SIZE", 1)), on_cuda)
     optimizer = optimizer_for(model, config, args)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
@@ -241,7 +242,8 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     log(f"{num_parameters(engine.module):,} parameters, ZeRO stage {engine.zero_optimization_stage()}, "
         f"batch {gbs} x {args.seq_length} tokens, recompute {describe_recompute(args)}, "
         f"steps {start}..{args.train_iters}")
-    if device.type == "cuda":
+    if device.type == "cuda":  # the peaks of the training steps, without what initialisation left cached
+        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
     steps = []
     for step in range(start, args.train_iters):

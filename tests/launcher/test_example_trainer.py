@@ -45,6 +45,13 @@ def test_synthetic_batches_are_deterministic_and_learnable() -> None:
     assert torch.equal(la, data.succ[a])  # the next token is a function of this one
 
 
+def test_sequences_longer_than_the_cycles_still_follow_the_successor_map() -> None:
+    data = SyntheticTokens(5, 64, seed=7)  # every cycle of a 5-token permutation wraps many times in 64 steps
+    tokens, labels = data.batch(0, 0, 0, 6)
+    assert tokens.shape == (6, 64) and torch.equal(labels, data.succ[tokens])
+    assert torch.equal(tokens[:, 1:], labels[:, :-1])
+
+
 def test_arguments_come_from_a_file_and_the_command_line_wins(tmp_path: Path) -> None:
     (tmp_path / "args.txt").write_text("# Megatron-style\n--num-layers 3 --hidden-size 64\n"
                                        "--num-attention-heads 4 --seq-length 32 --vocab-size 128\n"
