@@ -142,12 +142,20 @@ def ds_config(args: argparse.Namespace, world: int, on_cuda: bool) -> dict[str, 
     return cfg
 
 
-def optimizer_for(model: torch.nn.Module, cfg: dict[str, Any], args: argparse.Namespace) -> torch.optim.Optimizer:
-    """torch's AdamW (no JIT-compiled op); hyper-parameters from the config's optimizer block when present."""
+def optimizer_for(model: torch.nn.Module, cfg: dict[str, Any], args: argparse.Namespace, on_cuda: bool,
+                  ) -> torch.optim.Optimizer:
+    """torch's AdamW (no JIT-compiled op); hyper-parameters from the config's optimizer block when present.
+
+    With the states on the GPU it is the fused kernel: it updates in place, as DeepSpeed's FusedAdam does, where
+    the default multi-tensor path would allocate temporaries the size of a whole (flat ZeRO) parameter group,
+    memory the planner does not count. With the states offloaded to the CPU it is the default CPU path, the one
+    `launcher probe` measures as cpu_adam."""
     params = cfg.pop("optimizer", {}).get("params", {})
+    offload = cfg.get("zero_optimization", {}).get("offload_optimizer", {}).get("device", "none")
     return torch.optim.AdamW(
         model.parameters(), lr=params.get("lr", args.lr), betas=tuple(params.get("betas", (0.9, 0.95))),
         eps=params.get("eps", 1e-8), weight_decay=params.get("weight_decay", args.weight_decay),
+        fused=True if on_cuda and offload in (None, "none") else None,
     )
 
 
@@ -190,7 +198,7 @@ def init_engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any], torch.de
     with device:  # initialised where it trains: a 7B model is built in seconds on a GPU, in minutes on the CPU
         model = GPT(cfg_model, args.recompute)
     config = ds_config(args, int(os.environ.get("WORLD_SIZE", 1)), on_cuda)
-    optimizer = optimizer_for(model, config, args)
+    optimizer = optimizer_for(model, config, args, on_cuda)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
     return engine, config, device
 

@@ -170,6 +170,20 @@ def test_a_full_recompute_run_trains_under_zero_3(tmp_path: Path) -> None:
     assert '"recompute": "full (uniform, 1 layer(s) per segment)"' in metrics
 
 
+def test_the_optimizer_updates_in_place_where_its_states_live_on_the_gpu() -> None:
+    """Fused AdamW for GPU-resident states (no group-sized temporaries the planner does not count); the default
+    CPU path, which `launcher probe` measures, for offloaded ones."""
+    from train_gpt import optimizer_for
+
+    args = parse_args(MODEL)
+    model = torch.nn.Linear(4, 4)
+    on_gpu = optimizer_for(model, {"optimizer": {"params": {"lr": 0.5}}}, args, on_cuda=True)
+    assert on_gpu.defaults["fused"] is True and on_gpu.defaults["lr"] == 0.5
+    offloaded = {"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}
+    assert optimizer_for(model, offloaded, args, on_cuda=True).defaults["fused"] is None
+    assert optimizer_for(model, {}, args, on_cuda=False).defaults["fused"] is None
+
+
 def test_deepspeed_activation_checkpointing_block_is_dropped_or_refused(tmp_path: Path) -> None:
     """The rendered block (all false) is left to the --recompute-* flags; options this trainer cannot honour stop it."""
     from train_gpt import ds_config

@@ -1,0 +1,190 @@
+"""benchmarks/gpu_validation.py without a GPU: the memory comparison, the targets, the table, the failure reading
+and the budgeted loop, on synthetic results (fast); the real subprocess paths run in test_gpu_validation_smoke.py."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+import gpu_validation as gv  # noqa: E402
+import gpu_validation_report as rep  # noqa: E402
+
+from app.planner.memory import _other_bytes, stage_params, stage_parts  # noqa: E402
+
+H200 = {"num_nodes": 1, "gpus_per_node": 1, "gpu": "H200", "cpu_memory_GiB": 125}
+
+
+def record(label: str, *, status: str = "ok", fits: bool = True, alloc: tuple[float, float] = (10.0, 10.0),
+           tokens: tuple[float, float] = (100.0, 100.0), model: str = "m", role: str = "grid",
+           kind: str = "cuda_max_memory_allocated") -> dict[str, Any]:
+    """A results.jsonl line; alloc and tokens are (predicted, measured), memory in GiB."""
+    ran = status == "ok"
+    return {"label": label, "model": model, "role": role, "status": status, "predicted_fits": fits,
+            "predicted_allocated_bytes": alloc[0] * 2**30, "predicted_reserved_bytes": alloc[0] * 1.05 * 2**30,
+            "predicted_tokens_per_s": tokens[0], "memory_kind": kind if ran else None,
+            "measured_allocated_bytes": alloc[1] * 2**30 if ran else None,
+            "measured_reserved_bytes": alloc[1] * 1.1 * 2**30 if ran and kind.startswith("cuda") else None,
+            "measured_tokens_per_s": tokens[1] if ran else None}
+
+
+@pytest.mark.parametrize("par", [
+    {"dp": 1, "zero_stage": 1, "micro_batch_size": 4, "recompute": "none"},
+    {"dp": 1, "zero_stage": 3, "micro_batch_size": 16, "recompute": "full"},
+    {"dp": 1, "zero_stage": 3, "micro_batch_size": 1, "recompute": "full", "offload_optimizer": "cpu"},
+])
+def test_allocated_prediction_is_states_activations_and_buckets_only(par: dict[str, Any]) -> None:
+    """Stripping the CUDA context and the fragmentation allowance from the planner's peak leaves exactly weights +
+    grads + optimizer + activations + buckets/gathered parameters (app/planner/memory.py)."""
+    args = gv.parse_args([])
+    suite = gv.suite_for(args)
+    req = gv.request_for(suite, "llama-1.1b", H200)
+    cfg = gv.Config("llama-1.1b", par["zero_stage"], par["micro_batch_size"], par["recompute"],
+                    par.get("offload_optimizer", "none"))
+    result, est = gv.pinned_result(req, cfg.parallel())
+    eff = result.cluster.gpu.efficiency
+    allocated, reserved = gv.allocator_prediction(est.memory.stages[0], eff)
+    p = stage_parts(req.model, result.cluster, req.training, cfg.parallel(), 0, req.model.num_layers, 0)
+    buckets = _other_bytes(req.model, req.training, cfg.parallel(), stage_params(req.model, cfg.parallel(), 0,
+                                                                                 req.model.num_layers, 0), 0.0)
+    assert allocated == pytest.approx(p.weights + p.grads + p.optimizer + p.activations + buckets, rel=1e-8)
+    assert reserved == pytest.approx(allocated * (1 + eff.allocator_fragmentation), rel=1e-12)
+    assert est.memory.stages[0].total_bytes - reserved == eff.runtime_overhead_bytes
+    rec = gv.predicted(est, eff)
+    assert rec["predicted_fits"] == est.feasible and rec["predicted_tokens_per_s"] == est.time.tokens_per_s
+
+
+def test_error_is_measured_minus_predicted_over_predicted() -> None:
+    assert rep.pct(100.0, 110.0) == pytest.approx(10.0)
+    assert rep.pct(200.0, 150.0) == pytest.approx(-25.0)
+    assert rep.pct(None, 1.0) is None and rep.pct(0.0, 1.0) is None and rep.pct(1.0, None) is None
+    t = rep.within([record("a", alloc=(10, 10.5)), record("b", alloc=(10, 8.8))],
+                   "predicted_allocated_bytes", "measured_allocated_bytes", 10.0)
+    assert (t["pass"], t["n"], t["within"], t["worst"]) == (False, 2, 1, "b")
+    assert t["worst_pct"] == pytest.approx(-12.0)
+
+
+def test_a_plan_predicted_to_fit_that_ran_out_of_memory_fails_the_target() -> None:
+    records = [record("fit-ok"), record("fit-oom", status="oom"), record("nofit-oom", status="oom", fits=False),
+               record("nofit-ran", fits=False)]
+    s = rep.summarise(records, "fit-ok", "m")
+    assert s["no_fit_oom"]["pass"] is False and s["no_fit_oom"]["violations"] == ["fit-oom"]
+    assert s["no_fit_oom"]["predicted_no_fit"] == ["nofit-oom", "nofit-ran"]
+    assert s["statuses"] == {"ok": 2, "oom": 2}
+    clean = rep.summarise([record("fit-ok"), record("nofit-oom", status="oom", fits=False)], "fit-ok", "m")
+    assert clean["no_fit_oom"]["pass"] is True
+    assert any("ran out of memory: PASS" in line for line in rep.summary_lines(clean))
+
+
+def test_chosen_against_the_fastest_measured() -> None:
+    grid = [record("slow", tokens=(100, 90)), record("best", tokens=(100, 100)), record("near", tokens=(100, 97.5)),
+            record("other-model", tokens=(1, 500), model="x")]
+    best = rep.chosen_vs_best(grid, "best", "m")
+    assert (best["pass"], best["fastest"], best["ratio"], best["best"]) == (True, True, 1.0, "best")
+    near = rep.chosen_vs_best(grid, "near", "m")
+    assert (near["pass"], near["fastest"]) == (True, False) and near["ratio"] == pytest.approx(0.975)
+    slow = rep.chosen_vs_best(grid, "slow", "m")
+    assert slow["pass"] is False and slow["ratio"] == pytest.approx(0.9)
+    oom = rep.chosen_vs_best([*grid, record("chosen", status="oom")], "chosen", "m")
+    assert oom["pass"] is False and oom["ratio"] is None and "no measurement" in oom["detail"]
+    assert rep.chosen_vs_best([record("a", status="timeout")], "a", "m")["pass"] is None
+    line = next(ln for ln in rep.summary_lines(rep.summarise(grid, "slow", "m")) if "planner's choice" in ln)
+    assert "0.900 of the fastest measured (best)" in line and "FAIL" in line
+
+
+def test_memory_target_compares_allocator_figures_only() -> None:
+    """A CPU run reports max RSS: shown, marked not comparable, and left out of the memory target."""
+    cpu = record("cpu", alloc=(0.01, 0.4), kind="cpu_max_rss")
+    s = rep.summarise([cpu], "cpu", "m")
+    assert s["memory"]["pass"] is None and s["tokens_per_s"]["n"] == 1
+    assert rep.summary_lines(s)[0] == "peak memory (allocated) within 10 %: n/a (no comparable measurement)"
+    row = rep.row(cpu)
+    assert row[4].endswith("RSS") and row[5] == "n/c"
+    gpu = rep.summarise([record("g", alloc=(40, 42)), record("h", alloc=(40, 44.4))], "g", "m")
+    assert gpu["memory"]["pass"] is False and gpu["memory"]["worst"] == "h"
+    assert gpu["memory_reserved"]["n"] == 2
+
+
+def test_table_has_a_row_per_configuration_and_the_targets(tmp_path: Path) -> None:
+    records = [record("a", alloc=(40, 41), tokens=(70_000, 66_000)), record("b", status="oom"),
+               record("c", status="skipped", role="planner")]
+    records[2]["predicted_fits"] = None
+    text, md = rep.report(records, rep.summarise(records, "c", "m"), ["date: today", "hardware: test"])
+    lines = text.splitlines()
+    assert lines[0] == "date: today" and lines[3].split()[:3] == ["config", "fits", "status"]
+    row_a = next(ln for ln in lines if ln.startswith("a "))
+    assert "40.00 GiB" in row_a and "41.00 GiB" in row_a and "+2.5 %" in row_a and "-5.7 %" in row_a
+    assert "70,000" in row_a and "66,000" in row_a
+    assert next(ln for ln in lines if ln.startswith("c *")).split()[2] == "-"  # fits unknown
+    assert md.count("\n| ") == 4 and "|---|" in md and "- date: today" in md
+    assert sum(ln.startswith("- ") for ln in md.splitlines()) == 2 + 6
+
+
+TORCHRUN_TAIL = "exitcode  : 1 (pid: 7425)\nerror_file: <N/A>\nlauncher: job finished: exit code 1"
+
+
+@pytest.mark.parametrize(("text", "status", "detail"), [
+    ("Traceback ...\n[default0]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+     "RuntimeError: later noise\n" + TORCHRUN_TAIL, "oom", "[default0]:torch.OutOfMemoryError: CUDA out of memory"),
+    ("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate", "oom", "RuntimeError: CUDA"),
+    ("Traceback\nValueError: bad config\n" + TORCHRUN_TAIL, "failed", "ValueError: bad config"),
+    ("torch.distributed.elastic...: exitcode: -9 (Signal 9 (SIGKILL) received by PID 7)", "failed", "exitcode: -9"),
+    ("just some output", "failed", "just some output"),
+])
+def test_failures_are_read_from_the_output(text: str, status: str, detail: str) -> None:
+    assert gv.classify_failure(text) == status
+    assert gv.failure_detail(text).startswith(detail) or detail in gv.failure_detail(text)
+    assert gv.failure_detail("") == "no output"
+
+
+def test_order_puts_the_planners_choice_after_the_grid_and_offload_last() -> None:
+    suite = gv.suite_for(gv.parse_args([]))
+    assert len(suite.grid) == 12 and {c.label for c in suite.grid} >= {"llama-1.1b-z1-mbs1-rcoff",
+                                                                       "llama-1.1b-z3-mbs16-rcon"}
+    in_grid = gv.Config("llama-1.1b", 3, 16, "none", role="planner")
+    order = gv.run_order(suite, in_grid)
+    assert len(order) == 14 and order[-1].label == "llama-2-7b-z3-mbs1-rcon-offload"
+    outside = gv.Config("llama-1.1b", 2, 8, "none", role="planner")
+    order = gv.run_order(suite, outside)
+    assert order[12] == outside and len(order) == 15
+    assert len(gv.suite_for(gv.parse_args(["--full-grid"])).grid) == 24
+    assert [c.offload_optimizer for c in gv.suite_for(gv.parse_args(["--skip-offload"])).pair] == ["none"]
+    assert gv.suite_for(gv.parse_args(["--zero", "2", "--mbs", "8", "--skip-pair"])).pair == ()
+    cpu = gv.suite_for(gv.parse_args(["--cpu"]))
+    assert (cpu.accelerator, cpu.steps, cpu.warmup, len(cpu.grid), len(cpu.pair)) == ("cpu", 3, 1, 2, 2)
+    with pytest.raises(SystemExit):
+        gv.parse_args(["--steps", "2", "--warmup", "2"])
+
+
+def test_the_loop_keeps_to_its_budget_and_writes_a_line_per_configuration(tmp_path: Path) -> None:
+    suite = gv.suite_for(gv.parse_args([]))
+    configs = gv.run_order(suite, None)  # 12 grid + 7B + 7B offload
+    now = [0.0]
+    limits: list[float] = []
+
+    def clock() -> float:
+        return now[0]
+
+    def runner(cfg: gv.Config, limit: float) -> dict[str, Any]:
+        limits.append(limit)
+        if cfg.micro_batch_size == 4 and cfg.recompute == "none":
+            raise ValueError("renderer refused")
+        now[0] += 30.0
+        ran = record(cfg.label)
+        return {k: v for k, v in ran.items() if k.startswith(("predicted", "measured", "memory", "status"))}
+
+    results = tmp_path / "results.jsonl"
+    records = gv.run_all(configs, suite, runner, results, budget_s=450.0, clock=clock)
+    lines = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [r["label"] for r in lines] == [c.label for c in configs] and lines == records
+    statuses = [r["status"] for r in records]
+    assert statuses.count("failed") == 2 and "renderer refused" in records[2]["detail"]
+    assert statuses[-1] == "skipped" and "time budget" in records[-1]["detail"]  # offload needs 180 s
+    assert all(limit <= 450.0 - gv.REPORT_RESERVE_S for limit in limits) and limits[0] == 150.0
+    assert records[0]["wall_s"] == 30.0 and records[0]["zero_stage"] == 1
