@@ -119,7 +119,7 @@ def suite_for(args: argparse.Namespace) -> Suite:
         models, pair_model, gbs, pair_mbs = {"llama-1.1b": LLAMA_1B, "llama-2-7b": LLAMA_7B}, "llama-2-7b", 16, 1
         zeros, sizes = ([1, 2, 3], [1, 4, 8, 16]) if args.full_grid else (args.zero, args.mbs)
         configs = grid("llama-1.1b", zeros, sizes, ["none", "full"])
-        timeout_s, min_start_s = {"llama-1.1b": 150.0, "llama-2-7b": 240.0}, {"llama-1.1b": 40.0, "llama-2-7b": 90.0}
+        timeout_s, min_start_s = {"llama-1.1b": 150.0, "llama-2-7b": 240.0}, {"llama-1.1b": 40.0, "llama-2-7b": 60.0}
         offload_timeout_s, notes = 300.0, ()
     pair: tuple[Config, ...] = () if args.skip_pair else (
         Config(pair_model, 3, pair_mbs, "full", role="pair"), Config(pair_model, 3, pair_mbs, "full", "cpu", "pair"))
@@ -176,11 +176,13 @@ def planner_choice(suite: Suite, cluster: dict[str, Any]) -> Config | None:
 
 
 def run_order(suite: Suite, chosen: Config | None) -> list[Config]:
-    """The grid, the planner's choice if the grid lacks it, then the pair with offload last."""
-    known = {c.label for c in suite.grid}
-    extra = [chosen] if chosen is not None and chosen.label not in known else []
+    """The planner's choice first (role planner if the grid lacks it), the rest of the grid, then the pair with
+    offload last: if time runs short, what is skipped is the least needed."""
     pair = sorted(suite.pair, key=lambda c: c.offload_optimizer != "none")
-    return [*suite.grid, *extra, *pair]
+    if chosen is None:
+        return [*suite.grid, *pair]
+    first = next((c for c in suite.grid if c.label == chosen.label), chosen)
+    return [first, *(c for c in suite.grid if c.label != chosen.label), *pair]
 
 
 # Running one configuration -------------------------------------------------------------------------------------
@@ -268,20 +270,26 @@ def base_record(cfg: Config) -> Record:
     return {"label": cfg.label, **asdict(cfg)}
 
 
+def needed_s(cfg: Config, suite: Suite) -> float:
+    """Budget a run needs left to start: start-up and a few steps (the offload run twice that)."""
+    return suite.min_start_s[cfg.model] * (2 if cfg.offload_optimizer != "none" else 1)
+
+
 def run_all(configs: list[Config], suite: Suite, runner: Runner, results: Path, budget_s: float,
             clock: Callable[[], float] = time.monotonic) -> list[Record]:
-    """Each configuration within what is left of the budget; one JSON line per configuration as it finishes."""
+    """Each configuration within what is left of the budget, keeping back what the pair's later runs need to
+    start; one JSON line per configuration as it finishes."""
     start, records = clock(), []
-    for i, cfg in enumerate(configs, 1):
-        left = budget_s - (clock() - start) - REPORT_RESERVE_S
-        offload = cfg.offload_optimizer != "none"
-        need = suite.min_start_s[cfg.model] * (2 if offload else 1)
-        t0 = clock()
+    for i, cfg in enumerate(configs):
+        later_pair = sum(needed_s(c, suite) for c in configs[i + 1:] if c.role == "pair")
+        left = budget_s - (clock() - start) - REPORT_RESERVE_S - later_pair
+        need, t0 = needed_s(cfg, suite), clock()
         if left < need:
             rec = {**base_record(cfg), "status": "skipped",
-                   "detail": f"time budget: {left:.0f} s left, needs {need:.0f} s"}
+                   "detail": f"time budget: {left:.0f} s left for it, needs {need:.0f} s"}
         else:
-            limit = min(suite.offload_timeout_s if offload else suite.timeout_s[cfg.model], left)
+            limit = min(suite.offload_timeout_s if cfg.offload_optimizer != "none" else suite.timeout_s[cfg.model],
+                        left)
             try:
                 rec = {**base_record(cfg), **runner(cfg, limit)}
             except Exception as exc:  # a planner or renderer refusal is a result too
@@ -290,7 +298,7 @@ def run_all(configs: list[Config], suite: Suite, runner: Runner, results: Path, 
         with results.open("a") as f:
             f.write(json.dumps(rec) + "\n")
         records.append(rec)
-        print(f"[gpu_validation] {i}/{len(configs)} {progress(rec)}", flush=True)
+        print(f"[gpu_validation] {i + 1}/{len(configs)} {progress(rec)}", flush=True)
     return records
 
 

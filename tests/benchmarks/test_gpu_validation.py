@@ -150,9 +150,12 @@ def test_order_puts_the_planners_choice_after_the_grid_and_offload_last() -> Non
     in_grid = gv.Config("llama-1.1b", 3, 16, "none", role="planner")
     order = gv.run_order(suite, in_grid)
     assert len(order) == 14 and order[-1].label == "llama-2-7b-z3-mbs1-rcon-offload"
+    assert order[0] == gv.Config("llama-1.1b", 3, 16, "none") and order[0].role == "grid"  # the grid's own entry
+    assert len({c.label for c in order}) == 14
     outside = gv.Config("llama-1.1b", 2, 8, "none", role="planner")
     order = gv.run_order(suite, outside)
-    assert order[12] == outside and len(order) == 15
+    assert order[0] == outside and len(order) == 15 and order[1:13] == list(suite.grid)
+    assert gv.run_order(suite, None)[:12] == list(suite.grid)
     assert len(gv.suite_for(gv.parse_args(["--full-grid"])).grid) == 24
     assert [c.offload_optimizer for c in gv.suite_for(gv.parse_args(["--skip-offload"])).pair] == ["none"]
     assert gv.suite_for(gv.parse_args(["--zero", "2", "--mbs", "8", "--skip-pair"])).pair == ()
@@ -162,29 +165,46 @@ def test_order_puts_the_planners_choice_after_the_grid_and_offload_last() -> Non
         gv.parse_args(["--steps", "2", "--warmup", "2"])
 
 
-def test_the_loop_keeps_to_its_budget_and_writes_a_line_per_configuration(tmp_path: Path) -> None:
+def run_fake(tmp_path: Path, budget_s: float, run_s: float) -> tuple[list[dict[str, Any]], list[float]]:
+    """The default GPU order (12 grid + 7B + 7B offload) through a stand-in runner that takes run_s per run on a
+    fake clock and raises for one grid point."""
     suite = gv.suite_for(gv.parse_args([]))
-    configs = gv.run_order(suite, None)  # 12 grid + 7B + 7B offload
+    configs = gv.run_order(suite, None)
     now = [0.0]
     limits: list[float] = []
 
-    def clock() -> float:
-        return now[0]
-
     def runner(cfg: gv.Config, limit: float) -> dict[str, Any]:
         limits.append(limit)
-        if cfg.micro_batch_size == 4 and cfg.recompute == "none":
+        if cfg.label == "llama-1.1b-z1-mbs4-rcoff":
             raise ValueError("renderer refused")
-        now[0] += 30.0
+        now[0] += run_s
         ran = record(cfg.label)
         return {k: v for k, v in ran.items() if k.startswith(("predicted", "measured", "memory", "status"))}
 
     results = tmp_path / "results.jsonl"
-    records = gv.run_all(configs, suite, runner, results, budget_s=450.0, clock=clock)
+    records = gv.run_all(configs, suite, runner, results, budget_s=budget_s, clock=lambda: now[0])
     lines = [json.loads(line) for line in results.read_text().splitlines()]
     assert [r["label"] for r in lines] == [c.label for c in configs] and lines == records
+    return records, limits
+
+
+def test_the_loop_writes_a_line_per_configuration_and_records_refusals(tmp_path: Path) -> None:
+    records, limits = run_fake(tmp_path, budget_s=10_000.0, run_s=30.0)
     statuses = [r["status"] for r in records]
-    assert statuses.count("failed") == 2 and "renderer refused" in records[2]["detail"]
-    assert statuses[-1] == "skipped" and "time budget" in records[-1]["detail"]  # offload needs 180 s
-    assert all(limit <= 450.0 - gv.REPORT_RESERVE_S for limit in limits) and limits[0] == 150.0
-    assert records[0]["wall_s"] == 30.0 and records[0]["zero_stage"] == 1
+    assert statuses.count("ok") == 13 and records[2]["status"] == "failed"
+    assert "ValueError: renderer refused" in records[2]["detail"]
+    assert limits[0] == 150.0 and limits[-2:] == [240.0, 300.0]  # per-model timeouts, offload last
+    assert records[0]["wall_s"] == 30.0 and records[0]["zero_stage"] == 1 and records[0]["role"] == "grid"
+
+
+def test_the_loop_keeps_to_its_budget_and_keeps_room_for_the_pair(tmp_path: Path) -> None:
+    """At 40 s a run, 400 s leave room for 5 grid runs once the pair's 60 + 120 s are kept back; the 7B run
+    keeps back the offload run's 120 s, which then gets what is left."""
+    records, limits = run_fake(tmp_path, budget_s=400.0, run_s=40.0)
+    statuses = [r["status"] for r in records]
+    assert statuses[:6] == ["ok", "ok", "failed", "ok", "ok", "ok"]
+    assert statuses[6:12] == ["skipped"] * 6 and "time budget" in records[6]["detail"]
+    assert statuses[12:] == ["ok", "ok"]
+    assert all(limit <= 400.0 - gv.REPORT_RESERVE_S for limit in limits)
+    assert limits[-2] == 400.0 - 5 * 40.0 - gv.REPORT_RESERVE_S - 120.0  # the 7B run: what the offload run leaves
+    assert limits[-1] == 400.0 - 6 * 40.0 - gv.REPORT_RESERVE_S  # the offload run: the rest
