@@ -75,6 +75,11 @@ class Config:
         rc = "on" if self.recompute != "none" else "off"
         return f"{self.model}-z{self.zero_stage}-mbs{self.micro_batch_size}-rc{rc}{off}"
 
+    @property
+    def job_name(self) -> str:
+        """The label as the renderer's job names go (lowercase letters, digits, '-'; at most 40)."""
+        return re.sub(r"[^a-z0-9-]+", "-", self.label.lower())[:40].strip("-")
+
     def parallel(self) -> ParallelConfig:
         return ParallelConfig(dp=1, zero_stage=self.zero_stage, micro_batch_size=self.micro_batch_size,
                               recompute=self.recompute, offload_optimizer=self.offload_optimizer)
@@ -252,14 +257,18 @@ def validate(cfg: Config, suite: Suite, cluster: dict[str, Any], out: Path, time
     result, est = pinned_result(req, cfg.parallel())
     work = out / "runs" / cfg.label
     work.mkdir(parents=True, exist_ok=True)
-    options = RenderOptions(job_name=cfg.label, workdir=str(ROOT), accelerator=suite.accelerator,
+    options = RenderOptions(job_name=cfg.job_name, workdir=str(ROOT), accelerator=suite.accelerator,
                             train_iters=suite.steps, log_interval=1)
     arts = render(result, 1, options)
     write_artifacts(arts, work / "files")
     rec = {**predicted(est, result.cluster.gpu.efficiency), "plan_json": str(work / "files" / "plan.json")}
     if "plan.json" not in arts.files:
         return {**rec, "status": "failed", "detail": "; ".join(arts.notes) or "no plan.json rendered"}
-    return {**rec, **bench(work / "files" / "plan.json", work, suite, timeout_s)}
+    ran = bench(work / "files" / "plan.json", work, suite, timeout_s)
+    if ran["status"] == "ok" and not str(ran["measured_recompute"]).startswith(cfg.recompute):
+        ran.update(status="failed", detail=f"the trainer recomputed {ran['measured_recompute']!r}, the plan says "
+                                           f"{cfg.recompute}")
+    return {**rec, **ran}
 
 
 # The loop ------------------------------------------------------------------------------------------------------
@@ -357,7 +366,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     def ints(text: str) -> list[int]:
         return [int(v) for v in text.split(",")]
 
-    p.add_argument("--out", default=os.environ.get("OUT", "gpu-validation"), help="results directory")
+    p.add_argument("--out", default=os.environ.get("OUT", "runs/gpu-validation"), help="results directory ($OUT)")
     p.add_argument("--cpu", action="store_true", help="smoke run on CPU: tiny models, gloo, few steps")
     p.add_argument("--full-grid", action="store_true", help="ZeRO 1/2/3 x mbs 1/4/8/16 x recompute off/on")
     p.add_argument("--zero", type=ints, default=[1, 3], help="ZeRO stages of the grid (default 1,3)")
@@ -381,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     suite, out, start = suite_for(args), Path(args.out), time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.jsonl").write_text("")
-    profile, host = probe(out, 180.0), host_memory_gib()
+    profile, host = probe(out, 120.0), host_memory_gib()
     cluster = {"num_nodes": 1, "gpus_per_node": 1, "gpu": suite.gpu, "cpu_memory_GiB": host, "profile": profile}
     chosen = planner_choice(suite, cluster)
     configs = run_order(suite, chosen)

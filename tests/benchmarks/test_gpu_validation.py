@@ -208,3 +208,46 @@ def test_the_loop_keeps_to_its_budget_and_keeps_room_for_the_pair(tmp_path: Path
     assert all(limit <= 400.0 - gv.REPORT_RESERVE_S for limit in limits)
     assert limits[-2] == 400.0 - 5 * 40.0 - gv.REPORT_RESERVE_S - 120.0  # the 7B run: what the offload run leaves
     assert limits[-1] == 400.0 - 6 * 40.0 - gv.REPORT_RESERVE_S  # the offload run: the rest
+
+
+def test_a_run_that_did_not_recompute_as_planned_is_not_a_measurement(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """validate renders the pinned plan (the recompute flags reach plan.json) and refuses a run whose trainer
+    reports another recomputation."""
+    suite = gv.suite_for(gv.parse_args([]))
+    seen: list[list[str]] = []
+
+    def fake_bench(plan_json: Path, work: Path, suite: gv.Suite, timeout_s: float) -> dict[str, Any]:
+        seen.append(json.loads(plan_json.read_text())["entrypoint"]["args"])
+        return {"status": "ok", "detail": "", "measured_recompute": "none"}
+
+    monkeypatch.setattr(gv, "bench", fake_bench)
+    full = gv.validate(gv.Config("llama-1.1b", 1, 4, "full"), suite, H200, tmp_path, 60.0)
+    assert full["status"] == "failed" and "recomputed 'none', the plan says full" in full["detail"]
+    assert full["predicted_fits"] is True and full["predicted_allocated_bytes"] > 2**30
+    assert "--recompute-granularity" in seen[0] and seen[0][seen[0].index("--recompute-granularity") + 1] == "full"
+    plain = gv.validate(gv.Config("llama-1.1b", 1, 4, "none"), suite, H200, tmp_path, 60.0)
+    assert plain["status"] == "ok" and "--recompute-granularity" not in seen[1]
+    assert json.loads(Path(plain["plan_json"]).read_text())["job"]["name"] == "llama-1-1b-z1-mbs4-rcoff"
+
+
+def test_every_gpu_configuration_renders_a_plan_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The full grid, the pair and a planner pick outside the grid all get through the planner and the renderer
+    (job names, recompute and offload flags) before any GPU time is spent."""
+    def fake_bench(plan_json: Path, work: Path, suite: gv.Suite, timeout_s: float) -> dict[str, Any]:
+        args = json.loads(plan_json.read_text())["entrypoint"]["args"]
+        flag = "--recompute-granularity"
+        return {"status": "ok", "detail": "", "measured_recompute": args[args.index(flag) + 1] if flag in args
+                else "none"}
+
+    monkeypatch.setattr(gv, "bench", fake_bench)
+    suite = gv.suite_for(gv.parse_args(["--full-grid"]))
+    configs = gv.run_order(suite, gv.Config("llama-1.1b", 2, 2, "none", role="planner"))
+    records = [gv.validate(c, suite, H200, tmp_path, 60.0) for c in configs]
+    assert len(records) == 27 and all(r["status"] == "ok" for r in records), [r.get("detail") for r in records]
+    by_label = dict(zip([c.label for c in configs], records, strict=True))
+    offload = json.loads((Path(by_label["llama-2-7b-z3-mbs1-rcon-offload"]["plan_json"]).parent
+                          / "ds_config.json").read_text())
+    assert offload["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    assert by_label["llama-2-7b-z3-mbs1-rcon"]["predicted_fits"] is False  # 135 GiB > 126 GiB usable on an H200
+    assert by_label["llama-2-7b-z3-mbs1-rcon-offload"]["predicted_fits"] is True

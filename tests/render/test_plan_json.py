@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from render_cases import fixed_result
 
 from app.render import RenderOptions, render, write_artifacts
