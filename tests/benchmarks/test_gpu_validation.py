@@ -246,6 +246,21 @@ def test_every_gpu_configuration_renders_a_plan_json(tmp_path: Path, monkeypatch
     records = [gv.validate(c, suite, H200, tmp_path, 60.0) for c in configs]
     assert len(records) == 27 and all(r["status"] == "ok" for r in records), [r.get("detail") for r in records]
     by_label = dict(zip([c.label for c in configs], records, strict=True))
+    sys.path.insert(0, str(ROOT / "examples"))
+    import train_gpt
+
+    for cfg, rec in zip(configs, records, strict=True):  # the trainer reads every argument the plan gives it
+        plan = json.loads(Path(rec["plan_json"]).read_text())
+        assert plan["world"]["accelerator"] == "cuda" and plan["parallel"]["zero_stage"] == cfg.zero_stage
+        args = train_gpt.parse_args([a.replace("{run_dir}", str(tmp_path)) for a in plan["entrypoint"]["args"]])
+        assert args.ignored == [] and (args.micro_batch_size, args.global_batch_size) == (cfg.micro_batch_size, 16)
+        assert (args.recompute is not None) == (cfg.recompute == "full")
+        shape = (args.num_layers, args.hidden_size, args.num_attention_heads, args.num_query_groups,
+                 args.ffn_hidden_size, args.vocab_size, args.seq_length, args.swiglu,
+                 args.untie_embeddings_and_output_weights, args.normalization, args.position_embedding_type)
+        assert shape == ((22, 2048, 32, 4, 5632, 32000, 2048, True, True, "RMSNorm", "rope")
+                         if cfg.model == "llama-1.1b" else
+                         (32, 4096, 32, None, 11008, 32000, 2048, True, True, "RMSNorm", "rope")), cfg.label  # MHA
     offload = json.loads((Path(by_label["llama-2-7b-z3-mbs1-rcon-offload"]["plan_json"]).parent
                           / "ds_config.json").read_text())
     assert offload["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
