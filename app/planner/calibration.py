@@ -74,7 +74,7 @@ def constants(cluster: ClusterSpec, training: TrainingSpec) -> list[Constant]:
         framework.append(Constant(name="DeepSpeed PipelineEngine overhead per micro-batch (with PP)",
                                   value=overhead * 1e3, unit="ms",
                                   source="data/frameworks.json (fitted on the BLOOM and MT-NLG runs)"))
-    return framework + [
+    hardware = [
         Constant(
             name="GEMM throughput in training",
             value=cluster.gpu.peak_flops(precision) * eff.gemm / 1e12,
@@ -106,3 +106,4 @@ def constants(cluster: ClusterSpec, training: TrainingSpec) -> list[Constant]:
             source=src(measured and profile is not None and profile.cpu_adam is not None),
         ),
     ]
+    return framework + hardware

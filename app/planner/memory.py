@@ -195,30 +195,62 @@ def stage_parts(
     dense: int,
     moe: int,
 ) -> StageParts:
+    states = _stage_states(model, training, par, stage, dense, moe)
+    in_flight = microbatches_in_flight(par, stage, max(1, num_microbatches(training, par)))
+    acts = _stage_activation_bytes(model, par, training, stage, dense, moe, in_flight)
+    eff = cluster.gpu.efficiency
+    allocated = states.weights + states.grads + states.optimizer + acts + states.other
+    fragmentation = allocated * eff.allocator_fragmentation
+    return StageParts(
+        params=states.params,
+        weights=states.weights,
+        grads=states.grads,
+        optimizer=states.optimizer,
+        activations=acts,
+        other=states.other + fragmentation + eff.runtime_overhead_bytes,
+        total=allocated + fragmentation + eff.runtime_overhead_bytes,
+        cpu=states.cpu,
+        nvme=states.nvme,
+        in_flight=in_flight,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _States:
+    params: int
+    weights: float
+    grads: float
+    optimizer: float
+    other: float  # buckets, gathered ZeRO-3 parameters, FP8 copies
+    cpu: float
+    nvme: float
+
+
+def _stage_states(
+    model: ModelSpec, training: TrainingSpec, par: ParallelConfig, stage: int, dense: int, moe: int
+) -> _States:
+    """Everything on a stage but activations: the same for every micro-batch size and recomputation, so it is
+    computed once per placement and sharding (cached on the model spec)."""
+    key = ("states", par.tp, par.pp, par.dp, par.cp, par.ep, par.expert_tp, par.zero_stage, par.distributed_optimizer,
+           par.offload_optimizer, par.offload_param, stage == 0, stage == par.pp - 1, dense, moe)
+    return model.memo(key, lambda: _compute_states(model, training, par, stage, dense, moe), training)
+
+
+def _compute_states(
+    model: ModelSpec, training: TrainingSpec, par: ParallelConfig, stage: int, dense: int, moe: int
+) -> _States:
     dense_shard, expert_shard = optimizer_shards(par, training.framework)
     sp = stage_params(model, par, stage, dense, moe)
     sd, se = state_bytes(training, par, dense_shard), state_bytes(training, par, expert_shard)
-    weights = sp.dense * sd.weights + sp.expert * se.weights
-    grads = sp.dense * sd.grads + sp.expert * se.grads
-    optimizer = sp.dense * sd.optimizer + sp.expert * se.optimizer
     fp8_extra = _fp8_bytes(sp, dense + moe) if training.precision == "fp8" else 0.0
-    in_flight = microbatches_in_flight(par, stage, max(1, num_microbatches(training, par)))
-    acts = _stage_activation_bytes(model, par, training, stage, dense, moe, in_flight)
-    other = _other_bytes(model, training, par, sp, fp8_extra)
-    eff = cluster.gpu.efficiency
-    allocated = weights + grads + optimizer + acts + other
-    fragmentation = allocated * eff.allocator_fragmentation
-    return StageParts(
+    return _States(
         params=sp.dense + sp.expert,
-        weights=weights,
-        grads=grads,
-        optimizer=optimizer,
-        activations=acts,
-        other=other + fragmentation + eff.runtime_overhead_bytes,
-        total=allocated + fragmentation + eff.runtime_overhead_bytes,
+        weights=sp.dense * sd.weights + sp.expert * se.weights,
+        grads=sp.dense * sd.grads + sp.expert * se.grads,
+        optimizer=sp.dense * sd.optimizer + sp.expert * se.optimizer,
+        other=_other_bytes(model, training, par, sp, fp8_extra),
         cpu=sp.dense * sd.cpu + sp.expert * se.cpu,
         nvme=sp.dense * sd.nvme + sp.expert * se.nvme,
-        in_flight=in_flight,
     )
 
 
