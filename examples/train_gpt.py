@@ -285,6 +285,9 @@ def main(argv: list[str]) -> int:
     log("done")
     import torch.distributed as dist
 
+    # Every rank is past its last collective before any tears the group down: a rank that leaves first closes
+    # gloo/NCCL connections a slower rank is still using, which aborts it at exit.
+    dist.barrier()
     dist.destroy_process_group()
     return 0
 

@@ -85,7 +85,7 @@ def show(args: argparse.Namespace) -> int:
                 f"grace {job.grace_period_s:g} s, numa {job.numa_binding}, OMP threads {job.omp_num_threads}"),
         ("world", f"{w.num_nodes} node(s) x {w.gpus_per_node} {w.accelerator} process(es) = {w.world_size}; "
                   f"master {w.master_addr}:{w.master_port}" + (f"; hosts {', '.join(w.hosts)}" if w.hosts else "")),
-        ("parallel", f"tp {p.tp} pp {p.pp} vpp {p.vpp} cp {p.cp} dp {p.dp} ep {p.ep}, ZeRO {p.zero_stage}; "
+        ("parallel", f"tp {p.tp} pp {p.pp} vpp {p.vpp} cp {p.cp} dp {p.dp} ep {p.ep} etp {p.etp}, ZeRO {p.zero_stage}; "
                      f"batch {p.global_batch_size} = mbs {p.micro_batch_size} x gas "
                      f"{p.gradient_accumulation_steps} x dp {p.dp}"),
         ("entrypoint", shlex.join([e.python or "python", e.script, *e.args])),
