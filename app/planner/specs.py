@@ -385,9 +385,6 @@ class ParallelConfig(Frozen):
         return (self.tp, self.cp, self.micro_batch_size, self.sequence_parallel, self.recompute, self.ep,
                 self.expert_tp)
 
-    @property
-    def sharded_optimizer(self) -> bool:
-        return self.distributed_optimizer or self.zero_stage >= 1
 
 
 class PlanRequest(Frozen):

@@ -19,7 +19,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from app.planner import catalog, comm, compute, layout
 from app.planner.activations import moe_imbalance
@@ -52,13 +52,6 @@ class StageTime:
             self.compute + self.recompute + self.tp_comm + self.cp_comm + self.ep_comm + self.pp_comm + self.zero_comm
             + self.engine
         )
-
-
-@dataclass(slots=True)
-class StepTime:
-    step_s: float
-    bubble_s: float
-    breakdown: dict[str, float] = field(default_factory=dict)
 
 
 def _tp_comm_per_layer(model: ModelSpec, par: ParallelConfig, cluster: ClusterSpec) -> tuple[float, float]:

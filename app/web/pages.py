@@ -106,6 +106,8 @@ def result_context(templates: WebTemplates, record: PlanRecord, rank: int, files
         "rejected": [RejectedRow(g.reason, g.message, g.count, describe(g.examples[0]) if g.examples else "")
                      for g in result.rejected],
         "efficiency": gpu.efficiency, "evidence": catalog.generation_evidence().get(gpu.generation, "not documented"),
+        "framework_evidence": catalog.framework_evidence()["deepspeed_pipeline_engine"]
+        if result.training.framework != "megatron" else "",
         "other_help": _other_help(), "flops_definition": plan.estimate.time.flops_definition if plan else "",
     }
     if plan is None:
