@@ -173,6 +173,10 @@ def model_flops_per_token(model: ModelSpec) -> float:
     """Megatron-LM `num_floating_point_operations` per token (forward + backward, no recompute): 6 x the
     matrix parameters a token passes through (top-k experts for MoE) + 6 x the causal attention core
     (`heads * (score_dim + value_dim) / 2 * s` per layer, i.e. q*s for MHA)."""
+    return model.memo("flops_per_token", lambda: _model_flops_per_token(model))
+
+
+def _model_flops_per_token(model: ModelSpec) -> float:
     h, s = model.hidden_size, model.seq_length
     shape = attention_shape(model)
     expansion = 3 if model.swiglu else 2

@@ -33,18 +33,23 @@ def stage_layers(num_layers: int, par: ParallelConfig) -> list[int]:
     return layers
 
 
-def stage_layer_kinds(model: ModelSpec, par: ParallelConfig) -> list[tuple[int, int]]:
+def stage_layer_kinds(model: ModelSpec, par: ParallelConfig) -> tuple[tuple[int, int], ...]:
     """(dense layers, MoE layers) on each stage; the first `moe_first_dense_layers` layers are dense."""
+    key = ("stage_layer_kinds", par.pp, par.first_stage_layers, par.last_stage_layers)
+    return model.memo(key, lambda: _stage_layer_kinds(model, par))
+
+
+def _stage_layer_kinds(model: ModelSpec, par: ParallelConfig) -> tuple[tuple[int, int], ...]:
     out, start = [], 0
     dense_total = model.num_layers - model.num_moe_layers
     for n in stage_layers(model.num_layers, par):
         dense = max(0, min(start + n, dense_total) - start)
         out.append((dense, n - dense))
         start += n
-    return out
+    return tuple(out)
 
 
-def stage_groups(kinds: list[tuple[int, int]], pp: int) -> list[tuple[int, int, int, int]]:
+def stage_groups(kinds: tuple[tuple[int, int], ...], pp: int) -> list[tuple[int, int, int, int]]:
     """Runs of identical middle stages as (first stage, count, dense, moe); the first stage (embedding) and
     the last (output layer) always stand alone."""
     groups: list[tuple[int, int, int, int]] = []

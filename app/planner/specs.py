@@ -7,6 +7,7 @@ the OpenAPI schema and the web form.
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeVar
@@ -126,9 +127,9 @@ class ModelSpec(Frozen):
         """The cached value of `compute()` for `key` on this spec. `owners` are other objects the value depends
         on; they are compared by identity (and kept alive by the cache, so an id is never reused for them)."""
         memo = self.__pydantic_private__["_memo"]  # type: ignore[index]  # the slot, not pydantic's __getattr__
-        full_key = (key, *map(id, owners))
+        full_key = (key, *map(id, owners)) if owners else key
         entry = memo.get(full_key)
-        if entry is not None and all(a is b for a, b in zip(entry[0], owners, strict=True)):
+        if entry is not None and all(map(operator.is_, entry[0], owners)):
             return entry[1]  # type: ignore[no-any-return]
         value = compute()
         memo[full_key] = (owners, value)
