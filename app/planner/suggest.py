@@ -46,7 +46,8 @@ def _fits_on(
 def _fewest_nodes(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, offload: bool, deadline: float
 ) -> str | None:
-    """Double the node count until a plan fits, then bisect down (memory per GPU falls as nodes grow)."""
+    """Double the node count until a plan fits, then look for the fewest: bisect a wide range, then try the last
+    16 counts one by one (divisibility makes fitting non-monotonic: 10 nodes may fit where 12 do not)."""
     lo, found, hi = cluster.num_nodes, None, 0
     for factor in (2, 4, 8, 16, 32, 64, 128):
         found = _fits_on(model, cluster, training, cluster.num_nodes * factor, offload, deadline)
@@ -56,13 +57,18 @@ def _fewest_nodes(
         lo = cluster.num_nodes * factor
     if found is None:
         return None
-    while hi - lo > 1:
+    while hi - lo > 16:  # bisect a wide range down to 16 counts ...
         mid = (lo + hi) // 2
         smaller = _fits_on(model, cluster, training, mid, offload, deadline)
         if smaller is None:
             lo = mid
         else:
             hi, found = mid, smaller
+    for nodes in range(lo + 1, hi):  # ... then take the first count that fits
+        smaller = _fits_on(model, cluster, training, nodes, offload, deadline)
+        if smaller is not None:
+            hi, found = nodes, smaller
+            break
     return (
         f"{hi} nodes ({hi * cluster.gpus_per_node} x {cluster.gpu.name}) would fit: "
         f"{describe(found.par)}, {found.peak_bytes / GiB:.1f} GiB per GPU"
