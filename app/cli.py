@@ -43,6 +43,11 @@ def _fail(errors: list[FieldError]) -> int:
     return 2
 
 
+def _input_error(exc: ValueError, field: str = "") -> int:
+    """Report bad input (pydantic's errors field by field, any other ValueError as one message); exit code 2."""
+    return _fail(field_errors(exc) if isinstance(exc, ValidationError) else [FieldError(field, str(exc))])
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
@@ -104,10 +109,8 @@ def format_plan(result: PlanResult) -> str:
 def cmd_plan(args: argparse.Namespace) -> int:
     try:
         result = plan(PlanRequest(**_read_request(args.request)))
-    except ValidationError as exc:
-        return _fail(field_errors(exc))
-    except ValueError as exc:
-        return _fail([FieldError("", str(exc))])
+    except ValueError as exc:  # pydantic's ValidationError included
+        return _input_error(exc)
     print(result.model_dump_json(indent=2) if args.json else format_plan(result))
     return 0 if result.plans else 1
 
@@ -115,10 +118,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_estimate(args: argparse.Namespace) -> int:
     try:
         est = estimate(EstimateRequest(**_read_request(args.request)))
-    except ValidationError as exc:
-        return _fail(field_errors(exc))
-    except ValueError as exc:
-        return _fail([FieldError("", str(exc))])
+    except ValueError as exc:  # pydantic's ValidationError included
+        return _input_error(exc)
     print(est.model_dump_json(indent=2) if args.json else format_estimate(est))
     return 0
 
@@ -132,7 +133,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         settings = Settings.from_env(host=args.host, port=args.port, workers=args.workers)
     except ValueError as exc:
-        return _fail([FieldError("", str(exc))])
+        return _input_error(exc)
     # the app (in each worker) reads its settings from the environment: pass the flags on that way
     os.environ.update(
         {
@@ -161,10 +162,8 @@ def cmd_render(args: argparse.Namespace) -> int:
         data = _read_request(args.request)
         options = RenderOptions(**(data.pop("render", None) or {}))
         result = plan(PlanRequest(**data))
-    except ValidationError as exc:
-        return _fail(field_errors(exc))
-    except ValueError as exc:
-        return _fail([FieldError("", str(exc))])
+    except ValueError as exc:  # pydantic's ValidationError included
+        return _input_error(exc)
     if not result.plans:
         print(format_plan(result))
         return 1
@@ -173,7 +172,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     try:
         arts = render(result, rank=args.rank, options=options)
     except ValueError as exc:  # a plan the tools cannot run, or options that do not fit it
-        return _fail([FieldError("render", str(exc))])
+        return _input_error(exc, "render")
     written = write_artifacts(arts, args.out)
     chosen = result.plans[args.rank - 1]
     print(f"plan #{args.rank}: {describe(chosen.parallel)} ({chosen.estimate.time.tokens_per_s:,.0f} tokens/s)")

@@ -7,11 +7,12 @@ import time
 from app.planner import __version__
 from app.planner.calibration import apply_profile, constants
 from app.planner.estimate import evaluate, step_lower_bound, time_estimate
-from app.planner.explain import describe, why
+from app.planner.explain import why
 from app.planner.layout import make_layout
 from app.planner.results import Estimate, Plan, PlanResult, RejectedGroup, SearchStats, TimeEstimate
 from app.planner.search import Found, SearchState, search_world
 from app.planner.specs import ClusterSpec, EstimateRequest, ModelSpec, PlanRequest, TrainingSpec
+from app.planner.suggest import suggestions
 
 GiB = 2**30
 
@@ -67,7 +68,7 @@ def plan(request: PlanRequest) -> PlanResult:
         _search(model, cluster, training, deadline, offload=True, state=state)
     timed = _time_best(model, cluster, training, state.found)
     plans = _plans(model, cluster, training, timed[: training.max_plans], len(state.found))
-    suggestions = [] if plans else suggest(request.model_copy(update={"cluster": cluster}), state)
+    hints = [] if plans else suggestions(request.model_copy(update={"cluster": cluster}), state)
     return PlanResult(
         planner_version=__version__,
         model=model,
@@ -77,7 +78,7 @@ def plan(request: PlanRequest) -> PlanResult:
         num_active_parameters=model.num_active_parameters,
         plans=plans,
         rejected=_rejected(state),
-        suggestions=suggestions,
+        suggestions=hints,
         constants=constants(cluster, training),
         notes=notes,
         stats=SearchStats(
@@ -119,11 +120,8 @@ def _plans(
 ) -> list[Plan]:
     plans: list[Plan] = []
     best: Estimate | None = None
-    for rank, (found, _t) in enumerate(ranked, start=1):
-        est = evaluate(model, cluster, training, found.par, world_size=found.world)
-        notes = []
-        if training.framework != "deepspeed" and found.par.tp == 1 and training.pinned.sequence_parallel:
-            notes.append("sequence parallelism needs TP > 1: left off")
+    for rank, (found, timed) in enumerate(ranked, start=1):
+        est = evaluate(model, cluster, training, found.par, world_size=found.world, time=timed)
         plans.append(
             Plan(
                 rank=rank,
@@ -131,7 +129,6 @@ def _plans(
                 layout=make_layout(model, cluster, training, found.par),
                 estimate=est,
                 why=why(found.par, est, best, feasible),
-                notes=notes,
             )
         )
         best = best or est
@@ -147,11 +144,4 @@ def _rejected(state: SearchState) -> list[RejectedGroup]:
     return sorted(groups, key=lambda g: -g.count)
 
 
-def suggest(request: PlanRequest, state: SearchState) -> list[str]:
-    """What would fit when nothing does: more nodes, ZeRO offload, a shorter sequence."""
-    from app.planner.suggest import suggestions
-
-    return suggestions(request, state)
-
-
-__all__ = ["describe", "estimate", "plan"]
+__all__ = ["estimate", "plan"]

@@ -1,4 +1,4 @@
-"""`estimate`: one parallel configuration → feasibility, memory per stage, step time and its breakdown."""
+"""`evaluate`: one parallel configuration → feasibility, memory per stage, step time and its breakdown."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from app.planner import compute, rules
 from app.planner.layout import num_microbatches, stage_groups, stage_layer_kinds
 from app.planner.memory import memory_estimate, optimizer_shards, stage_params
 from app.planner.results import Estimate, MemoryEstimate, TimeEstimate
-from app.planner.specs import ClusterSpec, EstimateRequest, ModelSpec, ParallelConfig, TrainingSpec
+from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from app.planner.step import StageTime, _dp_exposed, pipeline_time, stage_time
 
 FLOPS_DEFINITION = (
@@ -143,14 +143,11 @@ def evaluate(
     training: TrainingSpec,
     par: ParallelConfig,
     world_size: int | None = None,
+    time: TimeEstimate | None = None,
 ) -> Estimate:
+    """Rules, memory per stage and step time of one configuration (`time` when already computed)."""
     violations = rules.check(model, cluster, training, par, world_size)
     mem = memory_estimate(model, cluster, training, par)
     violations += fits(mem)
-    time = time_estimate(model, cluster, training, par)
+    time = time or time_estimate(model, cluster, training, par)
     return Estimate(feasible=not violations, reasons=[v.message for v in violations], memory=mem, time=time)
-
-
-def estimate(request: EstimateRequest) -> Estimate:
-    """Evaluate one fixed parallel configuration (the `estimate` interface)."""
-    return evaluate(request.model, request.cluster, request.training, request.parallel)

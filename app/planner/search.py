@@ -311,13 +311,16 @@ def _try_recompute_levels(
 ) -> bool:
     """The cheapest recomputation that fits; the more expensive ones are dominated and not timed.
     True when even the most recomputation runs out of GPU memory."""
-    for recompute in recompute_options(training):
+    levels = recompute_options(training)
+    first = _config(pl, mbs, levels[0], sharding, training)
+    violations = rules.check(model, cluster, training, first, world, only=rules.CANDIDATE_RULES)
+    if violations:  # the rules do not read the recomputation: one check covers every level
         state.candidates += 1
-        par = _config(pl, mbs, recompute, sharding, training)
-        violations = rules.check(model, cluster, training, par, world, only=rules.CANDIDATE_RULES)
-        if violations:
-            state.rejected.add(violations[0].code, violations[0].message, par)
-            return False  # the rules do not depend on recomputation
+        state.rejected.add(violations[0].code, violations[0].message, first)
+        return False
+    for recompute in levels:
+        state.candidates += 1
+        par = first if recompute == levels[0] else _config(pl, mbs, recompute, sharding, training)
         state.evaluated += 1
         peak, stage, cpu = peak_memory(model, cluster, training, par)
         if cpu > host:
