@@ -24,7 +24,16 @@ Precision = Literal["bf16", "fp16", "fp8"]
 Framework = Literal["megatron", "deepspeed", "megatron-deepspeed"]
 Objective = Literal["throughput", "min_gpus", "headroom"]
 Recompute = Literal["none", "selective", "full"]
+RecomputeMethod = Literal["uniform", "block"]
+# megatron-core TransformerConfig.recompute_modules (transformer_config.py): what selective recompute re-runs.
+RecomputeModule = Literal["core_attn", "mlp", "moe", "moe_act", "layernorm", "mla_up_proj", "shared_experts"]
 OffloadDevice = Literal["none", "cpu", "nvme"]
+Schedule = Literal["1f1b", "interleaved"]
+CPCommType = Literal["p2p", "all_gather", "a2a", "a2a+p2p"]
+GradReduceDtype = Literal["fp32", "bf16"]
+FP8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
+PartitionMethod = Literal["parameters", "uniform", "type:transformer"]
+MegatronFSDP = Literal["optim", "optim_grads", "optim_grads_params"]
 
 # Names that end up in shell scripts (host names, NIC names, paths) must be plain: no quotes, no `;`,
 # no `$`, no backticks, no whitespace or newlines. Everything allowed is still quoted in every script.
@@ -316,6 +325,16 @@ class ParallelPins(Frozen):
     offload_optimizer: OffloadDevice | None = Field(None, description="ZeRO optimizer offload.")
     offload_param: OffloadDevice | None = Field(None, description="ZeRO-3 parameter offload.")
     num_nodes: int | None = Field(None, ge=1, description="Use exactly this many nodes.")
+    cp_comm_type: CPCommType | None = Field(None, description="Context-parallel communication (--cp-comm-type).")
+    recompute_num_layers: int | None = Field(None, ge=1, description="Layers per stage fully recomputed.")
+    recompute_modules: tuple[RecomputeModule, ...] | None = Field(
+        None, description="Modules selective recomputation re-runs (--recompute-modules)."
+    )
+    fp8_param_gather: bool | None = Field(None, description="FP8 primary weights (--fp8-param-gather).")
+    tp_comm_overlap: bool | None = Field(None, description="Overlap TP communication (--tp-comm-overlap).")
+    megatron_fsdp: MegatronFSDP | None = Field(
+        None, description="Megatron-FSDP sharding (--data-parallel-sharding-strategy)."
+    )
 
 
 class TrainingSpec(Frozen):
@@ -323,6 +342,21 @@ class TrainingSpec(Frozen):
     precision: Precision = Field("bf16", description="Mixed-precision mode: bf16, fp16 or fp8 (TE).")
     optimizer: Literal["adam"] = Field("adam", description="Optimizer (Adam/AdamW: two fp32 moments).")
     framework: Framework = Field("megatron", description="What will run the job.")
+    stack: str | None = Field(
+        None,
+        description="Software stack whose costs to model (data/stacks.json); default: the framework's usual stack "
+        "(megatron: Megatron-core with Transformer Engine; megatron-deepspeed; deepspeed: a Hugging Face model).",
+    )
+    grad_reduce_dtype: GradReduceDtype = Field(
+        "fp32",
+        description="Gradient buffer and data-parallel reduction dtype: fp32 main grads (Megatron's default "
+        "with bf16) or bf16 (--grad-reduce-in-bf16, as NVIDIA's tuned recipes run).",
+    )
+    fp8_recipe: FP8Recipe | None = Field(
+        None,
+        description="FP8 scaling recipe (--fp8-recipe): delayed, tensorwise (current scaling), blockwise, "
+        "mxfp8 (Blackwell); default: tensorwise on Hopper, mxfp8 on Blackwell.",
+    )
     objective: Objective = Field(
         "throughput", description="Rank by tokens/s, by fewest GPUs that fit, or by most memory headroom."
     )
@@ -371,6 +405,62 @@ class ParallelConfig(Frozen):
     last_stage_layers: int | None = Field(
         None, ge=1, description="Layers on the last pipeline stage (--decoder-last-pipeline-num-layers)."
     )
+    schedule: Schedule | None = Field(
+        None, description="Pipeline schedule: 1f1b, or interleaved (vpp > 1); default follows vpp."
+    )
+    account_for_embedding_in_pipeline_split: bool = Field(
+        False, description="Count the embedding as one layer of the first stage's share (Megatron)."
+    )
+    account_for_loss_in_pipeline_split: bool = Field(
+        False, description="Count the output layer and loss as one layer of the last stage's share (Megatron)."
+    )
+    pipeline_layout: str | None = Field(
+        None,
+        max_length=4096,
+        description="Megatron's --pipeline-model-parallel-layout, e.g. 'Et*2|(t*2|)*34,t*3|(t*2|)*3,tL'.",
+    )
+    partition_method: PartitionMethod | None = Field(
+        None, description="DeepSpeed PipelineModule partition_method (Megatron-DeepSpeed with PP)."
+    )
+    recompute_method: RecomputeMethod | None = Field(
+        None, description="Full recompute method (--recompute-method): uniform or block."
+    )
+    recompute_num_layers: int | None = Field(
+        None, ge=1, description="Full recompute: layers per stage (block) or per group (uniform) recomputed."
+    )
+    recompute_modules: tuple[RecomputeModule, ...] | None = Field(
+        None, description="Selective recompute: modules re-run in backward (default core_attn)."
+    )
+    cp_comm_type: CPCommType = Field("p2p", description="Context-parallel communication (--cp-comm-type).")
+    hierarchical_cp_sizes: tuple[int, int] | None = Field(
+        None,
+        description="a2a+p2p: (a2a group inside the node, p2p ring across) (--hierarchical-context-parallel-sizes).",
+    )
+    grad_reduce_dtype: GradReduceDtype = Field("fp32", description="Main-grad buffer and DP reduction dtype.")
+    fp8_recipe: FP8Recipe | None = Field(None, description="FP8 scaling recipe (--fp8-recipe), FP8 plans only.")
+    fp8_param_gather: bool = Field(False, description="FP8 primary weights (--fp8-param-gather).")
+    tp_comm_overlap: bool = Field(False, description="Overlap TP communication with GEMMs (--tp-comm-overlap).")
+    moe_ep_overlap: bool = Field(
+        False, description="Overlap EP all-to-all with compute (--overlap-moe-expert-parallel-comm)."
+    )
+    megatron_fsdp: MegatronFSDP | None = Field(
+        None, description="Megatron-FSDP strategy (--use-megatron-fsdp --data-parallel-sharding-strategy)."
+    )
+
+    @model_validator(mode="after")
+    def _fill_schedule(self) -> ParallelConfig:
+        expected = "interleaved" if self.vpp > 1 else "1f1b"
+        if self.schedule is None:
+            object.__setattr__(self, "schedule", expected)  # frozen: set once, during validation
+        elif self.schedule != expected:
+            raise ValueError(f"schedule({self.schedule}) does not match vpp({self.vpp}): expected {expected}")
+        if self.cp_comm_type == "a2a+p2p":
+            sizes = self.hierarchical_cp_sizes
+            if sizes is None or sizes[0] * sizes[1] != self.cp:
+                raise ValueError(f"cp_comm_type a2a+p2p needs hierarchical_cp_sizes whose product is cp({self.cp})")
+        elif self.hierarchical_cp_sizes is not None:
+            raise ValueError("hierarchical_cp_sizes is set but cp_comm_type is not a2a+p2p")
+        return self
 
     @property
     def world_size(self) -> int:
@@ -382,10 +472,28 @@ class ParallelConfig(Frozen):
 
     @property
     def layer_fields(self) -> tuple[object, ...]:
-        """What the cost of one layer for one micro-batch depends on (the key of the per-layer caches)."""
-        return (self.tp, self.cp, self.micro_batch_size, self.sequence_parallel, self.recompute, self.ep,
-                self.expert_tp)
+        """Key of the per-layer caches (one layer, one micro-batch): every field but the placement's pure counts
+        that a layer's cost cannot read (PP, VPP, DP and the stage split). Derived from the spec itself, so a new
+        field is part of the key unless it is listed here as not read by a layer."""
+        return tuple(getattr(self, name) for name in _LAYER_KEY_FIELDS)
 
+
+# Fields a single layer's memory and time cannot depend on (pipeline position and data-parallel replication).
+_NOT_LAYER_FIELDS = frozenset(
+    {
+        "pp",
+        "vpp",
+        "dp",
+        "schedule",
+        "first_stage_layers",
+        "last_stage_layers",
+        "pipeline_layout",
+        "account_for_embedding_in_pipeline_split",
+        "account_for_loss_in_pipeline_split",
+        "partition_method",
+    }
+)
+_LAYER_KEY_FIELDS = tuple(name for name in ParallelConfig.model_fields if name not in _NOT_LAYER_FIELDS)
 
 
 class PlanRequest(Frozen):
