@@ -8,6 +8,7 @@ from app.planner import __version__
 from app.planner.calibration import apply_profile, constants
 from app.planner.estimate import evaluate, step_lower_bound, time_estimate
 from app.planner.explain import why
+from app.planner.goodput import checkpoint_plan
 from app.planner.layout import make_layout
 from app.planner.results import Estimate, Plan, PlanResult, RejectedGroup, SearchStats, TimeEstimate
 from app.planner.search import Found, SearchState, search_world
@@ -129,6 +130,7 @@ def _plans(
                 layout=make_layout(model, cluster, training, found.par),
                 estimate=est,
                 why=why(found.par, est, best, feasible),
+                checkpoint=checkpoint_plan(model, cluster, found.world, est.time.step_s),
             )
         )
         best = best or est

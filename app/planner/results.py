@@ -76,6 +76,20 @@ class Layout(Result):
     stage_layers: list[int] = Field(description="Transformer layers on each pipeline stage.")
 
 
+class CheckpointPlan(Result):
+    """When to checkpoint and what failures cost (app/planner/goodput.py: Young/Daly, bytes over bandwidth)."""
+
+    size_bytes: int = Field(description="One full checkpoint: 16-bit weights + fp32 master weights + Adam moments.")
+    save_s: float = Field(description="Seconds to write it at the checkpoint storage's bandwidth (training waits).")
+    load_s: float = Field(description="Seconds to read it back on a restart.")
+    restart_s: float = Field(description="Seconds a failure costs besides the lost steps: restart overhead + load.")
+    mtbf_s: float = Field(description="Mean time between failures of the job's GPUs, seconds.")
+    mtbf_source: str = Field(description="Where the MTBF comes from.")
+    interval_steps: int = Field(description="Steps between checkpoints (Daly's optimum, whole steps): --save-interval.")
+    interval_s: float = Field(description="Seconds of training between checkpoints.")
+    goodput: float = Field(description="Expected useful training time / wall time, with saves, failures and restarts.")
+
+
 class Plan(Result):
     rank: int = Field(description="1 = best for the objective.")
     parallel: ParallelConfig
@@ -83,6 +97,9 @@ class Plan(Result):
     estimate: Estimate
     why: list[str] = Field(description="Short reasons this plan ranks where it does.")
     notes: list[str] = Field(default_factory=list, description="Choices made on your behalf.")
+    checkpoint: CheckpointPlan | None = Field(
+        None, description="Checkpoint interval and expected goodput (None in plans stored before they existed)."
+    )
 
 
 class RejectedGroup(Result):

@@ -251,6 +251,27 @@ class ClusterSpec(Frozen):
     cpu_adam_params_per_s: float = Field(
         1.0e9, gt=0, description="CPU Adam updates per second per node (DeepSpeedCPUAdam), for offload plans."
     )
+    mtbf_hours: float | None = Field(
+        None,
+        ge=0.01,
+        le=10_000_000,
+        description="Mean time between failures of the whole job, hours (for the checkpoint interval and goodput; "
+        "default: 50,677 GPU-hours per failure, Llama 3's rate on 16,384 H100, divided by the job's GPUs).",
+    )
+    checkpoint_storage_GBps: float | None = Field(
+        None,
+        gt=0,
+        le=100_000,
+        description="Aggregate bandwidth of the checkpoint storage for the whole job, GB/s (default: 1 GB/s per "
+        "node, what Llama 3's 2 TB/s store gave each of its 2,048 nodes).",
+    )
+    restart_overhead_s: float | None = Field(
+        None,
+        ge=0,
+        le=86_400,
+        description="Seconds a restart costs besides loading the checkpoint: detection, rescheduling, start-up "
+        "and initialisation (default 300).",
+    )
     profile: ClusterProfile | None = Field(
         None,
         description="A cluster profile from `python -m launcher probe`: measured GEMM, NCCL and copy "
