@@ -1,17 +1,35 @@
-"""Activation memory of one transformer layer for one micro-batch, in bytes (16-bit activations).
+"""Activation memory of one transformer layer for one micro-batch, in bytes, per model implementation.
 
-Generalises Korthikanti et al. 2022 (arXiv:2205.05198), sec. 4 and Table 2, to GQA, SwiGLU, flash attention,
-context parallelism and MoE. With MHA, ffn = 4h, dropout and no flash attention it reduces to their
-`sbh(34 + 5as/h)` (no parallelism), `sbh(10 + 24/t + 5as/(ht))` (TP), `sbh(34/t + 5as/(ht))` (TP + SP),
-`sbh·34/t` (TP + SP + selective recompute) and `2sbh` (full recompute); tests check each case.
+The stack names the implementation (data/stacks.json `activation_layout`); each counts the tensors autograd keeps:
+
+- `megatron` (Megatron-core/TE, Megatron-DeepSpeed): generalises Korthikanti et al. 2022 (arXiv:2205.05198) sec. 4
+  and Table 2 to GQA, SwiGLU, flash attention, CP, MLA and MoE. With MHA, ffn = 4h, dropout and no flash attention it
+  reduces to their `sbh(34 + 5as/h)` (no parallelism), `sbh(10 + 24/t + 5as/(ht))` (TP), `sbh(34/t + 5as/(ht))` (TP +
+  SP), `sbh·34/t` (TP + SP + selective) and `2sbh` (full recompute); tests check each case. With FP8, Transformer
+  Engine saves the FP8 cast of each GEMM input for the weight gradient (1 byte instead of 2; transformer_engine/pytorch/
+  module/linear.py and layernorm_mlp.py save `inputmat`/`ln_out`/`act_out` as Float8Tensor).
+- `hf-eager` (a Hugging Face transformers Llama-style model in eager PyTorch, SDPA attention): the unfused RMSNorm
+  keeps its fp32 upcast, the pre-weight normalised tensor and its output (4h + 2h + 2h bytes per token, twice per
+  layer); SDPA keeps q, k, v, its output and the log-sum-exp, the output projection its own contiguous copy of the
+  attention output; SiLU·mul keeps gate, SiLU(gate), up and their product (8f bytes). That is ~1.5x the Megatron
+  count for a Llama shape, as the H200 rows measure (modeling_llama.py LlamaRMSNorm, LlamaMLP, sdpa_attention_forward).
+- `mpt` (llm-foundry's MPT with flash attention): LayerNorm input and output twice, q, k, v, attention output and the
+  rearranged copy the output projection keeps, fc1 output and GELU output (llmfoundry/models/layers/blocks.py).
+
+Selective recomputation drops the tensors of the modules it re-runs (megatron-core `recompute_modules`): core_attn
+the s x s scores (nothing with fused attention), layernorm the norm outputs, mlp the MLP internals, moe/moe_act/
+shared_experts the routed/activation/shared-expert tensors, mla_up_proj the up-projected q, k, v.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from app.planner.attention import attention_shape
 from app.planner.specs import ModelSpec, ParallelConfig, TrainingSpec
 
 ACT = 2  # bytes per 16-bit activation element
+FP32 = 4
 
 
 def tokens(model: ModelSpec, par: ParallelConfig) -> int:
@@ -23,35 +41,33 @@ def _sp_div(par: ParallelConfig) -> int:
     return par.tp if par.sequence_parallel and par.tp > 1 else 1
 
 
-def outside_tp_bytes(model: ModelSpec, par: ParallelConfig) -> float:
-    """Tensors outside the TP region (Korthikanti's 10sbh): two norm inputs, the QKV and fc1 inputs, and
-    the two dropout masks (1 byte each, only if dropout > 0). Sequence parallelism splits them by t."""
-    sbh = tokens(model, par) * model.hidden_size
-    masks = 2 * sbh if model.hidden_dropout > 0 else 0
-    return (4 * ACT * sbh + masks) / _sp_div(par)
+def _gemm_in(training: TrainingSpec) -> int:
+    """Bytes of a saved GEMM input: FP8 under Transformer Engine's FP8 recipes, else 16-bit."""
+    return 1 if training.precision == "fp8" and training.software.costs.activation_layout == "megatron" else ACT
 
 
-def attention_bytes(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, keep_scores: bool) -> float:
-    """Q, K, V and the projection input (TP-split), plus the s x s scores unless flash attention or
-    selective recompute drops them (softmax output 2 B, dropout mask 1 B and dropout output 2 B per score)."""
-    sb = tokens(model, par)
-    shape = attention_shape(model)
-    widths = shape.q_width + shape.k_width + shape.v_width + shape.out_in
-    qkv_proj = ACT * sb * (widths / par.tp + shape.latent_width)
-    if training.flash_attention:
-        # softmax statistics in fp32, one per head and query position
-        return qkv_proj + 4 * sb * model.num_attention_heads / par.tp
-    if not keep_scores:
-        return qkv_proj
-    per_score = ACT + (1 + ACT if model.attention_dropout > 0 else 0)
-    scores = model.num_attention_heads * sb * (model.seq_length // par.cp)
-    return qkv_proj + per_score * scores / par.tp
+@dataclass(frozen=True, slots=True)
+class LayerActivations:
+    """Bytes one layer keeps for one micro-batch, by the module that holds them (what recompute can drop)."""
 
+    residual: float  # the two norm inputs (the residual stream): never recomputed
+    layernorm: float  # norm outputs = QKV and fc1 inputs
+    attention: float  # q, k, v, softmax statistics (and the s x s scores without flash attention)
+    scores: float  # the part of `attention` that core_attn recompute drops
+    attention_out: float  # the output projection's input
+    mla_up_proj: float  # MLA: up-projected q, k, v (the part of `attention` that mla_up_proj drops)
+    mlp: float  # dense MLP or routed experts' internals
+    moe_act: float  # the experts' activation tensors (part of mlp)
+    shared_experts: float
+    router: float
+    masks: float  # dropout masks
 
-def mlp_bytes(model: ModelSpec, tokens_: float, ffn: int, tp: int) -> float:
-    """fc1 output kept for the activation (x2 with SwiGLU) and the fc2 input, TP-split (Korthikanti's 16sbh/t)."""
-    fc1_out = 2 * ffn if model.swiglu else ffn
-    return ACT * tokens_ * (fc1_out + ffn) / tp
+    @property
+    def total(self) -> float:
+        return (
+            self.residual + self.layernorm + self.attention + self.attention_out + self.mlp + self.shared_experts
+            + self.router + self.masks
+        )
 
 
 def moe_imbalance(model: ModelSpec, training: TrainingSpec) -> float:
@@ -62,40 +78,153 @@ def moe_imbalance(model: ModelSpec, training: TrainingSpec) -> float:
     return model.moe_capacity_factor or training.moe_load_imbalance
 
 
-def moe_mlp_bytes(model: ModelSpec, par: ParallelConfig, imbalance: float) -> float:
-    """Routed experts: each GPU processes its tokens x top-k (traded, not removed, by EP) times the load
-    imbalance margin; it keeps the dispatched input and the combine input (h each) plus the expert MLP
-    tensors split by expert-TP. Shared experts behave as a dense MLP. Router logits in fp32."""
-    sb = tokens(model, par) / _sp_div(par) if par.expert_tp == 1 else tokens(model, par)
-    routed = sb * model.moe_router_topk * imbalance
-    assert model.moe_ffn_hidden_size is not None
-    experts = 2 * ACT * routed * model.hidden_size + mlp_bytes(model, routed, model.moe_ffn_hidden_size, par.expert_tp)
-    shared = 0.0
-    if model.moe_shared_expert_intermediate_size:
-        shared = mlp_bytes(model, tokens(model, par), model.moe_shared_expert_intermediate_size, par.tp)
-    router = 4 * tokens(model, par) * (model.num_experts or 0) / _sp_div(par)
-    return experts + shared + router
+def routed_tokens(model: ModelSpec, par: ParallelConfig, training: TrainingSpec) -> float:
+    """Token-expert pairs one GPU's experts process per micro-batch: the tokens entering the MoE layer on this rank
+    (sequence-parallel shards of 1/t when experts are not tensor-parallel) x top-k, spread over the EP group and
+    gathered again over expert-TP, times the load-imbalance margin of the busiest rank."""
+    entering = tokens(model, par) * par.expert_tp / par.tp
+    return entering * model.moe_router_topk * moe_imbalance(model, training)
+
+
+def _megatron(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, moe: bool) -> LayerActivations:
+    sb, h, t = tokens(model, par), model.hidden_size, par.tp
+    sp, gin = _sp_div(par), _gemm_in(training)
+    shape = attention_shape(model)
+    masks = 2 * sb * h / sp if model.hidden_dropout > 0 else 0.0
+    qkv = ACT * sb * (shape.q_width + shape.k_width + shape.v_width) / t
+    latent = ACT * sb * shape.latent_width
+    if training.flash_attention:
+        stats = FP32 * sb * model.num_attention_heads / t
+        attention, scores = qkv + latent + stats, 0.0
+    else:
+        per_score = ACT + (1 + ACT if model.attention_dropout > 0 else 0)
+        scores = per_score * model.num_attention_heads * sb * (model.seq_length // par.cp) / t
+        attention = qkv + latent + scores
+    mla = qkv if model.multi_latent_attention else 0.0
+    mlp = moe_act = shared = router = 0.0
+    if moe:
+        assert model.moe_ffn_hidden_size is not None
+        routed = routed_tokens(model, par, training)
+        f = model.moe_ffn_hidden_size / par.expert_tp
+        fc1 = 2 * f if model.swiglu else f
+        moe_act = ACT * routed * fc1 + gin * routed * f  # activation input (fc1 output) and fc2 input
+        mlp = 2 * ACT * routed * h + gin * routed * h + moe_act  # dispatched input, combine input, fc1 input
+        if model.moe_shared_expert_intermediate_size:
+            shared = _mlp_internals(model, sb, model.moe_shared_expert_intermediate_size / t, gin) + gin * sb * h / sp
+        router = FP32 * sb * (model.num_experts or 0) / sp
+    else:
+        assert model.ffn_hidden_size is not None
+        mlp = _mlp_internals(model, sb, model.ffn_hidden_size / t, gin)
+    return LayerActivations(
+        residual=2 * ACT * sb * h / sp,
+        layernorm=2 * gin * sb * h / sp,
+        attention=attention,
+        scores=scores,
+        attention_out=gin * sb * shape.out_in / t,
+        mla_up_proj=mla,
+        mlp=mlp,
+        moe_act=moe_act,
+        shared_experts=shared,
+        router=router,
+        masks=masks,
+    )
+
+
+def _mlp_internals(model: ModelSpec, sb: float, ffn_local: float, gin: int) -> float:
+    """fc1 output kept for the activation (x2 with SwiGLU) and the fc2 input (Korthikanti's 16sbh/t for 4h)."""
+    fc1_out = 2 * ffn_local if model.swiglu else ffn_local
+    return ACT * sb * fc1_out + gin * sb * ffn_local
+
+
+def _hf_eager(model: ModelSpec, par: ParallelConfig) -> LayerActivations:
+    sb, h = tokens(model, par), model.hidden_size
+    shape = attention_shape(model)
+    assert model.ffn_hidden_size is not None
+    f = model.ffn_hidden_size
+    norm_parts = 2 * (FP32 + ACT) * sb * h  # fp32 upcast + pre-weight normalised tensor, two norms
+    mlp = (4 if model.swiglu else 2) * ACT * sb * f
+    return LayerActivations(
+        residual=norm_parts,
+        layernorm=2 * ACT * sb * h,
+        attention=ACT * sb * (shape.q_width + shape.k_width + shape.v_width) + FP32 * sb * model.num_attention_heads,
+        scores=0.0,
+        attention_out=2 * ACT * sb * shape.out_in,  # SDPA's saved output + o_proj's contiguous input copy
+        mla_up_proj=0.0,
+        mlp=mlp,
+        moe_act=0.0,
+        shared_experts=0.0,
+        router=0.0,
+        masks=0.0,
+    )
+
+
+def _mpt(model: ModelSpec, par: ParallelConfig) -> LayerActivations:
+    sb, h = tokens(model, par), model.hidden_size
+    shape = attention_shape(model)
+    assert model.ffn_hidden_size is not None
+    f = model.ffn_hidden_size
+    return LayerActivations(
+        residual=2 * ACT * sb * h,
+        layernorm=2 * ACT * sb * h,
+        attention=ACT * sb * (shape.q_width + shape.k_width + shape.v_width) + FP32 * sb * model.num_attention_heads,
+        scores=0.0,
+        attention_out=ACT * sb * shape.out_in,  # flash saves its output, which out_proj keeps as its input
+        mla_up_proj=0.0,
+        mlp=(3 if model.swiglu else 2) * ACT * sb * f,
+        moe_act=0.0,
+        shared_experts=0.0,
+        router=0.0,
+        masks=0.0,
+    )
+
+
+def layer_activations(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, moe: bool) -> LayerActivations:
+    """Cached per model and training spec on the fields of `par` one layer reads."""
+    key = ("layer_activations", *par.layer_fields, moe)
+    return model.memo(key, lambda: _layer_activations(model, par, training, moe), training)
+
+
+def _layer_activations(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, moe: bool) -> LayerActivations:
+    layout = training.software.costs.activation_layout
+    if layout == "hf-eager":
+        return _hf_eager(model, par)
+    if layout == "mpt":
+        return _mpt(model, par)
+    return _megatron(model, par, training, moe)
+
+
+def selective_modules(par: ParallelConfig) -> tuple[str, ...]:
+    """What selective recomputation re-runs: the plan's modules, or Megatron's default core_attn."""
+    if par.recompute != "selective":
+        return ()
+    return par.recompute_modules or ("core_attn",)
+
+
+def kept_bytes(a: LayerActivations, modules: tuple[str, ...]) -> float:
+    """A layer's activations once the selectively recomputed modules drop theirs."""
+    drop = 0.0
+    for m in modules:
+        drop += {
+            "core_attn": a.scores,
+            "layernorm": a.layernorm,
+            "mlp": 0.0 if a.router else a.mlp,
+            "moe": a.mlp + a.router + a.shared_experts if a.router else 0.0,
+            "moe_act": a.moe_act,
+            "shared_experts": a.shared_experts,
+            "mla_up_proj": a.mla_up_proj,
+        }[m]
+    if "moe" in modules and "moe_act" in modules:
+        drop -= a.moe_act  # moe already covers the activation
+    return a.total - drop
 
 
 def layer_bytes(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, moe: bool) -> float:
-    """Cached per model and training spec on the fields of `par` it reads."""
-    key = ("layer_bytes", *par.layer_fields, moe)
-    return model.memo(key, lambda: _layer_bytes(model, par, training, moe), training)
-
-
-def _layer_bytes(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, moe: bool) -> float:
-    """One layer, one micro-batch, kept for backward without any recomputation (selective drops scores)."""
-    keep_scores = par.recompute == "none"
-    if moe:
-        mlp = moe_mlp_bytes(model, par, moe_imbalance(model, training))
-    else:
-        assert model.ffn_hidden_size is not None
-        mlp = mlp_bytes(model, tokens(model, par), model.ffn_hidden_size, par.tp)
-    return outside_tp_bytes(model, par) + attention_bytes(model, par, training, keep_scores) + mlp
+    """One layer, one micro-batch, kept for backward without full recomputation (selective modules dropped)."""
+    return kept_bytes(layer_activations(model, par, training, moe), selective_modules(par))
 
 
 def checkpoint_bytes(model: ModelSpec, par: ParallelConfig) -> float:
-    """Full recompute keeps only each layer's input, 2sbh (split by t with sequence parallelism)."""
+    """Full recompute keeps only each recomputed layer's input, 2sbh (split by t with sequence parallelism)."""
     return ACT * tokens(model, par) * model.hidden_size / _sp_div(par)
 
 
@@ -106,12 +235,16 @@ def embedding_stage_bytes(model: ModelSpec, par: ParallelConfig) -> float:
     return mask + 8 * sb
 
 
-def output_stage_bytes(model: ModelSpec, par: ParallelConfig) -> float:
-    """Last stage, for the micro-batch in its loss: final-norm input, output-layer input and the logits
-    (16-bit GEMM output plus the fp32 copy the vocab-parallel cross entropy keeps), split by TP.
-    Megatron's theoretical_memory_usage counts `4sbh(1 + V/h)` for this term."""
+def output_stage_bytes(model: ModelSpec, par: ParallelConfig, training: TrainingSpec) -> float:
+    """Last stage, for the micro-batch in its loss: final-norm input, output-layer input and the logits.
+
+    Megatron's vocab-parallel cross entropy keeps the 16-bit logits and an fp32 softmax, split by TP
+    (theoretical_memory_usage counts `4sbh(1 + V/h)` for this term); Hugging Face upcasts the logits to fp32 for
+    the loss and, at the start of backward, holds the 16-bit logits, the fp32 log-softmax it saved and the fp32
+    gradient of the loss; a fused cross-entropy kernel (flash-attn's xentropy, llm-foundry's `fused_crossentropy`)
+    keeps the 16-bit logits and writes their gradient in place."""
     sb = tokens(model, par)
+    logits_bytes = {"hf-fp32": 10, "fused-ce": ACT, "vocab-parallel": ACT + FP32}[training.software.costs.logits]
     norm_in = ACT * sb * model.hidden_size / _sp_div(par)
     out_in = ACT * sb * model.hidden_size
-    logits = (ACT + 4) * sb * model.vocab_size / par.tp
-    return norm_in + out_in + logits
+    return norm_in + out_in + logits_bytes * sb * model.vocab_size / par.tp

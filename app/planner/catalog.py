@@ -12,7 +12,8 @@ from app.planner.gpu import Efficiency, GPUSpec
 _PUBLISHED_KEYS = ("published_params", "published_active_params", "published_precision")
 
 
-def _load(name: str) -> dict[str, Any]:
+def load_data(name: str) -> dict[str, Any]:
+    """A data file of the planner (data/*.json), parsed."""
     text = resources.files("app.planner").joinpath("data", name).read_text(encoding="utf-8")
     data: dict[str, Any] = json.loads(text)
     return data
@@ -20,7 +21,7 @@ def _load(name: str) -> dict[str, Any]:
 
 @cache
 def _gpus() -> dict[str, GPUSpec]:
-    data = _load("gpus.json")
+    data = load_data("gpus.json")
     generations = data["generations"]
     table: dict[str, GPUSpec] = {}
     for row in data["gpus"]:
@@ -33,7 +34,7 @@ def _gpus() -> dict[str, GPUSpec]:
 
 @cache
 def _models() -> dict[str, dict[str, Any]]:
-    return {row["name"].lower(): row for row in _load("models.json")["models"]}
+    return {row["name"].lower(): row for row in load_data("models.json")["models"]}
 
 
 def _lookup(kind: str, name: str, table: dict[str, Any]) -> Any:
@@ -55,17 +56,17 @@ def gpus() -> list[GPUSpec]:
 
 
 def generation_evidence() -> dict[str, str]:
-    return {name: g["evidence"] for name, g in _load("gpus.json")["generations"].items()}
+    return {name: g["evidence"] for name, g in load_data("gpus.json")["generations"].items()}
 
 
 @cache
 def framework_constant(section: str, key: str) -> float:
     """A per-framework constant from data/frameworks.json (each with its evidence there)."""
-    return float(_load("frameworks.json")[section][key])
+    return float(load_data("frameworks.json")[section][key])
 
 
 def framework_evidence() -> dict[str, str]:
-    return {k: v["evidence"] for k, v in _load("frameworks.json").items() if not k.startswith("_")}
+    return {k: v["evidence"] for k, v in load_data("frameworks.json").items() if not k.startswith("_")}
 
 
 def model_fields(name: str) -> dict[str, Any]:

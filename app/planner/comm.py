@@ -1,19 +1,64 @@
-"""Communication time, nccl-tests style (NVIDIA/nccl-tests doc/PERFORMANCE.md).
+"""Collectives over groups placed on a real cluster, nccl-tests style (NVIDIA/nccl-tests doc/PERFORMANCE.md).
 
-`busbw = algbw x factor`, factor = 2(n-1)/n for all-reduce, (n-1)/n for all-gather, reduce-scatter and
-all-to-all (S the full n x per-rank size), 1 for point-to-point; so `t = latency + S x factor / busbw`.
-A group inside one NVLink domain runs at the NVLink figure x `efficiency.nvlink`; a group that spans nodes
-at the per-GPU network figure x `efficiency.network` (rail-optimised: each GPU drives its own NIC).
+`t = latency + S x factor / busbw`; factor = 2(n-1)/n for all-reduce, (n-1)/n for all-gather, reduce-scatter (S the
+full n x per-rank size), 1 for point-to-point. Where the group lands decides `busbw`:
+
+- inside one NVLink domain (a node, or a GB200 NVL72 rack of trays): the NVLink figure x `efficiency.nvlink`;
+- across domains with k ranks of the group in each: on a rail-optimised cluster NCCL runs k rings (channels) that
+  leave each domain through k NICs, so `busbw = min(k x NIC x efficiency.network, NVLink x efficiency.nvlink)`;
+  a group with one rank per node (DP across TP=8 nodes) has one NIC.
+- latency follows NCCL's own tuning model (src/graph/tuning.cc): a ring pays the NVLink step latency on its intra-node
+  steps and the network step latency only on its `2(N-1)` (all-reduce) or `N-1` (all-gather, reduce-scatter)
+  inter-node steps; an all-reduce may take the tree instead, `2((n/N - 1) x intra + log2(N) x inter)`, whichever is
+  shorter.
+- all-to-all: each rank sends `(n-1)/n` of its buffer; the `(n-k)/n` that leaves the domain goes through its own NIC,
+  the rest over NVLink at the same time.
+
+Overlap is a physical bound: communication that runs beside `window` seconds of compute hides up to the window;
+what exceeds it is exposed, and the hidden part still costs `contention` of its time (SMs and HBM the NCCL kernels
+take from compute; a constant of the software stack, data/stacks.json).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Literal
 
 from app.planner.specs import ClusterSpec
 
 Op = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """A communicator: `size` ranks, `per_domain` of them in each NVLink domain, spanning `domains` domains."""
+
+    size: int
+    per_domain: int
+    domains: int
+    rails: int = 0  # NIC rails the group's rings use per domain (0: one per rank in the domain)
+
+    @property
+    def crosses(self) -> bool:
+        return self.domains > 1
+
+    @property
+    def nics(self) -> int:
+        return self.rails or self.per_domain
+
+
+def group(size: int, stride: int, cluster: ClusterSpec) -> Group:
+    """The group of `size` ranks spaced `stride` apart in rank order (Megatron's tp-cp-ep-dp-pp order puts TP
+    ranks adjacent, then CP, then DP; pipeline stages outermost)."""
+    domain = cluster.nvlink_domain
+    if size <= 1:
+        return Group(max(size, 1), 1, 1)
+    if size * stride <= domain:
+        return Group(size, size, 1)
+    per_domain = max(1, domain // stride) if stride < domain else 1
+    per_domain = min(per_domain, size)
+    return Group(size, per_domain, math.ceil(size / per_domain))
 
 
 def bus_factor(op: Op, n: int) -> float:
@@ -24,41 +69,59 @@ def bus_factor(op: Op, n: int) -> float:
     return (n - 1) / n
 
 
-def bus_bandwidth(cluster: ClusterSpec, crosses_nodes: bool) -> float:
-    """Achievable bus bandwidth in bytes/s per GPU for a group inside a node or across nodes."""
-    eff = cluster.gpu.efficiency
-    if crosses_nodes:
-        return cluster.inter_bw * eff.network
-    return cluster.intra_bw * eff.nvlink
+def _nvlink_bw(cluster: ClusterSpec) -> float:
+    return cluster.intra_bw * cluster.gpu.efficiency.nvlink
 
 
-def latency(cluster: ClusterSpec, crosses_nodes: bool, op: Op = "send_recv", n: int = 2) -> float:
-    """Fixed cost of one call: launch, plus one network hop per ring step across nodes (n-1 steps for
-    all-gather, reduce-scatter and all-to-all; all-reduce runs NCCL's tree across nodes, 2*log2(n) steps)."""
+def _nic_bw(cluster: ClusterSpec) -> float:
+    return cluster.inter_bw * cluster.gpu.efficiency.network
+
+
+def bus_bandwidth(g: Group, cluster: ClusterSpec) -> float:
+    """Achievable bus bandwidth in bytes/s per rank of the group."""
+    if not g.crosses:
+        return _nvlink_bw(cluster)
+    return min(g.nics * _nic_bw(cluster), _nvlink_bw(cluster))
+
+
+def latency(op: Op, g: Group, cluster: ClusterSpec) -> float:
+    """Fixed cost of one call (NCCL tuning model: base + per-step latencies, network steps only where the ring
+    leaves a domain; all-reduce takes the tree where that is shorter)."""
     eff = cluster.gpu.efficiency
-    if not crosses_nodes:
-        return eff.collective_latency_s
+    base, intra, inter = eff.collective_latency_s, eff.intra_step_latency_s, eff.network_hop_latency_s
+    n, nodes = g.size, g.domains
     if op == "send_recv":
-        steps = 1.0
-    elif op == "all_reduce":
-        steps = 2.0 * math.ceil(math.log2(max(n, 2)))
-    else:
-        steps = float(n - 1)
-    return eff.collective_latency_s + steps * eff.network_hop_latency_s
+        return base + (inter if g.crosses else intra)
+    if op == "all_reduce":
+        steps, inter_steps = 2 * (n - 1), (2 * (nodes - 1) if nodes > 1 else 0)
+        ring = base + (steps - inter_steps) * intra + inter_steps * inter
+        if nodes == 1:
+            return ring
+        tree = base + 2 * ((n // nodes - 1) * intra + math.ceil(math.log2(nodes)) * inter)
+        return min(ring, tree)
+    steps, inter_steps = n - 1, nodes - 1
+    return base + (steps - inter_steps) * intra + inter_steps * inter
 
 
-def collective_time(
-    op: Op, size_bytes: float, n: int, cluster: ClusterSpec, crosses_nodes: bool, calls: int = 1
-) -> float:
-    """Seconds for `calls` collectives over `n` ranks moving `size_bytes` in total (the full buffer for
-    all-gather/reduce-scatter)."""
-    if n <= 1 and op != "send_recv":
+def collective_time(op: Op, size_bytes: float, g: Group, cluster: ClusterSpec, calls: int = 1) -> float:
+    """Seconds for `calls` collectives over group `g` moving `size_bytes` in total (the full buffer for
+    all-gather / reduce-scatter / all-reduce; each rank's send buffer for all-to-all; the message for send_recv)."""
+    if g.size <= 1 and op != "send_recv":
         return 0.0
-    factor = bus_factor(op, max(n, 2))
-    return calls * latency(cluster, crosses_nodes, op, n) + size_bytes * factor / bus_bandwidth(cluster, crosses_nodes)
+    fixed = calls * latency(op, g, cluster)
+    if op == "all_to_all":
+        n, k = g.size, g.per_domain
+        local = size_bytes * (k - 1) / n / _nvlink_bw(cluster)
+        remote = size_bytes * (n - k) / n / (_nic_bw(cluster) * g.nics / k) if g.crosses else 0.0
+        return fixed + max(local, remote)
+    if op == "send_recv":
+        bw = _nic_bw(cluster) if g.crosses else _nvlink_bw(cluster)
+        return fixed + size_bytes / bw
+    return fixed + size_bytes * bus_factor(op, g.size) / bus_bandwidth(g, cluster)
 
 
-def overlapped(comm_s: float, compute_s: float, cluster: ClusterSpec) -> float:
-    """Exposed part of communication that runs alongside `compute_s` of compute: only `efficiency.overlap`
-    of the shorter of the two hides (the rest is lost to SM and memory contention)."""
-    return comm_s - cluster.gpu.efficiency.overlap * min(comm_s, compute_s)
+def exposed(comm_s: float, window_s: float, contention: float) -> float:
+    """Communication running beside `window_s` of compute: the excess is exposed, and the hidden part still
+    costs `contention` of its time."""
+    hidden = min(comm_s, max(window_s, 0.0))
+    return comm_s - hidden + contention * hidden

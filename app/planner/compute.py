@@ -1,28 +1,36 @@
-"""FLOPs and compute time of one transformer layer for one micro-batch on one GPU.
+"""Device compute time of one transformer layer for one micro-batch on one GPU, per software stack.
 
-- GEMMs: a roofline of tensor-core throughput (`efficiency.gemm` x dense peak) against HBM traffic
-  (`efficiency.hbm` x bandwidth), plus a fixed per-kernel cost (Williams et al. 2009, Roofline; the same
-  size-dependent efficiency idea as Calculon's matrix efficiency tables). Backward = dgrad + wgrad = 2 x forward
-  (Narayanan et al. 2021, sec. 5.1).
-- Attention core: flash attention at `efficiency.attention` x peak with causal masking skipping half the
-  scores, backward 2.5 x forward (Dao 2023, FlashAttention-2: 5 matmuls in backward vs 2 forward); without
-  flash, two batched GEMMs over the full s x s scores plus memory-bound softmax and dropout.
-- Element-wise kernels (norms, bias-dropout-add, activation, RoPE, softmax): bytes moved / HBM bandwidth;
-  backward moves about twice the forward bytes.
-- Model FLOPs: Megatron-LM `num_floating_point_operations` (training.py): 6 x per-token forward FLOPs,
-  causal attention counted as q*s, recomputation excluded.
+- GEMMs: a roofline of tensor-core throughput against HBM traffic plus a fixed per-kernel cost (Williams et al.
+  2009, Roofline). The rate is the GPU's isolated large-GEMM rate (`gpu.efficiency.gemm`, hardware; measured by
+  `launcher probe`) times the share the stack's GEMMs keep in training (`gemm_fraction`, data/stacks.json).
+  Backward = dgrad + wgrad = 2 x forward (Narayanan et al. 2021, sec. 5.1). Under FP8 (Transformer Engine) the
+  transformer layers' GEMMs run at the FP8 rate; attention and the output layer stay in 16-bit.
+- Attention core: the stack's kernel (cuDNN/TE fused, FlashAttention-2, SDPA, Triton) at its rate for the tile
+  lengths and head size it runs (`AttentionRate`), causal masking skipping half the scores; backward is 2.5x the
+  forward FLOPs (FlashAttention-2: 5 matmuls against 2) at the backward rate. Without flash attention, two batched
+  GEMMs over the full s x s scores plus memory-bound softmax and dropout.
+- Element-wise kernels by bytes moved over HBM, per implementation (`elementwise`): fused Megatron/TE kernels,
+  Hugging Face eager ops (unfused RMSNorm in fp32, RoPE by rotate_half, SiLU then mul), or llm-foundry's MPT.
+  Backward moves about twice the forward bytes. Each implementation also counts its operator launches, which
+  set the host (CPU) floor of a step at small micro-batches.
+- Model FLOPs: Megatron-LM `num_floating_point_operations` (training.py): 6 x per-token forward FLOPs, causal
+  attention counted as q*s, recomputation excluded.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.planner.activations import moe_imbalance
+from app.planner.activations import moe_imbalance, routed_tokens, selective_modules
 from app.planner.attention import Linear, attention_shape
 from app.planner.gpu import GPUSpec
 from app.planner.specs import ModelSpec, ParallelConfig, TrainingSpec
+from app.planner.stack import GenerationCosts, attention_kernel
 
 ACT = 2
+CAUSAL = 0.5  # causal masking computes half of the s x s scores
+ATTN_BWD_FLOPS = 2.5  # FlashAttention-2: 5 matmuls in backward against 2 in forward
+BWD_BYTES = 2.0  # backward element-wise kernels read the saved tensors and the incoming gradient, write one more
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,41 +41,69 @@ class Gemm:
     count: float = 1.0  # how many such GEMMs (batched heads, local experts)
 
 
-def gemm_time(g: Gemm, gpu: GPUSpec, precision: str) -> float:
-    eff = gpu.efficiency
-    fp8 = precision == "fp8"
-    peak = gpu.peak_flops(precision) * (eff.gemm_fp8 if fp8 else eff.gemm)
-    in_bytes = 1 if fp8 else ACT
+def gemm_rate(gpu: GPUSpec, costs: GenerationCosts, precision: str) -> float:
+    """FLOP/s a stack's training GEMMs reach: isolated rate x the share kept in training."""
+    if precision == "fp8":
+        return gpu.peak_flops("fp8") * gpu.efficiency.gemm_fp8 * costs.gemm_fp8_fraction
+    return gpu.peak_flops(precision) * gpu.efficiency.gemm * costs.gemm_fraction
+
+
+REFERENCE_K = 8192  # the isolated-GEMM rate (gpu.efficiency.gemm) is measured on 8192^3
+
+
+def k_factor(k: float, gpu: GPUSpec) -> float:
+    """Share of the reference rate a GEMM with inner dimension k keeps: each output tile runs k/BK main-loop
+    iterations plus a fixed prologue and epilogue (CUTLASS/cuBLAS tile pipelines), `k/(k + k_half)` normalised to
+    the 8192 reference."""
+    half = gpu.efficiency.gemm_k_half
+    return (k / (k + half)) / (REFERENCE_K / (REFERENCE_K + half)) if half else 1.0
+
+
+def gemm_time(g: Gemm, gpu: GPUSpec, costs: GenerationCosts, precision: str) -> float:
+    in_bytes = 1 if precision == "fp8" else ACT
     flops = 2.0 * g.m * g.n * g.k
     traffic = in_bytes * (g.m * g.k + g.k * g.n) + ACT * g.m * g.n
-    return g.count * (max(flops / peak, traffic / (gpu.hbm_bw * eff.hbm)) + eff.kernel_overhead_s)
+    compute_s = flops / (gemm_rate(gpu, costs, precision) * k_factor(g.k, gpu))
+    return g.count * (max(compute_s, traffic / (gpu.hbm_bw * gpu.efficiency.hbm)) + costs.kernel_overhead_s)
 
 
-def stream_time(num_bytes: float, kernels: int, gpu: GPUSpec) -> float:
-    eff = gpu.efficiency
-    return num_bytes / (gpu.hbm_bw * eff.hbm) + kernels * eff.kernel_overhead_s
+def stream_time(num_bytes: float, kernels: float, gpu: GPUSpec, costs: GenerationCosts) -> float:
+    return num_bytes / (gpu.hbm_bw * gpu.efficiency.hbm) + kernels * costs.kernel_overhead_s
 
 
 @dataclass(frozen=True, slots=True)
 class LayerTime:
-    """Seconds for one layer and one micro-batch on one GPU."""
+    """Seconds (device) and operator launches (host) for one layer and one micro-batch on one GPU."""
 
     fwd: float  # forward (GEMMs + attention + element-wise)
     bwd: float  # backward
-    recompute: float  # extra forward work in backward (selective or full recomputation)
-    attention_fwd: float  # attention core forward alone (what CP's KV exchange overlaps with)
+    recompute: float  # extra forward work in backward (selective modules or full recomputation)
+    attention_fwd: float  # attention core forward alone (what CP's exchange overlaps with)
+    attention_bwd: float
+    gemm_fwd: float  # the layer's GEMMs in forward (what TP communication overlap hides behind)
+    mlp_fwd: float  # the MLP/expert part of the forward (what EP overlap and moe recompute read)
+    ops_fwd: float  # operator launches in forward (backward: twice)
 
 
-def _linear_gemms(model: ModelSpec, par: ParallelConfig, tokens: float, moe: bool) -> list[Gemm]:
+def _linear_gemms(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, tokens: float, moe: bool) -> list[Gemm]:
     t = par.tp
     gemms = [_gemm(tokens, lin, t) for lin in attention_shape(model).linears]
+    return gemms + _mlp_part_gemms(model, par, training, tokens, moe)
+
+
+def _mlp_part_gemms(
+    model: ModelSpec, par: ParallelConfig, training: TrainingSpec, tokens: float, moe: bool
+) -> list[Gemm]:
+    t = par.tp
     if not moe:
         assert model.ffn_hidden_size is not None
-        return gemms + _mlp_gemms(model, tokens, model.ffn_hidden_size, t)
+        return _mlp_gemms(model, tokens, model.ffn_hidden_size, t)
     assert model.moe_ffn_hidden_size is not None and model.num_experts
     local_experts = model.num_experts // par.ep
-    per_expert = tokens * model.moe_router_topk * par.ep / model.num_experts
-    gemms.append(Gemm(tokens, model.num_experts, model.hidden_size))  # router
+    # the tokens this GPU's experts see, spread over its local experts (grouped GEMM)
+    per_expert = routed_tokens(model, par, training) / moe_imbalance(model, training) * par.ep / model.num_experts
+    sp = t if par.sequence_parallel and t > 1 else 1
+    gemms = [Gemm(tokens / sp, model.num_experts, model.hidden_size)]  # router
     for g in _mlp_gemms(model, per_expert, model.moe_ffn_hidden_size, par.expert_tp):
         gemms.append(Gemm(g.m, g.n, g.k, local_experts))
     if model.moe_shared_expert_intermediate_size:
@@ -87,8 +123,10 @@ def _mlp_gemms(model: ModelSpec, tokens: float, ffn: int, tp: int) -> list[Gemm]
     return [Gemm(tokens, fc1_out / tp, model.hidden_size), Gemm(tokens, model.hidden_size, ffn / tp)]
 
 
-def _attention_time(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, gpu: GPUSpec) -> tuple[float, float]:
-    """(forward, backward) seconds of the attention core."""
+def attention_times(
+    model: ModelSpec, par: ParallelConfig, training: TrainingSpec, gpu: GPUSpec, costs: GenerationCosts
+) -> tuple[float, float]:
+    """(forward, backward) seconds of the attention core on one GPU."""
     s_q = model.seq_length / par.cp
     s_k = float(model.seq_length)
     shape = attention_shape(model)
@@ -96,76 +134,176 @@ def _attention_time(model: ModelSpec, par: ParallelConfig, training: TrainingSpe
     d_qk, d_v = shape.score_dim, shape.value_dim
     precision = "bf16" if training.precision == "fp8" else training.precision
     if training.flash_attention:
-        causal = 0.5
-        flops = 2.0 * s_q * s_k * b * heads * (d_qk + d_v) * causal
-        fwd = flops / (gpu.peak_flops(precision) * gpu.efficiency.attention) + gpu.efficiency.kernel_overhead_s
-        return fwd, 2.5 * fwd
-    bmm = gemm_time(Gemm(s_q, s_k, d_qk, b * heads), gpu, precision) + gemm_time(
-        Gemm(s_q, d_v, s_k, b * heads), gpu, precision
+        flops = 2.0 * s_q * s_k * b * heads * (d_qk + d_v) * CAUSAL
+        rate = attention_kernel(training.software.costs.attention_kernel).rate(gpu.generation)
+        # ring CP (p2p) runs the kernel on s/cp-long query and key chunks; a2a and all_gather on the full keys
+        tile = s_q if par.cp_comm_type == "p2p" and par.cp > 1 else s_k
+        shape_factor = tile / (tile + rate.seq_half) * _head_factor(d_qk, rate.head_dim_half)
+        peak = gpu.peak_flops(precision) * shape_factor
+        fwd = flops / (peak * rate.forward) + costs.kernel_overhead_s
+        bwd = ATTN_BWD_FLOPS * flops / (peak * rate.backward) + 2 * costs.kernel_overhead_s
+        return fwd, bwd
+    bmm = gemm_time(Gemm(s_q, s_k, d_qk, b * heads), gpu, costs, precision) + gemm_time(
+        Gemm(s_q, d_v, s_k, b * heads), gpu, costs, precision
     )
     per_score = 4 + (5 if model.attention_dropout > 0 else 0)  # fused scale-mask-softmax, then dropout
-    softmax = stream_time(per_score * s_q * s_k * b * heads, 2, gpu)
+    softmax = stream_time(per_score * s_q * s_k * b * heads, 2, gpu, costs)
     return bmm + softmax, 2 * bmm + 2 * softmax
 
 
-def _elementwise_fwd(model: ModelSpec, par: ParallelConfig, tokens: float, gpu: GPUSpec, moe: bool) -> float:
-    """Norms and bias-dropout-adds on the hidden state (split by t only with SP), the MLP activation and
-    RoPE inside the TP region."""
+def _head_factor(d: float, half: float) -> float:
+    """Attention kernels run head-size-wide tiles: small heads reach a smaller share (normalised at d = 128)."""
+    return (d / (d + half)) / (128 / (128 + half)) if half else 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Elementwise:
+    """Forward bytes over HBM and operator launches of a layer's element-wise work, by module."""
+
+    norm_bytes: float
+    attention_bytes: float  # RoPE, layout copies around the attention core
+    residual_bytes: float
+    mlp_bytes: float  # activation function (and MoE permute/unpermute)
+    ops: float
+
+    @property
+    def total(self) -> float:
+        return self.norm_bytes + self.attention_bytes + self.residual_bytes + self.mlp_bytes
+
+
+def elementwise(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, tokens: float, moe: bool) -> Elementwise:
+    impl = training.software.costs.elementwise
     sp = par.tp if par.sequence_parallel and par.tp > 1 else 1
-    sbh = tokens * model.hidden_size / sp
-    mask = 1 if model.hidden_dropout > 0 else 0
-    hidden_bytes = 2 * (4 * ACT) * sbh + 2 * (3 * ACT + mask) * sbh
-    permute = 0.0
+    h, shape = model.hidden_size, attention_shape(model)
+    qk = (shape.q_width + shape.k_width) / par.tp
+    rope = model.position_embedding_type == "rope"
     if moe:
         assert model.moe_ffn_hidden_size is not None
-        ffn = model.moe_ffn_hidden_size * model.moe_router_topk / par.expert_tp
-        permute = 2 * 2 * ACT * tokens * model.moe_router_topk * model.hidden_size  # permute + unpermute
+        routed = routed_tokens(model, par, training) / moe_imbalance(model, training)
+        act_elems = routed * model.moe_ffn_hidden_size / par.expert_tp
+        permute = 2 * 2 * ACT * routed * h  # permute + unpermute, read and write
     else:
         assert model.ffn_hidden_size is not None
-        ffn = model.ffn_hidden_size / par.tp
-    act_bytes = (3 if model.swiglu else 2) * ACT * tokens * ffn + permute
-    shape = attention_shape(model)
-    rope = 2 * ACT * tokens * (shape.q_width + shape.k_width) / par.tp if model.position_embedding_type == "rope" else 0
-    return stream_time(hidden_bytes + act_bytes + rope, 8, gpu)
+        act_elems, permute = tokens * model.ffn_hidden_size / par.tp, 0.0
+    if impl == "hf-eager":
+        # LlamaRMSNorm: to(fp32), pow, mean, rsqrt, mul, to(bf16), mul(weight): ~36 bytes per element, 7 kernels;
+        # RoPE by rotate_half (mul, neg, cat, mul, add) ~20 bytes per q/k element; SiLU then mul ~10 bytes
+        return Elementwise(
+            norm_bytes=2 * 36 * tokens * h,
+            attention_bytes=(20 * qk if rope else 0.0) * tokens + 4 * tokens * shape.out_in,
+            residual_bytes=2 * 6 * tokens * h,
+            mlp_bytes=(10 if model.swiglu else 4) * act_elems + permute,
+            ops=14 + (10 if rope else 0) + 2 + 2 + 2 + 7,
+        )
+    if impl == "mpt":
+        return Elementwise(
+            norm_bytes=2 * 4 * tokens * h,
+            attention_bytes=0.0,
+            residual_bytes=2 * 6 * tokens * h,
+            mlp_bytes=(10 if model.swiglu else 4) * act_elems,
+            ops=2 + 2 + 1 + 1 + 4,
+        )
+    # Megatron fused kernels: TE LayerNormLinear (read x, write the normalised GEMM input), fused RoPE, fused
+    # bias-dropout-add (two inputs, one output), fused SwiGLU / GeLU (read fc1 output, write the fc2 input)
+    gin = 1 if training.precision == "fp8" else ACT
+    mask = 1 if model.hidden_dropout > 0 else 0
+    return Elementwise(
+        norm_bytes=2 * (ACT + gin) * tokens * h / sp,
+        attention_bytes=(2 * ACT * qk if rope else 0.0) * tokens + (ACT + gin) * tokens * shape.out_in / par.tp,
+        residual_bytes=2 * (3 * ACT + mask) * tokens * h / sp,
+        mlp_bytes=((2 if model.swiglu else 1) * ACT + gin) * act_elems + permute,
+        ops=2 + (1 if rope else 0) + 2 + 1 + (4 if moe else 0) + 5,
+    )
 
 
-def layer_time(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, gpu: GPUSpec, moe: bool) -> LayerTime:
-    """Cached per model, GPU and training spec on the fields of `par` it reads."""
+def layer_time(
+    model: ModelSpec, par: ParallelConfig, training: TrainingSpec, gpu: GPUSpec, costs: GenerationCosts, moe: bool
+) -> LayerTime:
+    """Cached per model, GPU and training spec on the fields of `par` one layer reads."""
     key = ("layer_time", *par.layer_fields, moe)
-    return model.memo(key, lambda: _layer_time(model, par, training, gpu, moe), gpu, training)
+    return model.memo(key, lambda: _layer_time(model, par, training, gpu, costs, moe), gpu, training, costs)
 
 
-def _layer_time(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, gpu: GPUSpec, moe: bool) -> LayerTime:
+def _layer_time(
+    model: ModelSpec, par: ParallelConfig, training: TrainingSpec, gpu: GPUSpec, costs: GenerationCosts, moe: bool
+) -> LayerTime:
     tokens = model.seq_length / par.cp * par.micro_batch_size
-    gemms = sum(gemm_time(g, gpu, training.precision) for g in _linear_gemms(model, par, tokens, moe))
+    precision = training.precision
+    attn_gemms = [_gemm(tokens, lin, par.tp) for lin in attention_shape(model).linears]
+    mlp_gemms = _mlp_part_gemms(model, par, training, tokens, moe)
+    attn_g = sum(gemm_time(g, gpu, costs, precision) for g in attn_gemms)
+    mlp_g = sum(gemm_time(g, gpu, costs, precision) for g in mlp_gemms)
     if moe:  # the busiest GPU processes `imbalance` x the mean routed tokens
-        gemms *= 1.0 + (moe_imbalance(model, training) - 1.0) * _expert_share(model)
-    attn_f, attn_b = _attention_time(model, par, training, gpu)
-    elem = _elementwise_fwd(model, par, tokens, gpu, moe)
-    fwd = gemms + attn_f + elem
-    bwd = 2 * gemms + attn_b + 2 * elem
-    recompute = {"none": 0.0, "selective": attn_f, "full": fwd}[par.recompute]
-    return LayerTime(fwd=fwd, bwd=bwd, recompute=recompute, attention_fwd=attn_f)
+        mlp_g *= 1.0 + (moe_imbalance(model, training) - 1.0) * _expert_share(model)
+    attn_f, attn_b = attention_times(model, par, training, gpu, costs)
+    ew = elementwise(model, par, training, tokens, moe)
+    ew_f = stream_time(ew.total, ew.ops, gpu, costs)
+    fwd = attn_g + mlp_g + attn_f + ew_f
+    bwd = 2 * (attn_g + mlp_g) + attn_b + BWD_BYTES * ew_f
+    mlp_f = mlp_g + stream_time(ew.mlp_bytes, 1, gpu, costs)
+    return LayerTime(
+        fwd=fwd,
+        bwd=bwd,
+        recompute=_recompute_time(par, fwd, attn_f, attn_g, mlp_f, ew, gpu, costs),
+        attention_fwd=attn_f,
+        attention_bwd=attn_b,
+        gemm_fwd=attn_g + mlp_g,
+        mlp_fwd=mlp_f,
+        ops_fwd=ew.ops + len(attn_gemms) + len(mlp_gemms) + 1,
+    )
+
+
+def _recompute_time(
+    par: ParallelConfig,
+    fwd: float,
+    attn_f: float,
+    attn_g: float,
+    mlp_f: float,
+    ew: Elementwise,
+    gpu: GPUSpec,
+    costs: GenerationCosts,
+) -> float:
+    """Extra forward work per layer that backward re-runs: the whole forward (full; partial full recompute is
+    applied per stage by the caller) or the selected modules."""
+    if par.recompute == "full":
+        return fwd
+    modules = selective_modules(par)
+    extra = 0.0
+    for m in modules:
+        extra += {
+            "core_attn": attn_f,
+            "layernorm": stream_time(ew.norm_bytes, 2, gpu, costs),
+            "mlp": mlp_f,
+            "moe": mlp_f,
+            "moe_act": stream_time(ew.mlp_bytes, 1, gpu, costs),
+            "shared_experts": 0.25 * mlp_f,
+            "mla_up_proj": 0.5 * attn_g,
+        }[m]
+    return min(extra, fwd)
 
 
 def _expert_share(model: ModelSpec) -> float:
-    """Fraction of an MoE layer's GEMM FLOPs spent in routed experts (what imbalance stretches)."""
+    """Fraction of an MoE layer's MLP-part GEMM FLOPs spent in routed experts (what imbalance stretches)."""
     assert model.moe_ffn_hidden_size is not None
     expansion = 3 if model.swiglu else 2
     experts = model.moe_router_topk * model.moe_ffn_hidden_size * expansion
-    attention = sum(lin.n_in * lin.n_out for lin in attention_shape(model).linears) / model.hidden_size
     shared = (model.moe_shared_expert_intermediate_size or 0) * expansion
-    return experts / (experts + attention + shared)
+    return experts / (experts + shared + (model.num_experts or 0) / model.hidden_size)
 
 
 def output_layer_time(
-    model: ModelSpec, par: ParallelConfig, training: TrainingSpec, gpu: GPUSpec
+    model: ModelSpec, par: ParallelConfig, training: TrainingSpec, gpu: GPUSpec, costs: GenerationCosts
 ) -> tuple[float, float]:
-    """(forward, backward) of the final norm, output GEMM and vocab-parallel cross entropy (fp32)."""
+    """(forward, backward) of the final norm, output GEMM and cross entropy (fp32)."""
     tokens = model.seq_length / par.cp * par.micro_batch_size
-    precision = "bf16" if training.precision == "fp8" else training.precision  # TE keeps the head in bf16
-    gemm = gemm_time(Gemm(tokens, model.vocab_size / par.tp, model.hidden_size), gpu, precision)
-    ce = stream_time((ACT + 3 * 4) * tokens * model.vocab_size / par.tp, 4, gpu)
+    precision = "bf16" if training.precision == "fp8" else training.precision  # TE keeps the head in 16-bit
+    gemm = gemm_time(Gemm(tokens, model.vocab_size / par.tp, model.hidden_size), gpu, costs, precision)
+    logits = tokens * model.vocab_size / par.tp
+    if training.software.costs.logits == "hf-fp32":  # .float(), log_softmax, nll; backward three more passes
+        return gemm + stream_time(18 * logits, 4, gpu, costs), 2 * gemm + stream_time(22 * logits, 4, gpu, costs)
+    if training.software.costs.logits == "fused-ce":  # one pass over the 16-bit logits, gradient in place
+        return gemm + stream_time(ACT * logits, 1, gpu, costs), 2 * gemm + stream_time(2 * ACT * logits, 1, gpu, costs)
+    ce = stream_time((ACT + 3 * 4) * logits, 4, gpu, costs)
     return gemm + ce, 2 * gemm + ce
 
 

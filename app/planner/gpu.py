@@ -9,36 +9,32 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Efficiency(BaseModel):
-    """How close real kernels and collectives get to the datasheet, per GPU generation.
+    """How close the hardware gets to its datasheet, per GPU generation (what any software sees).
 
-    These are physical, documented constants (see data/gpus.json for the evidence behind each), the same for
-    every model and every plan on that generation; they are what `launcher probe` measures on a real cluster.
+    Physical, documented constants (data/gpus.json gives the evidence for each), the same for every stack and
+    every plan on that generation; they are what `launcher probe` measures on a real cluster. What a software stack
+    makes of them (the share of the GEMM rate its kernels keep, its attention kernel, its allocator) lives with the
+    stack (data/stacks.json).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    gemm: float = Field(gt=0, le=1, description="Large dense GEMM throughput / datasheet peak.")
-    gemm_fp8: float = Field(0.5, gt=0, le=1, description="Large FP8 GEMM throughput / FP8 peak.")
-    attention: float = Field(gt=0, le=1, description="Fused (flash) attention throughput / peak.")
-    hbm: float = Field(gt=0, le=1, description="Streaming kernels' bandwidth / datasheet HBM bandwidth.")
-    nvlink: float = Field(gt=0, le=1, description="NCCL bus bandwidth inside a node / datasheet NVLink.")
-    network: float = Field(gt=0, le=1, description="NCCL bus bandwidth across nodes / NIC line rate.")
-    kernel_overhead_s: float = Field(ge=0, description="Fixed cost per kernel (launch, tail) in seconds.")
-    collective_latency_s: float = Field(ge=0, description="Fixed cost per NCCL collective call in seconds.")
-    network_hop_latency_s: float = Field(
-        ge=0, description="Per-step latency of a ring step across nodes (rings over n ranks take n-1 steps)."
-    )
-    overlap: float = Field(
+    gemm: float = Field(gt=0, le=1, description="Isolated large BF16 GEMM (8192^3, cuBLAS) throughput / dense peak.")
+    gemm_fp8: float = Field(0.5, gt=0, le=1, description="Isolated large FP8 GEMM throughput / FP8 dense peak.")
+    gemm_k_half: float = Field(
+        0.0,
         ge=0,
-        le=1,
-        description="Share of overlappable communication that really hides under compute "
-        "(NCCL and compute kernels contend for SMs and HBM).",
+        description="Inner dimension at which a GEMM tile's main loop and its fixed prologue/epilogue cost the same: "
+        "a GEMM of inner size k runs at k/(k + k_half) of the rate of the 8192^3 reference.",
     )
+    hbm: float = Field(gt=0, le=1, description="Streaming kernels' bandwidth / datasheet HBM bandwidth.")
+    nvlink: float = Field(gt=0, le=1, description="NCCL bus bandwidth inside the NVLink domain / datasheet NVLink.")
+    network: float = Field(gt=0, le=1, description="NCCL bus bandwidth through one NIC / its line rate.")
+    collective_latency_s: float = Field(ge=0, description="NCCL base latency of one collective call, seconds.")
+    intra_step_latency_s: float = Field(ge=0, description="NCCL per-step latency of a ring step over NVLink.")
+    network_hop_latency_s: float = Field(ge=0, description="NCCL per-step latency of a ring/tree step across nodes.")
     runtime_overhead_bytes: int = Field(
-        ge=0, description="CUDA context, cuBLAS/NCCL workspaces and the like, outside the allocator."
-    )
-    allocator_fragmentation: float = Field(
-        ge=0, le=1, description="Extra reserved memory over allocated (caching-allocator fragmentation)."
+        ge=0, description="CUDA context, cuBLAS/NCCL workspaces and the like, outside the caching allocator."
     )
 
 

@@ -1,112 +1,251 @@
-"""Where things land: layers per pipeline stage, micro-batches in flight, which groups cross nodes.
+"""Where things land: layers per pipeline stage, micro-batches, which groups cross nodes.
 
 Rank order is Megatron's default `tp-cp-ep-dp-pp` (megatron/core/parallel_state.py): TP ranks are adjacent,
 then CP, then DP (EP is carved out of CP x DP), and pipeline stages are outermost.
+
+Layer split over the stages, as the stacks do it:
+- even (`num_layers / pp`), or Megatron's uneven `--decoder-first/last-pipeline-num-layers` with the rest even over the
+  middle stages (each divisible by VPP), or `--account-for-embedding/loss-in-pipeline-split` (the embedding and the
+  loss each count as one layer of the first / last virtual stage), or a `--pipeline-model-parallel-layout` string
+  (megatron/core/transformer/pipeline_parallel_layer_layout.py: stages split by `|`, `E` embedding, `t` layer,
+  `m` MTP, `L` loss, `x*n` and `(...)*n` repeat, commas cosmetic; virtual stage i is pp rank i % p, chunk i // p);
+- DeepSpeed's PipelineModule `partition_method`: `type:transformer` balances the transformer layers, `uniform`
+  the number of layer specs, `parameters` the parameter counts, where the embedding and the tied output weight
+  weigh as much as their `V x h` parameters (deepspeed/runtime/pipe/module.py `_partition_layers`,
+  deepspeed/runtime/utils.py `partition_balanced`).
 """
 
 from __future__ import annotations
 
 import math
+import re
+from dataclasses import dataclass
 
+from app.planner import comm
 from app.planner.results import Layout
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 
 
-def stage_layers(num_layers: int, par: ParallelConfig) -> list[int]:
-    """Transformer layers on each pipeline stage; first/last may be set (Megatron's uneven PP)."""
-    p = par.pp
-    if p == 1:
-        return [num_layers]
+@dataclass(frozen=True, slots=True)
+class StageShape:
+    """One pipeline rank: its transformer layers per virtual chunk, and the extras it holds."""
+
+    chunks: tuple[int, ...]
+    embedding: bool
+    loss: bool
+    mtp: int = 0
+
+    @property
+    def layers(self) -> int:
+        return sum(self.chunks)
+
+
+def parse_layout(layout: str, pp: int) -> list[StageShape]:
+    """Megatron's layout string as per-rank stage shapes; raises ValueError naming what is wrong."""
+    text = layout.replace(",", "").replace(" ", "")
+    for pattern in (r"\(([^()]+)\)\*(\d+)", r"(.)\*(\d+)"):
+        while re.search(pattern, text):
+            text = re.sub(pattern, lambda m: m.group(1) * int(m.group(2)), text)
+    stages = text.split("|")
+    bad = set(text) - set("EtmL|")
+    if bad:
+        raise ValueError(f"pipeline_layout {layout!r}: unknown layer characters {sorted(bad)} (E, t, m, L)")
+    if len(stages) % pp:
+        raise ValueError(f"pipeline_layout {layout!r} has {len(stages)} stages, not a multiple of pp({pp})")
+    flat = "".join(stages)
+    if flat.count("E") != 1 or flat.count("L") != 1 or not flat.startswith("E") or not flat.endswith("L"):
+        raise ValueError(f"pipeline_layout {layout!r}: must start with E, end with L, each exactly once")
+    v = len(stages) // pp
+    out = []
+    for rank in range(pp):
+        mine = [stages[chunk * pp + rank] for chunk in range(v)]
+        out.append(
+            StageShape(
+                chunks=tuple(s.count("t") for s in mine),
+                embedding=any("E" in s for s in mine),
+                loss=any("L" in s for s in mine),
+                mtp=sum(s.count("m") for s in mine),
+            )
+        )
+    return out
+
+
+def layout_vpp(layout: str, pp: int) -> int:
+    return len(parse_layout(layout, pp)[0].chunks)
+
+
+def _even_chunks(n: int, v: int) -> tuple[int, ...]:
+    base, extra = divmod(n, v)
+    return tuple(base + (1 if i < extra else 0) for i in range(v))
+
+
+def _megatron_split(num_layers: int, par: ParallelConfig) -> list[StageShape]:
+    p, v = par.pp, par.vpp
     first, last = par.first_stage_layers, par.last_stage_layers
-    if first is None and last is None:
-        base, extra = divmod(num_layers, p)
-        return [base + (1 if i < extra else 0) for i in range(p)]
-    fixed = [x for x in (first, last) if x is not None]
-    middle_stages = p - len(fixed)
-    rest = num_layers - sum(fixed)
-    per_middle = rest // middle_stages if middle_stages else 0
-    layers = [per_middle] * p
-    if first is not None:
-        layers[0] = first
-    if last is not None:
-        layers[-1] = last
-    return layers
+    if first is not None or last is not None:
+        fixed = [x for x in (first, last) if x is not None]
+        middle = p - len(fixed)
+        per_middle = (num_layers - sum(fixed)) // middle if middle else 0
+        counts = [per_middle] * p
+        if first is not None:
+            counts[0] = first
+        if last is not None:
+            counts[-1] = last
+        return [StageShape(_even_chunks(n, v), i == 0, i == p - 1) for i, n in enumerate(counts)]
+    extra_e = 1 if par.account_for_embedding_in_pipeline_split else 0
+    extra_l = 1 if par.account_for_loss_in_pipeline_split else 0
+    total = num_layers + extra_e + extra_l
+    if not (extra_e or extra_l):
+        base, rem = divmod(num_layers, p)
+        counts = [base + (1 if i < rem else 0) for i in range(p)]
+        return [StageShape(_even_chunks(n, v), i == 0, i == p - 1) for i, n in enumerate(counts)]
+    per_chunk = total // (p * v)
+    chunks = [[per_chunk] * v for _ in range(p)]
+    chunks[0][0] -= extra_e
+    chunks[-1][-1] -= extra_l
+    return [StageShape(tuple(c), i == 0, i == p - 1) for i, c in enumerate(chunks)]
 
 
-def stage_layer_kinds(model: ModelSpec, par: ParallelConfig) -> tuple[tuple[int, int], ...]:
-    """(dense layers, MoE layers) on each stage; the first `moe_first_dense_layers` layers are dense."""
-    key = ("stage_layer_kinds", par.pp, par.first_stage_layers, par.last_stage_layers)
-    return model.memo(key, lambda: _stage_layer_kinds(model, par))
+def _deepspeed_split(model: ModelSpec, par: ParallelConfig) -> list[StageShape]:
+    """Megatron-DeepSpeed's GPTModelPipe specs: embedding, the transformer layers, final norm + head (tied to the
+    embedding, so a second embedding spec on the last stage), partitioned by DeepSpeed's partition_method."""
+    p, L = par.pp, model.num_layers
+    method = par.partition_method or "type:transformer"
+    if method == "type:transformer":
+        base, rem = divmod(L, p)
+        counts = [base + (1 if i < rem else 0) for i in range(p)]
+        return [StageShape((n,), i == 0, i == p - 1) for i, n in enumerate(counts)]
+    layer_w = float(model.num_parameters - 2 * model.vocab_size * model.hidden_size) / L
+    embed_w = float(model.vocab_size * model.hidden_size)
+    weights = [embed_w, *([layer_w] * L), embed_w] if method == "parameters" else [1.0] * (L + 2)
+    bounds = _balanced_bounds(weights, p)
+    counts = [sum(1 for i in range(bounds[s], bounds[s + 1]) if 0 < i <= L) for s in range(p)]
+    return [StageShape((n,), i == 0, i == p - 1) for i, n in enumerate(counts)]
 
 
-def _stage_layer_kinds(model: ModelSpec, par: ParallelConfig) -> tuple[tuple[int, int], ...]:
-    out, start = [], 0
-    dense_total = model.num_layers - model.num_moe_layers
-    for n in stage_layers(model.num_layers, par):
-        dense = max(0, min(start + n, dense_total) - start)
-        out.append((dense, n - dense))
-        start += n
-    return tuple(out)
-
-
-def stage_groups(kinds: tuple[tuple[int, int], ...], pp: int) -> list[tuple[int, int, int, int]]:
-    """Runs of identical middle stages as (first stage, count, dense, moe); the first stage (embedding) and
-    the last (output layer) always stand alone."""
-    groups: list[tuple[int, int, int, int]] = []
-    for i, (dense, moe) in enumerate(kinds):
-        prev = groups[-1] if groups else None
-        mergeable = prev is not None and prev[0] != 0 and i != pp - 1 and prev[2:] == (dense, moe)
-        if prev is not None and mergeable:
-            groups[-1] = (prev[0], prev[1] + 1, dense, moe)
+def _balanced_bounds(weights: list[float], parts: int) -> list[int]:
+    """Contiguous split of `weights` into `parts` minimising the heaviest part (binary search on the bound, as
+    DeepSpeed's partition_balanced does), each part non-empty."""
+    lo, hi = max(weights), sum(weights)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if _count_parts(weights, mid) <= parts:
+            hi = mid
         else:
-            groups.append((i, 1, dense, moe))
-    return groups
+            lo = mid
+    bounds, acc = [0], 0.0
+    for i, w in enumerate(weights):
+        remaining_parts = parts - len(bounds)
+        if (acc + w > hi and acc > 0) or len(weights) - i <= remaining_parts:
+            if len(bounds) < parts:
+                bounds.append(i)
+                acc = 0.0
+        acc += w
+    bounds += [len(weights)] * (parts + 1 - len(bounds))
+    return bounds
+
+
+def _count_parts(weights: list[float], bound: float) -> int:
+    parts, acc = 1, 0.0
+    for w in weights:
+        if acc + w > bound and acc > 0:
+            parts, acc = parts + 1, 0.0
+        acc += w
+    return parts
+
+
+def stage_shapes(model: ModelSpec, training: TrainingSpec, par: ParallelConfig) -> tuple[StageShape, ...]:
+    key = ("stage_shapes", par.pp, par.vpp, par.first_stage_layers, par.last_stage_layers, par.pipeline_layout,
+           par.account_for_embedding_in_pipeline_split, par.account_for_loss_in_pipeline_split, par.partition_method,
+           training.software.can.pipeline)
+    return model.memo(key, lambda: tuple(_stage_shapes(model, training, par)))
+
+
+def _stage_shapes(model: ModelSpec, training: TrainingSpec, par: ParallelConfig) -> list[StageShape]:
+    if par.pp == 1 and par.pipeline_layout is None:
+        return [StageShape(_even_chunks(model.num_layers, par.vpp), True, True)]
+    if par.pipeline_layout is not None:
+        return parse_layout(par.pipeline_layout, par.pp)
+    if training.software.can.pipeline == "deepspeed":
+        return _deepspeed_split(model, par)
+    return _megatron_split(model.num_layers, par)
+
+
+def stage_layers(model: ModelSpec, training: TrainingSpec, par: ParallelConfig) -> list[int]:
+    """Transformer layers on each pipeline stage."""
+    return [s.layers for s in stage_shapes(model, training, par)]
+
+
+def stage_layer_kinds(model: ModelSpec, training: TrainingSpec, par: ParallelConfig) -> tuple[tuple[int, int], ...]:
+    """(dense layers, MoE layers) on each stage, in Megatron's layer order (chunk by chunk across the ranks);
+    the first `moe_first_dense_layers` layers are dense."""
+    shapes = stage_shapes(model, training, par)
+    dense_total = model.num_layers - model.num_moe_layers
+    out = [[0, 0] for _ in shapes]
+    start = 0
+    for chunk in range(max(len(s.chunks) for s in shapes)):
+        for rank, shape in enumerate(shapes):
+            n = shape.chunks[chunk] if chunk < len(shape.chunks) else 0
+            dense = max(0, min(start + n, dense_total) - start)
+            out[rank][0] += dense
+            out[rank][1] += n - dense
+            start += n
+    return tuple((d, m) for d, m in out)
 
 
 def num_microbatches(training: TrainingSpec, par: ParallelConfig) -> int:
     return training.global_batch_size // (par.micro_batch_size * par.dp)
 
 
-def microbatches_in_flight(par: ParallelConfig, stage: int, microbatches: int) -> float:
-    """Micro-batches of activations a stage holds at its peak, in units of the stage's full layer set.
-
-    1F1B: `min(p - r, m)` (Narayanan et al. 2021, sec. 2.2.1). Interleaved: Megatron's warm-up of
-    `(p - r - 1)*2 + (v - 1)*p` model chunks plus the one in flight, each chunk holding 1/v of the stage's layers
-    (schedules.py get_pp_rank_microbatches); for rank 0 this is Megatron's `1 + (p-1)/(p*v)` factor times p.
-    """
-    p, v, m = par.pp, par.vpp, microbatches
-    if p == 1:
-        return 1.0
-    if v == 1:
-        return float(min(p - stage, m))
-    chunks = min((p - stage - 1) * 2 + (v - 1) * p + 1, m * v)
-    return chunks / v
+def tp_group(par: ParallelConfig, cluster: ClusterSpec) -> comm.Group:
+    return comm.group(par.tp, 1, cluster)
 
 
-def crosses_nodes(group_size: int, stride: int, gpus_per_node: int) -> bool:
-    """Whether a group of `group_size` ranks spaced `stride` apart spans more than one node."""
-    return group_size > 1 and group_size * stride > gpus_per_node
+def cp_group(par: ParallelConfig, cluster: ClusterSpec) -> comm.Group:
+    return comm.group(par.cp, par.tp, cluster)
+
+
+def dp_group(par: ParallelConfig, cluster: ClusterSpec) -> comm.Group:
+    return comm.group(par.dp, par.tp * par.cp, cluster)
+
+
+def dp_cp_group(par: ParallelConfig, cluster: ClusterSpec) -> comm.Group:
+    """The group the distributed optimizer (and Megatron-FSDP) shards over: DP x CP, CP ranks adjacent."""
+    return comm.group(par.dp * par.cp, par.tp, cluster)
+
+
+def ep_group(par: ParallelConfig, cluster: ClusterSpec) -> comm.Group:
+    """EP groups take consecutive expert-TP blocks inside the TP x CP x DP plane (Megatron's expert grid)."""
+    return comm.group(par.ep, par.expert_tp, cluster)
+
+
+def expert_dp_group(par: ParallelConfig, cluster: ClusterSpec) -> comm.Group:
+    size = max(1, par.tp * par.cp * par.dp // (par.expert_tp * par.ep))
+    return comm.group(size, par.expert_tp * par.ep, cluster)
+
+
+def pp_group(par: ParallelConfig, cluster: ClusterSpec) -> comm.Group:
+    return comm.group(par.pp, par.tp * par.cp * par.dp, cluster)
 
 
 def tp_crosses_nodes(par: ParallelConfig, cluster: ClusterSpec) -> bool:
-    return crosses_nodes(par.tp, 1, min(cluster.gpus_per_node, cluster.nvlink_domain))
+    return tp_group(par, cluster).crosses
 
 
 def cp_crosses_nodes(par: ParallelConfig, cluster: ClusterSpec) -> bool:
-    return crosses_nodes(par.cp, par.tp, cluster.gpus_per_node)
+    return cp_group(par, cluster).crosses
 
 
 def dp_crosses_nodes(par: ParallelConfig, cluster: ClusterSpec) -> bool:
-    return crosses_nodes(par.dp, par.tp * par.cp, cluster.gpus_per_node)
+    return dp_group(par, cluster).crosses
 
 
 def ep_crosses_nodes(par: ParallelConfig, cluster: ClusterSpec) -> bool:
-    """EP groups take consecutive expert-TP blocks inside the TP x CP x DP plane."""
-    return crosses_nodes(par.ep, par.expert_tp, cluster.gpus_per_node)
+    return ep_group(par, cluster).crosses
 
 
 def pp_crosses_nodes(par: ParallelConfig, cluster: ClusterSpec) -> bool:
-    return crosses_nodes(par.pp, par.tp * par.cp * par.dp, cluster.gpus_per_node)
+    return pp_group(par, cluster).crosses
 
 
 def nodes_used(par: ParallelConfig, cluster: ClusterSpec) -> int:
@@ -121,5 +260,5 @@ def make_layout(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
         gpus_per_node=min(cluster.gpus_per_node, par.world_size),
         num_microbatches=num_microbatches(training, par),
         global_batch_size=training.global_batch_size,
-        stage_layers=stage_layers(model.num_layers, par),
+        stage_layers=stage_layers(model, training, par),
     )

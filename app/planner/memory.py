@@ -1,14 +1,29 @@
-"""Peak memory per GPU and per pipeline stage.
+"""Peak memory per GPU and per pipeline stage: what each stack allocates, in two phases, and what the caching
+allocator reserves for it.
 
-Model states per parameter (mixed precision with Adam):
-- Megatron-LM: `docs/user-guide/features/dist_optimizer.md` — bf16 params with fp32 grads: 2 + 4 + 12 (18),
-  distributed optimizer 2 + 4 + 12/d; fp16: 2 + 2 + 16 (20), distributed 2 + 2 + 16/d.
-- DeepSpeed ZeRO (`stage_1_and_2.py`, `stage3.py`, rules.md sec. 4): stage 1 keeps 16-bit params and full
-  16-bit grads plus fp32 master, Adam m, v and the fp32 grad partition: 2 + 2 + 16/N; stage 2: 2 + 2/N + 16/N
-  (DeepSpeed's own estimator: 2 + 18/N); stage 3: (2 + 2 + 16)/N plus the live gathered parameters.
-  Megatron-DeepSpeed with fp32 grad accumulation uses `BF16_Optimizer`: 2 + 4 + 12/N (full fp32 grads).
-- ZeRO paper (Rajbhandari et al. 2020, Fig. 1): 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N for fp16 with K = 12.
-Activations: see activations.py. Pipeline in-flight counts: layout.microbatches_in_flight.
+Model states per parameter (16-bit training, Adam), by the stack's sharding engine:
+- Megatron-LM (`docs/user-guide/features/dist_optimizer.md`; param_and_grad_buffer.py): 16-bit params and a main-grad
+  buffer of fp32 (4 B, Megatron's default under bf16) or bf16 (`--grad-reduce-in-bf16`, 2 B), never sharded; fp32
+  master + Adam m, v = 12 B, sharded over DP x CP by the distributed optimizer. FP8 (Transformer Engine) adds the
+  cached FP8 weight and its transpose (2 B) to the 16-bit weight, or with FP8 primary weights (`--fp8-param-gather`)
+  replaces the 16-bit weight by them (1 + 1 B).
+- DeepSpeed ZeRO (`stage_1_and_2.py`, `stage3.py`): stage 1/2 keep 16-bit params; stage 1 lets autograd create full
+  16-bit grads during backward (`param.grad`), stage 2 reduces them into a partition buffer (2/N); fp32 master, m,
+  v 12/N. At the step, stage 1/2 flatten the 16-bit grad partition and upcast it to an fp32 partition
+  (`single_partition_of_fp32_groups[i].grad`, L940), then free the 16-bit grads. Stage 3 shards the 16-bit params
+  too and keeps a persistent grad-partition buffer (`grad_partitions_flat_buffer`, L791 — on the CPU under optimizer
+  offload, L333) and builds fp32 grads per `sub_group_size` sub-group at the step (`_prepare_fp32_grad_for_sub_group`,
+  L2683), plus the gathered parameters of the modules being computed (prefetch bucket + the live module).
+  Megatron-DeepSpeed with fp32 grad accumulation under bf16 uses `BF16_Optimizer`: a full fp32 grad buffer (4 B).
+- PyTorch FSDP FULL_SHARD (llm-foundry): fp32 flat params, fp32 grads and Adam states all sharded (16/N); the unsharded
+  16-bit parameters of the unit being computed and of the one prefetched, and the unit's unsharded gradients.
+- The torch (foreach) AdamW of the DeepSpeed-HF and FSDP stacks allocates an fp32 temporary per element of its shard
+  at the step (`_foreach_sqrt` of exp_avg_sq); fused Adam does not.
+
+Phases: activations live through forward and backward; the step's temporaries live after them. The peak is the
+larger phase, not their sum. Allocated bytes become reserved bytes through the stack's caching-allocator
+fragmentation and slack; the CUDA context and workspaces sit outside the allocator.
+Activations: activations.py. Pipeline in-flight counts: pipeline.py.
 """
 
 from __future__ import annotations
@@ -18,20 +33,15 @@ from dataclasses import dataclass
 
 from app.planner import activations as act
 from app.planner import params as pc
-from app.planner.layout import microbatches_in_flight, num_microbatches, stage_groups, stage_layer_kinds
+from app.planner.layout import StageShape, num_microbatches, stage_layer_kinds, stage_shapes
+from app.planner.pipeline import in_flight
 from app.planner.results import MemoryEstimate, StageMemory
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 
-
-@dataclass(frozen=True, slots=True)
-class StateBytes:
-    """Bytes per parameter of one GPU's share, by where they live."""
-
-    weights: float
-    grads: float
-    optimizer: float
-    cpu: float = 0.0
-    nvme: float = 0.0
+FP8_AMAX_HISTORY = 1024  # --fp8-amax-history-len as rendered (delayed scaling only)
+ZERO3_SUB_GROUP_SIZE = 1_000_000_000  # DeepSpeed's default sub_group_size (zero/config.py)
+ZERO3_NVME_SUB_GROUP_SIZE = 100_000_000  # rendered with NVMe offload: the swap buffers are sub-group sized
+FSDP_UNITS_LIVE = 2  # the unit being computed and the one prefetched (forward_prefetch / backward_prefetch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,14 +53,17 @@ class ZeroBuckets:
     prefetch_bucket_size: int
     param_persistence_threshold: int
     max_live_parameters: int
+    sub_group_size: int = ZERO3_SUB_GROUP_SIZE
 
 
-def zero_buckets(model: ModelSpec, zero_stage: int) -> ZeroBuckets:
+def zero_buckets(model: ModelSpec, zero_stage: int, nvme: bool = False) -> ZeroBuckets:
     """Stage 3: Hugging Face's `auto` rule (reduce = h², prefetch = 0.9·h², persistence = 10·h), which scales
-    with the layer size; stages 1-2: 2e8 elements, as in DeepSpeed's ZeRO tutorial configs."""
+    with the layer size, and a 1e8 sub-group with NVMe offload; stages 1-2: 2e8 elements, as in DeepSpeed's ZeRO
+    tutorial configs."""
     h = model.hidden_size
     if zero_stage == 3:
-        return ZeroBuckets(h * h, h * h, int(0.9 * h * h), 10 * h, 1_000_000_000)
+        sub = ZERO3_NVME_SUB_GROUP_SIZE if nvme else ZERO3_SUB_GROUP_SIZE
+        return ZeroBuckets(h * h, h * h, int(0.9 * h * h), 10 * h, 1_000_000_000, sub)
     return ZeroBuckets(200_000_000, 200_000_000, 0, 0, 0)
 
 
@@ -63,37 +76,18 @@ def zero_overlap_comm(zero_stage: int) -> bool:
 def deepspeed_uses_bf16_optimizer(training: TrainingSpec, par: ParallelConfig) -> bool:
     """Megatron-DeepSpeed runs with fp32 gradient accumulation (`data_types.grad_accum_dtype = fp32`), which
     with ZeRO-1 and bf16 selects DeepSpeed's BF16_Optimizer (engine.py `_do_optimizer_sanity_check`)."""
-    return training.framework == "megatron-deepspeed" and par.zero_stage <= 1 and training.precision != "fp16"
+    return (
+        training.software.can.sharding == ("zero",)
+        and training.reduce_dtype == "fp32"
+        and par.zero_stage <= 1
+        and training.precision != "fp16"
+    )
 
 
-def state_bytes(training: TrainingSpec, par: ParallelConfig, shard: int) -> StateBytes:
-    """Per-parameter model-state bytes when the optimizer is sharded over `shard` ranks."""
-    if training.framework == "megatron":
-        grads = 2.0 if training.precision == "fp16" else 4.0
-        opt = 16.0 if training.precision == "fp16" else 12.0
-        return StateBytes(2.0, grads, opt / shard if par.distributed_optimizer else opt)
-    if deepspeed_uses_bf16_optimizer(training, par):
-        return StateBytes(2.0, 4.0, 12.0 / max(shard, 1) if par.zero_stage else 12.0)
-    stage, n = par.zero_stage, max(shard, 1)
-    weights = 2.0 / n if stage == 3 else 2.0
-    grads = 2.0 / n if stage >= 2 else 2.0
-    fp32 = 16.0 / n if stage >= 1 else 16.0
-    cpu = nvme = 0.0
-    if par.offload_optimizer == "cpu":
-        cpu, fp32 = fp32, 0.0
-    elif par.offload_optimizer == "nvme":
-        nvme, fp32 = fp32, 0.0
-    if stage == 3 and par.offload_param == "cpu":
-        cpu, weights = cpu + weights, 0.0
-    elif stage == 3 and par.offload_param == "nvme":
-        nvme, weights = nvme + weights, 0.0
-    return StateBytes(weights, grads, fp32, cpu, nvme)
-
-
-def optimizer_shards(par: ParallelConfig, framework: str) -> tuple[int, int]:
+def optimizer_shards(par: ParallelConfig, training: TrainingSpec) -> tuple[int, int]:
     """Ranks sharing (dense, expert) optimizer states: Megatron shards over DP x CP and, for experts, over
-    the expert-data-parallel group `tp*cp*dp / (etp*ep)`; DeepSpeed's ZeRO over its data-parallel group."""
-    if framework == "megatron":
+    the expert-data-parallel group `tp*cp*dp / (etp*ep)`; DeepSpeed's ZeRO and FSDP over their data-parallel group."""
+    if "distributed_optimizer" in training.software.can.sharding:
         dense = par.dp * par.cp
         return dense, max(1, par.tp * par.cp * par.dp // (par.expert_tp * par.ep))
     return par.dp, par.dp
@@ -104,70 +98,188 @@ class StageParams:
     dense: int
     expert: int
     largest_module: int  # for ZeRO-3's gathered working set
+    largest_unit: int  # for FSDP: a wrapped transformer block, or the embedding
+
+    @property
+    def total(self) -> int:
+        return self.dense + self.expert
 
 
-def stage_params(model: ModelSpec, par: ParallelConfig, stage: int, dense: int, moe: int) -> StageParams:
+def stage_params(model: ModelSpec, par: ParallelConfig, shape: StageShape, dense: int, moe: int) -> StageParams:
     d_shard = pc.layer_shard(model, par.tp, par.ep, par.expert_tp, moe=False)
     m_shard = pc.layer_shard(model, par.tp, par.ep, par.expert_tp, moe=True) if moe else None
     total_dense = dense * d_shard.dense + (moe * m_shard.dense if m_shard else 0)
     total_expert = moe * m_shard.expert if m_shard else 0
-    if stage == 0:
+    if shape.embedding:
         total_dense += pc.embedding_shard(model, par.tp)
-    if stage == par.pp - 1:
+    if shape.loss:
         total_dense += pc.output_shard(model, par.tp, par.pp)
     assert model.ffn_hidden_size is not None
     fc1 = model.hidden_size * model.ffn_hidden_size * (2 if model.swiglu else 1) // par.tp
     vocab = model.vocab_size * model.hidden_size // par.tp
-    return StageParams(total_dense, total_expert, max(fc1, vocab))
+    layer = (m_shard or d_shard).total
+    return StageParams(total_dense, total_expert, max(fc1, vocab), max(layer, vocab))
 
 
-def _stage_activation_bytes(
+@dataclass(frozen=True, slots=True)
+class States:
+    """Bytes on one GPU of one stage besides activations."""
+
+    params: int
+    weights: float
+    grads: float  # gradient buffers that exist through backward
+    lazy_grads: float  # gradients autograd creates during backward (freed at the step)
+    optimizer: float
+    buffers: float  # buckets, gathered ZeRO-3 / FSDP units, FP8 copies and amax history
+    step_peak: float  # what the optimizer step adds on top of weights + grads + optimizer + buffers
+    cpu: float
+    nvme: float
+
+
+def _megatron_states(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, sp: StageParams) -> States:
+    dense_n, expert_n = optimizer_shards(par, training)
+    n = sp.total
+    shard = sp.dense / dense_n + sp.expert / expert_n if par.distributed_optimizer else float(n)
+    weights = 2.0 * n
+    if training.precision == "fp8":
+        weights = 2.0 * n if par.fp8_param_gather else 4.0 * n  # FP8 weight + transpose (+ the 16-bit weight)
+    grads = (2.0 if training.precision == "fp16" or training.reduce_dtype == "bf16" else 4.0) * n
+    opt = (16.0 if training.precision == "fp16" else 12.0) * shard
+    return States(n, weights, grads, 0.0, opt, 0.0, 0.0, 0.0, 0.0)
+
+
+def _zero_states(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, sp: StageParams) -> States:
+    n_params, shard_n = sp.total, max(par.dp, 1)
+    stage = par.zero_stage
+    shard = n_params / shard_n
+    nvme = "nvme" in (par.offload_optimizer, par.offload_param)
+    buckets = zero_buckets(model, stage, nvme)
+    foreach = 4.0 if training.software.costs.optimizer == "torch-adamw" else 0.0
+    if deepspeed_uses_bf16_optimizer(training, par):
+        opt = 12.0 * (shard if stage else n_params)
+        return States(n_params, 2.0 * n_params, 4.0 * n_params, 2.0 * sp.largest_module, opt, 0.0,
+                      foreach * shard, 0.0, 0.0)
+    weights = 2.0 * (shard if stage == 3 else n_params)
+    fp32 = 12.0 * (shard if stage else n_params)
+    cpu = nvme_b = 0.0
+    if par.offload_optimizer == "cpu":
+        cpu, fp32 = fp32, 0.0
+    elif par.offload_optimizer == "nvme":
+        nvme_b, fp32 = fp32, 0.0
+    overlap = 2 if zero_overlap_comm(stage) else 1
+    buffers = 2.0 * buckets.reduce_bucket_size * overlap
+    offloaded = par.offload_optimizer != "none"
+    if stage == 3:
+        live = min(buckets.max_live_parameters, buckets.prefetch_bucket_size + sp.largest_module)
+        buffers += 2.0 * live + 2.0 * sp.largest_module  # gathered 16-bit params + a module's full gradient
+        if par.offload_param == "cpu":
+            cpu, weights = cpu + weights, 0.0
+        elif par.offload_param == "nvme":
+            nvme_b, weights = nvme_b + weights, 0.0
+        grads = 0.0 if offloaded else 2.0 * shard  # grad_partitions_flat_buffer, on the CPU under offload
+        cpu += 2.0 * shard if offloaded else 0.0
+        sub_group = min(float(buckets.sub_group_size), shard)
+        step = 0.0 if offloaded else (4.0 + foreach) * sub_group
+        return States(n_params, weights, grads, 0.0, fp32, buffers, step, cpu, nvme_b)
+    buffers += 2.0 * buckets.allgather_bucket_size if stage else 0.0
+    if stage == 2:
+        # the partition buffer (`grads_in_partition`) is built during backward and released after the step
+        grads, lazy = 0.0, 2.0 * shard
+        step = 0.0 if offloaded else max(lazy + 4.0 * shard, (4.0 + foreach) * shard)
+    else:
+        grads, lazy = 0.0, 2.0 * n_params
+        # flatten the 16-bit grad partition, upcast it to fp32 (then the 16-bit grads go), then the Adam temporary
+        step = 0.0 if offloaded else max(lazy + 6.0 * shard, (4.0 + foreach) * shard)
+    return States(n_params, weights, grads, lazy, fp32, buffers, step, cpu, nvme_b)
+
+
+def _fsdp_states(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, sp: StageParams) -> States:
+    n = max(par.dp, 1)
+    shard = sp.total / n
+    # torch's foreach AdamW: a temporary per element of the shard; a per-tensor loop: one flat unit's at a time
+    foreach = {"torch-adamw": 4.0 * shard, "per-tensor-adamw": 4.0 * sp.largest_unit / n}.get(
+        training.software.costs.optimizer, 0.0
+    )
+    grad_bytes = 2.0 if training.reduce_dtype == "bf16" else 4.0
+    # gathered 16-bit units (current + prefetched) and the unit's unsharded gradient before its reduce-scatter
+    buffers = FSDP_UNITS_LIVE * 2.0 * sp.largest_unit + grad_bytes * sp.largest_unit
+    return States(sp.total, 4.0 * shard, 4.0 * shard, 0.0, 8.0 * shard, buffers, foreach, 0.0, 0.0)
+
+
+def stage_states(
+    model: ModelSpec, training: TrainingSpec, par: ParallelConfig, shape: StageShape, dense: int, moe: int
+) -> States:
+    """Everything on a stage but activations: the same for every micro-batch size and recomputation, so it is
+    computed once per placement and sharding (cached on the model spec)."""
+    key = ("states", *par.layer_fields, par.pp, shape, dense, moe)
+    return model.memo(key, lambda: _states(model, training, par, shape, dense, moe), training)
+
+
+def _states(
+    model: ModelSpec, training: TrainingSpec, par: ParallelConfig, shape: StageShape, dense: int, moe: int
+) -> States:
+    sp = stage_params(model, par, shape, dense, moe)
+    sharding = training.software.can.sharding
+    if "zero" in sharding:
+        return _zero_states(model, training, par, sp)
+    if "fsdp" in sharding:
+        return _fsdp_states(model, training, par, sp)
+    states = _megatron_states(model, training, par, sp)
+    if training.precision == "fp8" and par.fp8_recipe == "delayed":  # amax history of 4 GEMMs x (in, w, grad)
+        states = _with(states, buffers=(dense + moe) * 4 * 3 * FP8_AMAX_HISTORY * 4.0)
+    if par.tp_comm_overlap:
+        tokens = model.seq_length // par.cp * par.micro_batch_size
+        states = _with(states, buffers=states.buffers + 4 * 2.0 * tokens * model.hidden_size)  # userbuffers
+    return states
+
+
+def _with(s: States, **update: float) -> States:
+    fields = {name: getattr(s, name) for name in States.__slots__}
+    fields.update(update)
+    return States(**fields)  # type: ignore[arg-type]
+
+
+def _stage_activations(
     model: ModelSpec,
     par: ParallelConfig,
     training: TrainingSpec,
-    stage: int,
+    shape: StageShape,
     dense: int,
     moe: int,
-    in_flight: float,
+    flight: float,
 ) -> float:
+    """Activations a stage holds at its peak: every in-flight micro-batch's kept tensors, plus the working set of
+    the layer being recomputed, the first stage's token ids and the last stage's logits."""
     per_dense = act.layer_bytes(model, par, training, moe=False)
     per_moe = act.layer_bytes(model, par, training, moe=True) if moe else 0.0
-    if par.recompute == "full":
-        kept = (dense + moe) * act.checkpoint_bytes(model, par) * in_flight
-        kept += max(per_dense if dense else 0.0, per_moe)  # the layer being recomputed in backward
+    layers = dense + moe
+    kept = dense * per_dense + moe * per_moe
+    if par.recompute == "full" and layers:
+        chunks = max(1, len(shape.chunks))
+        recomputed = _recomputed_layers(par, layers / chunks) * chunks
+        mean_layer = kept / layers
+        ckpt = act.checkpoint_bytes(model, par)
+        if par.recompute_method == "uniform" and par.recompute_num_layers:
+            kept = (layers / par.recompute_num_layers) * ckpt
+            working = par.recompute_num_layers * max(per_dense if dense else 0.0, per_moe)
+        else:
+            kept = recomputed * ckpt + (layers - recomputed) * mean_layer
+            working = max(per_dense if dense else 0.0, per_moe)
+        total = kept * flight + working
     else:
-        kept = (dense * per_dense + moe * per_moe) * in_flight
-    if stage == 0:
-        kept += act.embedding_stage_bytes(model, par) * in_flight
-    if stage == par.pp - 1:
-        kept += act.output_stage_bytes(model, par)
-    return kept
+        total = kept * flight
+    if shape.embedding:
+        total += act.embedding_stage_bytes(model, par) * flight
+    if shape.loss:
+        total += act.output_stage_bytes(model, par, training)
+    return total
 
 
-FP8_AMAX_HISTORY = 1024  # --fp8-amax-history-len as rendered
-
-
-def _fp8_bytes(sp: StageParams, layers: int) -> float:
-    """Transformer Engine keeps an FP8 copy of each weight and its transpose (1 byte each) and an fp32 amax
-    history for the input, weight and gradient of each of a layer's four GEMMs."""
-    return 2.0 * (sp.dense + sp.expert) + layers * 4 * 3 * FP8_AMAX_HISTORY * 4
-
-
-def _other_bytes(
-    model: ModelSpec, training: TrainingSpec, par: ParallelConfig, sp: StageParams, fp8_extra: float
-) -> float:
-    """Buckets and gathered parameters the allocator holds besides states and activations."""
-    if training.framework == "megatron":
-        return fp8_extra  # Megatron's grad/param buffers are the states themselves
-    buckets = zero_buckets(model, par.zero_stage)
-    overlap = 2 if zero_overlap_comm(par.zero_stage) else 1  # overlap_comm doubles the IPG buckets
-    other = 2.0 * buckets.reduce_bucket_size * overlap + fp8_extra
-    if par.zero_stage in (1, 2):
-        other += 2.0 * buckets.allgather_bucket_size
-    if par.zero_stage == 3:
-        live = min(buckets.max_live_parameters, buckets.prefetch_bucket_size + sp.largest_module)
-        other += 2.0 * live + 2.0 * sp.largest_module  # gathered 16-bit params + a module's full gradient
-    return other
+def _recomputed_layers(par: ParallelConfig, chunk_layers: float) -> float:
+    """Layers per chunk fully recomputed: `--recompute-num-layers` with the block method, else all."""
+    if par.recompute_method == "block" and par.recompute_num_layers is not None:
+        return min(float(par.recompute_num_layers), chunk_layers)
+    return chunk_layers
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,8 +291,11 @@ class StageParts:
     grads: float
     optimizer: float
     activations: float
-    other: float
-    total: float
+    other: float  # buffers, step temporaries beyond activations, fragmentation, runtime
+    allocated: float
+    reserved: float
+    total: float  # reserved + CUDA context and workspaces
+    phase: str
     cpu: float
     nvme: float
     in_flight: float
@@ -191,66 +306,35 @@ def stage_parts(
     cluster: ClusterSpec,
     training: TrainingSpec,
     par: ParallelConfig,
-    stage: int,
+    shape: StageShape,
     dense: int,
     moe: int,
+    stage: int,
 ) -> StageParts:
-    states = _stage_states(model, training, par, stage, dense, moe)
-    in_flight = microbatches_in_flight(par, stage, max(1, num_microbatches(training, par)))
-    acts = _stage_activation_bytes(model, par, training, stage, dense, moe, in_flight)
-    eff = cluster.gpu.efficiency
-    allocated = states.weights + states.grads + states.optimizer + acts + states.other
-    fragmentation = allocated * eff.allocator_fragmentation
+    states = stage_states(model, training, par, shape, dense, moe)
+    flight = in_flight(par, stage, max(1, num_microbatches(training, par)))
+    acts = _stage_activations(model, par, training, shape, dense, moe, flight)
+    static = states.weights + states.grads + states.optimizer + states.buffers
+    backward = static + max(acts, states.lazy_grads)
+    step = static + states.step_peak
+    allocated = max(backward, step)
+    costs = training.software.generation(cluster.gpu.generation)
+    reserved = allocated * (1 + costs.allocator_fragmentation) + costs.allocator_slack_bytes
+    runtime = cluster.gpu.efficiency.runtime_overhead_bytes
     return StageParts(
         params=states.params,
         weights=states.weights,
         grads=states.grads,
         optimizer=states.optimizer,
-        activations=acts,
-        other=states.other + fragmentation + eff.runtime_overhead_bytes,
-        total=allocated + fragmentation + eff.runtime_overhead_bytes,
+        activations=acts if backward >= step else 0.0,
+        other=reserved + runtime - static - (acts if backward >= step else 0.0) + states.buffers,
+        allocated=allocated,
+        reserved=reserved,
+        total=reserved + runtime,
+        phase="backward" if backward >= step else "optimizer step",
         cpu=states.cpu,
         nvme=states.nvme,
-        in_flight=in_flight,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class _States:
-    params: int
-    weights: float
-    grads: float
-    optimizer: float
-    other: float  # buckets, gathered ZeRO-3 parameters, FP8 copies
-    cpu: float
-    nvme: float
-
-
-def _stage_states(
-    model: ModelSpec, training: TrainingSpec, par: ParallelConfig, stage: int, dense: int, moe: int
-) -> _States:
-    """Everything on a stage but activations: the same for every micro-batch size and recomputation, so it is
-    computed once per placement and sharding (cached on the model spec)."""
-    key = ("states", par.tp, par.pp, par.dp, par.cp, par.ep, par.expert_tp, par.zero_stage, par.distributed_optimizer,
-           par.offload_optimizer, par.offload_param, stage == 0, stage == par.pp - 1, dense, moe)
-    return model.memo(key, lambda: _compute_states(model, training, par, stage, dense, moe), training)
-
-
-def _compute_states(
-    model: ModelSpec, training: TrainingSpec, par: ParallelConfig, stage: int, dense: int, moe: int
-) -> _States:
-    dense_shard, expert_shard = optimizer_shards(par, training.framework)
-    sp = stage_params(model, par, stage, dense, moe)
-    sd, se = state_bytes(training, par, dense_shard), state_bytes(training, par, expert_shard)
-    fp8_extra = _fp8_bytes(sp, dense + moe) if training.precision == "fp8" else 0.0
-    return _States(
-        params=sp.dense + sp.expert,
-        weights=sp.dense * sd.weights + sp.expert * se.weights,
-        grads=sp.dense * sd.grads + sp.expert * se.grads,
-        optimizer=sp.dense * sd.optimizer + sp.expert * se.optimizer,
-        other=_other_bytes(model, training, par, sp, fp8_extra),
-        cpu=sp.dense * sd.cpu + sp.expert * se.cpu,
-        nvme=sp.dense * sd.nvme + sp.expert * se.nvme,
+        in_flight=flight,
     )
 
 
@@ -265,43 +349,58 @@ def _to_stage_memory(stage: int, layers: int, p: StageParts) -> StageMemory:
         activations_bytes=int(p.activations),
         other_bytes=int(p.other),
         total_bytes=int(p.total),
+        allocated_bytes=int(p.allocated),
+        reserved_bytes=int(p.reserved),
+        peak_phase=p.phase,
         microbatches_in_flight=math.ceil(p.in_flight),
     )
+
+
+def _stages(model: ModelSpec, training: TrainingSpec, par: ParallelConfig) -> list[tuple[int, StageShape, int, int]]:
+    shapes = stage_shapes(model, training, par)
+    kinds = stage_layer_kinds(model, training, par)
+    return [(i, shapes[i], kinds[i][0], kinds[i][1]) for i in range(len(shapes))]
 
 
 def peak_memory(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig
 ) -> tuple[float, int, float]:
-    """(peak bytes per GPU, its stage, host bytes per node) from one stage per group of identical stages:
-    in-flight micro-batches only fall along the pipeline, so a group's first stage is its peak."""
+    """(peak bytes per GPU, its stage, host bytes per node). In-flight micro-batches only fall along the pipeline,
+    so a middle stage shaped like an earlier one is never higher and is skipped."""
     peak, peak_stage, cpu = -1.0, 0, 0.0
-    groups = stage_groups(stage_layer_kinds(model, par), par.pp)
-    for first, _count, dense, moe in groups:
-        if 0 < first < par.pp - 1 and (dense, moe) == groups[0][2:]:
-            continue  # same layers as stage 0 but fewer micro-batches in flight and no embedding: never higher
-        parts = stage_parts(model, cluster, training, par, first, dense, moe)
+    seen: set[tuple[object, ...]] = set()
+    for stage, shape, dense, moe in _stages(model, training, par):
+        key = (shape, dense, moe)
+        if key in seen and not shape.loss:
+            continue
+        seen.add(key)
+        parts = stage_parts(model, cluster, training, par, shape, dense, moe, stage)
         if parts.total > peak:
-            peak, peak_stage = parts.total, first
+            peak, peak_stage = parts.total, stage
         cpu = max(cpu, parts.cpu)
     local = min(cluster.gpus_per_node, par.world_size)
     return peak, peak_stage, cpu * local + _offload_buffers(par) * local
 
 
 def memory_estimate(
-    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, upper_factor: float = 1.0
 ) -> MemoryEstimate:
     stages: list[StageMemory] = []
     cpu_per_gpu = nvme_per_gpu = 0.0
-    for stage, (dense, moe) in enumerate(stage_layer_kinds(model, par)):
-        parts = stage_parts(model, cluster, training, par, stage, dense, moe)
+    for stage, shape, dense, moe in _stages(model, training, par):
+        parts = stage_parts(model, cluster, training, par, shape, dense, moe, stage)
         stages.append(_to_stage_memory(stage, dense + moe, parts))
         cpu_per_gpu, nvme_per_gpu = max(cpu_per_gpu, parts.cpu), max(nvme_per_gpu, parts.nvme)
     peak = max(stages, key=lambda s: s.total_bytes)
     capacity = cluster.gpu.memory_bytes
     local = min(cluster.gpus_per_node, par.world_size)
+    runtime = cluster.gpu.efficiency.runtime_overhead_bytes
     return MemoryEstimate(
         peak_bytes=peak.total_bytes,
         peak_stage=peak.stage,
+        peak_allocated_bytes=peak.allocated_bytes,
+        peak_reserved_bytes=peak.reserved_bytes,
+        peak_upper_bytes=int(peak.reserved_bytes * upper_factor + runtime),
         capacity_bytes=capacity,
         usable_bytes=int(capacity * (1 - training.memory_headroom)),
         headroom_fraction=1 - peak.total_bytes / capacity,
@@ -313,11 +412,11 @@ def memory_estimate(
 
 
 def _offload_buffers(par: ParallelConfig) -> float:
-    """Pinned staging buffers per GPU for NVMe offload (offload_config.py defaults: optimizer 4 buffers,
-    params 5 x 1e8 elements) — CPU offload works in place on the fp32 partition."""
+    """Pinned staging buffers per GPU for NVMe offload (offload_config.py defaults: optimizer 4 buffers of a
+    sub-group, params 5 x 1e8 elements) — CPU offload works in place on the fp32 partition."""
     total = 0.0
     if par.offload_optimizer == "nvme":
-        total += 4 * 1e8 * 4
+        total += 4 * ZERO3_NVME_SUB_GROUP_SIZE * 4
     if par.offload_param == "nvme":
         total += 5 * 1e8 * 2
     return total

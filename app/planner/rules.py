@@ -1,8 +1,9 @@
-"""The rules Megatron-LM, megatron-core and DeepSpeed enforce, as named predicates.
+"""The rules Megatron-LM, megatron-core and DeepSpeed enforce, as named predicates, and what each stack can run.
 
 Each rule returns None when satisfied, or a `Violation(code, message)` whose message carries the numbers.
 Sources are the checks listed in shared/docs/rules.md (validate_args, ModelParallelConfig/TransformerConfig
-`__post_init__`, DeepSpeed's config and pipeline engine); the code names the check it mirrors.
+`__post_init__`, DeepSpeed's config and pipeline engine); the code names the check it mirrors. What a stack can run
+is read from its capabilities (data/stacks.json), never from the framework's name.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from app.planner.layout import num_microbatches, stage_layers
+from app.planner.layout import layout_vpp, num_microbatches, parse_layout
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 
 
@@ -61,7 +62,7 @@ def query_groups_fit_tp(c: Ctx) -> Violation | None:
 
 
 def tp_within_nvlink_domain(c: Ctx) -> Violation | None:
-    domain = min(c.cluster.gpus_per_node, c.cluster.nvlink_domain)
+    domain = c.cluster.nvlink_domain
     if c.par.tp > domain and not c.training.allow_tp_across_nodes:
         return Violation(
             "tp_within_nvlink_domain",
@@ -71,19 +72,36 @@ def tp_within_nvlink_domain(c: Ctx) -> Violation | None:
 
 
 def pipeline_layers(c: Ctx) -> Violation | None:
-    """validate_args / TransformerConfig: layers split evenly over PP (and VPP), or uneven first/last stages
-    with the rest even over the middle stages, each divisible by VPP."""
+    """validate_args / TransformerConfig pipeline checks: even split, uneven first/last stages (each and every
+    middle stage divisible by VPP), account-for-embedding/loss (`(L + accounted) % (PP x VPP) == 0`), or a layout
+    string (stages a multiple of PP, VPP = stages / PP, E first and L last, `t` count = num_layers). DeepSpeed's
+    PipelineModule balances any layer count itself."""
     p, L = c.par, c.model.num_layers
     if p.pp > L:
         return Violation("layers_divisible_by_pp", f"pp({p.pp}) > num_layers({L})")
-    if p.first_stage_layers is None and p.last_stage_layers is None:
-        if L % p.pp and c.training.framework != "megatron":
-            return None  # DeepSpeed's PipelineModule balances layers over stages (partition_method)
-        if L % p.pp:
-            return Violation("layers_divisible_by_pp", f"num_layers({L}) % pp({p.pp}) != 0")
-        if (L // p.pp) % p.vpp:
-            return Violation("layers_divisible_by_vpp", f"layers per stage({L // p.pp}) % vpp({p.vpp}) != 0")
-        return None
+    if p.pipeline_layout is not None:
+        return _layout_rule(c)
+    if c.training.software.can.pipeline == "deepspeed":
+        return None if p.vpp == 1 else Violation("framework_support", "DeepSpeed's PipelineEngine has no interleaving")
+    uneven = p.first_stage_layers is not None or p.last_stage_layers is not None
+    accounted = int(p.account_for_embedding_in_pipeline_split) + int(p.account_for_loss_in_pipeline_split)
+    if uneven and accounted:
+        return Violation(
+            "uneven_stages", "first/last stage layers cannot be combined with account_for_embedding/loss (Megatron)"
+        )
+    if uneven:
+        return _uneven_rule(c)
+    n = L + accounted
+    if n % p.pp:
+        what = f"num_layers({L})" + (f" + accounted({accounted})" if accounted else "")
+        return Violation("layers_divisible_by_pp", f"{what} % pp({p.pp}) != 0")
+    if (n // p.pp) % p.vpp:
+        return Violation("layers_divisible_by_vpp", f"layers per stage({n // p.pp}) % vpp({p.vpp}) != 0")
+    return None
+
+
+def _uneven_rule(c: Ctx) -> Violation | None:
+    p, L = c.par, c.model.num_layers
     if p.pp == 1:
         return Violation("uneven_stages_need_pp", "first/last stage layers are set but pp is 1")
     fixed = [x for x in (p.first_stage_layers, p.last_stage_layers) if x is not None]
@@ -94,8 +112,27 @@ def pipeline_layers(c: Ctx) -> Violation | None:
             f"num_layers({L}) - first/last({sum(fixed)}) = {rest} does not split "
             f"evenly over the {middle_stages} middle stages",
         )
-    if any(n % p.vpp for n in stage_layers(L, p)):
-        return Violation("layers_divisible_by_vpp", f"stage layers {stage_layers(L, p)} not divisible by vpp({p.vpp})")
+    counts = [*fixed, *([rest // middle_stages] if middle_stages else [])]
+    if any(n % p.vpp for n in counts):
+        return Violation("layers_divisible_by_vpp", f"stage layers {counts} not divisible by vpp({p.vpp})")
+    return None
+
+
+def _layout_rule(c: Ctx) -> Violation | None:
+    p, L = c.par, c.model.num_layers
+    assert p.pipeline_layout is not None
+    if not c.training.software.can.uneven_stages:
+        return Violation("framework_support", f"{c.training.software.label} takes no pipeline layout string")
+    try:
+        shapes = parse_layout(p.pipeline_layout, p.pp)
+        v = layout_vpp(p.pipeline_layout, p.pp)
+    except ValueError as exc:
+        return Violation("pipeline_layout", str(exc))
+    layers = sum(s.layers for s in shapes)
+    if layers != L:
+        return Violation("pipeline_layout", f"pipeline_layout places {layers} layers, num_layers is {L}")
+    if v != p.vpp:
+        return Violation("pipeline_layout", f"pipeline_layout has {v} virtual stages per rank, vpp is {p.vpp}")
     return None
 
 
@@ -116,11 +153,11 @@ def interleaving_allowed(c: Ctx) -> Violation | None:
         return None
     if p.pp == 1:
         return Violation("vpp_needs_pp", f"vpp({p.vpp}) needs pp > 1")
+    if not c.training.software.can.interleaving:
+        return Violation("framework_support", f"vpp({p.vpp}): {c.training.software.label} has no interleaving")
     m = num_microbatches(c.training, p)
     if m % p.pp:
         return Violation("interleaving_microbatches", f"num_microbatches({m}) % pp({p.pp}) != 0 (interleaved schedule)")
-    if c.training.framework != "megatron":
-        return Violation("framework_support", f"vpp({p.vpp}): DeepSpeed's pipeline engine has no interleaving")
     return None
 
 
@@ -131,13 +168,22 @@ def sequence_parallel_needs_tp(c: Ctx) -> Violation | None:
 
 
 def context_parallel(c: Ctx) -> Violation | None:
-    cp, s = c.par.cp, c.model.seq_length
-    if cp == 1:
+    p, s = c.par, c.model.seq_length
+    if p.cp == 1:
         return None
-    if s % (2 * cp):
-        return Violation("seq_divisible_by_2cp", f"seq_length({s}) % (2 * cp({cp})) != 0")
+    can = c.training.software.can.context_parallel
+    if p.cp_comm_type not in can:
+        what = f"cp_comm_type {p.cp_comm_type}" if can else "context parallelism"
+        return Violation("framework_support", f"cp({p.cp}): {c.training.software.label} has no {what}")
+    if s % (2 * p.cp):
+        return Violation("seq_divisible_by_2cp", f"seq_length({s}) % (2 * cp({p.cp})) != 0")
     if not c.training.flash_attention:
         return Violation("cp_needs_flash_attention", "context parallelism runs on fused (flash) attention only")
+    if p.cp_comm_type in ("a2a", "a2a+p2p"):
+        heads = c.model.num_attention_heads // p.tp
+        inner = p.hierarchical_cp_sizes[0] if p.hierarchical_cp_sizes else p.cp
+        if heads % inner:
+            return Violation("cp_heads", f"a2a context parallelism: heads per TP rank({heads}) % a2a size({inner}) != 0")
     return None
 
 
@@ -156,59 +202,122 @@ def expert_parallel(c: Ctx) -> Violation | None:
     return None
 
 
-def framework_support(c: Ctx) -> Violation | None:
-    p, fw = c.par, c.training.framework
-    if fw == "megatron":
-        if p.zero_stage or p.offload_optimizer != "none" or p.offload_param != "none":
+def sharding_supported(c: Ctx) -> Violation | None:
+    """The stack shards as it can: Megatron's distributed optimizer (not ZeRO stages or ZeRO offload), DeepSpeed's
+    ZeRO stages (not the distributed optimizer), FSDP's full shard."""
+    p, s = c.par, c.training.software
+    can = s.can
+    if (p.zero_stage or p.offload_optimizer != "none" or p.offload_param != "none") and "zero" not in can.sharding:
+        return Violation(
+            "framework_support",
+            f"{s.label} shards with {', '.join(can.sharding)}, not ZeRO stages or ZeRO offload "
+            f"(choose framework deepspeed or megatron-deepspeed)",
+        )
+    if "zero" in can.sharding and p.zero_stage not in can.zero_stages:
+        if p.zero_stage == 0 and c.training.precision == "bf16":
             return Violation(
                 "framework_support",
-                "Megatron-LM shards with the distributed optimizer, "
-                "not ZeRO stages or ZeRO offload (choose framework deepspeed or megatron-deepspeed)",
+                "DeepSpeed bf16 without ZeRO keeps bf16 optimizer states (DDP_BFLOAT16); use zero_stage >= 1",
             )
-        return None
-    if p.distributed_optimizer:
-        return Violation("framework_support", f"{fw} shards with ZeRO, not Megatron's distributed optimizer")
-    if p.cp > 1 or p.ep > 1:
-        return Violation("framework_support", f"{fw}: context/expert parallelism are planned for Megatron-LM only")
-    if fw == "deepspeed" and (p.tp > 1 or p.sequence_parallel):
-        return Violation("framework_support", "deepspeed (without Megatron) has no tensor parallelism here")
-    if p.zero_stage == 0 and c.training.precision == "bf16":
+        return Violation("framework_support", f"zero_stage({p.zero_stage}): {s.label} runs {list(can.zero_stages)}")
+    if "zero" in can.sharding and p.zero_stage == 0 and c.training.precision == "bf16":
         return Violation(
             "framework_support",
             "DeepSpeed bf16 without ZeRO keeps bf16 optimizer states (DDP_BFLOAT16); use zero_stage >= 1",
         )
-    if c.training.precision == "fp8":
+    if p.distributed_optimizer and "distributed_optimizer" not in can.sharding:
+        return Violation("framework_support", f"{s.label} shards with ZeRO/FSDP, not Megatron's distributed optimizer")
+    if p.megatron_fsdp is not None and "megatron_fsdp" not in can.sharding:
+        return Violation("framework_support", f"{s.label} has no Megatron-FSDP")
+    if p.offload_optimizer != "none" and not can.offload:
+        return Violation("framework_support", f"{s.label}: no optimizer offload")
+    return None
+
+
+def parallelism_supported(c: Ctx) -> Violation | None:
+    p, s = c.par, c.training.software
+    if (p.tp > 1 or p.sequence_parallel) and not s.can.tensor_parallel:
+        return Violation("framework_support", f"{s.label} has no tensor parallelism here")
+    if p.ep > 1 and not s.can.expert_parallel:
+        return Violation("framework_support", f"{s.label}: expert parallelism is planned for Megatron-LM only")
+    if p.pp > 1 and s.can.pipeline is None:
+        return Violation(
+            "framework_support",
+            f"pp({p.pp}): {s.label} runs no pipeline here (use megatron-deepspeed for pipeline parallelism)",
+        )
+    return None
+
+
+def overlap_supported(c: Ctx) -> Violation | None:
+    p, s = c.par, c.training.software
+    if p.tp_comm_overlap and not (s.can.tp_comm_overlap and p.sequence_parallel and p.tp > 1):
+        return Violation("tp_comm_overlap", "tp_comm_overlap needs sequence parallelism, TP > 1 and Megatron-core")
+    if p.moe_ep_overlap and not (s.can.ep_overlap and p.ep > 1 and p.recompute != "full"):
+        return Violation("moe_ep_overlap", "EP overlap needs EP > 1, Megatron-core and no full recompute")
+    if p.moe_ep_overlap and p.pp > 1 and p.vpp == 1:
+        return Violation("moe_ep_overlap", "EP overlap with pipeline parallelism needs interleaving (vpp > 1)")
+    return None
+
+
+def precision_supported(c: Ctx) -> Violation | None:
+    p, s, t = c.par, c.training.software, c.training
+    if t.precision == "fp8" and not s.can.fp8:
         return Violation("fp8_framework", "FP8 (Transformer Engine) is planned for Megatron-LM only")
+    if p.fp8_param_gather and not (t.precision == "fp8" and s.can.fp8_param_gather and p.distributed_optimizer):
+        return Violation("fp8_param_gather", "fp8_param_gather needs FP8 training and the distributed optimizer")
+    if p.fp8_recipe == "mxfp8" and c.cluster.gpu.generation != "blackwell":
+        return Violation("fp8_recipe", f"fp8_recipe mxfp8 needs Blackwell, not {c.cluster.gpu.name}")
+    return None
+
+
+def recompute_supported(c: Ctx) -> Violation | None:
+    """TransformerConfig: full recompute takes a method and a layer count (1..layers per stage); selective takes
+    modules and no layer count; moe/moe_act/shared_experts need an MoE model, mla_up_proj MLA."""
+    p, s, m = c.par, c.training.software, c.model
+    if p.recompute == "selective":
+        if p.recompute_num_layers is not None or p.recompute_method is not None:
+            return Violation("recompute", "selective recompute takes no recompute_method/num_layers")
+        unknown = [x for x in (p.recompute_modules or ()) if x not in s.can.recompute_modules]
+        if unknown:
+            return Violation("recompute", f"{s.label} cannot recompute modules {unknown}")
+        for mod in p.recompute_modules or ():
+            if mod in ("moe", "moe_act", "shared_experts") and not m.is_moe:
+                return Violation("recompute", f"recompute module {mod} needs an MoE model")
+            if mod == "mla_up_proj" and not m.multi_latent_attention:
+                return Violation("recompute", "recompute module mla_up_proj needs multi-latent attention")
+        return None
+    if p.recompute_modules:
+        return Violation("recompute", "recompute_modules is for selective recompute")
+    if p.recompute_num_layers is not None or p.recompute_method is not None:
+        if p.recompute != "full" or not s.can.partial_recompute:
+            return Violation("recompute", f"recompute_method/num_layers: full recompute with {s.label} only")
+        per_stage = m.num_layers // p.pp
+        if p.recompute_num_layers is not None and not 1 <= p.recompute_num_layers <= per_stage:
+            return Violation(
+                "recompute", f"recompute_num_layers({p.recompute_num_layers}) must be in 1..layers per stage({per_stage})"
+            )
     return None
 
 
 def model_fits_framework(c: Ctx) -> Violation | None:
-    """What each framework path can run (and the renderer writes): MoE and MLA with Megatron-LM only; no ALiBi
-    (no flag in Megatron-LM or deepspeedai/Megatron-DeepSpeed); no pipeline in the plain DeepSpeed engine."""
-    m, fw = c.model, c.training.framework
-    if (m.is_moe or m.multi_latent_attention) and fw != "megatron":
+    """What each stack can run (and the renderer writes): MoE and MLA with Megatron-core only; ALiBi only where the
+    stack implements it (BigScience's Megatron-DeepSpeed fork, Hugging Face, llm-foundry)."""
+    m, s = c.model, c.training.software
+    if m.is_moe and not s.can.moe or m.multi_latent_attention and not s.can.mla:
         what = "experts" if m.is_moe else "multi-latent attention"
-        return Violation(
-            "framework_support", f"{m.name} has {what}: planned and rendered for Megatron-LM only, not {fw}"
-        )
-    if m.position_embedding_type == "alibi":
+        return Violation("framework_support", f"{m.name} has {what}: planned and rendered for Megatron-LM only, not {s.label}")
+    if m.position_embedding_type == "alibi" and not s.can.alibi:
         return Violation(
             "framework_support",
-            f"{m.name} uses ALiBi, which neither Megatron-LM nor upstream Megatron-DeepSpeed implements (only "
-            f"BigScience's fork); for a same-size plan set position_embedding_type to rope",
-        )
-    if fw == "deepspeed" and c.par.pp > 1:
-        return Violation(
-            "framework_support",
-            f"pp({c.par.pp}): the plain DeepSpeed engine runs no pipeline here (use megatron-deepspeed for "
-            f"pipeline parallelism)",
+            f"{m.name} uses ALiBi, which {s.label} does not implement (BigScience's Megatron-DeepSpeed fork, Hugging "
+            f"Face and llm-foundry do); for a same-size plan set position_embedding_type to rope",
         )
     return None
 
 
 def zero_with_pipeline(c: Ctx) -> Violation | None:
     """deepspeed/runtime/pipe/engine.py: ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism."""
-    if c.training.framework != "megatron" and c.par.pp > 1 and c.par.zero_stage >= 2:
+    if c.training.software.can.pipeline == "deepspeed" and c.par.pp > 1 and c.par.zero_stage >= 2:
         return Violation(
             "zero_with_pipeline",
             f"zero_stage({c.par.zero_stage}) with pp({c.par.pp}) > 1: DeepSpeed's pipeline engine allows ZeRO 0-1 only",
@@ -257,16 +366,20 @@ PLACEMENT_RULES: tuple[Rule, ...] = (
     expert_parallel,
     fp8_supported,
     model_fits_framework,
+    parallelism_supported,
 )
-# ... and those that also read the micro-batch size, sharding, offload or sequence parallelism.
+# ... and those that also read the micro-batch size, sharding, offload, recomputation or precision options.
 CANDIDATE_RULES: tuple[Rule, ...] = (
     enough_microbatches,
     batch_divisible,
     interleaving_allowed,
     sequence_parallel_needs_tp,
-    framework_support,
+    sharding_supported,
     zero_with_pipeline,
     offload_rules,
+    precision_supported,
+    recompute_supported,
+    overlap_supported,
 )
 RULES = PLACEMENT_RULES + CANDIDATE_RULES
 

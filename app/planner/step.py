@@ -1,19 +1,29 @@
-"""Step time: per-stage micro-batch time, the pipeline schedule, data-parallel sync, optimizer and offload.
+"""Step time: per-stage micro-batch time (device and host), the pipeline schedule, data-parallel sync, optimizer.
 
-- Pipeline (Narayanan et al. 2021, sec. 2.2): with m micro-batches, p stages and v model chunks per rank,
-  `T = m * t_max + (p - 1) * t_avg / v` where t_r is one micro-batch's forward + backward on stage r; for equal
-  stages the bubble is `(p - 1) / v` micro-batch times, i.e. `(p-1)/(v*m)` of the ideal time.
-- TP: two all-reduces per layer in forward and two in backward (Shoeybi et al. 2019); with sequence
-  parallelism each becomes an all-gather plus a reduce-scatter of the same volume (Korthikanti et al. 2022,
-  sec. 4.2.2); full recompute repeats the forward ones. Not overlapped with compute.
-- PP: one activation send forward and one gradient send backward per micro-batch and stage, scattered over
-  TP (Megatron's scatter/gather optimisation); interleaving overlaps them (`overlap_p2p_comm`).
-- DP: Megatron all-reduces gradients (fp32 under bf16, rules.md sec. 1) or, with the distributed optimizer,
-  reduce-scatters them and all-gathers parameters; with `overlap_grad_reduce` only what outlasts the last
-  micro-batch's backward is exposed. ZeRO-3 moves 3 x the 16-bit parameters per micro-batch (ZeRO paper sec. 7),
-  overlapped with compute by prefetching.
-- Optimizer: fused Adam streams ~30 bytes per parameter of its shard through HBM, plus the gradient norm and
-  zeroing over the whole gradient buffer; offloaded Adam runs at the node's CPU Adam rate after PCIe copies.
+Overlap is modelled as what hides behind what (comm.exposed: the excess over the compute window is exposed and
+the hidden part still costs the stack's `overlap_contention`), per stack capability:
+- TP (Shoeybi et al. 2019; Korthikanti et al. 2022 sec. 4.2.2): two all-reduces per layer each way, or with
+  sequence parallelism all-gathers and reduce-scatters of the same volume plus the backward re-gather of each
+  column-parallel input for its weight gradient (megatron-core `LinearWithGradAccumulationAndAsyncCommunication`).
+  With `--tp-comm-overlap` (Transformer Engine userbuffers) they run beside the layer's GEMMs; otherwise exposed.
+  Full recompute repeats the forward ones.
+- CP: ring (p2p) passes K and V around the `cp` ranks behind each chunk's attention (and dK, dV in backward);
+  `a2a` (Ulysses) re-shards q, k, v and the output by heads with four all-to-alls, not overlapped; `all_gather`
+  gathers K and V before attention and reduce-scatters their gradients; `a2a+p2p` does a2a inside the node and the
+  ring across (megatron-core `TEDotProductAttention` cp_comm_type).
+- EP: dispatch + combine all-to-all of the routed tokens per layer and pass; with
+  `--overlap-moe-expert-parallel-comm` (combined 1F1B) one micro-batch's all-to-all hides behind another's compute.
+- PP: one activation send forward and one gradient send backward per micro-batch and stage, each TP rank sending its
+  share (Megatron scatters over TP; DeepSpeed's PipelineEngine partitions and re-gathers); hidden with interleaving.
+- DP: Megatron reduces the main grads over DP x CP (all-reduce, or reduce-scatter + parameter all-gather with the
+  distributed optimizer) in buckets behind the last micro-batch's backward (`--overlap-grad-reduce`) and the first
+  forward (`--overlap-param-gather`); the last bucket is exposed. ZeRO-3 and FSDP gather parameters layer by layer in
+  forward and backward and reduce-scatter gradients every micro-batch, prefetching one unit ahead (ZeRO paper sec. 7).
+- Host: a stack whose CPU dispatches every operator (eager PyTorch, DeepSpeed's ZeRO-3 module hooks) can leave the
+  GPU waiting at small micro-batches; each stage's micro-batch takes the longer of its device and host times.
+- Optimizer: the Adam implementation streams its bytes per parameter of the shard through HBM (fused Adam ~30 B;
+  torch's foreach AdamW ~80 B plus DeepSpeed's flatten, upcast, norm, clip and copy-back ~34 B), plus the stack's
+  host time per step; offloaded Adam runs at the node's CPU Adam rate after PCIe copies.
 """
 
 from __future__ import annotations
@@ -21,19 +31,24 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from app.planner import catalog, comm, compute, layout
-from app.planner.activations import moe_imbalance
+from app.planner import comm, compute, layout
+from app.planner.activations import ACT, moe_imbalance, routed_tokens
 from app.planner.attention import attention_shape
-from app.planner.memory import deepspeed_uses_bf16_optimizer, optimizer_shards, stage_params, zero_buckets
+from app.planner.layout import StageShape
+from app.planner.memory import deepspeed_uses_bf16_optimizer, stage_params, zero_buckets, zero_overlap_comm
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
+from app.planner.stack import GenerationCosts
 
-ACT = 2
 ZERO3_GATHERS_PER_LAYER = 4  # one all-gather per linear module (QKV, projection, fc1, fc2)
+MEGATRON_BUCKET_PARAMS = 40_000_000  # DistributedDataParallelConfig.bucket_size default (max(40M, 1M x dp))
+OPTIMIZER_BYTES = {"fused-adam": 30.0, "torch-adamw": 80.0, "per-tensor-adamw": 80.0}
+ZERO_STEP_BYTES = 34.0  # DeepSpeed ZeRO-1/2 step: flatten (4) + upcast (6) + norm (4) + clip (8) + copy back (6) + zero
+MODULES_PER_LAYER = {"hf-eager": 9, "megatron": 6, "mpt": 6}  # parameterised modules a ZeRO-3 hook fires on
 
 
 @dataclass(slots=True)
 class StageTime:
-    """Seconds of one micro-batch (forward + backward) on one stage, by cause."""
+    """Seconds of one micro-batch (forward + backward) on one stage, by cause, and the host time it needs."""
 
     compute: float = 0.0
     recompute: float = 0.0
@@ -43,91 +58,137 @@ class StageTime:
     pp_comm: float = 0.0
     zero_comm: float = 0.0
     engine: float = 0.0  # the framework's own per-micro-batch machinery (DeepSpeed's PipelineEngine)
+    host_wait: float = 0.0  # device idle while the CPU dispatches (host-bound micro-batches)
     fwd: float = 0.0  # forward part, the window for overlapping parameter gathers
     bwd: float = 0.0  # backward part, the window for overlapping gradient reduction
+    host: float = 0.0  # CPU time the micro-batch needs
 
     @property
-    def total(self) -> float:
+    def device(self) -> float:
         return (
             self.compute + self.recompute + self.tp_comm + self.cp_comm + self.ep_comm + self.pp_comm + self.zero_comm
             + self.engine
         )
 
+    @property
+    def total(self) -> float:
+        return self.device + self.host_wait
 
-def _tp_comm_per_layer(model: ModelSpec, par: ParallelConfig, cluster: ClusterSpec) -> tuple[float, float]:
-    """(forward, backward) TP communication of one layer: two all-reduces each way; with sequence parallelism
-    2 x (all-gather + reduce-scatter) each way plus, in backward, the all-gather that re-forms the
-    sequence-parallel input of each column-parallel GEMM for its weight gradient (megatron-core
-    `LinearWithGradAccumulationAndAsyncCommunication`)."""
+
+def _tp_comm(
+    model: ModelSpec, par: ParallelConfig, cluster: ClusterSpec, lt: compute.LayerTime, costs: GenerationCosts
+) -> tuple[float, float]:
+    """(forward, backward) exposed TP communication of one layer."""
     if par.tp == 1:
         return 0.0, 0.0
     size = ACT * model.seq_length / par.cp * par.micro_batch_size * model.hidden_size
-    cross = layout.tp_crosses_nodes(par, cluster)
+    g = layout.tp_group(par, cluster)
     if par.sequence_parallel:
-        gather = comm.collective_time("all_gather", size, par.tp, cluster, cross)
-        scatter = comm.collective_time("reduce_scatter", size, par.tp, cluster, cross)
-        return 2 * (gather + scatter), 2 * (gather + scatter) + 2 * gather
-    reduce = 2 * comm.collective_time("all_reduce", size, par.tp, cluster, cross)
-    return reduce, reduce
+        gather = comm.collective_time("all_gather", size, g, cluster)
+        scatter = comm.collective_time("reduce_scatter", size, g, cluster)
+        fwd, bwd = 2 * (gather + scatter), 2 * (gather + scatter) + 2 * gather
+    else:
+        fwd = bwd = 2 * comm.collective_time("all_reduce", size, g, cluster)
+    if par.tp_comm_overlap:
+        return comm.exposed(fwd, lt.gemm_fwd, costs.overlap_contention), comm.exposed(
+            bwd, 2 * lt.gemm_fwd, costs.overlap_contention
+        )
+    return fwd, bwd
 
 
-def _cp_comm_per_layer(model: ModelSpec, par: ParallelConfig, cluster: ClusterSpec) -> float:
-    """Ring attention: each of the cp-1 steps passes the local K and V chunk to the next rank."""
+def _cp_comm(
+    model: ModelSpec, par: ParallelConfig, cluster: ClusterSpec, lt: compute.LayerTime, costs: GenerationCosts
+) -> tuple[float, float]:
+    """(forward, backward) exposed context-parallel communication of one layer."""
     if par.cp == 1:
-        return 0.0
+        return 0.0, 0.0
     shape = attention_shape(model)
-    kv_bytes = ACT * model.seq_length / par.cp * par.micro_batch_size * (shape.k_width + shape.v_width) / par.tp
-    step = comm.collective_time("send_recv", kv_bytes, 2, cluster, layout.cp_crosses_nodes(par, cluster))
-    return (par.cp - 1) * step
+    local = model.seq_length / par.cp * par.micro_batch_size
+    kv = ACT * local * (shape.k_width + shape.v_width) / par.tp
+    qkvo = ACT * local * (shape.q_width + shape.k_width + shape.v_width + shape.out_in) / par.tp
+    g = layout.cp_group(par, cluster)
+    c = costs.overlap_contention
+    if par.cp_comm_type == "a2a":
+        t = comm.collective_time("all_to_all", qkvo, g, cluster, calls=4)
+        return t, t
+    if par.cp_comm_type == "all_gather":
+        gather = comm.collective_time("all_gather", kv * par.cp, g, cluster)
+        scatter = comm.collective_time("reduce_scatter", kv * par.cp, g, cluster)
+        return gather, gather + scatter
+    if par.cp_comm_type == "a2a+p2p" and par.hierarchical_cp_sizes:
+        inner, outer = par.hierarchical_cp_sizes
+        a2a = comm.collective_time("all_to_all", qkvo, comm.group(inner, par.tp, cluster), cluster, calls=4)
+        ring_g = comm.group(outer, par.tp * inner, cluster)
+        step = comm.collective_time("send_recv", kv * inner, ring_g, cluster)
+        ring = (outer - 1) * step
+        return a2a + comm.exposed(ring, lt.attention_fwd, c), a2a + comm.exposed(2 * ring, lt.attention_bwd, c)
+    step = comm.collective_time("send_recv", kv, comm.Group(2, 1 if g.crosses else 2, 2 if g.crosses else 1), cluster)
+    ring = (par.cp - 1) * step
+    return comm.exposed(ring, lt.attention_fwd, c), comm.exposed(2 * ring, lt.attention_bwd, c)
 
 
-def _ep_comm_per_layer(model: ModelSpec, par: ParallelConfig, cluster: ClusterSpec, imbalance: float) -> float:
-    """Forward dispatch + combine all-to-all of the routed tokens."""
+def _ep_comm(
+    model: ModelSpec,
+    par: ParallelConfig,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    lt: compute.LayerTime,
+    costs: GenerationCosts,
+) -> float:
+    """Dispatch + combine all-to-all of the routed tokens, every pass (forward, backward, recomputed forward)."""
     if par.ep == 1:
         return 0.0
-    sp = par.tp if par.sequence_parallel and par.tp > 1 else 1
-    size = ACT * model.seq_length / par.cp * par.micro_batch_size / sp * model.moe_router_topk * model.hidden_size
-    cross = layout.ep_crosses_nodes(par, cluster)
-    return 2 * imbalance * comm.collective_time("all_to_all", size, par.ep, cluster, cross)
+    per_rank = ACT * routed_tokens(model, par, training) / par.expert_tp * model.hidden_size
+    one = 2 * comm.collective_time("all_to_all", per_rank, layout.ep_group(par, cluster), cluster)
+    passes = 3 if par.recompute == "full" else 2
+    total = one * passes
+    if par.moe_ep_overlap:  # combined 1F1B: one micro-batch's all-to-all behind another's attention and MLP
+        return comm.exposed(total, lt.fwd + lt.bwd, costs.overlap_contention)
+    return total
 
 
-def _p2p_per_microbatch(model: ModelSpec, par: ParallelConfig, cluster: ClusterSpec, training: TrainingSpec) -> float:
-    """Activation send forward + gradient send backward, each TP rank sending its 1/t share: Megatron sends the
-    sequence-parallel shard (or scatters and re-gathers, scatter_gather_tensors_in_pipeline); DeepSpeed's
-    PipelineEngine partitions both over the TP group and all-gathers them on arrival (pipe_partitioned and
-    grad_partitioned, on by default), which adds an intra-node all-gather each way."""
+def _p2p(model: ModelSpec, par: ParallelConfig, cluster: ClusterSpec, training: TrainingSpec) -> float:
+    """Activation send forward + gradient send backward, each TP rank sending its 1/t share; DeepSpeed's
+    PipelineEngine partitions both over the TP group and all-gathers them on arrival."""
     if par.pp == 1:
         return 0.0
     full = ACT * model.seq_length / par.cp * par.micro_batch_size * model.hidden_size
-    cross = layout.pp_crosses_nodes(par, cluster)
-    one = comm.collective_time("send_recv", full / par.tp, 2, cluster, cross)
-    if training.framework != "megatron" and par.tp > 1:
-        one += comm.collective_time("all_gather", full, par.tp, cluster, layout.tp_crosses_nodes(par, cluster))
+    g = layout.pp_group(par, cluster)
+    pair = comm.Group(2, 1 if g.crosses else 2, 2 if g.crosses else 1)
+    one = comm.collective_time("send_recv", full / par.tp, pair, cluster)
+    if training.software.can.pipeline == "deepspeed" and par.tp > 1:
+        one += comm.collective_time("all_gather", full, layout.tp_group(par, cluster), cluster)
     if par.vpp > 1 and training.overlap_p2p_comm:  # hidden behind the next chunk; the latency stays
-        return 2 * par.vpp * comm.latency(cluster, cross)
+        return 2 * par.vpp * comm.latency("send_recv", pair, cluster)
     return 2 * one
 
 
 def _layer_part(
-    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, moe: bool
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, moe: bool, recomputed: float
 ) -> StageTime:
-    lt = compute.layer_time(model, par, training, cluster.gpu, moe)
-    imbalance = moe_imbalance(model, training)
+    """One layer's share of a micro-batch; `recomputed` is the fraction of such layers fully recomputed."""
+    costs = training.software.generation(cluster.gpu.generation)
+    lt = compute.layer_time(model, par, training, cluster.gpu, costs, moe)
+    tp_f, tp_b = _tp_comm(model, par, cluster, lt, costs)
+    cp_f, cp_b = _cp_comm(model, par, cluster, lt, costs)
     full = par.recompute == "full"
-    passes = 3 if full else 2  # forward, backward (+ the recomputed forward)
-    tp_fwd, tp_bwd = _tp_comm_per_layer(model, par, cluster)
-    tp = tp_fwd * (2 if full else 1) + tp_bwd
-    cp_fwd = _cp_comm_per_layer(model, par, cluster)
-    cp = max(0.0, cp_fwd - lt.attention_fwd) * (2 if full else 1) + max(0.0, 2 * cp_fwd - 2.5 * lt.attention_fwd)
-    ep = _ep_comm_per_layer(model, par, cluster, imbalance) * passes if moe else 0.0
+    repeat = recomputed if full else 0.0
+    recompute = lt.recompute * (recomputed if full else 1.0)
+    ep = _ep_comm(model, par, cluster, training, lt, costs) if moe else 0.0
+    ops = lt.ops_fwd * (3 + (repeat if full else (1 if par.recompute == "selective" else 0)))
+    hooks = 0.0
+    if par.zero_stage == 3 and training.software.costs.zero3_module_hook_s:
+        modules = MODULES_PER_LAYER[training.software.costs.activation_layout]
+        hooks = modules * training.software.costs.zero3_module_hook_s * (2 + repeat)
     return StageTime(
         compute=lt.fwd + lt.bwd,
-        recompute=lt.recompute,
-        tp_comm=tp,
-        cp_comm=cp,
+        recompute=recompute,
+        tp_comm=tp_f * (1 + repeat) + tp_b,
+        cp_comm=cp_f * (1 + repeat) + cp_b,
         ep_comm=ep,
         fwd=lt.fwd,
-        bwd=lt.bwd + lt.recompute,
+        bwd=lt.bwd + recompute,
+        host=ops * costs.host_op_s + hooks,
     )
 
 
@@ -136,38 +197,71 @@ def stage_time(
     cluster: ClusterSpec,
     training: TrainingSpec,
     par: ParallelConfig,
-    stage: int,
+    shape: StageShape,
     dense: int,
     moe: int,
 ) -> StageTime:
     out = StageTime()
+    layers = dense + moe
+    recomputed = _recomputed_fraction(par, shape) if layers else 0.0
     for count, is_moe in ((dense, False), (moe, True)):
         if count:
-            part = _layer_part(model, cluster, training, par, is_moe)
-            for name in ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "fwd", "bwd"):
+            part = _layer_part(model, cluster, training, par, is_moe, recomputed)
+            for name in ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "fwd", "bwd", "host"):
                 setattr(out, name, getattr(out, name) + count * getattr(part, name))
-    if stage == par.pp - 1:
-        fwd, bwd = compute.output_layer_time(model, par, training, cluster.gpu)
+    costs = training.software.generation(cluster.gpu.generation)
+    if shape.loss:
+        fwd, bwd = compute.output_layer_time(model, par, training, cluster.gpu, costs)
         out.compute, out.fwd, out.bwd = out.compute + fwd + bwd, out.fwd + fwd, out.bwd + bwd
-    out.pp_comm = _p2p_per_microbatch(model, par, cluster, training)
-    if training.framework != "megatron" and par.pp > 1:
-        out.engine = catalog.framework_constant("deepspeed_pipeline_engine", "microbatch_overhead_s")
+        out.host += 12 * costs.host_op_s
+    out.pp_comm = _p2p(model, par, cluster, training)
+    if par.pp > 1:
+        out.engine = training.software.costs.pipeline_microbatch_overhead_s
     if deepspeed_uses_bf16_optimizer(training, par):
-        out.compute += _fp32_accumulation(model, cluster, par, stage, dense, moe)
-    if par.zero_stage == 3:
-        out.zero_comm = _zero3_exposed(model, cluster, par, stage, dense, moe, out)
+        out.compute += _fp32_accumulation(model, cluster, training, par, shape, dense, moe)
+    sharded = "fsdp" in training.software.can.sharding or par.zero_stage == 3
+    if sharded and layers:
+        out.zero_comm = _gather_per_layer_exposed(model, cluster, training, par, shape, dense, moe, out)
     elif par.zero_stage == 2 and par.dp > 1:
-        out.zero_comm = _zero2_exposed(model, cluster, training, par, stage, dense, moe, out)
+        out.zero_comm = _zero2_exposed(model, cluster, training, par, shape, dense, moe, out)
+    out.host_wait = max(0.0, out.host - out.device)
     return out
 
 
+def _recomputed_fraction(par: ParallelConfig, shape: StageShape) -> float:
+    """Share of a stage's layers fully recomputed (`--recompute-num-layers` per chunk with the block method)."""
+    if par.recompute != "full":
+        return 0.0
+    if par.recompute_method == "block" and par.recompute_num_layers is not None:
+        per_chunk = shape.layers / max(1, len(shape.chunks))
+        return min(1.0, par.recompute_num_layers / per_chunk) if per_chunk else 0.0
+    return 1.0
+
+
 def _fp32_accumulation(
-    model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig, stage: int, dense: int, moe: int
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    par: ParallelConfig,
+    shape: StageShape,
+    dense: int,
+    moe: int,
 ) -> float:
     """BF16_Optimizer folds each micro-batch's 16-bit gradients into its fp32 buffer and clears them
     (`update_hp_grads`): read 2 + read 4 + write 4 + clear 2 bytes per parameter, every micro-batch."""
-    sp = stage_params(model, par, stage, dense, moe)
-    return compute.stream_time(12.0 * (sp.dense + sp.expert), 2, cluster.gpu)
+    sp = stage_params(model, par, shape, dense, moe)
+    costs = training.software.generation(cluster.gpu.generation)
+    return compute.stream_time(12.0 * sp.total, 2, cluster.gpu, costs)
+
+
+def grad_bytes(training: TrainingSpec, par: ParallelConfig) -> int:
+    """Bytes per gradient element on the wire: fp32 main grads under bf16 unless reduced in bf16
+    (accumulate_allreduce_grads_in_fp32, rules.md sec. 1), as DeepSpeed's BF16_Optimizer does."""
+    if training.precision == "fp16":
+        return 2
+    if training.software.can.sharding == ("zero",):
+        return 4 if deepspeed_uses_bf16_optimizer(training, par) else 2
+    return 4 if training.reduce_dtype == "fp32" else 2
 
 
 def _zero2_exposed(
@@ -175,105 +269,146 @@ def _zero2_exposed(
     cluster: ClusterSpec,
     training: TrainingSpec,
     par: ParallelConfig,
-    stage: int,
+    shape: StageShape,
     dense: int,
     moe: int,
     st: StageTime,
 ) -> float:
     """ZeRO-2 reduce-scatters the gradients in every micro-batch's backward, overlapped (overlap_comm)."""
-    sp = stage_params(model, par, stage, dense, moe)
-    size = grad_bytes(training, par) * (sp.dense + sp.expert)
-    scatter = comm.collective_time("reduce_scatter", size, par.dp, cluster, layout.dp_crosses_nodes(par, cluster))
-    return max(0.0, scatter - st.bwd)
+    sp = stage_params(model, par, shape, dense, moe)
+    size = grad_bytes(training, par) * sp.total
+    scatter = comm.collective_time("reduce_scatter", size, railed(layout.dp_group(par, cluster), training), cluster)
+    costs = training.software.generation(cluster.gpu.generation)
+    return comm.exposed(scatter, st.bwd if zero_overlap_comm(2) else 0.0, costs.overlap_contention)
 
 
-def _zero3_exposed(
-    model: ModelSpec, cluster: ClusterSpec, par: ParallelConfig, stage: int, dense: int, moe: int, st: StageTime
-) -> float:
-    """ZeRO-3 gathers the 16-bit parameters module by module in forward and again in backward and
-    reduce-scatters the gradients in buckets, every micro-batch; prefetching overlaps them with compute
-    (parameter offload adds the PCIe fetch of each rank's partition)."""
-    sp = stage_params(model, par, stage, dense, moe)
-    size = ACT * (sp.dense + sp.expert)
-    cross = layout.dp_crosses_nodes(par, cluster)
-    layers = max(1, dense + moe)
-    gathers = 2 * comm.collective_time(
-        "all_gather", size, par.dp, cluster, cross, calls=ZERO3_GATHERS_PER_LAYER * layers
-    )
-    buckets = math.ceil((sp.dense + sp.expert) / zero_buckets(model, 3).reduce_bucket_size)
-    scatter = comm.collective_time("reduce_scatter", size, par.dp, cluster, cross, calls=buckets)
-    pcie = 2 * size / par.dp / cluster.h2d_bw if par.offload_param != "none" else 0.0
-    total = gathers + scatter + pcie
-    first_layer = total / layers  # the first gather is not prefetched
-    return comm.overlapped(total - first_layer, st.compute + st.recompute, cluster) + first_layer
-
-
-def pipeline_time(
-    groups: list[tuple[StageTime, int]], par: ParallelConfig, microbatches: int
-) -> tuple[float, float, StageTime]:
-    """(pipeline seconds, bubble seconds, the bottleneck stage) from (stage time, number of such stages)."""
-    slow = max(groups, key=lambda g: g[0].total)[0]
-    avg = sum(t.total * n for t, n in groups) / par.pp
-    bubble = (par.pp - 1) * avg / par.vpp if par.pp > 1 else 0.0
-    return microbatches * slow.total + bubble, bubble, slow
-
-
-def _dp_exposed(
+def _gather_per_layer_exposed(
     model: ModelSpec,
     cluster: ClusterSpec,
     training: TrainingSpec,
     par: ParallelConfig,
-    first: StageTime,
-    stage0_params: tuple[int, int],
+    shape: StageShape,
+    dense: int,
+    moe: int,
+    st: StageTime,
+) -> float:
+    """ZeRO-3 / FSDP: the 16-bit parameters are all-gathered unit by unit in forward and again in backward (and in
+    a recomputed forward), the gradients reduce-scattered unit by unit, every micro-batch; prefetching hides each
+    unit's traffic behind the previous unit's compute, the first gather is exposed. Parameter offload adds the
+    PCIe fetch of each rank's partition."""
+    sp = stage_params(model, par, shape, dense, moe)
+    layers = max(1, dense + moe)
+    g = railed(layout.dp_group(par, cluster), training)
+    zero3 = par.zero_stage == 3
+    calls = ZERO3_GATHERS_PER_LAYER * layers if zero3 else layers
+    passes = 2 + (_recomputed_fraction(par, shape) if par.recompute == "full" else 0.0)
+    size = ACT * sp.total
+    gathers = passes * comm.collective_time("all_gather", size, g, cluster, calls=calls)
+    grad = grad_bytes(training, par) * sp.total
+    buckets = math.ceil(sp.total / zero_buckets(model, 3).reduce_bucket_size) if zero3 else layers
+    scatter = comm.collective_time("reduce_scatter", grad, g, cluster, calls=buckets)
+    pcie = 2 * size / par.dp / cluster.h2d_bw if par.offload_param != "none" else 0.0
+    total = gathers + scatter + pcie
+    first = total / (layers * passes)  # the first unit's gather is not prefetched
+    costs = training.software.generation(cluster.gpu.generation)
+    return comm.exposed(total - first, st.compute + st.recompute, costs.overlap_contention) + first
+
+
+def dp_exposed(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    par: ParallelConfig,
+    st: StageTime,
+    sp: tuple[int, int],
 ) -> float:
     """Gradient reduction and parameter gathering left on the critical path after the last micro-batch."""
-    dense, expert = stage0_params
-    dense_n, expert_n = optimizer_shards(par, training.framework)
-    cross = layout.dp_crosses_nodes(par, cluster)
+    if par.zero_stage == 3 or "fsdp" in training.software.can.sharding:
+        return 0.0  # reduced and gathered per micro-batch (zero_comm)
+    dense, expert = sp
     total = 0.0
-    for params, n in ((dense, dense_n), (expert, expert_n)):
-        if n <= 1 or params == 0:
-            continue
-        total += _sync_time(training, par, params, n, cluster, cross, first)
+    groups = [(dense, layout.dp_cp_group(par, cluster) if _megatron(training) else layout.dp_group(par, cluster))]
+    if expert:
+        groups.append((expert, layout.expert_dp_group(par, cluster)))
+    for params, g in groups:
+        if g.size > 1 and params:
+            total += _sync_time(training, par, params, railed(g, training), cluster, st)
     if par.pp > 1 and not model.untie_embeddings_and_output_weights:  # tied embedding grads, first <-> last
-        size = 4 * model.vocab_size * model.hidden_size / par.tp
-        total += comm.collective_time("all_reduce", size, 2, cluster, layout.pp_crosses_nodes(par, cluster))
+        size = grad_bytes(training, par) * model.vocab_size * model.hidden_size / par.tp
+        pair = layout.pp_group(par, cluster)
+        total += comm.collective_time("all_reduce", size, comm.Group(2, 1, 2) if pair.crosses else comm.Group(2, 2, 1),
+                                      cluster)
     return total
 
 
-def grad_bytes(training: TrainingSpec, par: ParallelConfig) -> int:
-    """Bytes per gradient element on the wire: Megatron reduces fp32 main grads under bf16
-    (accumulate_allreduce_grads_in_fp32, rules.md sec. 1), as does DeepSpeed's BF16_Optimizer."""
-    if training.precision == "fp16":
-        return 2
-    if training.framework == "megatron" or deepspeed_uses_bf16_optimizer(training, par):
-        return 4
-    return 2
+def railed(g: comm.Group, training: TrainingSpec) -> comm.Group:
+    """The group as the stack's collectives use the network (data/stacks.json `network_rails`)."""
+    if training.software.costs.network_rails == "one" and g.crosses:
+        return comm.Group(g.size, g.per_domain, g.domains, rails=1)
+    return g
+
+
+def _megatron(training: TrainingSpec) -> bool:
+    return "distributed_optimizer" in training.software.can.sharding
 
 
 def _sync_time(
-    training: TrainingSpec,
-    par: ParallelConfig,
-    params: int,
-    n: int,
-    cluster: ClusterSpec,
-    cross: bool,
-    first: StageTime,
+    training: TrainingSpec, par: ParallelConfig, params: int, g: comm.Group, cluster: ClusterSpec, st: StageTime
 ) -> float:
-    if par.zero_stage == 3:
-        return 0.0  # reduced and gathered per micro-batch (zero_comm)
-    megatron = training.framework == "megatron"
+    costs = training.software.generation(cluster.gpu.generation)
     grads = grad_bytes(training, par) * params
-    if megatron and not par.distributed_optimizer:
-        reduce, gather = comm.collective_time("all_reduce", grads, n, cluster, cross), 0.0
+    sharded = par.distributed_optimizer or par.zero_stage >= 1
+    if not sharded:
+        reduce, gather = comm.collective_time("all_reduce", grads, g, cluster), 0.0
     else:
-        reduce = comm.collective_time("reduce_scatter", grads, n, cluster, cross)
-        gather = comm.collective_time("all_gather", ACT * params, n, cluster, cross)
+        reduce = comm.collective_time("reduce_scatter", grads, g, cluster)
+        gather = comm.collective_time("all_gather", ACT * params, g, cluster)
     if par.zero_stage == 2:
         reduce = 0.0  # reduce-scattered in every micro-batch's backward (zero_comm)
-    overlapped = training.overlap_grad_reduce and (megatron or par.pp == 1)
-    if overlapped:
-        reduce = max(0.0, reduce - first.bwd)
-        if megatron:  # --overlap-param-gather hides the gather behind the next forward
-            gather = max(0.0, gather - first.fwd)
-    return reduce + gather
+    if not (training.overlap_grad_reduce and training.software.can.overlap_grad_reduce):
+        return reduce + gather
+    if training.software.can.pipeline == "deepspeed" and par.pp > 1:
+        return reduce + gather  # the PipelineEngine reduces after the last backward
+    if par.zero_stage == 1:
+        return reduce + gather  # overlap_comm is off for ZeRO-1 as rendered: reduced in blocking hooks
+    bucket = min(1.0, max(MEGATRON_BUCKET_PARAMS, 1_000_000 * g.size) / max(params, 1))
+    exposed_reduce = comm.exposed(reduce * (1 - bucket), st.bwd, costs.overlap_contention) + reduce * bucket
+    if training.software.can.overlap_param_gather and par.distributed_optimizer:
+        gather = comm.exposed(gather, st.fwd, costs.overlap_contention)
+    return exposed_reduce + gather
+
+
+def optimizer_times(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    par: ParallelConfig,
+    stage_params_list: list[tuple[int, int]],
+) -> tuple[float, float]:
+    """(GPU optimizer step with the stack's host time per step, exposed offload work) for the slowest stage."""
+    from app.planner.memory import optimizer_shards
+
+    dense_n, expert_n = optimizer_shards(par, training)
+    sharded = par.distributed_optimizer or par.zero_stage >= 1 or "fsdp" in training.software.can.sharding
+    costs = training.software.generation(cluster.gpu.generation)
+    per_param = OPTIMIZER_BYTES[training.software.costs.optimizer]
+    if training.software.can.sharding == ("zero",):
+        per_param += ZERO_STEP_BYTES
+    worst_gpu = worst_offload = 0.0
+    local = min(cluster.gpus_per_node, par.world_size)
+    hbm = cluster.gpu.hbm_bw * cluster.gpu.efficiency.hbm
+    for dense, expert in stage_params_list:
+        shard = (dense / dense_n + expert / expert_n) if sharded else dense + expert
+        total = dense + expert
+        if par.offload_optimizer == "none":
+            gpu = (per_param * shard + 8.0 * total) / hbm  # + grad norm read and zeroing over the whole buffer
+            worst_gpu = max(worst_gpu, gpu)
+            continue
+        pcie = 4 * shard / cluster.h2d_bw  # 16-bit grads down, 16-bit params up
+        cpu = shard * local / cluster.cpu_adam_params_per_s
+        nvme = 2 * 16 * shard * local / (cluster.nvme_GBps * 1e9) if par.offload_optimizer == "nvme" else 0.0
+        worst_offload = max(worst_offload, pcie + cpu + nvme)
+    return worst_gpu + costs.host_step_s, worst_offload
+
+
+__all__ = ["StageTime", "dp_exposed", "grad_bytes", "moe_imbalance", "optimizer_times", "stage_time"]
