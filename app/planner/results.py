@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.planner.profile import Constant
@@ -28,13 +30,31 @@ class StageMemory(Result):
         description="Communication buckets, gathered ZeRO-3 parameters, workspaces, "
         "CUDA context and allocator fragmentation."
     )
-    total_bytes: int = Field(description="Sum: the predicted peak of this stage's GPUs.")
+    total_bytes: int = Field(description="The predicted peak of this stage's GPUs: reserved + CUDA context.")
+    allocated_bytes: int = Field(0, description="Peak bytes allocated by tensors (torch.cuda.max_memory_allocated).")
+    reserved_bytes: int = Field(0, description="Peak bytes the caching allocator reserves (max_memory_reserved).")
+    peak_phase: str = Field("backward", description="When the peak happens: backward, or optimizer step.")
     microbatches_in_flight: int = Field(description="Micro-batches whose activations this stage holds at its peak.")
 
 
+class Interval(Result):
+    """An 80 % prediction interval, from the validation residuals of this stack on this GPU generation."""
+
+    low: float
+    high: float
+    coverage: float = Field(0.8, description="Share of measured runs the interval is built to contain.")
+    basis: str = Field(description="Where the width comes from (runs of this stack x GPU generation, or why wide).")
+
+
 class MemoryEstimate(Result):
-    peak_bytes: int = Field(description="Highest per-GPU peak over all stages.")
+    peak_bytes: int = Field(description="Highest per-GPU peak over all stages (reserved + CUDA context).")
     peak_stage: int = Field(description="The stage with that peak.")
+    peak_allocated_bytes: int = Field(0, description="Allocated bytes at that peak.")
+    peak_reserved_bytes: int = Field(0, description="Reserved bytes at that peak (what runs out).")
+    peak_upper_bytes: int = Field(
+        0, description="Upper end of the 80 % interval of the peak; a plan fits when this is under usable_bytes."
+    )
+    peak_interval: Interval | None = Field(None, description="80 % interval of the peak in bytes.")
     capacity_bytes: int = Field(description="GPU memory.")
     usable_bytes: int = Field(description="Capacity minus the required headroom.")
     headroom_fraction: float = Field(description="1 - peak/capacity.")
@@ -55,6 +75,9 @@ class TimeEstimate(Result):
     flops_definition: str = Field(description="How the FLOPs are counted.")
     breakdown: dict[str, float] = Field(description="Seconds per step by cause; they add up to step_s.")
     time_to_train_s: float | None = Field(None, description="Seconds for training.train_tokens, if given.")
+    step_interval: Interval | None = Field(None, description="80 % interval of step_s.")
+    tokens_per_s_interval: Interval | None = Field(None, description="80 % interval of tokens_per_s.")
+    host_bound: bool = Field(False, description="The CPU, not the GPU, sets the pace (small micro-batches).")
 
 
 class Estimate(Result):
@@ -100,6 +123,9 @@ class Plan(Result):
     checkpoint: CheckpointPlan | None = Field(
         None, description="Checkpoint interval and expected goodput (None in plans stored before they existed)."
     )
+    decisions: Decisions | None = Field(
+        None, description="What the rendered files configure (None: a plan stored before decisions were kept)."
+    )
 
 
 class RejectedGroup(Result):
@@ -134,3 +160,57 @@ class PlanResult(Result):
     @property
     def best(self) -> Plan | None:
         return self.plans[0] if self.plans else None
+
+
+# The decisions the rendered files carry out (app/planner/decisions.py computes them; the renderer only formats
+# them). A stored plan keeps them, so files rendered later by newer code still configure what was estimated.
+class OffloadDecision(Result):
+    device: Literal["cpu", "nvme"] = Field(description="Where ZeRO keeps the offloaded states.")
+    pin_memory: bool = Field(True, description="Page-locked host buffers (DeepSpeed offload_config pin_memory).")
+    buffer_count: int | None = Field(None, description="NVMe staging buffers (DeepSpeed: optimizer 4, params 5).")
+    buffer_size: int | None = Field(None, description="NVMe parameter staging buffer, elements (offload_param).")
+
+
+class ZeroDecision(Result):
+    stage: int = Field(description="ZeRO stage.")
+    overlap_comm: bool = Field(description="Overlap the gradient reduction with backward (doubles IPG buckets).")
+    reduce_bucket_size: int = Field(description="Elements per gradient-reduction bucket.")
+    allgather_bucket_size: int | None = Field(None, description="Stages 1-2: elements per parameter all-gather.")
+    prefetch_bucket_size: int | None = Field(None, description="Stage 3: parameters prefetched, elements.")
+    param_persistence_threshold: int | None = Field(None, description="Stage 3: smaller params stay gathered.")
+    max_live_parameters: int | None = Field(None, description="Stage 3: gathered parameters kept live, elements.")
+    sub_group_size: int | None = Field(None, description="Stage 3: optimizer-step sub-group, elements.")
+    offload_optimizer: OffloadDecision | None = None
+    offload_param: OffloadDecision | None = None
+
+
+class DeepSpeedDecision(Result):
+    zero: ZeroDecision
+    bf16_optimizer: bool = Field(description="fp32 gradient accumulation: DeepSpeed selects BF16_Optimizer.")
+    communication_data_type: Literal["fp32", "bf16", "fp16"] = Field(description="Gradient dtype on the wire.")
+    client_optimizer: str = Field(description="The optimizer class the framework passes to deepspeed.initialize.")
+    pipeline_engine: bool = Field(description="DeepSpeed's PipelineEngine runs the stages (Megatron-DeepSpeed).")
+
+
+class NcclDecision(Result):
+    all_reduce_algo: str | None = Field(None, description="NCCL_ALGO value, or None: NCCL's own choice.")
+    min_nccl_version: str | None = Field(None, description="Oldest NCCL that parses that value correctly.")
+    reason: str = Field(description="Why it is set or left to NCCL.")
+    cross_node_groups: list[str] = Field(default_factory=list, description="Parallel groups spanning nodes.")
+
+
+class Decisions(Result):
+    """Every choice the files make that follows from the plan (buckets, optimizer path, NCCL, timeouts, ...)."""
+
+    deepspeed: DeepSpeedDecision | None = Field(None, description="DeepSpeed-based frameworks only.")
+    nccl: NcclDecision
+    cuda_device_max_connections: int | None = Field(None, description="CUDA_DEVICE_MAX_CONNECTIONS, None: unset.")
+    cuda_device_max_connections_reason: str = ""
+    distributed_timeout_minutes: int = Field(description="Collective timeout (--distributed-timeout-minutes).")
+    timeout_reason: str = ""
+    graceful_stop_s: int = Field(description="Seconds before a time limit or kill to stop and save.")
+    manual_gc_interval: int | None = Field(None, description="--manual-gc-interval at scale; None: Python's GC.")
+    fp8_recipe: str | None = Field(None, description="FP8 scaling recipe of an FP8 plan.")
+    make_vocab_size_divisible_by: int = Field(128, description="Megatron's vocabulary padding divisor.")
+    padded_vocab_size: int = Field(description="Vocabulary rows Megatron builds (vocab_size padded).")
+    notes: list[str] = Field(default_factory=list, description="What was decided on your behalf, in words.")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import operator
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
@@ -19,9 +19,12 @@ from app.planner.gpu import GPUSpec
 from app.planner.hf_import import from_hf_config
 from app.planner.profile import ClusterProfile
 
+if TYPE_CHECKING:
+    from app.planner.stack import Stack
+
 T = TypeVar("T")
 Precision = Literal["bf16", "fp16", "fp8"]
-Framework = Literal["megatron", "deepspeed", "megatron-deepspeed"]
+Framework = Literal["megatron", "deepspeed", "megatron-deepspeed", "pytorch-fsdp"]
 Objective = Literal["throughput", "min_gpus", "headroom"]
 Recompute = Literal["none", "selective", "full"]
 RecomputeMethod = Literal["uniform", "block"]
@@ -311,8 +314,14 @@ class ClusterSpec(Frozen):
 
     @property
     def nvlink_domain(self) -> int:
-        """GPUs that share the fast intra-node fabric (at most the node)."""
-        return min(self.gpus_per_node, self.gpu.nvlink_domain) if self.gpu.nvlink_domain > 1 else 1
+        """GPUs that share the NVLink fabric: the node (or part of it), or a multi-node NVLink domain such as a
+        GB200 NVL72 rack of 18 trays, capped at the cluster."""
+        domain = self.gpu.nvlink_domain
+        if domain <= 1:
+            return 1
+        if domain > self.gpus_per_node:
+            return min(domain, self.world_size)
+        return min(self.gpus_per_node, domain)
 
     @property
     def intra_bw(self) -> float:
@@ -368,10 +377,10 @@ class TrainingSpec(Frozen):
         description="Software stack whose costs to model (data/stacks.json); default: the framework's usual stack "
         "(megatron: Megatron-core with Transformer Engine; megatron-deepspeed; deepspeed: a Hugging Face model).",
     )
-    grad_reduce_dtype: GradReduceDtype = Field(
-        "fp32",
+    grad_reduce_dtype: GradReduceDtype | None = Field(
+        None,
         description="Gradient buffer and data-parallel reduction dtype: fp32 main grads (Megatron's default "
-        "with bf16) or bf16 (--grad-reduce-in-bf16, as NVIDIA's tuned recipes run).",
+        "with bf16) or bf16 (--grad-reduce-in-bf16, as NVIDIA's tuned recipes run); default: the stack's.",
     )
     fp8_recipe: FP8Recipe | None = Field(
         None,
@@ -383,7 +392,11 @@ class TrainingSpec(Frozen):
     )
     pinned: ParallelPins = Field(default_factory=ParallelPins, description="Dimensions fixed by you.")
     memory_headroom: float = Field(
-        0.10, ge=0.0, le=0.5, description="Fraction of GPU memory a plan must leave free to count as fitting."
+        0.0,
+        ge=0.0,
+        le=0.5,
+        description="Extra fraction of GPU memory a plan must leave free, beyond the upper end of its predicted "
+        "memory interval (which already carries the model's measured error).",
     )
     moe_load_imbalance: float = Field(
         1.1,
@@ -401,6 +414,34 @@ class TrainingSpec(Frozen):
     train_tokens: float | None = Field(None, gt=0, description="Tokens to train on, for time-to-train.")
     max_plans: int = Field(10, ge=1, le=200, description="How many ranked plans to return.")
     search_time_limit_s: float = Field(20.0, gt=0, le=600, description="Cap on search time.")
+
+
+    @model_validator(mode="after")
+    def _check_stack(self) -> TrainingSpec:
+        from app.planner import stack
+
+        software = stack.stack_of(self.stack, self.framework)
+        if software.framework != self.framework:
+            raise ValueError(
+                f"training.stack {software.name!r} runs framework {software.framework!r}, not {self.framework!r}"
+            )
+        if self.grad_reduce_dtype is not None and self.grad_reduce_dtype not in software.can.grad_reduce_dtypes:
+            raise ValueError(
+                f"training.grad_reduce_dtype {self.grad_reduce_dtype!r}: {software.label} reduces gradients in "
+                f"{' or '.join(software.can.grad_reduce_dtypes)}"
+            )
+        return self
+
+    @property
+    def software(self) -> Stack:
+        """The software stack this training runs on (data/stacks.json)."""
+        from app.planner import stack
+
+        return stack.stack_of(self.stack, self.framework)
+
+    @property
+    def reduce_dtype(self) -> str:
+        return self.grad_reduce_dtype or self.software.can.default_grad_reduce_dtype
 
 
 class ParallelConfig(Frozen):
