@@ -157,8 +157,13 @@ class GPT(nn.Module):
         if isinstance(module, nn.Linear | nn.Embedding):
             nn.init.normal_(module.weight, std=0.02)
 
-    def _layers(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, first: int, end: int,
-                ) -> torch.Tensor:
+    def _layers(
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor] | None,
+        first: int,
+        end: int,
+    ) -> torch.Tensor:
         for block in self.blocks[first:end]:
             x = block(x, rope)
         return x
@@ -222,4 +227,3 @@ def cycles(succ: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
 
 def num_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
-

@@ -10,6 +10,13 @@ parallelism (> 1) are refused: this is a data-parallel + ZeRO trainer. Runs on G
 gloo (set DS_ACCELERATOR=cpu). Rank 0 logs loss and tokens/s per step; `--metrics-dir` gets one JSON per rank
 (step times, peak memory); `--save`/`--load` checkpoint so that a restarted run continues where it stopped.
 
+Resilience: every rank writes a heartbeat file ($TRAINPLAN_RUN_DIR/heartbeats, examples/heartbeat.py) that
+`python -m launcher run` watches for hangs and stragglers; SIGUSR1 dumps every thread's stack (faulthandler) to
+$TRAINPLAN_RUN_DIR/stacks/rank<R>.txt; SIGTERM or SIGINT save a checkpoint after the current step and exit
+(Megatron's --exit-signal-handler, on by default here; --no-exit-signal-handler turns it off). A resume restores
+the step, the data position and the LR schedule (examples/checkpointing.py). The schedule takes Megatron's
+--lr-decay-style (constant by default here), --lr-warmup-iters, --lr-decay-iters and --min-lr.
+
 Activation recomputation takes Megatron's flags. `--recompute-granularity full --recompute-method uniform
 --recompute-num-layers 1` keeps each layer's input and recomputes the layer in backward (torch.utils.checkpoint,
 non-reentrant; `block` recomputes only the first N layers). `--recompute-granularity selective` (or
@@ -21,6 +28,7 @@ CUDA, the flash kernel on CPU) never keeps them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -33,6 +41,8 @@ from typing import Any
 
 import torch
 from gpt_model import GPT, GPTConfig, Recompute, SyntheticTokens, num_parameters
+from heartbeat import Heartbeat, heartbeat_dir
+from resilience import Checkpointer, ExitSignal, dump_stacks_on_sigusr1, lr_factor
 
 PROCESS_START = time.time()
 
@@ -54,6 +64,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     a("--global-batch-size", type=int, default=None)
     a("--train-iters", type=int, default=10)
     a("--lr", type=float, default=3e-3)
+    a("--min-lr", type=float, default=0.0)
+    a("--lr-decay-style", choices=("constant", "linear", "cosine"), default="constant")
+    a("--lr-warmup-iters", type=int, default=0)
+    a("--lr-decay-iters", type=int, default=None, help="default: --train-iters")
     a("--weight-decay", type=float, default=0.01)
     a("--seed", type=int, default=1234)
     a("--save", default=None)
@@ -72,13 +86,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     a("--recompute-activations", action="store_true", help="Megatron's alias for --recompute-granularity selective")
     a("--metrics-dir", default=None, help="write rank<R>.json with per-step times and peak memory here")
     a("--throttle-s", type=float, default=0.0, help="sleep after each step (fault-injection tests)")
+    a("--inject-slow-rank", type=int, default=None, help="this rank sleeps --inject-slow-s in each step's compute")
+    a("--inject-slow-s", type=float, default=0.0)
+    a(
+        "--exit-signal-handler",
+        dest="exit_signal_handler",
+        action="store_true",
+        default=True,
+        help="save and exit after the step on SIGTERM/SIGINT (Megatron's flag; on by default here)",
+    )
+    a("--no-exit-signal-handler", dest="exit_signal_handler", action="store_false")
+    a("--heartbeat-dir", default=heartbeat_dir(), help="default: $TRAINPLAN_RUN_DIR/heartbeats")
     a("--local_rank", "--local-rank", dest="local_rank", type=int, default=None)
     first, _ = p.parse_known_args(argv)
     file_args = shlex.split(Path(first.args_file).read_text(), comments=True) if first.args_file else []
     args, ignored = p.parse_known_args(file_args + argv)
     args.ignored = ignored
-    missing = [n for n in ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "vocab_size")
-               if getattr(args, n) is None]
+    missing = [
+        n
+        for n in ("num_layers", "hidden_size", "num_attention_heads", "seq_length", "vocab_size")
+        if getattr(args, n) is None
+    ]
     if missing:
         p.error("missing model arguments: " + ", ".join("--" + m.replace("_", "-") for m in missing))
     for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
@@ -98,12 +126,15 @@ def recompute_from_args(args: argparse.Namespace) -> Recompute | None:
     method, layers = args.recompute_method, args.recompute_num_layers
     if granularity == "full":
         if method is None or layers is None:
-            raise ValueError("--recompute-granularity full needs --recompute-method (uniform or block) and "
-                             "--recompute-num-layers")
+            raise ValueError(
+                "--recompute-granularity full needs --recompute-method (uniform or block) and --recompute-num-layers"
+            )
         return Recompute(method, layers)
     if method is not None or layers is not None:
-        raise ValueError(f"--recompute-method/--recompute-num-layers go with --recompute-granularity full, "
-                         f"not {granularity or 'none'}")
+        raise ValueError(
+            f"--recompute-method/--recompute-num-layers go with --recompute-granularity full, "
+            f"not {granularity or 'none'}"
+        )
     return None
 
 
@@ -134,16 +165,23 @@ def ds_config(args: argparse.Namespace, world: int, on_cuda: bool) -> dict[str, 
     # Recomputation is torch.utils.checkpoint driven by the --recompute-* flags; DeepSpeed's activation
     # checkpointing block is only read by deepspeed.checkpointing, which this trainer does not use.
     ac = cfg.pop("activation_checkpointing", {})
-    unsupported = [k for k in ("partition_activations", "cpu_checkpointing", "contiguous_memory_optimization")
-                   if ac.get(k)]
+    unsupported = [
+        k for k in ("partition_activations", "cpu_checkpointing", "contiguous_memory_optimization") if ac.get(k)
+    ]
     if unsupported:
-        raise SystemExit(f"train_gpt: activation_checkpointing {', '.join(unsupported)} is not supported; "
-                         f"recompute with --recompute-granularity full instead")
+        raise SystemExit(
+            f"train_gpt: activation_checkpointing {', '.join(unsupported)} is not supported; "
+            f"recompute with --recompute-granularity full instead"
+        )
     return cfg
 
 
-def optimizer_for(model: torch.nn.Module, cfg: dict[str, Any], args: argparse.Namespace, on_cuda: bool,
-                  ) -> torch.optim.Optimizer:
+def optimizer_for(
+    model: torch.nn.Module,
+    cfg: dict[str, Any],
+    args: argparse.Namespace,
+    on_cuda: bool,
+) -> torch.optim.Optimizer:
     """torch's AdamW (no JIT-compiled op); hyper-parameters from the config's optimizer block when present.
 
     With the states on the GPU it is the fused kernel: it updates in place, as DeepSpeed's FusedAdam does, where
@@ -153,8 +191,11 @@ def optimizer_for(model: torch.nn.Module, cfg: dict[str, Any], args: argparse.Na
     params = cfg.pop("optimizer", {}).get("params", {})
     offload = cfg.get("zero_optimization", {}).get("offload_optimizer", {}).get("device", "none")
     return torch.optim.AdamW(
-        model.parameters(), lr=params.get("lr", args.lr), betas=tuple(params.get("betas", (0.9, 0.95))),
-        eps=params.get("eps", 1e-8), weight_decay=params.get("weight_decay", args.weight_decay),
+        model.parameters(),
+        lr=params.get("lr", args.lr),
+        betas=tuple(params.get("betas", (0.9, 0.95))),
+        eps=params.get("eps", 1e-8),
+        weight_decay=params.get("weight_decay", args.weight_decay),
         fused=True if on_cuda and offload in (None, "none") else None,
     )
 
@@ -173,8 +214,9 @@ def init_process_group(backend: str) -> None:
     world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, is_master=False)
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    dist.init_process_group(backend, store=dist.PrefixStore(f"trainplan/attempt_{attempt}", store),
-                            rank=rank, world_size=world)
+    dist.init_process_group(
+        backend, store=dist.PrefixStore(f"trainplan/attempt_{attempt}", store), rank=rank, world_size=world
+    )
 
 
 def init_engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any], torch.device]:
@@ -189,9 +231,15 @@ def init_engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any], torch.de
         torch.cuda.set_device(device)
     torch.manual_seed(args.seed)
     cfg_model = GPTConfig(
-        num_layers=args.num_layers, hidden_size=args.hidden_size, num_attention_heads=args.num_attention_heads,
-        vocab_size=args.vocab_size, seq_length=args.seq_length, num_query_groups=args.num_query_groups,
-        ffn_hidden_size=args.ffn_hidden_size, swiglu=args.swiglu, normalization=args.normalization,
+        num_layers=args.num_layers,
+        hidden_size=args.hidden_size,
+        num_attention_heads=args.num_attention_heads,
+        vocab_size=args.vocab_size,
+        seq_length=args.seq_length,
+        num_query_groups=args.num_query_groups,
+        ffn_hidden_size=args.ffn_hidden_size,
+        swiglu=args.swiglu,
+        normalization=args.normalization,
         position_embedding_type=args.position_embedding_type,
         untie_embeddings_and_output_weights=args.untie_embeddings_and_output_weights,
     )
@@ -199,89 +247,145 @@ def init_engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any], torch.de
         model = GPT(cfg_model, args.recompute)
     config = ds_config(args, int(os.environ.get("WORLD_SIZE", 1)), on_cuda)
     optimizer = optimizer_for(model, config, args, on_cuda)
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+    # The ds_config's scheduler block, if any, is DeepSpeed's; otherwise Megatron's schedule. Either way the engine
+    # saves the scheduler's state with the checkpoint and loads it back.
+    scheduler = (
+        None
+        if "scheduler" in config
+        else torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(args, step))
+    )
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config, lr_scheduler=scheduler)
     return engine, config, device
-
-
-def resume(engine: Any, args: argparse.Namespace) -> int:
-    if not args.load or not (Path(args.load) / "latest").exists():
-        return 0
-    _, client_state = engine.load_checkpoint(args.load)
-    step = int((client_state or {}).get("step", 0))
-    log(f"resumed from checkpoint {args.load} at step {step}")
-    return step
 
 
 def log(message: str) -> None:
     if int(os.environ.get("RANK", 0)) == 0:
-        print(f"[train_gpt] {message}", flush=True)
+        with contextlib.suppress(OSError):  # a full log disk must not stop training
+            print(f"[train_gpt] {message}", flush=True)
 
 
-def train_step(engine: Any, data: SyntheticTokens, step: int, gas: int, device: torch.device) -> float:
+def train_step(
+    engine: Any, data: SyntheticTokens, step: int, gas: int, device: torch.device, args: argparse.Namespace, stop: bool
+) -> tuple[float, bool, float]:
+    """One optimizer step: (mean loss over ranks, whether any rank asked to stop, this rank's compute seconds).
+
+    Compute time is the forward passes' (no collective runs in forward under ZeRO 0-2), the figure the launcher
+    compares across ranks to find a straggler. The stop flag travels with the loss: no extra collective."""
     import torch.distributed as dist
 
     mbs, dp_rank = engine.train_micro_batch_size_per_gpu(), dist.get_rank()
-    total = 0.0
+    total, compute = 0.0, 0.0
     for micro in range(gas):
         tokens, labels = data.batch(step, micro, dp_rank, mbs)
+        t0 = time.perf_counter()
+        if dp_rank == args.inject_slow_rank:
+            time.sleep(args.inject_slow_s)
         loss = engine(tokens.to(device), labels.to(device))
+        compute += time.perf_counter() - t0
         engine.backward(loss)
         engine.step()
         total += loss.detach().float()
-    mean = torch.as_tensor(total / gas, device=device).reshape(1)
-    dist.all_reduce(mean)
-    return float(mean.item()) / dist.get_world_size()
+    reduced = torch.stack([torch.as_tensor(total / gas, dtype=torch.float32), torch.tensor(1.0 if stop else 0.0)]).to(
+        device
+    )
+    dist.all_reduce(reduced)
+    return float(reduced[0].item()) / dist.get_world_size(), bool(reduced[1].item() > 0), compute
 
 
 def peak_memory(device: torch.device) -> tuple[int, str, int | None]:
     """(peak bytes, what was measured, peak reserved bytes): the caching allocator's peak allocated and reserved
     on CUDA (since the reset before the first step); on CPU the process's max RSS and no reserved figure."""
     if device.type == "cuda":
-        return (torch.cuda.max_memory_allocated(device), "cuda_max_memory_allocated",
-                torch.cuda.max_memory_reserved(device))
+        return (
+            torch.cuda.max_memory_allocated(device),
+            "cuda_max_memory_allocated",
+            torch.cuda.max_memory_reserved(device),
+        )
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "cpu_max_rss", None
 
 
-def train(args: argparse.Namespace) -> dict[str, Any]:
+def current_lr(engine: Any) -> float:
+    return float(engine.optimizer.param_groups[0]["lr"])
+
+
+def train(args: argparse.Namespace, heartbeat: Heartbeat, exit_signal: ExitSignal) -> dict[str, Any]:
     engine, config, device = init_engine(args)
     gas, gbs = config["gradient_accumulation_steps"], config["train_batch_size"]
     data = SyntheticTokens(args.vocab_size, args.seq_length, args.seed)
-    start = resume(engine, args)
-    log(f"{num_parameters(engine.module):,} parameters, ZeRO stage {engine.zero_optimization_stage()}, "
+    stream = {"seed": args.seed, "global_batch_size": gbs, "seq_length": args.seq_length, "vocab_size": args.vocab_size}
+    ckpt = Checkpointer(engine, args.save, args.load, stream, heartbeat, num_parameters(engine.module), log)
+    start = ckpt.resume()
+    log(
+        f"{num_parameters(engine.module):,} parameters, ZeRO stage {engine.zero_optimization_stage()}, "
         f"batch {gbs} x {args.seq_length} tokens, recompute {describe_recompute(args)}, "
-        f"steps {start}..{args.train_iters}")
+        f"steps {start}..{args.train_iters}"
+    )
     if device.type == "cuda":  # the peaks of the training steps, without what initialisation left cached
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-    steps = []
+    steps, stopped = [], None
     for step in range(start, args.train_iters):
         t0 = time.perf_counter()
-        loss = train_step(engine, data, step, gas, device)
+        lr = current_lr(engine)
+        loss, stop, compute_s = train_step(engine, data, step, gas, device, args, exit_signal.received is not None)
         step_s = time.perf_counter() - t0
-        steps.append({"step": step + 1, "loss": loss, "step_s": step_s, "time": time.time()})
-        if (step + 1) % args.log_interval == 0 or step + 1 == args.train_iters:
-            log(f"step {step + 1}/{args.train_iters} loss {loss:.4f} "
-                f"tokens/s {gbs * args.seq_length / step_s:.0f} step_s {step_s:.4f}")
-        if args.save and args.save_interval and (step + 1) % args.save_interval == 0:
-            engine.save_checkpoint(args.save, tag=f"step{step + 1}", client_state={"step": step + 1})
+        steps.append(
+            {"step": step + 1, "loss": loss, "lr": lr, "step_s": step_s, "compute_s": compute_s, "time": time.time()}
+        )
+        heartbeat.beat(phase="train", step=step + 1, step_s=step_s, compute_s=compute_s)
+        if (step + 1) % args.log_interval == 0 or step + 1 == args.train_iters or stop:
+            log(
+                f"step {step + 1}/{args.train_iters} loss {loss:.4f} lr {lr:.4e} "
+                f"tokens/s {gbs * args.seq_length / step_s:.0f} step_s {step_s:.4f}"
+            )
+        if stop or (args.save_interval and (step + 1) % args.save_interval == 0):
+            ckpt.save(step + 1)
+        if stop:
+            stopped = step + 1
+            log(f"stopping after step {stopped}: a rank received a termination signal (exit-signal-handler)")
+            break
         if args.throttle_s:
             time.sleep(args.throttle_s)
     memory, kind, reserved = peak_memory(device)
-    return {"resumed_from": start, "tokens_per_step": gbs * args.seq_length, "steps": steps,
-            "peak_memory_bytes": memory, "memory_kind": kind, "peak_reserved_bytes": reserved,
-            "recompute": describe_recompute(args), "device": str(device)}
+    return {
+        "resumed_from": start,
+        "stopped_after": stopped,
+        "tokens_per_step": gbs * args.seq_length,
+        "steps": steps,
+        "peak_memory_bytes": memory,
+        "memory_kind": kind,
+        "peak_reserved_bytes": reserved,
+        "recompute": describe_recompute(args),
+        "device": str(device),
+    }
+
+
+def write_metrics(args: argparse.Namespace, result: dict[str, Any], rank: int) -> None:
+    times = [s["step_s"] for s in result["steps"]]
+    result.update(
+        rank=rank,
+        world_size=int(os.environ.get("WORLD_SIZE", 1)),
+        process_start=PROCESS_START,
+        median_step_s=statistics.median(times) if times else None,
+        ignored_args=args.ignored,
+    )
+    try:
+        Path(args.metrics_dir).mkdir(parents=True, exist_ok=True)
+        (Path(args.metrics_dir) / f"rank{rank}.json").write_text(json.dumps(result, indent=1) + "\n")
+    except OSError as exc:
+        log(f"metrics not written to {args.metrics_dir}: {exc}")
 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    result = train(args)
     rank = int(os.environ.get("RANK", 0))
+    heartbeat = Heartbeat(args.heartbeat_dir, rank)
+    heartbeat.beat(stacks=dump_stacks_on_sigusr1(rank))
+    exit_signal = ExitSignal(args.exit_signal_handler)
+    result = train(args, heartbeat, exit_signal)
     if args.metrics_dir:
-        times = [s["step_s"] for s in result["steps"]]
-        result.update(rank=rank, world_size=int(os.environ.get("WORLD_SIZE", 1)), process_start=PROCESS_START,
-                      median_step_s=statistics.median(times) if times else None, ignored_args=args.ignored)
-        Path(args.metrics_dir).mkdir(parents=True, exist_ok=True)
-        (Path(args.metrics_dir) / f"rank{rank}.json").write_text(json.dumps(result, indent=1) + "\n")
+        write_metrics(args, result, rank)
+    heartbeat.beat(phase="done")
     log("done")
     import torch.distributed as dist
 

@@ -20,8 +20,9 @@ from launcher.launch import context_from_args, launch
 from launcher.spec import Plan
 from launcher.table import error_pct, gib, table
 
-CPU_MEMORY_NOTE = ("measured on CPU: the process's max RSS (interpreter, torch and all), "
-                   "not comparable with a GPU-memory prediction")
+CPU_MEMORY_NOTE = (
+    "measured on CPU: the process's max RSS (interpreter, torch and all), not comparable with a GPU-memory prediction"
+)
 
 
 def stage_of(rank: int, plan: Plan) -> int:
@@ -50,16 +51,34 @@ def make_report(plan: Plan, metrics: list[dict[str, Any]], steps: int, warmup: i
         stage = stage_of(m["rank"], plan)
         values = pred.peak_memory_bytes if pred else ()
         predicted = values[stage] if len(values) > 1 else (values[0] if values else None)
-        memory.append({"rank": m["rank"], "stage": stage, "predicted_bytes": predicted,
-                       "measured_bytes": m["peak_memory_bytes"], "error_pct": _pct(predicted, m["peak_memory_bytes"])})
+        memory.append(
+            {
+                "rank": m["rank"],
+                "stage": stage,
+                "predicted_bytes": predicted,
+                "measured_bytes": m["peak_memory_bytes"],
+                "error_pct": _pct(predicted, m["peak_memory_bytes"]),
+            }
+        )
     return {
-        "kind": "trainplan.bench_report", "schema_version": 1, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "plan": plan.job.name, "steps": steps, "warmup": warmup,
-        "tokens_per_s": {"predicted": pred.tokens_per_s if pred else None, "measured": tokens_per_s,
-                         "error_pct": _pct(pred.tokens_per_s if pred else None, tokens_per_s)},
-        "step_s": {"predicted": pred.step_s if pred else None, "measured": step_s,
-                   "error_pct": _pct(pred.step_s if pred else None, step_s)},
-        "memory_kind": kind, "peak_memory": memory,
+        "kind": "trainplan.bench_report",
+        "schema_version": 1,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "plan": plan.job.name,
+        "steps": steps,
+        "warmup": warmup,
+        "tokens_per_s": {
+            "predicted": pred.tokens_per_s if pred else None,
+            "measured": tokens_per_s,
+            "error_pct": _pct(pred.tokens_per_s if pred else None, tokens_per_s),
+        },
+        "step_s": {
+            "predicted": pred.step_s if pred else None,
+            "measured": step_s,
+            "error_pct": _pct(pred.step_s if pred else None, step_s),
+        },
+        "memory_kind": kind,
+        "peak_memory": memory,
         "note": CPU_MEMORY_NOTE if kind == "cpu_max_rss" else "torch.cuda.max_memory_allocated after reset",
     }
 
@@ -75,8 +94,14 @@ def report_table(report: dict[str, Any]) -> str:
         pred = "-" if r["predicted"] is None else f"{r['predicted']:.4g} {unit}"
         rows.append((key, pred, f"{r['measured']:.4g} {unit}", error_pct(r["predicted"], r["measured"])))
     for m in report["peak_memory"]:
-        rows.append((f"peak memory rank {m['rank']} (stage {m['stage']})", gib(m["predicted_bytes"]),
-                     gib(m["measured_bytes"]), error_pct(m["predicted_bytes"], m["measured_bytes"])))
+        rows.append(
+            (
+                f"peak memory rank {m['rank']} (stage {m['stage']})",
+                gib(m["predicted_bytes"]),
+                gib(m["measured_bytes"]),
+                error_pct(m["predicted_bytes"], m["measured_bytes"]),
+            )
+        )
     return table(("metric", "predicted", "measured", "error"), rows) + f"\n({report['note']})"
 
 

@@ -42,12 +42,20 @@ def visible_gpus(caller_env: dict[str, str]) -> tuple[int, str]:
 def check_nodes(ctx: LaunchContext, commands: list[Command]) -> Check:
     w = ctx.plan.world
     if w.num_nodes > 1 and ctx.node_rank is None and not w.hosts and ctx.backend != "slurm":
-        return Check("nodes", FAIL, f"world.num_nodes is {w.num_nodes} but world.hosts is empty",
-                     "list the hosts in the plan, or run the launcher once per node with --node-rank K")
+        return Check(
+            "nodes",
+            FAIL,
+            f"world.num_nodes is {w.num_nodes} but world.hosts is empty",
+            "list the hosts in the plan, or run the launcher once per node with --node-rank K",
+        )
     if ctx.node_rank is not None and w.hosts and not is_local(w.hosts[ctx.node_rank]):
-        return Check("nodes", WARN, f"--node-rank {ctx.node_rank} but world.hosts[{ctx.node_rank}] = "
-                     f"{w.hosts[ctx.node_rank]} is not an address of this machine",
-                     "run each node's launcher on the host the plan lists for it")
+        return Check(
+            "nodes",
+            WARN,
+            f"--node-rank {ctx.node_rank} but world.hosts[{ctx.node_rank}] = "
+            f"{w.hosts[ctx.node_rank]} is not an address of this machine",
+            "run each node's launcher on the host the plan lists for it",
+        )
     where = f"node {ctx.node_rank} of {w.num_nodes}" if ctx.node_rank is not None else f"{w.num_nodes} node(s)"
     hosts = f", hosts {', '.join(w.hosts)}" if w.hosts else ""
     return Check("nodes", OK, f"{where} x {w.gpus_per_node} process(es){hosts}")
@@ -57,14 +65,26 @@ def check_entrypoint(ctx: LaunchContext, commands: list[Command]) -> Check:
     python = ctx.python
     found = python if os.sep in python else shutil.which(python, path=ctx.caller_env.get("PATH"))
     if not found or not os.access(found, os.X_OK):
-        return Check("entrypoint", FAIL, f"python interpreter {python} is not an executable",
-                     "set entrypoint.python to the interpreter of the training environment")
+        return Check(
+            "entrypoint",
+            FAIL,
+            f"python interpreter {python} is not an executable",
+            "set entrypoint.python to the interpreter of the training environment",
+        )
     if not os.path.isfile(ctx.script):
-        return Check("entrypoint", FAIL, f"entrypoint.script {ctx.script} does not exist",
-                     "fix entrypoint.script (relative paths are relative to plan.json's directory)")
+        return Check(
+            "entrypoint",
+            FAIL,
+            f"entrypoint.script {ctx.script} does not exist",
+            "fix entrypoint.script (relative paths are relative to plan.json's directory)",
+        )
     if not os.path.isdir(ctx.working_dir):
-        return Check("entrypoint", FAIL, f"entrypoint.working_dir {ctx.working_dir} does not exist",
-                     "create it or fix entrypoint.working_dir")
+        return Check(
+            "entrypoint",
+            FAIL,
+            f"entrypoint.working_dir {ctx.working_dir} does not exist",
+            "create it or fix entrypoint.working_dir",
+        )
     return Check("entrypoint", OK, f"{ctx.script} with {python}")
 
 
@@ -75,13 +95,21 @@ def check_accelerators(ctx: LaunchContext, commands: list[Command]) -> Check:
     if w.accelerator == "cpu":
         cores = len(os.sched_getaffinity(0))
         if w.gpus_per_node > cores:
-            return Check("accelerators", WARN, f"world.gpus_per_node({w.gpus_per_node}) CPU processes on "
-                         f"{cores} core(s)", "expect slow steps, or use fewer processes per node")
+            return Check(
+                "accelerators",
+                WARN,
+                f"world.gpus_per_node({w.gpus_per_node}) CPU processes on {cores} core(s)",
+                "expect slow steps, or use fewer processes per node",
+            )
         return Check("accelerators", OK, f"{w.gpus_per_node} CPU process(es) on {cores} core(s)")
     gpus, how = visible_gpus(ctx.caller_env)
     if gpus < w.gpus_per_node:
-        return Check("accelerators", FAIL, f"world.gpus_per_node({w.gpus_per_node}) but this node exposes "
-                     f"{gpus} GPU(s) ({how})", "run on a node with enough GPUs, or fix CUDA_VISIBLE_DEVICES")
+        return Check(
+            "accelerators",
+            FAIL,
+            f"world.gpus_per_node({w.gpus_per_node}) but this node exposes {gpus} GPU(s) ({how})",
+            "run on a node with enough GPUs, or fix CUDA_VISIBLE_DEVICES",
+        )
     return Check("accelerators", OK, f"{w.gpus_per_node} of {gpus} GPU(s) ({how})")
 
 
@@ -103,10 +131,18 @@ def check_port(ctx: LaunchContext, commands: list[Command]) -> Check:
             s.bind((addr, w.master_port))
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
-            return Check("port", FAIL, f"world.master_port {w.master_port} is in use on {addr}",
-                         "pick a free port in world.master_port (or stop what holds it)")
-        return Check("port", FAIL, f"cannot bind {addr}:{w.master_port}: {exc.strerror}",
-                     "give world.master_addr as an address of the head node")
+            return Check(
+                "port",
+                FAIL,
+                f"world.master_port {w.master_port} is in use on {addr}",
+                "pick a free port in world.master_port (or stop what holds it)",
+            )
+        return Check(
+            "port",
+            FAIL,
+            f"cannot bind {addr}:{w.master_port}: {exc.strerror}",
+            "give world.master_addr as an address of the head node",
+        )
     return Check("port", OK, f"{addr}:{w.master_port} is free")
 
 
@@ -118,8 +154,12 @@ def check_tools(ctx: LaunchContext, commands: list[Command]) -> Check:
         needed.add("pdsh")
     missing = sorted(t for t in needed if not shutil.which(t, path=path))
     if missing:
-        return Check("tools", FAIL, f"not found on PATH: {', '.join(missing)}",
-                     "install them, or choose another backend (job.backend / --backend)")
+        return Check(
+            "tools",
+            FAIL,
+            f"not found on PATH: {', '.join(missing)}",
+            "install them, or choose another backend (job.backend / --backend)",
+        )
     return Check("tools", OK, ", ".join(sorted(needed)) or "nothing beyond the interpreter")
 
 
@@ -128,7 +168,11 @@ def is_local_command(command: Command) -> bool:
 
 
 QUICK: tuple[Callable[[LaunchContext, list[Command]], Check], ...] = (
-    check_nodes, check_entrypoint, check_accelerators, check_port, check_tools,
+    check_nodes,
+    check_entrypoint,
+    check_accelerators,
+    check_port,
+    check_tools,
 )
 
 

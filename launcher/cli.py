@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 
 from launcher.fields import PlanError
+from launcher.rundir import RunDirError
 
 Verb = Callable[[argparse.Namespace], int]
 
@@ -61,11 +62,14 @@ VERBS: dict[str, tuple[Verb, str]] = {
 
 
 def _launch_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--node-rank", type=int, default=None,
-                   help="start only this node (run the launcher once per node); default: every node, over ssh")
+    p.add_argument(
+        "--node-rank",
+        type=int,
+        default=None,
+        help="start only this node (run the launcher once per node); default: every node, over ssh",
+    )
     p.add_argument("--run-dir", default=None, help="run directory (default: job.run_dir or runs/<name>-<time>)")
-    p.add_argument("--backend", choices=("torchrun", "deepspeed", "slurm"), default=None,
-                   help="override job.backend")
+    p.add_argument("--backend", choices=("torchrun", "deepspeed", "slurm"), default=None, help="override job.backend")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -106,4 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         return VERBS[args.verb][0](args)
     except PlanError as exc:
         sys.stderr.write(f"launcher: plan refused: {exc}\n")
+        return 2
+    except RunDirError as exc:
+        sys.stderr.write(f"launcher: refusing to start: {exc}\n")
         return 2

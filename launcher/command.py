@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import shlex
 import socket
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
@@ -59,3 +59,13 @@ def launch_argv(command: Command, local: bool) -> list[str]:
     if local:
         return list(command.argv)
     return ["ssh", *SSH_OPTIONS, command.host, command.shell()]
+
+
+def with_max_restarts(command: Command, restarts: int) -> Command:
+    """The same command with torchrun's --max-restarts set to `restarts` (unchanged if it has none)."""
+    argv = list(command.argv)
+    if "--max-restarts" not in argv:
+        return command
+    at = argv.index("--max-restarts") + 1
+    argv[at] = str(restarts)
+    return replace(command, argv=tuple(argv))

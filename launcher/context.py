@@ -15,8 +15,17 @@ from pathlib import Path
 from launcher.spec import PLACEHOLDER, PLACEHOLDERS, Plan, PlanError
 
 BASIC_ENV = (
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TMPDIR", "LD_LIBRARY_PATH", "PYTHONPATH",
-    "VIRTUAL_ENV", "CUDA_VISIBLE_DEVICES",
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_ALL",
+    "TMPDIR",
+    "LD_LIBRARY_PATH",
+    "PYTHONPATH",
+    "VIRTUAL_ENV",
+    "CUDA_VISIBLE_DEVICES",
 )
 
 
@@ -70,8 +79,12 @@ class LaunchContext:
     def values(self, node_rank: int | None) -> dict[str, str]:
         w = self.plan.world
         out = {
-            "run_dir": str(self.run_dir), "plan_dir": str(self.plan_dir), "num_nodes": str(w.num_nodes),
-            "gpus_per_node": str(w.gpus_per_node), "master_addr": w.master_addr, "master_port": str(w.master_port),
+            "run_dir": str(self.run_dir),
+            "plan_dir": str(self.plan_dir),
+            "num_nodes": str(w.num_nodes),
+            "gpus_per_node": str(w.gpus_per_node),
+            "master_addr": w.master_addr,
+            "master_port": str(w.master_port),
         }
         if node_rank is not None:
             out["node_rank"] = str(node_rank)
@@ -130,7 +143,11 @@ def make_context(
     plan_dir = Path(plan_path).resolve().parent
     resolved = Path(run_dir).resolve() if run_dir else default_run_dir(plan, plan_dir, Path.cwd())
     return LaunchContext(
-        plan=plan, plan_dir=plan_dir, run_dir=resolved, backend=backend or plan.job.backend,
-        node_rank=node_rank, extra_args=tuple(extra_args),
+        plan=plan,
+        plan_dir=plan_dir,
+        run_dir=resolved,
+        backend=backend or plan.job.backend,
+        node_rank=node_rank,
+        extra_args=tuple(extra_args),
         caller_env=dict(os.environ if caller_env is None else caller_env),
     )

@@ -1,7 +1,12 @@
-"""The launcher's own event log: timestamped lines in <run_dir>/launcher.log, echoed on stderr."""
+"""The launcher's own event log: timestamped lines in <run_dir>/launcher.log, echoed on stderr.
+
+A log file that cannot be written (a full disk) never stops the launcher or the job: the first error is said on
+the console, and the events go on to the console only.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -12,18 +17,37 @@ class EventLog:
     def __init__(self, path: Path | None, echo: TextIO | None = sys.stderr) -> None:
         self.path = path
         self.echo = echo
-        self._file = open(path, "a", encoding="utf-8") if path else None  # noqa: SIM115 (closed in close())
+        self._file: TextIO | None = None
+        if path:
+            try:
+                self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
+            except OSError as exc:
+                self._lost(exc)
 
     def __call__(self, message: str, echo: bool = True) -> None:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         if self._file:
-            self._file.write(f"{stamp} {message}\n")
-            self._file.flush()
+            try:
+                self._file.write(f"{stamp} {message}\n")
+                self._file.flush()
+            except OSError as exc:
+                self._lost(exc)
         if echo and self.echo:
-            self.echo.write(f"launcher: {message}\n")
-            self.echo.flush()
+            with contextlib.suppress(OSError, ValueError):
+                self.echo.write(f"launcher: {message}\n")
+                self.echo.flush()
+
+    def _lost(self, exc: OSError) -> None:
+        self.close()
+        if self.echo:
+            with contextlib.suppress(OSError, ValueError):
+                self.echo.write(
+                    f"launcher: cannot write {self.path} ({exc.strerror}); the job goes on, events go "
+                    f"to the console only\n"
+                )
 
     def close(self) -> None:
         if self._file:
-            self._file.close()
+            with contextlib.suppress(OSError):
+                self._file.close()
             self._file = None

@@ -31,3 +31,13 @@ def agent_report(output: str) -> str | None:
     if codes:
         return f"deepspeed reports a rank exited with return code {codes[-1]}"
     return None
+
+
+def signal_of_negative_exit(code: int, output: str) -> int | None:
+    """The signal n behind an agent's exit code 256 - n: DeepSpeed's launch.py exits with its rank's Popen
+    returncode (-n for a rank killed by signal n), which the shell sees as 256 - n (SIGKILL: 247). Believed only
+    when the agent said so ("exits with return code = -n")."""
+    codes = DEEPSPEED_RC.findall(output)
+    if 128 < code < 256 and codes and int(codes[-1]) == code - 256:
+        return 256 - code
+    return None

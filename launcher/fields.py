@@ -6,7 +6,9 @@ constructed, whether from Python (the renderer) or from JSON (the launcher).
 
 from __future__ import annotations
 
+import math
 import re
+import reprlib
 from collections.abc import Mapping
 from dataclasses import MISSING, fields, is_dataclass
 from typing import Any, TypeVar
@@ -16,6 +18,10 @@ PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:\-]*$")
 FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
 
 T = TypeVar("T")
+MAX_STRING = 1 << 16  # a path, an argument or an env value; file contents may be longer (MAX_FILE)
+MAX_FILE = 16 << 20
+_REPR = reprlib.Repr()  # errors show values bounded in length and depth
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong, _REPR.maxlist, _REPR.maxdict = 3, 60, 60, 40, 6, 6
 
 
 class PlanError(ValueError):
@@ -23,25 +29,49 @@ class PlanError(ValueError):
 
 
 def _shown(value: object) -> str:
-    return f"{value!r} ({type(value).__name__})"
+    """The value as the error shows it: bounded, however long or deeply nested it is."""
+    return f"{_REPR.repr(value)} ({type(value).__name__})"
 
 
 def need_int(where: str, value: object, lo: int | None = None, hi: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise PlanError(f"{where}: expected an integer, got {_shown(value)}")
     if lo is not None and value < lo:
-        raise PlanError(f"{where}({value}) must be >= {lo}")
+        raise PlanError(f"{where}({_REPR.repr(value)}) must be >= {lo}")
     if hi is not None and value > hi:
-        raise PlanError(f"{where}({value}) must be <= {hi}")
+        raise PlanError(f"{where}({_REPR.repr(value)}) must be <= {hi}")
     return value
 
 
-def need_float(where: str, value: object, positive: bool = True) -> float:
+def need_float(
+    where: str, value: object, positive: bool = True, hi: float | None = None, lo: float | None = None
+) -> float:
+    """A finite number (JSON's NaN and Infinity, and integers past float's range, are refused)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise PlanError(f"{where}: expected a number, got {_shown(value)}")
-    if positive and not value > 0:
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise PlanError(f"{where}({_REPR.repr(value)}) must be a finite number")
+    if positive and not number > 0:
         raise PlanError(f"{where}({value}) must be > 0")
-    return float(value)
+    if lo is not None and number < lo:
+        raise PlanError(f"{where}({value}) must be >= {lo:g}")
+    if hi is not None and number > hi:
+        raise PlanError(f"{where}({value}) must be <= {hi:g}")
+    return number
+
+
+def _encodable(where: str, value: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise PlanError(
+            f"{where}: {_REPR.repr(value)} holds {exc.object[exc.start]!r}, which is not a character "
+            f"UTF-8 can write (a lone surrogate)"
+        ) from None
 
 
 def need_bool(where: str, value: object) -> bool:
@@ -50,15 +80,24 @@ def need_bool(where: str, value: object) -> bool:
     return value
 
 
-def need_str(where: str, value: object, choices: tuple[str, ...] = (), pattern: re.Pattern[str] | None = None) -> str:
+def need_str(
+    where: str,
+    value: object,
+    choices: tuple[str, ...] = (),
+    pattern: re.Pattern[str] | None = None,
+    max_len: int = MAX_STRING,
+) -> str:
     if not isinstance(value, str):
         raise PlanError(f"{where}: expected a string, got {_shown(value)}")
     if choices and value not in choices:
-        raise PlanError(f"{where}: {value!r} is not one of {', '.join(choices)}")
+        raise PlanError(f"{where}: {_REPR.repr(value)} is not one of {', '.join(choices)}")
+    if len(value) > max_len:
+        raise PlanError(f"{where}: {len(value)} characters, more than the {max_len} allowed")
     if pattern is not None and not pattern.fullmatch(value):
-        raise PlanError(f"{where}: {value!r} is not a plain name (letters, digits, '.', '_', '-')")
+        raise PlanError(f"{where}: {_REPR.repr(value)} is not a plain name (letters, digits, '.', '_', '-')")
     if "\x00" in value or "\n" in value:
-        raise PlanError(f"{where}: {value!r} contains a NUL or newline")
+        raise PlanError(f"{where}: {_REPR.repr(value)} contains a NUL or newline")
+    _encodable(where, value)
     return value
 
 
@@ -66,10 +105,12 @@ def need_opt(where: str, value: object, check: Any, *args: Any) -> Any:
     return None if value is None else check(where, value, *args)
 
 
-def need_str_tuple(where: str, value: object, pattern: re.Pattern[str] | None = None) -> tuple[str, ...]:
+def need_str_tuple(
+    where: str, value: object, pattern: re.Pattern[str] | None = None, max_len: int = MAX_STRING
+) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, list | tuple):
         raise PlanError(f"{where}: expected a list of strings, got {_shown(value)}")
-    return tuple(need_str(f"{where}[{i}]", item, pattern=pattern) for i, item in enumerate(value))
+    return tuple(need_str(f"{where}[{i}]", item, pattern=pattern, max_len=max_len) for i, item in enumerate(value))
 
 
 def need_str_map(where: str, value: object, key_pattern: re.Pattern[str], multiline: bool = False) -> dict[str, str]:
@@ -77,11 +118,15 @@ def need_str_map(where: str, value: object, key_pattern: re.Pattern[str], multil
         raise PlanError(f"{where}: expected an object of strings, got {_shown(value)}")
     out: dict[str, str] = {}
     for key, item in value.items():
-        if not isinstance(key, str) or not key_pattern.fullmatch(key):
-            raise PlanError(f"{where}: {key!r} is not a valid name")
+        if not isinstance(key, str) or not key_pattern.fullmatch(key) or len(key) > 255:
+            raise PlanError(f"{where}: {_REPR.repr(key)} is not a valid name")
         if not isinstance(item, str):
             raise PlanError(f"{where}.{key}: expected a string, got {_shown(item)}")
-        if not multiline:
+        if multiline:
+            if len(item) > MAX_FILE:
+                raise PlanError(f"{where}.{key}: {len(item)} characters, more than the {MAX_FILE} allowed")
+            _encodable(f"{where}.{key}", item)
+        else:
             need_str(f"{where}.{key}", item)
         out[key] = item
     return out
@@ -95,10 +140,12 @@ def build(cls: type[T], data: object, where: str) -> T:
     known = {f.name: f for f in fields(cls) if f.init}
     unknown = sorted(set(data) - set(known))
     if unknown:
-        raise PlanError(f"{where}: unknown field(s) {', '.join(map(repr, unknown))} (known: {', '.join(known)})")
+        shown = ", ".join(_REPR.repr(k) for k in unknown[:5]) + (
+            f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        )
+        raise PlanError(f"{where}: unknown field(s) {shown} (known: {', '.join(known)})")
     missing = [
-        name for name, f in known.items()
-        if f.default is MISSING and f.default_factory is MISSING and name not in data
+        name for name, f in known.items() if f.default is MISSING and f.default_factory is MISSING and name not in data
     ]
     if missing:
         raise PlanError(f"{where}: missing required field(s) {', '.join(map(repr, missing))}")

@@ -15,12 +15,17 @@ from launcher.context import LaunchContext, make_context
 from launcher.events import EventLog
 from launcher.runner import Runner, RunPolicy
 from launcher.table import table
+from launcher.watchdog import Limits
 
 
 def context_from_args(args: argparse.Namespace) -> LaunchContext:
     plan = spec.load(args.plan)
     return make_context(
-        plan, args.plan, node_rank=args.node_rank, run_dir=args.run_dir, backend=args.backend,
+        plan,
+        args.plan,
+        node_rank=args.node_rank,
+        run_dir=args.run_dir,
+        backend=args.backend,
         extra_args=tuple(args.extra),
     )
 
@@ -39,8 +44,14 @@ def launch(ctx: LaunchContext, console: BinaryIO | None = None) -> int:
     rundir.prepare(ctx, commands, backend.derived_files(ctx))
     log = EventLog(ctx.run_dir / f"launcher{ctx.suffix}.log")
     log(f"run directory {ctx.run_dir}; backend {ctx.backend}; {len(commands)} command(s)")
-    policy = RunPolicy(ctx.plan.job.grace_period_s, ctx.plan.job.max_restarts, backend.restarts_inside,
-                       ctx.run_dir)
+    policy = RunPolicy(
+        ctx.plan.job.grace_period_s,
+        ctx.plan.job.max_restarts,
+        backend.restarts_inside,
+        ctx.run_dir,
+        Limits.from_plan(ctx.plan),
+        ctx.caller_env.get("SLURM_JOB_ID"),
+    )
     try:
         return Runner(commands, policy, log, console).run()
     finally:
@@ -81,25 +92,43 @@ def show(args: argparse.Namespace) -> int:
     plan = spec.load(args.plan)
     job, w, p, e = plan.job, plan.world, plan.parallel, plan.entrypoint
     rows = [
-        ("job", f"{job.name}: backend {job.backend}, max_restarts {job.max_restarts}, "
-                f"grace {job.grace_period_s:g} s, numa {job.numa_binding}, OMP threads {job.omp_num_threads}"),
-        ("world", f"{w.num_nodes} node(s) x {w.gpus_per_node} {w.accelerator} process(es) = {w.world_size}; "
-                  f"master {w.master_addr}:{w.master_port}" + (f"; hosts {', '.join(w.hosts)}" if w.hosts else "")),
-        ("parallel", f"tp {p.tp} pp {p.pp} vpp {p.vpp} cp {p.cp} dp {p.dp} ep {p.ep} etp {p.etp}, ZeRO {p.zero_stage}; "
-                     f"batch {p.global_batch_size} = mbs {p.micro_batch_size} x gas "
-                     f"{p.gradient_accumulation_steps} x dp {p.dp}"),
+        (
+            "job",
+            f"{job.name}: backend {job.backend}, max_restarts {job.max_restarts}, "
+            f"grace {job.grace_period_s:g} s, numa {job.numa_binding}, OMP threads {job.omp_num_threads}",
+        ),
+        (
+            "world",
+            f"{w.num_nodes} node(s) x {w.gpus_per_node} {w.accelerator} process(es) = {w.world_size}; "
+            f"master {w.master_addr}:{w.master_port}" + (f"; hosts {', '.join(w.hosts)}" if w.hosts else ""),
+        ),
+        (
+            "parallel",
+            f"tp {p.tp} pp {p.pp} vpp {p.vpp} cp {p.cp} dp {p.dp} ep {p.ep} etp {p.etp}, ZeRO {p.zero_stage}; "
+            f"batch {p.global_batch_size} = mbs {p.micro_batch_size} x gas "
+            f"{p.gradient_accumulation_steps} x dp {p.dp}",
+        ),
         ("entrypoint", shlex.join([e.python or "python", e.script, *e.args])),
         ("env", ", ".join(f"{k}={v}" for k, v in sorted(plan.env.items())) or "-"),
         ("files", ", ".join(f"{k} ({len(v)} B)" for k, v in sorted(plan.files.items())) or "-"),
     ]
     if plan.model:
         m = plan.model
-        rows.append(("model", f"{m.name}: {m.num_layers} layers, h {m.hidden_size}, {m.num_attention_heads} heads "
-                              f"({m.query_groups} kv), ffn {m.ffn_size}, vocab {m.vocab_size}, seq {m.seq_length}"))
+        rows.append(
+            (
+                "model",
+                f"{m.name}: {m.num_layers} layers, h {m.hidden_size}, {m.num_attention_heads} heads "
+                f"({m.query_groups} kv), ffn {m.ffn_size}, vocab {m.vocab_size}, seq {m.seq_length}",
+            )
+        )
     if plan.prediction:
         pr = plan.prediction
         mem = ", ".join(f"{b / 2**30:.2f}" for b in pr.peak_memory_bytes) or "-"
-        rows.append(("prediction", f"{pr.tokens_per_s or '-'} tokens/s, step {pr.step_s or '-'} s, "
-                                   f"peak memory GiB per stage: {mem}"))
+        rows.append(
+            (
+                "prediction",
+                f"{pr.tokens_per_s or '-'} tokens/s, step {pr.step_s or '-'} s, peak memory GiB per stage: {mem}",
+            )
+        )
     print(table(("section", "summary"), rows))
     return 0

@@ -45,8 +45,13 @@ def remote_run(command: Command, timeout_s: float) -> tuple[int, str]:
     local = is_local_command(command)
     try:
         done = subprocess.run(
-            launch_argv(command, local), env=command.env if local else None, cwd=command.cwd if local else None,
-            capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL,
+            launch_argv(command, local),
+            env=command.env if local else None,
+            cwd=command.cwd if local else None,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            stdin=subprocess.DEVNULL,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return 255, str(exc)
@@ -61,8 +66,12 @@ def check_ssh(command: Command) -> Check:
     except (OSError, subprocess.TimeoutExpired) as exc:
         code, out = 255, str(exc)
     if code:
-        return Check("ssh", FAIL, f"node {command.node_rank} ({command.host}): {out.strip()[-200:]}",
-                     "set up passwordless ssh (BatchMode) to every node, or run once per node with --node-rank")
+        return Check(
+            "ssh",
+            FAIL,
+            f"node {command.node_rank} ({command.host}): {out.strip()[-200:]}",
+            "set up passwordless ssh (BatchMode) to every node, or run once per node with --node-rank",
+        )
     return Check("ssh", OK, f"node {command.node_rank} ({command.host}) reachable")
 
 
@@ -74,8 +83,12 @@ def needs_deepspeed(ctx: LaunchContext) -> bool:
 def judge_versions(ctx: LaunchContext, node: str, info: dict[str, object]) -> Check:
     w, job = ctx.plan.world, ctx.plan.job
     if "torch" not in info:
-        return Check("versions", FAIL, f"{node}: torch does not import: {info.get('torch_error')}",
-                     "install torch in the job's interpreter (entrypoint.python)")
+        return Check(
+            "versions",
+            FAIL,
+            f"{node}: torch does not import: {info.get('torch_error')}",
+            "install torch in the job's interpreter (entrypoint.python)",
+        )
     found = f"{node}: torch {info['torch']} (CUDA {info['cuda']}), deepspeed {info['deepspeed']}"
     problems = []
     if info["deepspeed"] is None and needs_deepspeed(ctx):
@@ -83,8 +96,12 @@ def judge_versions(ctx: LaunchContext, node: str, info: dict[str, object]) -> Ch
     if w.accelerator == "cuda" and not info["cuda_available"]:
         problems.append(("torch sees no CUDA device", "use a CUDA build of torch on a GPU node"))
     elif w.accelerator == "cuda" and int(str(info["device_count"])) < w.gpus_per_node:
-        problems.append((f"torch sees {info['device_count']} GPU(s), the plan needs {w.gpus_per_node}",
-                         "fix CUDA_VISIBLE_DEVICES or world.gpus_per_node"))
+        problems.append(
+            (
+                f"torch sees {info['device_count']} GPU(s), the plan needs {w.gpus_per_node}",
+                "fix CUDA_VISIBLE_DEVICES or world.gpus_per_node",
+            )
+        )
     if w.accelerator == "cpu" and not info.get("gloo"):
         problems.append(("torch has no gloo backend", "use a torch build with gloo"))
     if job.numa_binding != "none" and ctx.backend != "deepspeed" and not info.get("numa_binding"):
@@ -101,8 +118,12 @@ def check_versions(ctx: LaunchContext, command: Command) -> Check:
     try:
         info = json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        return Check("versions", FAIL, f"{node}: {ctx.python} failed (exit {code}): {out.strip()[-200:]}",
-                     "fix entrypoint.python")
+        return Check(
+            "versions",
+            FAIL,
+            f"{node}: {ctx.python} failed (exit {code}): {out.strip()[-200:]}",
+            "fix entrypoint.python",
+        )
     return judge_versions(ctx, node, info)
 
 
@@ -123,8 +144,14 @@ def all_checks(ctx: LaunchContext) -> list[Check]:
     checks += ssh
     unreachable = {c.host for c, s in zip(remote, ssh, strict=True) if s.status == FAIL}
     if ctx.backend == "slurm":
-        checks.append(Check("versions", WARN, "not checked: the job's nodes are chosen by Slurm",
-                            "run preflight inside the allocation (salloc) to check them"))
+        checks.append(
+            Check(
+                "versions",
+                WARN,
+                "not checked: the job's nodes are chosen by Slurm",
+                "run preflight inside the allocation (salloc) to check them",
+            )
+        )
     else:
         checks += [check_versions(ctx, c) for c in commands if c.host not in unreachable]
     checks += nccl_checks(ctx.plan.env, ctx.caller_env, ctx.plan.world.accelerator)

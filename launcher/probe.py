@@ -40,33 +40,51 @@ def plan_without_file(args: argparse.Namespace) -> Plan:
     per_node = args.gpus_per_node or gpus or 2
     hosts = tuple(h for h in args.hosts.split(",") if h)
     master = args.master_addr or (hosts[0] if hosts else "127.0.0.1")
-    world = World(num_nodes=args.nodes, gpus_per_node=per_node, hosts=hosts, master_addr=master,
-                  master_port=args.master_port, accelerator=accelerator)
-    return Plan(job=Job(name="probe", grace_period_s=10.0), world=world,
-                parallel=Parallel(dp=world.world_size, global_batch_size=world.world_size),
-                entrypoint=Entrypoint(script=str(WORKER)))
+    world = World(
+        num_nodes=args.nodes,
+        gpus_per_node=per_node,
+        hosts=hosts,
+        master_addr=master,
+        master_port=args.master_port,
+        accelerator=accelerator,
+    )
+    return Plan(
+        job=Job(name="probe", grace_period_s=10.0),
+        world=world,
+        parallel=Parallel(dp=world.world_size, global_batch_size=world.world_size),
+        entrypoint=Entrypoint(script=str(WORKER)),
+    )
 
 
 def probe_plan(plan: Plan) -> Plan:
     """The plan's world, environment and backend, running the probe worker instead of the training script."""
     config = {
-        "accelerator": plan.world.accelerator, "num_nodes": plan.world.num_nodes,
+        "accelerator": plan.world.accelerator,
+        "num_nodes": plan.world.num_nodes,
         "gpus_per_node": plan.world.gpus_per_node,
         "gemm_shapes": gemm_shapes(plan.model, plan.parallel.micro_batch_size),
     }
     return replace(
         plan,
         job=replace(plan.job, name=f"{plan.job.name}-probe", max_restarts=0, run_dir=None),
-        entrypoint=Entrypoint(script=str(WORKER), python=plan.entrypoint.python,
-                              args=("--config", "{run_dir}/probe_config.json", "--out", "{run_dir}/probe")),
+        entrypoint=Entrypoint(
+            script=str(WORKER),
+            python=plan.entrypoint.python,
+            args=("--config", "{run_dir}/probe_config.json", "--out", "{run_dir}/probe"),
+        ),
         files={"probe_config.json": json.dumps(config, indent=2) + "\n"},
     )
 
 
 def probe(args: argparse.Namespace) -> int:
     plan = spec.load(args.plan) if args.plan else plan_without_file(args)
-    ctx = make_context(probe_plan(plan), args.plan or "./probe.json", node_rank=args.node_rank,
-                       run_dir=args.run_dir, backend=args.backend)
+    ctx = make_context(
+        probe_plan(plan),
+        args.plan or "./probe.json",
+        node_rank=args.node_rank,
+        run_dir=args.run_dir,
+        backend=args.backend,
+    )
     code = launch(ctx)
     if code or ctx.node_rank not in (None, 0):
         return code

@@ -164,3 +164,9 @@ def reap_orphans(own_children: set[int]) -> None:
         if pid not in own_children and zombie_status(pid) is not None:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
+
+
+def state(pid: int) -> str | None:
+    """The process's state letter (R running, S sleeping, D disk wait, T stopped, Z zombie); None if gone."""
+    fields = _stat_fields(pid)
+    return fields[2] if fields else None

@@ -14,8 +14,19 @@ SCHEMA_VERSION = 1
 KIND = "trainplan.cluster_profile"
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
 SCOPES = ("intra_node", "inter_node")
-KEYS = ("schema_version", "kind", "created", "num_nodes", "gpus_per_node", "hosts", "device", "gemm",
-        "collectives", "host_to_device", "cpu_adam")
+KEYS = (
+    "schema_version",
+    "kind",
+    "created",
+    "num_nodes",
+    "gpus_per_node",
+    "hosts",
+    "device",
+    "gemm",
+    "collectives",
+    "host_to_device",
+    "cpu_adam",
+)
 DEVICE_KEYS = ("name", "memory_bytes", "backend", "torch", "cuda")
 GEMM_KEYS = ("precision", "m", "n", "k", "tflops")
 COLLECTIVE_KEYS = ("op", "scope", "ranks", "bytes", "time_s", "algbw_GBps", "busbw_GBps")
@@ -24,9 +35,12 @@ COLLECTIVE_KEYS = ("op", "scope", "ranks", "bytes", "time_s", "algbw_GBps", "bus
 def make_profile(raw: dict[str, Any], num_nodes: int, gpus_per_node: int, hosts: list[str]) -> dict[str, Any]:
     """The profile from rank 0's measurements (launcher/workers/probe_worker.py)."""
     profile = {
-        "schema_version": SCHEMA_VERSION, "kind": KIND,
+        "schema_version": SCHEMA_VERSION,
+        "kind": KIND,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "num_nodes": num_nodes, "gpus_per_node": gpus_per_node, "hosts": hosts or raw.get("hosts", []),
+        "num_nodes": num_nodes,
+        "gpus_per_node": gpus_per_node,
+        "hosts": hosts or raw.get("hosts", []),
         "device": {k: raw["device"][k] for k in DEVICE_KEYS},
         "gemm": [{k: g[k] for k in GEMM_KEYS} for g in raw["gemm"]],
         "collectives": [{k: c[k] for k in COLLECTIVE_KEYS} for c in raw["collectives"]],
@@ -84,11 +98,14 @@ def summary_rows(profile: dict[str, Any], hw: Hardware | None) -> list[tuple[str
             sel = [c for c in profile["collectives"] if c["scope"] == scope and c["op"] == op]
             if sel:
                 largest = max(sel, key=lambda c: c["bytes"])
-                row(f"{op} {scope} busbw @ {largest['bytes']} B", largest["busbw_GBps"], "GB/s",
-                    catalogue(f"{scope}_GBps"))
+                row(
+                    f"{op} {scope} busbw @ {largest['bytes']} B",
+                    largest["busbw_GBps"],
+                    "GB/s",
+                    catalogue(f"{scope}_GBps"),
+                )
     h2d = profile["host_to_device"]
     if h2d:
         row("pinned host->device copy", h2d["h2d_GBps"], "GB/s", catalogue("host_to_device_GBps"))
     row("CPU AdamW", profile["cpu_adam"]["params_per_s"], "params/s", catalogue("cpu_adam_params_per_s"))
     return rows
-

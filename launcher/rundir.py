@@ -15,6 +15,10 @@ from launcher.context import LaunchContext
 from launcher.spec import dump
 
 
+class RunDirError(Exception):
+    """The run directory cannot be prepared (not writable, a file in the way, a full disk): nothing started."""
+
+
 def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text, encoding="utf-8")
@@ -33,6 +37,14 @@ def commands_document(ctx: LaunchContext, commands: list[Command]) -> dict[str, 
 
 def prepare(ctx: LaunchContext, commands: list[Command], derived_files: dict[str, str]) -> None:
     """Create the run directory and write everything a later reader needs to see what ran and why."""
+    try:
+        _prepare(ctx, commands, derived_files)
+    except OSError as exc:
+        where = exc.filename or ctx.run_dir
+        raise RunDirError(f"cannot prepare the run directory {ctx.run_dir}: {where}: {exc.strerror}") from None
+
+
+def _prepare(ctx: LaunchContext, commands: list[Command], derived_files: dict[str, str]) -> None:
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
     for command in commands:
         Path(command.log).parent.mkdir(parents=True, exist_ok=True)

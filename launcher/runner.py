@@ -1,9 +1,12 @@
 """Runs a list of Commands: output to per-node logs (rank 0 live on the console), signals forwarded to the
-whole process tree with a grace period then SIGKILL, the job's exit code propagated, restarts logged.
+whole process tree with a grace period then SIGKILL, the job's exit code propagated, restarts logged, the ranks'
+progress watched (launcher/watchdog.py), and nothing left behind even if the launcher itself is SIGKILLed
+(launcher/guardian.py).
 
-One thread, one selector: agent output pipes, pidfds of agents and workers, and the signal wake-up fd.
-Nothing polls while the job runs, except a /proc scan while workers are being found and the 0.25 s read of
-a rank-0 log file for backends whose ranks write to files only (deepspeed).
+One thread, one selector: agent output pipes, pidfds of agents and workers, and the signal wake-up fd. Nothing
+polls while the job runs except a /proc scan while workers are being found, the 0.25 s read of a rank-0 log file
+for backends whose ranks write to files only (deepspeed), and the watchdog's read of one small heartbeat file per
+local rank every poll_s (0.1-1 s).
 """
 
 from __future__ import annotations
@@ -20,14 +23,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from launcher import procs
-from launcher.command import Command, is_local, launch_argv
+from launcher import procs, recovery
+from launcher.command import Command, is_local, launch_argv, with_max_restarts
 from launcher.events import EventLog
 from launcher.explain import agent_report
 from launcher.follow import Follower
+from launcher.guardian import TOKEN_ENV, Guardian
+from launcher.heartbeat import HEARTBEAT_DIR
 from launcher.watch import WorkerWatch
+from launcher.watchdog import Hang, Limits, ProgressWatch
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+PREEMPT = signal.SIGUSR1  # Slurm's `--signal=B:USR1@T`: stop gracefully (the job saves), then requeue
 TAIL_BYTES = 64 * 1024
 
 
@@ -36,7 +43,7 @@ class Running:
     command: Command
     popen: subprocess.Popen[bytes]
     pidfd: int
-    log: BinaryIO
+    log: BinaryIO | None
     watch: WorkerWatch | None
     follower: Follower | None
     tail: bytearray = field(default_factory=bytearray)
@@ -49,14 +56,16 @@ class RunPolicy:
     max_restarts: int
     restarts_inside: bool  # the agent restarts workers itself (torchrun); else the launcher re-runs the job
     run_dir: Path
+    limits: Limits | None = None  # the watchdog's, from the plan; None: progress is not watched
+    requeue_job_id: str | None = None  # SLURM_JOB_ID: `scontrol requeue` it after a preemption notice
 
 
 @contextlib.contextmanager
 def signals_to_fd() -> Iterator[int]:
-    """Deliver SIGINT/SIGTERM/SIGHUP as bytes on a pipe the selector watches."""
+    """Deliver SIGINT/SIGTERM/SIGHUP/SIGUSR1 as bytes on a pipe the selector watches."""
     r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     old_fd = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
-    old = {s: signal.signal(s, lambda *_: None) for s in FORWARDED}
+    old = {s: signal.signal(s, lambda *_: None) for s in (*FORWARDED, PREEMPT)}
     try:
         yield r
     finally:
@@ -68,8 +77,9 @@ def signals_to_fd() -> Iterator[int]:
 
 
 class Runner:
-    def __init__(self, commands: list[Command], policy: RunPolicy, log: EventLog,
-                 console: BinaryIO | None = None) -> None:
+    def __init__(
+        self, commands: list[Command], policy: RunPolicy, log: EventLog, console: BinaryIO | None = None
+    ) -> None:
         self.commands, self.policy, self.log = commands, policy, log
         self.console = console if console is not None else sys.stdout.buffer
         self.signalled: int | None = None
@@ -79,31 +89,56 @@ class Runner:
         self.stopping = False
         self.stop_deadline: float | None = None  # when the grace period ends (None: not stopping, or killed)
         self.restarts = 0
+        self.agent_restarts = 0  # worker-group restarts the agents did themselves, over all attempts
+        self.agent_killed: str | None = None  # an agent died of a signal the launcher did not send
+        self.hang: Hang | None = None
+        self.progress: dict[int | None, ProgressWatch] = {}
+        self.next_poll = 0.0
+        self.guardian: Guardian | None = None
 
     def run(self) -> int:
+        self.guardian = Guardian()  # first: it must exist before anything it guards
         procs.make_subreaper()  # orphans of killed agents come back to us and are cleaned up
-        with signals_to_fd() as sig_fd:
-            self.selector.register(sig_fd, selectors.EVENT_READ, ("signal", None))
-            code = self._attempts()
-        self.selector.close()
+        try:
+            with signals_to_fd() as sig_fd:
+                self.selector.register(sig_fd, selectors.EVENT_READ, ("signal", None))
+                code = self._attempts()
+        finally:
+            self.selector.close()
+            self.guardian.close()
+        if self.signalled == PREEMPT:
+            recovery.requeue(self.policy.requeue_job_id, self.log)
         return code
 
     def _attempts(self) -> int:
         attempt, started = 0, time.monotonic()
         while True:
             code = self._attempt(attempt)
-            p = self.policy
-            if code == 0 or self.signalled or p.restarts_inside or attempt >= p.max_restarts:
+            reason = self._restartable(code)
+            if reason is None:
                 break
             attempt += 1
             self.restarts = attempt
-            self.log(f"restart {attempt} of at most {p.max_restarts}: the job failed with exit code {code}")
+            self.log(f"restart {self.restarts + self.agent_restarts} of at most {self.policy.max_restarts}: {reason}")
         self._summary(code, time.monotonic() - started)
         return code
+
+    def _restartable(self, code: int) -> str | None:
+        """Why the launcher runs the job again (None: it does not), within the restart budget."""
+        p = self.policy
+        left = p.max_restarts - self.restarts - self.agent_restarts
+        if code == 0 or self.signalled or left <= 0:
+            return None
+        if p.restarts_inside and not self.agent_killed:
+            return None  # the agent had its own restarts and used them (or failed otherwise)
+        if p.restarts_inside:
+            self.commands = [with_max_restarts(c, left - 1) for c in self.commands]
+        return self.agent_killed or f"the job failed with exit code {code}"
 
     # One attempt --------------------------------------------------------------------------------------------
     def _attempt(self, attempt: int) -> int:
         self.running, self.failed_rc, self.stopping, self.stop_deadline = [], None, False, None
+        self.agent_killed = None
         for command in self.commands:
             try:
                 self.running.append(self._start(command, attempt))
@@ -127,20 +162,41 @@ class Runner:
 
     def _start(self, command: Command, attempt: int) -> Running:
         local = command.host == "localhost" or is_local(command.host)
-        log = open(command.log, "ab", buffering=0)  # noqa: SIM115 (closed in _finish_attempt)
-        log.write(f"=== attempt {attempt}: {command.shell()}\n".encode())
+        log: BinaryIO | None = None
+        try:
+            log = open(command.log, "ab", buffering=0)  # noqa: SIM115 (closed in _finish_attempt)
+            log.write(f"=== attempt {attempt}: {command.shell()}\n".encode())
+        except OSError as exc:
+            log = self._log_lost(log, command, exc)
+        assert self.guardian is not None
+        env = {**(command.env if local else os.environ), TOKEN_ENV: self.guardian.token}
         popen = subprocess.Popen(
-            launch_argv(command, local), env=command.env if local else dict(os.environ), cwd=command.cwd,
+            launch_argv(command, local),
+            env=env,
+            cwd=command.cwd,
             stdin=subprocess.DEVNULL if local else subprocess.PIPE,  # ssh -tt: keep its stdin open
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         assert popen.stdout is not None
         os.set_blocking(popen.stdout.fileno(), False)
         watch = None
         if local and command.workers:
             name = "workers.json" if command.node_rank is None else f"workers.node{command.node_rank}.json"
-            watch = WorkerWatch(popen.pid, command.workers, command.node_rank, self.selector, self.log,
-                                self.policy.run_dir / name, self.policy.max_restarts)
+            watch = WorkerWatch(
+                popen.pid,
+                command.workers,
+                command.node_rank,
+                self.selector,
+                self.log,
+                self.policy.run_dir / name,
+                self.policy.max_restarts,
+            )
+            if self.policy.limits and command.node_rank not in self.progress:
+                self.progress[command.node_rank] = ProgressWatch(
+                    self.policy.limits, self.policy.run_dir / HEARTBEAT_DIR, command.node_rank, self.log
+                )
         follower = Follower(command.follow, self.console) if command.follow and command.console else None
         running = Running(command, popen, os.pidfd_open(popen.pid), log, watch, follower)
         self.selector.register(popen.stdout.fileno(), selectors.EVENT_READ, ("out", running))
@@ -149,12 +205,22 @@ class Runner:
         self.log(f"node {command.node_rank}: started pid {popen.pid}{where}", echo=False)
         return running
 
+    def _log_lost(self, log: BinaryIO | None, command: Command, exc: OSError) -> BinaryIO | None:
+        """An agent log that cannot be written (a full disk): the job goes on, its output reaches the console."""
+        if log is not None:
+            with contextlib.suppress(OSError):
+                log.close()
+        self.log(f"cannot write {command.log} ({exc.strerror}); the job goes on without this log")
+        return None
+
     def _timeout(self) -> float | None:
         waits = []
         if any(r.watch and r.watch.scanning for r in self.running if r.popen.returncode is None):
             waits.append(0.2)
         if any(r.follower for r in self.running):
             waits.append(0.25)
+        if self.progress and self.policy.limits and not self.stopping:
+            waits.append(max(0.0, self.next_poll - time.monotonic()))
         if self.stop_deadline is not None:
             waits.append(max(0.0, self.stop_deadline - time.monotonic()))
         return min(waits) if waits else None
@@ -167,7 +233,7 @@ class Runner:
             elif kind == "agent":
                 self._on_agent_exit(obj)
             elif kind == "worker":
-                obj.on_exit(key.data[2])
+                self._on_worker_exit(obj, key.data[2])
             else:
                 self._on_signal(key.fd)
         for r in self.running:
@@ -175,8 +241,33 @@ class Runner:
                 r.watch.tick()
             if r.follower:
                 r.follower.poll()
+        now = time.monotonic()
+        if self.progress and self.policy.limits and not self.stopping and now >= self.next_poll:
+            self.next_poll = now + self.policy.limits.poll_s
+            self._watch_progress(now)
         if self.stop_deadline is not None and time.monotonic() >= self.stop_deadline:
             self._kill_all()
+
+    # Progress -------------------------------------------------------------------------------------------------
+    def _watch_progress(self, now: float) -> None:
+        for r in self.running:
+            progress = self.progress.get(r.command.node_rank)
+            if r.watch is None or progress is None or r.popen.returncode is not None:
+                continue
+            hang = progress.poll(r.watch.workers(), now)
+            if hang:
+                self.hang = self.hang or hang
+                assert self.policy.limits is not None
+                recovery.tear_down_hung(
+                    r.watch, progress, hang, self.policy.run_dir, self.policy.limits.stack_traces, self.log
+                )
+                progress.note_failure(time.monotonic())
+
+    def _on_worker_exit(self, watch: WorkerWatch, pid: int) -> None:
+        death = watch.on_exit(pid)
+        progress = self.progress.get(watch.node_rank)
+        if death and death.root and progress:
+            progress.note_failure(time.monotonic())
 
     # Events -----------------------------------------------------------------------------------------------------
     def _read_output(self, r: Running) -> None:
@@ -190,12 +281,17 @@ class Runner:
                 self.selector.unregister(r.popen.stdout.fileno())
                 r.pipe_open = False
                 return
-            r.log.write(data)
+            if r.log is not None:
+                try:
+                    r.log.write(data)
+                except OSError as exc:
+                    r.log = self._log_lost(r.log, r.command, exc)
             r.tail += data
             del r.tail[:-TAIL_BYTES]
             if r.command.console and not r.follower:
-                self.console.write(data)
-                self.console.flush()
+                with contextlib.suppress(OSError, ValueError):
+                    self.console.write(data)
+                    self.console.flush()
 
     def _on_agent_exit(self, r: Running) -> None:
         code = r.popen.wait()
@@ -208,10 +304,17 @@ class Runner:
             r.pipe_open = False
         if r.follower:
             r.follower.poll()
-        self.log(f"node {r.command.node_rank}: agent {procs.describe_returncode(code)}", echo=code != 0)
+        node = r.command.node_rank
+        self.log(f"node {node}: agent {procs.describe_returncode(code)}", echo=code != 0)
+        if code < 0 and not self.stopping and not self.signalled:  # killed, and not by us
+            self.agent_killed = f"the agent on node {node} was {procs.describe_returncode(code)}"
+            progress = self.progress.get(node)
+            if progress:
+                progress.note_failure(time.monotonic())
+        code = recovery.job_code(code, r.tail.decode(errors="replace"), r.watch, self.stopping, node, self.log)
         if code != 0 and self.failed_rc is None:
             self.failed_rc = code
-            self._begin_stop(signal.SIGTERM, f"node {r.command.node_rank} failed")
+            self._begin_stop(signal.SIGTERM, f"node {node} failed")
 
     def _on_signal(self, fd: int) -> None:
         with contextlib.suppress(BlockingIOError):
@@ -220,7 +323,10 @@ class Runner:
                     self.log("second SIGINT: killing the job now")
                     self._kill_all()
                 self.signalled = self.signalled or sig
-                self._begin_stop(signal.Signals(sig), f"received {procs.signal_name(sig)}")
+                if sig == PREEMPT:
+                    self._begin_stop(signal.SIGTERM, "received SIGUSR1 (preemption notice): the job saves and stops")
+                else:
+                    self._begin_stop(signal.Signals(sig), f"received {procs.signal_name(sig)}")
 
     def _begin_stop(self, sig: signal.Signals, reason: str) -> None:
         if self.stopping:
@@ -242,7 +348,7 @@ class Runner:
             if r.popen.returncode is None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(r.popen.pid, sig)
-        return len(procs.signal_pids(procs.descendants(os.getpid()), sig))
+        return len(procs.signal_pids(self._below(), sig))
 
     def _kill_all(self) -> None:
         n = self._signal_tree(signal.SIGKILL)
@@ -266,18 +372,18 @@ class Runner:
             time.sleep(0.1)
         procs.reap_orphans(own)
         for r in self.running:
-            if r.watch:
-                r.watch.close()
-            if r.follower:
-                r.follower.close()
-            if r.popen.stdout:
-                r.popen.stdout.close()
-            if r.popen.stdin:
-                r.popen.stdin.close()
-            r.log.close()
+            self.agent_restarts += r.watch.restarts if r.watch else 0
+            for closable in (r.watch, r.follower, r.popen.stdout, r.popen.stdin, r.log):
+                if closable is not None:
+                    with contextlib.suppress(OSError):
+                        closable.close()
+
+    def _below(self) -> list[int]:
+        guardian = self.guardian.pid if self.guardian else -1
+        return [p for p in procs.descendants(os.getpid()) if p != guardian]
 
     def _leftovers(self) -> list[int]:
-        return [p for p in procs.descendants(os.getpid()) if procs.zombie_status(p) is None]
+        return [p for p in self._below() if procs.zombie_status(p) is None]
 
     # Results --------------------------------------------------------------------------------------------------
     def _exit_code(self) -> int:
@@ -292,6 +398,8 @@ class Runner:
             return
         why = [d.describe() for r in self.running if r.watch and (d := r.watch.first_failure)]
         reports = [rep for r in self.running if (rep := agent_report(r.tail.decode(errors="replace")))]
+        if self.hang:
+            why.insert(0, self.hang.describe())
         if self.signalled:
             why.insert(0, f"stopped by {procs.signal_name(self.signalled)}")
         detail = "; ".join(why[:1] + reports[:1]) or "see the logs"

@@ -20,7 +20,6 @@ from launcher.fields import (
     PLAIN_NAME,
     PlanError,
     build,
-    need_bool,
     need_float,
     need_int,
     need_opt,
@@ -28,10 +27,21 @@ from launcher.fields import (
     need_str_map,
     need_str_tuple,
 )
+from launcher.sections import DAY_S, Hardware, Model, Prediction, Watchdog
 
 __all__ = [
-    "Entrypoint", "Hardware", "Job", "Model", "Parallel", "Plan", "PlanError", "Prediction", "World",
-    "dump", "load",
+    "Entrypoint",
+    "Hardware",
+    "Job",
+    "Model",
+    "Parallel",
+    "Plan",
+    "PlanError",
+    "Prediction",
+    "Watchdog",
+    "World",
+    "dump",
+    "load",
 ]
 
 SCHEMA_VERSION = 1
@@ -42,10 +52,29 @@ NUMA_MODES = ("none", "node", "socket", "exclusive", "core-complex")
 # Substituted in entrypoint.args, entrypoint.working_dir and env values (docs/plan-json.md).
 PLACEHOLDERS = ("run_dir", "plan_dir", "node_rank", "num_nodes", "gpus_per_node", "master_addr", "master_port")
 # Set by the launcher or the backend for every worker; a plan may not set them.
-LAUNCHER_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                "GROUP_RANK", "TRAINPLAN_RUN_DIR")
-# Names the launcher itself writes into the run directory.
-RESERVED_FILES = ("plan.json", "commands.json", "launcher.log", "workers.json", "logs", "hostfile.generated")
+LAUNCHER_ENV = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "GROUP_RANK",
+    "TRAINPLAN_RUN_DIR",
+    "TRAINPLAN_LAUNCH_ID",
+)
+# Names the launcher (and the trainers it watches) write into the run directory.
+RESERVED_FILES = (
+    "plan.json",
+    "commands.json",
+    "launcher.log",
+    "workers.json",
+    "logs",
+    "hostfile.generated",
+    "heartbeats",
+    "stacks",
+)
+MAX_PLAN_BYTES = 64 << 20
 LOOPBACK = re.compile(r"^(localhost|127\.\d+\.\d+\.\d+|::1)$")
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -67,11 +96,11 @@ class Job:
     numa_binding: str = "none"
 
     def __post_init__(self) -> None:
-        need_str("job.name", self.name, pattern=FILE_NAME)
-        need_opt("job.run_dir", self.run_dir, need_str)
+        need_str("job.name", self.name, pattern=FILE_NAME, max_len=128)
+        need_opt("job.run_dir", self.run_dir, need_str, (), None, 4096)
         need_str("job.backend", self.backend, BACKENDS)
         need_int("job.max_restarts", self.max_restarts, 0, 1000)
-        need_float("job.grace_period_s", self.grace_period_s)
+        need_float("job.grace_period_s", self.grace_period_s, hi=DAY_S)
         need_opt("job.omp_num_threads", self.omp_num_threads, need_int, 1, 4096)
         if isinstance(self.numa_binding, bool):  # documented alias: true = "node", false = "none"
             object.__setattr__(self, "numa_binding", "node" if self.numa_binding else "none")
@@ -90,8 +119,8 @@ class World:
     def __post_init__(self) -> None:
         need_int("world.num_nodes", self.num_nodes, 1, 100_000)
         need_int("world.gpus_per_node", self.gpus_per_node, 1, 1024)
-        object.__setattr__(self, "hosts", need_str_tuple("world.hosts", self.hosts, PLAIN_NAME))
-        need_str("world.master_addr", self.master_addr, pattern=PLAIN_NAME)
+        object.__setattr__(self, "hosts", need_str_tuple("world.hosts", self.hosts, PLAIN_NAME, 253))
+        need_str("world.master_addr", self.master_addr, pattern=PLAIN_NAME, max_len=253)
         need_int("world.master_port", self.master_port, 1, 65535)
         need_str("world.accelerator", self.accelerator, ACCELERATORS)
         if self.hosts and len(self.hosts) != self.num_nodes:
@@ -125,10 +154,10 @@ class Parallel:
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "vpp", "dp", "cp", "ep", "micro_batch_size", "global_batch_size"):
-            need_int(f"parallel.{name}", getattr(self, name), 1)
+            need_int(f"parallel.{name}", getattr(self, name), 1, 1 << 40)
         if self.etp is None:  # derived once, here
             object.__setattr__(self, "etp", self.tp)
-        etp = need_int("parallel.etp", self.etp, 1)
+        etp = need_int("parallel.etp", self.etp, 1, 1 << 40)
         need_int("parallel.zero_stage", self.zero_stage, 0, 3)
         mbs, dp, gbs = self.micro_batch_size, self.dp, self.global_batch_size
         if self.gradient_accumulation_steps is None:  # derived once, here
@@ -138,7 +167,7 @@ class Parallel:
                     f"micro_batch_size({mbs}) * dp({dp}) = {mbs * dp}"
                 )
             object.__setattr__(self, "gradient_accumulation_steps", gbs // (mbs * dp))
-        gas = need_int("parallel.gradient_accumulation_steps", self.gradient_accumulation_steps, 1)
+        gas = need_int("parallel.gradient_accumulation_steps", self.gradient_accumulation_steps, 1, 1 << 40)
         if gbs != mbs * gas * dp:
             raise PlanError(
                 f"parallel.global_batch_size({gbs}) != micro_batch_size({mbs}) * "
@@ -178,94 +207,6 @@ class Entrypoint:
 
 
 @dataclass(frozen=True)
-class Model:
-    num_layers: int
-    hidden_size: int
-    num_attention_heads: int
-    vocab_size: int
-    seq_length: int
-    name: str = "custom"
-    num_query_groups: int | None = None
-    ffn_hidden_size: int | None = None
-    swiglu: bool = False
-    normalization: str = "RMSNorm"
-    position_embedding_type: str = "rope"
-    untie_embeddings_and_output_weights: bool = False
-
-    def __post_init__(self) -> None:
-        for name in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length"):
-            need_int(f"model.{name}", getattr(self, name), 1)
-        need_str("model.name", self.name)
-        need_opt("model.num_query_groups", self.num_query_groups, need_int, 1)
-        need_opt("model.ffn_hidden_size", self.ffn_hidden_size, need_int, 1)
-        need_bool("model.swiglu", self.swiglu)
-        need_str("model.normalization", self.normalization, ("LayerNorm", "RMSNorm"))
-        need_str("model.position_embedding_type", self.position_embedding_type, ("learned_absolute", "rope"))
-        need_bool("model.untie_embeddings_and_output_weights", self.untie_embeddings_and_output_weights)
-        h, heads, groups = self.hidden_size, self.num_attention_heads, self.query_groups
-        if h % heads:
-            raise PlanError(f"model.hidden_size({h}) is not divisible by model.num_attention_heads({heads})")
-        if heads % groups:
-            raise PlanError(f"model.num_attention_heads({heads}) is not a multiple of num_query_groups({groups})")
-
-    @property
-    def query_groups(self) -> int:
-        return self.num_query_groups or self.num_attention_heads
-
-    @property
-    def ffn_size(self) -> int:
-        """Megatron's default: 4h, or int(8h/3/64)*64 with SwiGLU."""
-        if self.ffn_hidden_size:
-            return self.ffn_hidden_size
-        return int(8 * self.hidden_size / 3 / 64) * 64 if self.swiglu else 4 * self.hidden_size
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """The planner's numbers for this plan, compared by `launcher bench` with what a run measures."""
-
-    tokens_per_s: float | None = None
-    step_s: float | None = None
-    peak_memory_bytes: tuple[int, ...] = ()  # per pipeline stage (one value: the same for every rank)
-
-    def __post_init__(self) -> None:
-        need_opt("prediction.tokens_per_s", self.tokens_per_s, need_float)
-        need_opt("prediction.step_s", self.step_s, need_float)
-        mem = self.peak_memory_bytes
-        if isinstance(mem, str) or not isinstance(mem, list | tuple):
-            raise PlanError(f"prediction.peak_memory_bytes: expected a list of integers, got {mem!r}")
-        object.__setattr__(
-            self, "peak_memory_bytes",
-            tuple(need_int(f"prediction.peak_memory_bytes[{i}]", v, 0) for i, v in enumerate(mem)),
-        )
-
-
-@dataclass(frozen=True)
-class Hardware:
-    """Catalogue numbers for the plan's GPU and cluster (per GPU, per direction), for `launcher probe`."""
-
-    name: str = ""
-    memory_bytes: int | None = None
-    bf16_TFLOPs: float | None = None
-    fp16_TFLOPs: float | None = None
-    intra_node_GBps: float | None = None
-    inter_node_GBps: float | None = None
-    host_to_device_GBps: float | None = None
-    cpu_adam_params_per_s: float | None = None
-
-    NUMBERS: ClassVar[tuple[str, ...]] = (
-        "bf16_TFLOPs", "fp16_TFLOPs", "intra_node_GBps", "inter_node_GBps", "host_to_device_GBps",
-        "cpu_adam_params_per_s",
-    )
-
-    def __post_init__(self) -> None:
-        need_str("hardware.name", self.name)
-        need_opt("hardware.memory_bytes", self.memory_bytes, need_int, 1)
-        for name in self.NUMBERS:
-            need_opt(f"hardware.{name}", getattr(self, name), need_float)
-
-
-@dataclass(frozen=True)
 class Plan:
     job: Job
     world: World
@@ -276,14 +217,22 @@ class Plan:
     model: Model | None = None
     prediction: Prediction | None = None
     hardware: Hardware | None = None
+    watchdog: Watchdog | None = None  # None: the defaults (Watchdog())
     meta: dict[str, str] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
     kind: str = KIND
 
     SECTIONS: ClassVar[dict[str, type]] = {
-        "job": Job, "world": World, "parallel": Parallel, "entrypoint": Entrypoint,
-        "model": Model, "prediction": Prediction, "hardware": Hardware,
+        "job": Job,
+        "world": World,
+        "parallel": Parallel,
+        "entrypoint": Entrypoint,
+        "model": Model,
+        "prediction": Prediction,
+        "hardware": Hardware,
+        "watchdog": Watchdog,
     }
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("model", "prediction", "hardware", "watchdog")
 
     def __post_init__(self) -> None:
         if self.kind != KIND:
@@ -291,7 +240,7 @@ class Plan:
         check_version(self.schema_version)
         for name, cls in self.SECTIONS.items():
             value = getattr(self, name)
-            if not isinstance(value, cls) and not (value is None and name in ("model", "prediction", "hardware")):
+            if not isinstance(value, cls) and not (value is None and name in self.OPTIONAL):
                 raise PlanError(f"{name}: expected a {cls.__name__}, got {type(value).__name__}")
         object.__setattr__(self, "env", need_str_map("env", self.env, ENV_NAME))
         object.__setattr__(self, "files", need_str_map("files", self.files, FILE_NAME, multiline=True))
@@ -318,15 +267,24 @@ class Plan:
                 f"prediction.peak_memory_bytes has {len(mem)} values; give 1 or one per stage (pp = {p.pp})"
             )
         if self.model and self.model.num_layers < p.pp * p.vpp:
-            raise PlanError(
-                f"model.num_layers({self.model.num_layers}) < pp({p.pp}) * vpp({p.vpp}) = {p.pp * p.vpp}"
-            )
+            raise PlanError(f"model.num_layers({self.model.num_layers}) < pp({p.pp}) * vpp({p.vpp}) = {p.pp * p.vpp}")
 
     # Serialisation --------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"schema_version": self.schema_version, "kind": self.kind}
-        for name in ("job", "world", "parallel", "entrypoint", "env", "files", "model", "prediction",
-                     "hardware", "meta"):
+        for name in (
+            "job",
+            "world",
+            "parallel",
+            "entrypoint",
+            "env",
+            "files",
+            "model",
+            "prediction",
+            "hardware",
+            "watchdog",
+            "meta",
+        ):
             value = getattr(self, name)
             out[name] = asdict(value) if hasattr(value, "__dataclass_fields__") else value
         return json.loads(json.dumps(out))  # tuples -> lists, dicts copied
@@ -340,7 +298,8 @@ class Plan:
         check_version(data.get("schema_version"))
         sections = {
             name: None if data.get(name) is None else build(sec, data[name], name)
-            for name, sec in cls.SECTIONS.items() if name in data
+            for name, sec in cls.SECTIONS.items()
+            if name in data
         }
         return build(cls, {**data, **sections}, "plan")
 
@@ -360,15 +319,28 @@ def loads(text: str, where: str = "plan.json") -> Plan:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise PlanError(f"{where}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    return Plan.from_dict(data)
+    except RecursionError:
+        raise PlanError(f"{where}: not valid JSON: nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise PlanError(f"{where}: not valid JSON: {exc}") from None
+    try:
+        return Plan.from_dict(data)
+    except RecursionError:
+        raise PlanError(f"{where}: a value is nested too deeply") from None
 
 
 def load(path: str | Path) -> Plan:
     path = Path(path)
     try:
+        if not path.is_file():
+            raise PlanError(f"{path}: not a regular file" if path.exists() else f"{path}: no such file")
+        if path.stat().st_size > MAX_PLAN_BYTES:
+            raise PlanError(f"{path}: {path.stat().st_size} bytes, more than the {MAX_PLAN_BYTES} a plan may have")
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise PlanError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise PlanError(f"{path}: not UTF-8 text: byte {exc.object[exc.start]:#04x} at offset {exc.start}") from None
     return loads(text, str(path))
 
 

@@ -41,8 +41,14 @@ class Death:
 
 class WorkerWatch:
     def __init__(
-        self, agent_pid: int, expected: int, node_rank: int | None, selector: selectors.BaseSelector,
-        log: Callable[..., None], workers_file: Path | None, max_restarts: int,
+        self,
+        agent_pid: int,
+        expected: int,
+        node_rank: int | None,
+        selector: selectors.BaseSelector,
+        log: Callable[..., None],
+        workers_file: Path | None,
+        max_restarts: int,
     ) -> None:
         self.agent_pid, self.expected, self.node_rank = agent_pid, expected, node_rank
         self.selector, self.log, self.workers_file = selector, log, workers_file
@@ -52,6 +58,8 @@ class WorkerWatch:
         self.deaths: list[Death] = []
         self.restarts = 0
         self.stopping = False  # set by the runner once it stops the job: later deaths are its doing
+        self.killed: set[int] = set()  # pids the runner killed itself (a hang): not a failure of their own
+        self._write_failed = False
         self._died_since_restart = False
         self._scan_since = time.monotonic()
         self._last_scan = 0.0
@@ -59,6 +67,9 @@ class WorkerWatch:
     @property
     def scanning(self) -> bool:
         return len(self.alive) < self.expected and time.monotonic() - self._scan_since < SCAN_GIVE_UP_S
+
+    def workers(self) -> list[procs.Worker]:
+        return [worker for worker, _ in self.alive.values()]
 
     @property
     def first_failure(self) -> Death | None:
@@ -90,8 +101,10 @@ class WorkerWatch:
         if self._died_since_restart:
             self.restarts += 1
             self._died_since_restart = False
-            self.log(f"node {self.node_rank}: worker group restarted by the agent "
-                     f"(restart {self.restarts} of at most {self.max_restarts})")
+            self.log(
+                f"node {self.node_rank}: worker group restarted by the agent "
+                f"(restart {self.restarts} of at most {self.max_restarts})"
+            )
 
     def on_exit(self, pid: int) -> Death | None:
         entry = self.alive.pop(pid, None)
@@ -103,11 +116,13 @@ class WorkerWatch:
             self.selector.unregister(fd)
         os.close(fd)
         failed = status not in (0, None)
-        first = self.first_failure is None and failed and not self.stopping
+        first = self.first_failure is None and failed and not self.stopping and pid not in self.killed
         death = Death(worker, self.node_rank, status, root=first)
         self.deaths.append(death)
         self._died_since_restart = True
-        if failed:
+        if pid in self.killed:
+            self.log(f"stopped by the watchdog: {death.describe()}", echo=False)
+        elif failed:
             self.log(("died first: " if first else "stopped: ") + death.describe(), echo=first)
         else:
             self.log(f"exited: {death.describe()}", echo=False)
@@ -128,11 +143,22 @@ class WorkerWatch:
         doc = {
             "node_rank": self.node_rank,
             "agent_pid": self.agent_pid,
-            "workers": [{"pid": w.pid, "rank": w.rank, "local_rank": w.local_rank, "alive": w.pid in self.alive}
-                        for w in self.seen.values()],
-            "deaths": [{"rank": d.worker.rank, "pid": d.worker.pid, "how": procs.describe_status(d.status)}
-                       for d in self.deaths],
+            "workers": [
+                {"pid": w.pid, "rank": w.rank, "local_rank": w.local_rank, "alive": w.pid in self.alive}
+                for w in self.seen.values()
+            ],
+            "deaths": [
+                {"rank": d.worker.rank, "pid": d.worker.pid, "how": procs.describe_status(d.status)}
+                for d in self.deaths
+            ],
         }
         tmp = self.workers_file.with_name(f".{self.workers_file.name}.tmp")
-        tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-        tmp.replace(self.workers_file)
+        try:
+            tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+            tmp.replace(self.workers_file)
+        except OSError as exc:  # a full run directory: the job goes on without this file
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            if not self._write_failed:
+                self._write_failed = True
+                self.log(f"cannot write {self.workers_file} ({exc.strerror}); the job goes on")

@@ -40,10 +40,23 @@ class DeepSpeed:
     def build(self, ctx: LaunchContext) -> list[Command]:
         w, job = ctx.plan.world, ctx.plan.job
         node = ctx.nodes()[0] if not self._pdsh(ctx) else 0
-        argv = [ctx.python, "-m", "deepspeed.launcher.runner", "--hostfile", self.hostfile(ctx),
-                "--num_nodes", str(w.num_nodes), "--num_gpus", str(w.gpus_per_node),
-                "--master_addr", w.master_addr, "--master_port", str(w.master_port),
-                "--enable_each_rank_log", str(ctx.node_log_dir(node) / "ranks")]
+        argv = [
+            ctx.python,
+            "-m",
+            "deepspeed.launcher.runner",
+            "--hostfile",
+            self.hostfile(ctx),
+            "--num_nodes",
+            str(w.num_nodes),
+            "--num_gpus",
+            str(w.gpus_per_node),
+            "--master_addr",
+            w.master_addr,
+            "--master_port",
+            str(w.master_port),
+            "--enable_each_rank_log",
+            str(ctx.node_log_dir(node) / "ranks"),
+        ]
         env = ctx.worker_env(node)
         if w.num_nodes == 1:
             argv.append("--no_ssh_check")

@@ -59,12 +59,25 @@ class Slurm:
                 f"slurm: the allocation has {len(nodes)} node(s) "
                 f"(SLURM_JOB_NODELIST={ctx.caller_env['SLURM_JOB_NODELIST']}) but world.num_nodes is {w.num_nodes}"
             )
-        srun = ["srun", "--nodes", str(w.num_nodes), "--ntasks", str(w.num_nodes), "--ntasks-per-node", "1",
-                "--kill-on-bad-exit=1", "--nodelist", ",".join(nodes[: w.num_nodes])]
+        srun = [
+            "srun",
+            "--nodes",
+            str(w.num_nodes),
+            "--ntasks",
+            str(w.num_nodes),
+            "--ntasks-per-node",
+            "1",
+            "--kill-on-bad-exit=1",
+            "--nodelist",
+            ",".join(nodes[: w.num_nodes]),
+        ]
         agent = torchrun_argv(ctx, None, nodes[0], ctx.caller_env["SLURM_JOB_ID"])
         return Command(
-            argv=tuple(srun + agent), env=ctx.worker_env(None, ("SLURM_",)), cwd=ctx.working_dir,
-            node_rank=None, log=str(ctx.node_log_dir(None) / "srun.log"),
+            argv=tuple(srun + agent),
+            env=ctx.worker_env(None, ("SLURM_",)),
+            cwd=ctx.working_dir,
+            node_rank=None,
+            log=str(ctx.node_log_dir(None) / "srun.log"),
         )
 
     def _sbatch(self, ctx: LaunchContext) -> Command:
@@ -75,6 +88,8 @@ class Slurm:
             )
         return Command(
             argv=("sbatch", "--wait", str(ctx.run_dir / SBATCH_FILE)),
-            env=ctx.worker_env(None, ("SLURM_", "SBATCH_")), cwd=str(ctx.run_dir),
-            node_rank=None, log=str(ctx.node_log_dir(None) / "sbatch.log"),
+            env=ctx.worker_env(None, ("SLURM_", "SBATCH_")),
+            cwd=str(ctx.run_dir),
+            node_rank=None,
+            log=str(ctx.node_log_dir(None) / "sbatch.log"),
         )

@@ -12,8 +12,15 @@ def torchrun_argv(ctx: LaunchContext, node_rank: int | None, rdzv_host: str, rdz
     """The agent's argv for one node (node_rank None: the same argv on every node, as under srun)."""
     plan, job = ctx.plan, ctx.plan.job
     w = plan.world
-    argv = [ctx.python, "-m", "torch.distributed.run", "--nnodes", str(w.num_nodes),
-            "--nproc-per-node", str(w.gpus_per_node)]
+    argv = [
+        ctx.python,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        str(w.num_nodes),
+        "--nproc-per-node",
+        str(w.gpus_per_node),
+    ]
     if w.num_nodes == 1:
         argv.append("--standalone")
     else:
@@ -25,10 +32,16 @@ def torchrun_argv(ctx: LaunchContext, node_rank: int | None, rdzv_host: str, rdz
             if w.hosts:
                 argv += ["--local-addr", w.hosts[node_rank]]
     argv += [
-        "--max-restarts", str(job.max_restarts),
-        "--shutdown-timeout", str(math.ceil(job.grace_period_s)),
-        "--log-dir", str(ctx.node_log_dir(node_rank)),
-        "--tee", "3", "--local-ranks-filter", "0",
+        "--max-restarts",
+        str(job.max_restarts),
+        "--shutdown-timeout",
+        str(math.ceil(job.grace_period_s)),
+        "--log-dir",
+        str(ctx.node_log_dir(node_rank)),
+        "--tee",
+        "3",
+        "--local-ranks-filter",
+        "0",
     ]
     if job.numa_binding != "none":
         argv += ["--numa-binding", job.numa_binding]

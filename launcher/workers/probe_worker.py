@@ -33,10 +33,20 @@ BUS_FACTOR: dict[str, Callable[[int], float]] = {
 # torch 2.13 renames these (the old names warn); older torch has only the old ones.
 ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-GPU = {"precisions": ["bf16", "fp16", "fp32"], "sizes": [2**p for p in range(20, 31, 2)], "max_dim": 16384,
-       "adam_params": 2**24, "copy_bytes": 2**28}
-CPU = {"precisions": ["fp32", "bf16"], "sizes": [2**12, 2**16, 2**20], "max_dim": 256,
-       "adam_params": 2**20, "copy_bytes": 0}
+GPU = {
+    "precisions": ["bf16", "fp16", "fp32"],
+    "sizes": [2**p for p in range(20, 31, 2)],
+    "max_dim": 16384,
+    "adam_params": 2**24,
+    "copy_bytes": 2**28,
+}
+CPU = {
+    "precisions": ["fp32", "bf16"],
+    "sizes": [2**12, 2**16, 2**20],
+    "max_dim": 256,
+    "adam_params": 2**20,
+    "copy_bytes": 0,
+}
 
 
 def progress(message: str) -> None:
@@ -68,6 +78,7 @@ def gemm(shapes: list[list[int]], limits: dict[str, Any], device: torch.device) 
             m, n, k = (min(d, limits["max_dim"]) for d in (m, n, k))
             a = torch.randn(m, k, device=device, dtype=DTYPES[precision])
             b = torch.randn(k, n, device=device, dtype=DTYPES[precision])
+
             def matmul(a: torch.Tensor = a, b: torch.Tensor = b) -> torch.Tensor:
                 return a @ b
 
@@ -114,8 +125,17 @@ def measure_scope(scope: str, group: Any, n: int, limits: dict[str, Any], device
             dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)  # the slowest rank sets the pace
             time_s = float(t.item())
             algbw = size / time_s / 1e9
-            rows.append({"op": op, "scope": scope, "ranks": n, "bytes": size, "time_s": time_s,
-                         "algbw_GBps": algbw, "busbw_GBps": algbw * BUS_FACTOR[op](n)})
+            rows.append(
+                {
+                    "op": op,
+                    "scope": scope,
+                    "ranks": n,
+                    "bytes": size,
+                    "time_s": time_s,
+                    "algbw_GBps": algbw,
+                    "busbw_GBps": algbw * BUS_FACTOR[op](n),
+                }
+            )
         progress(f"{op} {scope} ({n} ranks), up to {limits['sizes'][-1]} B: busbw {rows[-1]['busbw_GBps']:.3g} GB/s")
     return rows
 
@@ -157,8 +177,13 @@ def device_info(device: torch.device, backend: str) -> dict[str, Any]:
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         name, memory = props.name, props.total_memory
-    return {"name": name, "memory_bytes": memory, "backend": backend, "torch": torch.__version__.split("+")[0],
-            "cuda": torch.version.cuda}
+    return {
+        "name": name,
+        "memory_bytes": memory,
+        "backend": backend,
+        "torch": torch.__version__.split("+")[0],
+        "cuda": torch.version.cuda,
+    }
 
 
 def main(argv: list[str]) -> int:

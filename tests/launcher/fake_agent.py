@@ -17,9 +17,10 @@ import time
 WORKER = r"""
 import os, signal, sys, time
 rank, mode = int(os.environ["RANK"]), sys.argv[1]
+if mode == "hang":  # before anything else: a SIGTERM may come as soon as the launcher has seen this process
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 print(f"worker rank {rank} pid {os.getpid()} up", flush=True)
 if mode == "hang":
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     time.sleep(600)
 if mode == "fail1" and rank == 1:
     time.sleep(0.5)

@@ -1,0 +1,204 @@
+"""What lets examples/train_gpt.py survive faults: checkpoints saved at the planned interval and on SIGTERM,
+resumed exactly (with Megatron's LR schedule), and stack dumps on SIGUSR1.
+
+- What comes back: DeepSpeed's engine state (weights, ZeRO optimizer shards, the LR scheduler's state) and the
+  client state: the step, the samples consumed, the data stream's seed and shape, and the RNG state. A resume
+  with a different data stream or global batch is refused (its loss curve would not continue the old one).
+- `latest` is written by rank 0 only after every rank's save succeeded, and atomically (temporary file, then
+  rename): a save that fails half-way (a full disk) leaves the previous checkpoint as the one that loads.
+  DeepSpeed's own `latest` (save_latest=True) is written in place after the files, so a full disk can leave it
+  empty.
+- Before a save every rank compares the free space with the size of the last checkpoint (the first time: 14 bytes
+  per parameter, 16-bit weights + fp32 Adam state); if any rank lacks room, all skip this save and training goes
+  on. A save that fails anyway matches DeepSpeed's closing barrier (deepspeed/runtime/engine.py save_checkpoint)
+  before the ranks agree on the outcome, so the ranks stay in step.
+- ExitSignal is Megatron's --exit-signal-handler (megatron/training/dist_signal_handler.py): SIGTERM or SIGINT
+  set a flag, the flag is reduced with the step's loss, and every rank saves after the same step and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import math
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from heartbeat import Heartbeat
+
+BYTES_PER_PARAM = 14  # 2 (16-bit weights) + 12 (fp32 master weights, exp_avg, exp_avg_sq): ZeRO §3.1
+SPACE_MARGIN = 1.1
+
+
+class ExitSignal:
+    """SIGTERM/SIGINT: finish the step, save, exit (all ranks after the same step: the flag is all-reduced)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.received: int | None = None
+        if enabled:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, self._handler)
+
+    def _handler(self, signum: int, frame: object) -> None:
+        self.received = signum
+
+
+def _agree(ok: bool) -> bool:
+    """True on every rank iff `ok` is true on every rank."""
+    flag = torch.tensor([1 if ok else 0], dtype=torch.int32)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())
+
+
+def _free_bytes(directory: Path) -> int:
+    probe = directory
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return shutil.disk_usage(probe).free
+
+
+def _tree_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+class Checkpointer:
+    def __init__(
+        self,
+        engine: Any,
+        save: str | None,
+        load: str | None,
+        data: dict[str, int],
+        heartbeat: Heartbeat,
+        parameters: int,
+        log: Callable[[str], None],
+    ) -> None:
+        self.engine, self.data, self.heartbeat, self.log = engine, data, heartbeat, log
+        self.save_dir = Path(save) if save else None
+        self.load_dir = Path(load) if load else None
+        self.last_bytes = parameters * BYTES_PER_PARAM
+        self.saved_step: int | None = None
+
+    def resume(self) -> int:
+        """Load the checkpoint `latest` names; the step to continue from (0: none)."""
+        latest = self.load_dir / "latest" if self.load_dir else None
+        if latest is None or not latest.exists():
+            return 0
+        tag = latest.read_text().strip()
+        self.heartbeat.beat(phase="load")
+        _, client = self.engine.load_checkpoint(str(self.load_dir), tag=tag)
+        client = client or {}
+        saved = client.get("data", {})
+        if saved and saved != self.data:
+            raise SystemExit(
+                f"train_gpt: checkpoint {self.load_dir / tag} was trained on data {saved}, this run "
+                f"reads {self.data}: resuming would not continue its loss curve; use another --load"
+            )
+        step = int(client.get("step", 0))
+        if (
+            client.get("consumed_samples", step * self.data["global_batch_size"])
+            != step * self.data["global_batch_size"]
+        ):
+            raise SystemExit(
+                f"train_gpt: checkpoint {tag}: consumed_samples {client['consumed_samples']} is not "
+                f"step {step} x global batch {self.data['global_batch_size']}"
+            )
+        if "rng" in client:
+            torch.set_rng_state(client["rng"])
+        self.saved_step = step
+        self.heartbeat.beat(resumed_from=step)
+        self.log(f"resumed from checkpoint {self.load_dir / tag} at step {step}")
+        return step
+
+    def save(self, step: int) -> bool:
+        """Save after `step`; False when the save was skipped or failed (the last good checkpoint stays)."""
+        if self.save_dir is None or self.saved_step == step:
+            return self.saved_step == step
+        free = _free_bytes(self.save_dir)
+        if not _agree(free >= SPACE_MARGIN * self.last_bytes):
+            return self._failed(
+                step,
+                f"skipped: {self.save_dir} has {free / 2**20:.1f} MiB free and a checkpoint "
+                f"takes about {self.last_bytes / 2**20:.1f} MiB",
+            )
+        self.heartbeat.beat(phase="save")
+        t0, error = time.perf_counter(), ""
+        tag = f"step{step}"
+        client = {
+            "step": step,
+            "consumed_samples": step * self.data["global_batch_size"],
+            "data": self.data,
+            "rng": torch.get_rng_state(),
+        }
+        try:
+            self.engine.save_checkpoint(str(self.save_dir), tag=tag, client_state=client, save_latest=False)
+        except OSError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            dist.barrier()  # the one DeepSpeed's save_checkpoint ends with, which the other ranks are in
+        if not _agree(not error):
+            if dist.get_rank() == 0:
+                shutil.rmtree(self.save_dir / tag, ignore_errors=True)
+            return self._failed(step, error or "failed on another rank")
+        error = self._commit(tag)
+        if error:
+            return self._failed(step, error)
+        seconds = time.perf_counter() - t0
+        self.last_bytes = max(_tree_bytes(self.save_dir / tag), 1)
+        self.saved_step = step
+        self.heartbeat.beat(phase="train", checkpoint={"step": step, "saved": True, "save_s": seconds})
+        self.log(f"saved checkpoint {tag} in {seconds:.2f} s ({self.last_bytes / 2**20:.1f} MiB)")
+        return True
+
+    def _commit(self, tag: str) -> str:
+        """Point `latest` at `tag` (rank 0, atomically); an error message, or "" once every rank knows it worked."""
+        assert self.save_dir is not None
+        error = ""
+        if dist.get_rank() == 0:
+            tmp = self.save_dir / f".latest.{os.getpid()}"
+            try:
+                tmp.write_text(tag)
+                os.replace(tmp, self.save_dir / "latest")
+            except OSError as exc:
+                error = f"writing latest: {type(exc).__name__}: {exc}"
+                tmp.unlink(missing_ok=True)
+                shutil.rmtree(self.save_dir / tag, ignore_errors=True)
+        return "" if _agree(not error) else (error or "writing latest failed on rank 0")
+
+    def _failed(self, step: int, why: str) -> bool:
+        last = "none" if self.saved_step is None else f"step {self.saved_step}"
+        self.heartbeat.beat(phase="train", checkpoint={"step": step, "saved": False, "error": why})
+        self.log(f"checkpoint at step {step} not saved ({why}); the last good checkpoint is {last}; training goes on")
+        return False
+
+
+def lr_factor(args: argparse.Namespace, step: int) -> float:
+    """Megatron's schedule (megatron/core/optimizer_param_scheduler.py, get_lr) as a factor of --lr for LambdaLR:
+    linear warm-up, then constant, linear or cosine decay to --min-lr at --lr-decay-iters."""
+    warmup, decay = args.lr_warmup_iters, args.lr_decay_iters or args.train_iters
+    if warmup and step <= warmup:
+        return step / warmup
+    if args.lr_decay_style == "constant" or step > decay:
+        return 1.0 if args.lr_decay_style == "constant" else args.min_lr / args.lr
+    ratio = (step - warmup) / max(1, decay - warmup)
+    coeff = 1.0 - ratio if args.lr_decay_style == "linear" else 0.5 * (math.cos(math.pi * ratio) + 1.0)
+    return (args.min_lr + coeff * (args.lr - args.min_lr)) / args.lr
+
+
+def dump_stacks_on_sigusr1(rank: int) -> str | None:
+    """faulthandler writes every thread's Python stack to $TRAINPLAN_RUN_DIR/stacks/rank<R>.txt on SIGUSR1."""
+    run_dir = os.environ.get("TRAINPLAN_RUN_DIR")
+    if not run_dir:
+        return None
+    try:
+        Path(run_dir, "stacks").mkdir(parents=True, exist_ok=True)
+        sink = open(Path(run_dir, "stacks", f"rank{rank}.txt"), "a")  # noqa: SIM115 (kept open for the handler)
+    except OSError:
+        return None
+    faulthandler.register(signal.SIGUSR1, file=sink, all_threads=True)
+    return "SIGUSR1"

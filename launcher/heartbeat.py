@@ -1,0 +1,62 @@
+"""Reads the ranks' heartbeat files: <run_dir>/heartbeats/rank<R>.json (format: examples/heartbeat.py).
+
+A record is one JSON object padded with spaces; a torn or missing one reads as nothing (the next poll retries).
+Only the ranks the launcher runs on this node are read, so the cost is one small read per local rank per poll.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HEARTBEAT_DIR = "heartbeats"
+RECORD_BYTES = 4096
+PHASES = ("start", "load", "train", "save", "done")
+
+
+@dataclass(frozen=True)
+class Beat:
+    rank: int
+    pid: int
+    seq: int
+    phase: str
+    step: int  # the last completed step
+    step_s: float | None = None
+    compute_s: float | None = None
+    resumed_from: int | None = None
+    checkpoint: dict[str, Any] | None = None
+    stacks: str | None = None  # "SIGUSR1": faulthandler dumps the stacks on that signal
+
+    @classmethod
+    def parse(cls, raw: bytes) -> Beat | None:
+        try:
+            doc = json.loads(raw.decode("utf-8", "strict").strip() or "null")
+            beat = cls(
+                rank=int(doc["rank"]),
+                pid=int(doc["pid"]),
+                seq=int(doc["seq"]),
+                phase=str(doc["phase"]),
+                step=int(doc.get("step", 0)),
+                step_s=_num(doc.get("step_s")),
+                compute_s=_num(doc.get("compute_s")),
+                resumed_from=None if doc.get("resumed_from") is None else int(doc["resumed_from"]),
+                checkpoint=doc.get("checkpoint") if isinstance(doc.get("checkpoint"), dict) else None,
+                stacks=doc.get("stacks") if isinstance(doc.get("stacks"), str) else None,
+            )
+        except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+            return None
+        return beat if beat.phase in PHASES else None
+
+
+def _num(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def read_beat(directory: Path, rank: int) -> Beat | None:
+    try:
+        with open(directory / f"rank{rank}.json", "rb") as f:
+            return Beat.parse(f.read(RECORD_BYTES))
+    except OSError:
+        return None

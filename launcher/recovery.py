@@ -1,0 +1,74 @@
+"""What the runner does when a job goes wrong: tear down a hung node, read an agent's exit code as the job's,
+and requeue a preempted Slurm job. Plain functions over the runner's data (launcher/runner.py)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from launcher import procs, stacks
+from launcher.explain import signal_of_negative_exit
+from launcher.heartbeat import read_beat
+from launcher.watch import WorkerWatch
+from launcher.watchdog import Hang, ProgressWatch
+
+REQUEUE_TIMEOUT_S = 60
+Log = Callable[..., None]
+
+
+def tear_down_hung(
+    watch: WorkerWatch, progress: ProgressWatch, hang: Hang, run_dir: Path, take_stacks: bool, log: Log
+) -> None:
+    """Name the hung ranks, take every local rank's stack, and SIGKILL the node's workers, so that the agent (or
+    the launcher, for backends without restarts of their own) restarts them from the last checkpoint."""
+    log(hang.describe())
+    workers = watch.workers()
+    if take_stacks:
+        ranks = [(w.rank, w.pid, b.stacks if (b := read_beat(progress.directory, w.rank)) else None) for w in workers]
+        log(stacks.collect(ranks, run_dir))
+    watch.killed.update(w.pid for w in workers)
+    killed = procs.signal_pids([w.pid for w in workers], signal.SIGKILL)
+    ranks_killed = ", ".join(str(w.rank) for w in workers if w.pid in killed)
+    log(f"node {watch.node_rank}: watchdog killed rank(s) {ranks_killed} to restart from the last checkpoint")
+
+
+def job_code(code: int, output: str, watch: WorkerWatch | None, stopping: bool, node: int | None, log: Log) -> int:
+    """An agent's exit code as the job's (negative: killed by that signal). DeepSpeed's 256 - n for a rank killed
+    by signal n becomes -n (so the launcher exits 128 + n: 137, not 247), and an agent that exits 0 while its
+    ranks still run has not finished the job (DeepSpeed's runner exits 0 when its launch.py is killed)."""
+    sig = signal_of_negative_exit(code, output)
+    if sig is not None:
+        log(
+            f"node {node}: exit code {code} is DeepSpeed's for a rank killed by signal {sig} "
+            f"({procs.signal_name(sig)}): reporting {128 + sig}"
+        )
+        return -sig
+    alive = watch.workers() if watch else []
+    if code == 0 and alive and not stopping:
+        log(
+            f"node {node}: the agent exited with code 0 while rank(s) {', '.join(str(w.rank) for w in alive)} "
+            f"still run: the job did not finish"
+        )
+        return 1
+    return code
+
+
+def requeue(job: str | None, log: Log) -> None:
+    """After a preemption notice inside Slurm: put the job back in the queue (it resumes from its checkpoint)."""
+    if not job:
+        log("preemption notice outside Slurm (no SLURM_JOB_ID): not requeued")
+        return
+    try:
+        done = subprocess.run(
+            ["scontrol", "requeue", job],
+            capture_output=True,
+            text=True,
+            timeout=REQUEUE_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
+        result = "done" if done.returncode == 0 else f"failed ({done.returncode}): {done.stderr.strip()[-300:]}"
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        result = f"failed: {exc}"
+    log(f"scontrol requeue {job}: {result}")

@@ -1,0 +1,279 @@
+"""The plan-aware watchdog: hangs and stragglers of the local ranks, from their heartbeats (launcher/heartbeat.py),
+with timeouts that come from the plan's prediction (docs/launcher.md, "Watchdog").
+
+With k = watchdog.hang_factor, F = watchdog.floor_s and step_high the upper end of the predicted step time
+(prediction.step_s_high, else prediction.step_s x STEP_HIGH_FACTOR):
+- before the first step: watchdog.startup_s + k x (prediction.checkpoint_load_s + step_high) + F, from the rank's
+  first heartbeat;
+- a step: k x max(step_high, the slowest step seen lately) + F, from the rank's last progress. Observed steps only
+  ever lengthen the timeout, so a job slower than planned is warned about, not killed;
+- a checkpoint save: watchdog.checkpoint_timeout_s, else k x prediction.checkpoint_save_s + F, else 1800 s.
+
+A rank past its timeout is hung. Of the hung ranks the watchdog names those the kernel shows stopped (state T),
+else those with the fewest completed steps. A rank whose compute time is at least watchdog.straggler_factor x the
+median of the other local ranks' on watchdog.straggler_steps heartbeats in a row, while its steps take longer than
+step_high, is a straggler: reported once, the job goes on. The idea of per-rank progress with a timeout scaled
+from measured intervals is nvidia-resiliency-ext's (fault_tolerance/timeouts_calc.py: max interval x a safety
+factor); here the interval is the planner's prediction and observations only extend it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from launcher import procs
+from launcher.heartbeat import Beat, read_beat
+from launcher.spec import Plan, Watchdog
+
+STEP_HIGH_FACTOR = 1.25  # step_s -> upper bound when the plan carries no interval (README: max error 10 %)
+DEFAULT_CHECKPOINT_S = 1800.0
+WINDOW = 20  # recent steps kept per rank
+
+
+@dataclass(frozen=True)
+class Limits:
+    k: float
+    floor_s: float
+    startup_s: float
+    step_high_s: float | None
+    load_s: float
+    checkpoint_s: float
+    straggler_factor: float
+    straggler_steps: int
+    stack_traces: bool
+
+    @classmethod
+    def from_plan(cls, plan: Plan) -> Limits | None:
+        wd = plan.watchdog or Watchdog()
+        if not wd.enabled:
+            return None
+        pred = plan.prediction
+        high = None
+        if pred and pred.step_s_high:
+            high = pred.step_s_high
+        elif pred and pred.step_s:
+            high = pred.step_s * STEP_HIGH_FACTOR
+        save = pred.checkpoint_save_s if pred else None
+        checkpoint = wd.checkpoint_timeout_s or (wd.hang_factor * save + wd.floor_s if save else DEFAULT_CHECKPOINT_S)
+        return cls(
+            k=wd.hang_factor,
+            floor_s=wd.floor_s,
+            startup_s=wd.startup_s,
+            step_high_s=high,
+            load_s=(pred.checkpoint_load_s or 0.0) if pred else 0.0,
+            checkpoint_s=checkpoint,
+            straggler_factor=wd.straggler_factor,
+            straggler_steps=wd.straggler_steps,
+            stack_traces=wd.stack_traces,
+        )
+
+    @property
+    def first_step_s(self) -> float:
+        return self.startup_s + self.k * (self.load_s + (self.step_high_s or 0.0)) + self.floor_s
+
+    def step_timeout(self, observed_s: float | None) -> tuple[float, str] | None:
+        """(seconds, how they were derived) for one step; None without a prediction or an observed step."""
+        predicted, seen = self.step_high_s or 0.0, observed_s or 0.0
+        if not predicted and not seen:
+            return None
+        if predicted >= seen:
+            how = f"{self.k:g} x {predicted:.3g} s predicted step upper bound + {self.floor_s:g} s floor"
+        else:
+            how = f"{self.k:g} x {seen:.3g} s slowest recent step + {self.floor_s:g} s floor"
+        return self.k * max(predicted, seen) + self.floor_s, how
+
+    @property
+    def poll_s(self) -> float:
+        shortest = min(self.floor_s + self.k * (self.step_high_s or 0.0), self.checkpoint_s)
+        return min(1.0, max(0.1, shortest / 10))
+
+
+@dataclass
+class Track:
+    worker: procs.Worker
+    beat: Beat
+    since: float  # monotonic time of this worker's first heartbeat
+    changed: float  # ... of its last progress (step or phase)
+    steps: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
+    slow: int = 0
+    straggler: bool = False
+
+
+@dataclass(frozen=True)
+class Culprit:
+    rank: int
+    pid: int
+    step: int
+    phase: str
+    stopped: bool
+
+
+@dataclass(frozen=True)
+class Hang:
+    culprits: tuple[Culprit, ...]
+    waited_s: float
+    timeout_s: float
+    how: str
+    node_rank: int | None
+
+    def describe(self) -> str:
+        node = "" if self.node_rank is None else f", node {self.node_rank}"
+        who = "; ".join(
+            f"rank {c.rank} (pid {c.pid}{node}{', stopped (state T)' if c.stopped else ''}) "
+            f"last completed step {c.step}, in phase {c.phase}"
+            for c in self.culprits
+        )
+        return f"hang: {who}: no progress for {self.waited_s:.1f} s (timeout {self.timeout_s:.1f} s = {self.how})"
+
+
+class ProgressWatch:
+    """Polled by the runner every `limits.poll_s` while the job runs."""
+
+    def __init__(self, limits: Limits, directory: Path, node_rank: int | None, log: Callable[..., None]) -> None:
+        self.limits, self.directory, self.node_rank, self.log = limits, directory, node_rank, log
+        self.tracks: dict[int, Track] = {}
+        self.fired = False
+        self.slow_warned = False
+        self.checkpoint_events: set[tuple[int, bool]] = set()
+        self.interrupted: tuple[float, int] | None = None  # (monotonic time, last completed step) of a failure
+        self.last_step = 0
+
+    # Polling ----------------------------------------------------------------------------------------------------
+    def poll(self, workers: list[procs.Worker], now: float) -> Hang | None:
+        live = {w.rank: w for w in workers}
+        for rank in [r for r, t in self.tracks.items() if live.get(r) != t.worker]:
+            del self.tracks[rank]  # gone, or replaced by the agent's restart
+        for rank, worker in live.items():
+            beat = read_beat(self.directory, rank)
+            if beat is None or beat.pid != worker.pid:
+                continue
+            track = self.tracks.get(rank)
+            if track is None:
+                self.tracks[rank] = Track(worker, beat, now, now)
+                self._first_beat(beat, now)
+            elif beat.seq != track.beat.seq:
+                self._update(track, beat, now)
+        self._stragglers()
+        return None if self.fired else self._hang(now)
+
+    def note_failure(self, now: float) -> None:
+        """The job was interrupted (a rank died or was killed): time the resume from here."""
+        for rank in self.tracks:  # the last records, the dead ranks' included
+            beat = read_beat(self.directory, rank)
+            if beat is not None:
+                self.last_step = max(self.last_step, beat.step)
+        if self.interrupted is None:
+            self.interrupted = (now, self.last_step)
+        self.fired = False
+
+    def _first_beat(self, beat: Beat, now: float) -> None:
+        if beat.resumed_from is not None and self.interrupted and beat.rank == min(self.tracks):
+            self.log(f"node {self.node_rank}: rank {beat.rank} resumed from the checkpoint at step {beat.resumed_from}")
+
+    def _update(self, track: Track, beat: Beat, now: float) -> None:
+        old, track.beat = track.beat, beat
+        if (beat.step, beat.phase) != (old.step, old.phase):
+            track.changed = now
+        if beat.step != old.step and beat.step_s is not None:
+            track.steps.append(beat.step_s)
+            self._progress(beat, now)
+        if beat.checkpoint and beat.checkpoint != old.checkpoint:
+            self._checkpoint(beat)
+
+    def _progress(self, beat: Beat, now: float) -> None:
+        if self.interrupted is not None:
+            at, last = self.interrupted
+            start = self.tracks[beat.rank].beat.resumed_from
+            resumed = 0 if start is None else start
+            lost = max(0, last - resumed)
+            self.log(
+                f"node {self.node_rank}: training again: step {beat.step} done {now - at:.1f} s after the "
+                f"failure; resumed from step {resumed}, {lost} step(s) lost (last completed: {last})"
+            )
+            self.interrupted = None
+        self.last_step = max(self.last_step, beat.step)
+
+    def _checkpoint(self, beat: Beat) -> None:
+        ck = beat.checkpoint or {}
+        key = (int(ck.get("step", -1)), bool(ck.get("saved")))
+        if key in self.checkpoint_events or key[1]:
+            self.checkpoint_events.add(key)
+            return
+        self.checkpoint_events.add(key)
+        self.log(f"node {self.node_rank}: checkpoint at step {key[0]} not saved: {ck.get('error', '?')}")
+
+    # Hangs -------------------------------------------------------------------------------------------------------
+    def _timeout(self, track: Track) -> tuple[float, float, str] | None:
+        """(deadline base, seconds, how) for this rank's phase; None when nothing is awaited."""
+        lim, phase = self.limits, track.beat.phase
+        if phase in ("start", "load"):
+            how = (
+                f"{lim.startup_s:g} s start-up + {lim.k:g} x ({lim.load_s:.3g} s load + "
+                f"{lim.step_high_s or 0:.3g} s step) + {lim.floor_s:g} s floor"
+            )
+            return track.since, lim.first_step_s, how
+        if phase == "save":
+            return track.changed, lim.checkpoint_s, "checkpoint timeout"
+        if phase == "train":
+            observed = max((s for t in self.tracks.values() for s in t.steps), default=None)
+            step = lim.step_timeout(observed)
+            return None if step is None else (track.changed, step[0], step[1])
+        return None
+
+    def _hang(self, now: float) -> Hang | None:
+        overdue: list[tuple[Track, float, float, str]] = []
+        for track in self.tracks.values():
+            limit = self._timeout(track)
+            if limit and now - limit[0] > limit[1]:
+                overdue.append((track, now - limit[0], limit[1], limit[2]))
+        if not overdue:
+            return None
+        stopped = [o for o in overdue if procs.state(o[0].worker.pid) == "T"]
+        fewest = min(o[0].beat.step for o in overdue)
+        named = stopped or [o for o in overdue if o[0].beat.step == fewest]
+        self.fired = True
+        culprits = tuple(
+            Culprit(t.worker.rank, t.worker.pid, t.beat.step, t.beat.phase, bool(stopped)) for t, *_ in named
+        )
+        _, waited, seconds, how = named[0]
+        return Hang(culprits, waited, seconds, how, self.node_rank)
+
+    # Stragglers ---------------------------------------------------------------------------------------------------
+    def _stragglers(self) -> None:
+        lim = self.limits
+        latest = {r: t.beat.compute_s for r, t in self.tracks.items() if t.beat.compute_s and t.beat.phase == "train"}
+        if len(latest) < 2:
+            return
+        for rank, track in self.tracks.items():
+            mine = latest.get(rank)
+            if mine is None or track.straggler:
+                continue
+            others = statistics.median(v for r, v in latest.items() if r != rank)
+            track.slow = track.slow + 1 if others > 0 and mine >= lim.straggler_factor * others else 0
+            step_s = track.beat.step_s or 0.0
+            if track.slow >= lim.straggler_steps and (lim.step_high_s is None or step_s > lim.step_high_s):
+                track.straggler = True
+                versus = "" if lim.step_high_s is None else f", above the predicted upper bound {lim.step_high_s:.3g} s"
+                self.log(
+                    f"straggler: rank {rank} (pid {track.worker.pid}, node {self.node_rank}) computes in "
+                    f"{mine:.3g} s, {mine / others:.1f} x the median of the other ranks ({others:.3g} s), on "
+                    f"{track.slow} heartbeats in a row; steps take {step_s:.3g} s{versus}; the job goes on"
+                )
+        self._slow_steps()
+
+    def _slow_steps(self) -> None:
+        high = self.limits.step_high_s
+        recent = [s for t in self.tracks.values() for s in list(t.steps)[-self.limits.straggler_steps :]]
+        if self.slow_warned or high is None or len(recent) < self.limits.straggler_steps:
+            return
+        median = statistics.median(recent)
+        if median > high:
+            self.slow_warned = True
+            self.log(
+                f"node {self.node_rank}: steps take {median:.3g} s (median of the last heartbeats), above the "
+                f"predicted upper bound {high:.3g} s"
+            )
