@@ -28,6 +28,7 @@ from launcher.fields import (
     need_str_tuple,
 )
 from launcher.sections import DAY_S, Hardware, Model, Prediction, Watchdog
+from launcher.strategy import Strategy
 
 __all__ = [
     "Entrypoint",
@@ -38,6 +39,7 @@ __all__ = [
     "Plan",
     "PlanError",
     "Prediction",
+    "Strategy",
     "Watchdog",
     "World",
     "dump",
@@ -218,6 +220,7 @@ class Plan:
     prediction: Prediction | None = None
     hardware: Hardware | None = None
     watchdog: Watchdog | None = None  # None: the defaults (Watchdog())
+    strategy: Strategy | None = None  # None: not stated (a plan.json from before the section existed)
     meta: dict[str, str] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
     kind: str = KIND
@@ -231,8 +234,9 @@ class Plan:
         "prediction": Prediction,
         "hardware": Hardware,
         "watchdog": Watchdog,
+        "strategy": Strategy,
     }
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("model", "prediction", "hardware", "watchdog")
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("model", "prediction", "hardware", "watchdog", "strategy")
 
     def __post_init__(self) -> None:
         if self.kind != KIND:
@@ -266,6 +270,9 @@ class Plan:
             raise PlanError(
                 f"prediction.peak_memory_bytes has {len(mem)} values; give 1 or one per stage (pp = {p.pp})"
             )
+        st = self.strategy
+        if st is not None and (st.schedule == "interleaved") != (p.vpp > 1):
+            raise PlanError(f"strategy.schedule({st.schedule}) does not match parallel.vpp({p.vpp})")
         if self.model and self.model.num_layers < p.pp * p.vpp:
             raise PlanError(f"model.num_layers({self.model.num_layers}) < pp({p.pp}) * vpp({p.vpp}) = {p.pp * p.vpp}")
 
@@ -283,6 +290,7 @@ class Plan:
             "prediction",
             "hardware",
             "watchdog",
+            "strategy",
             "meta",
         ):
             value = getattr(self, name)

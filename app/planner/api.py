@@ -6,6 +6,7 @@ import time
 
 from app.planner import __version__
 from app.planner.calibration import apply_profile, constants
+from app.planner.decisions import decide
 from app.planner.estimate import evaluate, step_lower_bound, time_estimate
 from app.planner.explain import why
 from app.planner.goodput import checkpoint_plan
@@ -131,6 +132,7 @@ def _plans(
                 estimate=est,
                 why=why(found.par, est, best, feasible),
                 checkpoint=checkpoint_plan(model, cluster, found.world, est.time.step_s),
+                decisions=decide(model, cluster, training, found.par, est),
             )
         )
         best = best or est

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 from app.planner import catalog
 from app.planner.gpu import GPUSpec
 from app.planner.hf_import import from_hf_config
+from app.planner.network import RopeScaling, check_label, router_errors
 from app.planner.profile import ClusterProfile
 
 if TYPE_CHECKING:
@@ -125,6 +126,47 @@ class ModelSpec(Frozen):
     moe_capacity_factor: float | None = Field(
         None, gt=0, description="Token capacity factor per expert (--moe-expert-capacity-factor); none = dropless."
     )
+    rotary_base: float = Field(
+        10000.0, gt=0, le=1e12, description="RoPE base θ (--rotary-base): Llama-2 1e4, Llama-3 5e5, Mixtral/Qwen 1e6."
+    )
+    rope_scaling: RopeScaling | None = Field(
+        None, description="RoPE frequency scaling (Llama-3.1 llama3: --use-rope-scaling; MLA yarn: --rope-type)."
+    )
+    rotary_percent: float = Field(1.0, gt=0, le=1, description="Share of each head rotated (--rotary-percent).")
+    qk_layernorm: bool = Field(False, description="Norm on queries and keys (--qk-layernorm; Qwen3, MLA latents).")
+    add_qkv_bias: bool = Field(False, description="Biases on the Q/K/V projections only (--add-qkv-bias; Qwen2).")
+    norm_epsilon: float = Field(1e-5, gt=0, le=0.1, description="Norm epsilon (--norm-epsilon; config rms_norm_eps).")
+    init_method_std: float = Field(
+        0.02, gt=0, le=1, description="Std of the weight initialisation (--init-method-std; config initializer_range)."
+    )
+    moe_router_score_function: Literal["softmax", "sigmoid"] = Field(
+        "softmax", description="MoE router scores (--moe-router-score-function): softmax, or sigmoid (DeepSeek-V3)."
+    )
+    moe_router_pre_softmax: bool = Field(
+        False, description="Softmax over all experts before top-k, no renormalisation (--moe-router-pre-softmax)."
+    )
+    moe_router_topk_scaling_factor: float | None = Field(
+        None, gt=0, le=100, description="Routed-weight scale (--moe-router-topk-scaling-factor; DeepSeek-V3 2.5)."
+    )
+    moe_router_enable_expert_bias: bool = Field(
+        False, description="Aux-loss-free load balancing with a per-expert bias (--moe-router-enable-expert-bias)."
+    )
+    moe_router_num_groups: int | None = Field(
+        None, ge=1, description="Group-limited routing: expert groups (--moe-router-num-groups; DeepSeek-V3 8)."
+    )
+    moe_router_group_topk: int | None = Field(
+        None, ge=1, description="Group-limited routing: groups chosen per token (--moe-router-group-topk)."
+    )
+    moe_router_load_balancing_type: Literal["aux_loss", "seq_aux_loss", "none"] = Field(
+        "aux_loss", description="Load-balancing loss (--moe-router-load-balancing-type)."
+    )
+    moe_aux_loss_coeff: float = Field(
+        0.01, ge=0, le=1, description="Load-balancing loss weight (--moe-aux-loss-coeff; config router_aux_loss_coef)."
+    )
+    moe_shared_expert_gate: bool = Field(False, description="Sigmoid gate on the shared experts (Qwen2-MoE).")
+    parallel_residual: bool = Field(
+        False, description="Attention and MLP side by side on one residual (GPT-NeoX); Megatron's layer is sequential."
+    )
     source: str = Field("", description="Where the shape comes from (paper, model card, config.json).")
     # Derived quantities, computed once per instance (the spec is frozen, so they never go stale).
     _memo: dict[object, object] = PrivateAttr(default_factory=dict)
@@ -186,7 +228,29 @@ class ModelSpec(Frozen):
                 )
         elif self.moe_first_dense_layers or self.moe_shared_expert_intermediate_size:
             raise ValueError("MoE fields are set but num_experts is not")
+        errors = router_errors(
+            self.num_experts,
+            self.moe_router_topk,
+            self.moe_router_num_groups,
+            self.moe_router_group_topk,
+            self.moe_router_score_function,
+            self.moe_router_enable_expert_bias,
+        )
+        if errors:
+            raise ValueError("; ".join(errors))
+        if self.rope_scaling is not None and self.position_embedding_type != "rope":
+            raise ValueError(f"rope_scaling needs position_embedding_type rope, not {self.position_embedding_type}")
         return self
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return check_label("model.name", v, 100)
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, v: str) -> str:
+        return check_label("model.source", v, 1000)
 
     # Derived sizes ------------------------------------------------------------------------------------
     @property

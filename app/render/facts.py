@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from app.planner.results import Plan, PlanResult
+from app.planner.decisions import decide
+from app.planner.results import Decisions, Plan, PlanResult
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from app.render.env import EnvVar, nccl_env, worker_env
 from app.render.options import RenderOptions
@@ -29,6 +30,7 @@ class Facts:
     cluster: ClusterSpec
     training: TrainingSpec
     plan: Plan
+    decisions: Decisions
     options: RenderOptions
     job_name: str
     framework: str
@@ -44,6 +46,7 @@ class Facts:
     worker_env: tuple[EnvVar, ...]
     entrypoint: str
     planner_version: str
+    derive_notes: tuple[str, ...] = ()
 
     @property
     def par(self) -> ParallelConfig:
@@ -64,27 +67,58 @@ class Facts:
     @property
     def summary(self) -> str:
         """One line naming the plan, for file headers."""
-        return (f"{self.model.name} on {self.num_nodes} x {self.gpus_per_node} {self.cluster.gpu.name}, "
-                f"{self.framework}, plan #{self.plan.rank}: {plan_label(self.par)}")
+        return (
+            f"{self.model.name} on {self.num_nodes} x {self.gpus_per_node} {self.cluster.gpu.name}, "
+            f"{self.framework}, plan #{self.plan.rank}: {plan_label(self.par)}"
+        )
 
 
 def plan_label(par: ParallelConfig) -> str:
     """The layout in a few words (the renderer's own, so that headers only change when the files do)."""
-    sizes = [f"{name}{n}" for name, n in (("TP", par.tp), ("PP", par.pp), ("VPP", par.vpp), ("CP", par.cp),
-                                           ("DP", par.dp), ("EP", par.ep)) if n > 1 or name in ("TP", "PP", "DP")]
+    sizes = [
+        f"{name}{n}"
+        for name, n in (
+            ("TP", par.tp),
+            ("PP", par.pp),
+            ("VPP", par.vpp),
+            ("CP", par.cp),
+            ("DP", par.dp),
+            ("EP", par.ep),
+        )
+        if n > 1 or name in ("TP", "PP", "DP")
+    ]
     if par.first_stage_layers is not None or par.last_stage_layers is not None:
         sizes.append(f"stages {par.first_stage_layers or '-'}/../{par.last_stage_layers or '-'} layers")
-    extra = [f"ZeRO-{par.zero_stage}" if par.zero_stage else "", "dist-opt" if par.distributed_optimizer else "",
-             f"optimizer->{par.offload_optimizer}" if par.offload_optimizer != "none" else "",
-             f"params->{par.offload_param}" if par.offload_param != "none" else "",
-             "SP" if par.sequence_parallel and par.tp > 1 else "", f"mbs {par.micro_batch_size}",
-             f"recompute {par.recompute}" if par.recompute != "none" else ""]
+    extra = [
+        f"ZeRO-{par.zero_stage}" if par.zero_stage else "",
+        "dist-opt" if par.distributed_optimizer else "",
+        f"optimizer->{par.offload_optimizer}" if par.offload_optimizer != "none" else "",
+        f"params->{par.offload_param}" if par.offload_param != "none" else "",
+        "SP" if par.sequence_parallel and par.tp > 1 else "",
+        f"mbs {par.micro_batch_size}",
+        f"recompute {par.recompute}" if par.recompute != "none" else "",
+    ]
     return " ".join(sizes + [e for e in extra if e])
 
 
 def default_job_name(model_name: str) -> str:
-    name = re.sub(r"[^a-z0-9]+", "-", model_name.lower()).strip("-")[:40].strip("-")
-    return name or "trainplan-job"
+    """A DNS-1035 label from the model's name (a letter first: '70b' becomes 'job-70b')."""
+    name = re.sub(r"[^a-z0-9]+", "-", model_name.lower()).strip("-")
+    if not name[:1].isalpha():
+        name = f"job-{name}"
+    return name[:40].strip("-") or "trainplan-job"
+
+
+def plan_decisions(result: PlanResult, plan: Plan) -> tuple[Decisions, list[str]]:
+    """The decisions the plan carries; a plan stored before plans carried them gets them derived now (once,
+    by app.planner.decisions), said in a note."""
+    if plan.decisions is not None:
+        return plan.decisions, []
+    derived = decide(result.model, result.cluster, result.training, plan.parallel, plan.estimate)
+    return derived, [
+        f"plan #{plan.rank} was stored without its decisions (planner {result.planner_version}): "
+        f"bucket sizes, NCCL and timeouts were derived by this planner"
+    ]
 
 
 def _plan(result: PlanResult, rank: int) -> Plan:
@@ -99,12 +133,16 @@ def _check_batch(plan: Plan) -> tuple[int, int]:
     par, lay = plan.parallel, plan.layout
     mbs, gas, dp, gbs = par.micro_batch_size, lay.num_microbatches, par.dp, lay.global_batch_size
     if mbs * gas * dp != gbs:
-        raise ValueError(f"plan #{plan.rank}: micro_batch_size({mbs}) * num_microbatches({gas}) * dp({dp}) = "
-                         f"{mbs * gas * dp} != global_batch_size({gbs})")
+        raise ValueError(
+            f"plan #{plan.rank}: micro_batch_size({mbs}) * num_microbatches({gas}) * dp({dp}) = "
+            f"{mbs * gas * dp} != global_batch_size({gbs})"
+        )
     if par.world_size != lay.world_size or lay.num_nodes * lay.gpus_per_node != lay.world_size:
-        raise ValueError(f"plan #{plan.rank}: tp*pp*cp*dp = {par.world_size}, layout world_size = "
-                         f"{lay.world_size}, num_nodes({lay.num_nodes}) * gpus_per_node({lay.gpus_per_node}) = "
-                         f"{lay.num_nodes * lay.gpus_per_node}: they must agree")
+        raise ValueError(
+            f"plan #{plan.rank}: tp*pp*cp*dp = {par.world_size}, layout world_size = "
+            f"{lay.world_size}, num_nodes({lay.num_nodes}) * gpus_per_node({lay.gpus_per_node}) = "
+            f"{lay.num_nodes * lay.gpus_per_node}: they must agree"
+        )
     return mbs, gas
 
 
@@ -112,20 +150,35 @@ def derive(result: PlanResult, rank: int, options: RenderOptions) -> Facts:
     plan = _plan(result, rank)
     mbs, gas = _check_batch(plan)
     lay, cluster, training = plan.layout, result.cluster, result.training
-    entrypoint = options.entrypoint or DEFAULT_ENTRYPOINTS[training.framework]
-    reasons = unsupported(result.model, training, plan, entrypoint, options.accelerator)
+    entrypoint = options.entrypoint or DEFAULT_ENTRYPOINTS.get(training.framework, "")
+    reasons = unsupported(result.model, training, plan, entrypoint, options.accelerator, cluster.gpu.generation)
     if reasons:
         raise ValueError("; ".join(reasons))
+    decisions, decision_notes = plan_decisions(result, plan)
     hosts = cluster.hosts[: lay.num_nodes]
     master = options.master_addr or (hosts[0] if hosts else None)
     if master is None and lay.num_nodes == 1:
         master = "127.0.0.1"
     return Facts(
-        model=result.model, cluster=cluster, training=training, plan=plan, options=options,
+        model=result.model,
+        cluster=cluster,
+        training=training,
+        plan=plan,
+        decisions=decisions,
+        options=options,
         job_name=options.job_name or default_job_name(result.model.name),
-        framework=training.framework, world_size=lay.world_size, num_nodes=lay.num_nodes,
-        gpus_per_node=lay.gpus_per_node, micro_batch_size=mbs, grad_accum_steps=gas,
-        global_batch_size=lay.global_batch_size, hosts=hosts, master_addr=master,
-        nccl_env=nccl_env(plan, cluster, options), worker_env=worker_env(plan, training, options),
-        entrypoint=entrypoint, planner_version=result.planner_version,
+        framework=training.framework,
+        world_size=lay.world_size,
+        num_nodes=lay.num_nodes,
+        gpus_per_node=lay.gpus_per_node,
+        micro_batch_size=mbs,
+        grad_accum_steps=gas,
+        global_batch_size=lay.global_batch_size,
+        hosts=hosts,
+        master_addr=master,
+        nccl_env=nccl_env(decisions, cluster, options),
+        worker_env=worker_env(decisions, training.framework, options),
+        entrypoint=entrypoint,
+        planner_version=result.planner_version,
+        derive_notes=tuple(decision_notes),
     )

@@ -50,7 +50,8 @@ def _files(f: Facts, files: dict[str, str]) -> dict[str, str]:
 def _prediction(f: Facts) -> spec.Prediction:
     est = f.plan.estimate
     return spec.Prediction(
-        tokens_per_s=est.time.tokens_per_s, step_s=est.time.step_s,
+        tokens_per_s=est.time.tokens_per_s,
+        step_s=est.time.step_s,
         peak_memory_bytes=tuple(s.total_bytes for s in est.memory.stages),
     )
 
@@ -62,19 +63,59 @@ def _model(f: Facts) -> spec.Model | None:
     if position not in ("rope", "learned_absolute"):
         return None
     return spec.Model(
-        num_layers=m.num_layers, hidden_size=m.hidden_size, num_attention_heads=m.num_attention_heads,
-        vocab_size=m.vocab_size, seq_length=m.seq_length, name=m.name, num_query_groups=m.num_query_groups,
-        ffn_hidden_size=m.ffn_hidden_size, swiglu=m.swiglu, normalization=m.normalization,
-        position_embedding_type=position, untie_embeddings_and_output_weights=m.untie_embeddings_and_output_weights,
+        num_layers=m.num_layers,
+        hidden_size=m.hidden_size,
+        num_attention_heads=m.num_attention_heads,
+        vocab_size=m.vocab_size,
+        seq_length=m.seq_length,
+        name=m.name,
+        num_query_groups=m.num_query_groups,
+        ffn_hidden_size=m.ffn_hidden_size,
+        swiglu=m.swiglu,
+        normalization=m.normalization,
+        position_embedding_type=position,
+        untie_embeddings_and_output_weights=m.untie_embeddings_and_output_weights,
     )
 
 
 def _hardware(f: Facts) -> spec.Hardware:
     c, gpu = f.cluster, f.cluster.gpu
     return spec.Hardware(
-        name=gpu.name, memory_bytes=gpu.memory_bytes, bf16_TFLOPs=gpu.bf16_TFLOPs, fp16_TFLOPs=gpu.fp16_TFLOPs,
-        intra_node_GBps=c.intra_bw / 1e9, inter_node_GBps=c.inter_bw / 1e9, host_to_device_GBps=c.h2d_bw / 1e9,
+        name=gpu.name,
+        memory_bytes=gpu.memory_bytes,
+        bf16_TFLOPs=gpu.bf16_TFLOPs,
+        fp16_TFLOPs=gpu.fp16_TFLOPs,
+        intra_node_GBps=c.intra_bw / 1e9,
+        inter_node_GBps=c.inter_bw / 1e9,
+        host_to_device_GBps=c.h2d_bw / 1e9,
         cpu_adam_params_per_s=c.cpu_adam_params_per_s,
+    )
+
+
+def _strategy(f: Facts) -> spec.Strategy:
+    par = f.par
+    return spec.Strategy(
+        schedule=par.schedule or "1f1b",
+        first_stage_layers=par.first_stage_layers,
+        last_stage_layers=par.last_stage_layers,
+        pipeline_layout=par.pipeline_layout,
+        sequence_parallel=par.sequence_parallel and par.tp > 1,
+        distributed_optimizer=par.distributed_optimizer,
+        megatron_fsdp=par.megatron_fsdp,
+        offload_optimizer=par.offload_optimizer,
+        offload_param=par.offload_param,
+        recompute=par.recompute,
+        recompute_method=par.recompute_method,
+        recompute_num_layers=par.recompute_num_layers,
+        recompute_modules=par.recompute_modules or (),
+        cp_comm_type=par.cp_comm_type,
+        hierarchical_cp_sizes=par.hierarchical_cp_sizes or (),
+        precision=f.training.precision,
+        grad_reduce_dtype=par.grad_reduce_dtype or f.training.reduce_dtype,
+        fp8_recipe=f.decisions.fp8_recipe,
+        fp8_param_gather=par.fp8_param_gather,
+        tp_comm_overlap=par.tp_comm_overlap,
+        moe_ep_overlap=par.moe_ep_overlap,
     )
 
 
@@ -83,22 +124,46 @@ def build_plan(f: Facts, files: dict[str, str]) -> spec.Plan:
     script, workdir = _script_path(f)
     return spec.Plan(
         job=spec.Job(name=f.job_name, backend="torchrun", max_restarts=o.max_restarts),
-        world=spec.World(num_nodes=f.num_nodes, gpus_per_node=f.gpus_per_node, hosts=f.hosts,
-                         master_addr=f.master_addr or "127.0.0.1", master_port=o.master_port,
-                         accelerator=o.accelerator),
-        parallel=spec.Parallel(dp=par.dp, global_batch_size=f.global_batch_size, tp=par.tp, pp=par.pp, vpp=par.vpp,
-                               cp=par.cp, ep=par.ep, etp=par.expert_tp, zero_stage=par.zero_stage,
-                               micro_batch_size=f.micro_batch_size,
-                               gradient_accumulation_steps=f.grad_accum_steps),
-        entrypoint=spec.Entrypoint(script=script, args=entrypoint_args(f), working_dir=workdir,
-                                   python=None if o.python == "python" else o.python),
+        world=spec.World(
+            num_nodes=f.num_nodes,
+            gpus_per_node=f.gpus_per_node,
+            hosts=f.hosts,
+            master_addr=f.master_addr or "127.0.0.1",
+            master_port=o.master_port,
+            accelerator=o.accelerator,
+        ),
+        parallel=spec.Parallel(
+            dp=par.dp,
+            global_batch_size=f.global_batch_size,
+            tp=par.tp,
+            pp=par.pp,
+            vpp=par.vpp,
+            cp=par.cp,
+            ep=par.ep,
+            etp=par.expert_tp,
+            zero_stage=par.zero_stage,
+            micro_batch_size=f.micro_batch_size,
+            gradient_accumulation_steps=f.grad_accum_steps,
+        ),
+        entrypoint=spec.Entrypoint(
+            script=script,
+            args=entrypoint_args(f),
+            working_dir=workdir,
+            python=None if o.python == "python" else o.python,
+        ),
         env=f.env_map,
         files=_files(f, files),
         model=_model(f),
         prediction=_prediction(f),
         hardware=_hardware(f),
-        meta={"summary": f.summary, "framework": f.framework, "planner_version": f.planner_version,
-              "renderer_version": RENDERER_VERSION},
+        strategy=_strategy(f),
+        meta={
+            "summary": f.summary,
+            "framework": f.framework,
+            "stack": f.training.stack or f.framework,
+            "planner_version": f.planner_version,
+            "renderer_version": RENDERER_VERSION,
+        },
     )
 
 

@@ -20,23 +20,34 @@ from app.paths import TEMPLATES_DIR
 from app.planner.results import PlanResult
 from app.render import launch
 from app.render.deepspeed_config import ds_config
+from app.render.env import env_notes
 from app.render.facts import Facts, derive
 from app.render.flags import Section
+from app.render.k8s import pod as k8s_pod
 from app.render.megatron_args import sections
 from app.render.options import RenderOptions
 from app.render.plan_json import plan_json
+from app.render.slurm import signal_seconds
+from app.render.support import EXAMPLE_TRAINER
 from app.render.words import Word, flat, shell_line, shell_word
 from launcher.spec import PlanError
 
 TEMPLATES = TEMPLATES_DIR
 ARTIFACT_NAMES = (
-    "ds_config.json", "megatron_args.txt", "train.sh", "nccl_env.sh", "torchrun.sh", "hostfile", "deepspeed.sh",
-    "sbatch.sh", "pytorchjob.yaml", "plan.json",
+    "ds_config.json",
+    "megatron_args.txt",
+    "train.sh",
+    "nccl_env.sh",
+    "torchrun.sh",
+    "hostfile",
+    "deepspeed.sh",
+    "sbatch.sh",
+    "pytorchjob.yaml",
+    "plan.json",
 )
 # Files each rank reads at run time (shipped in the PyTorchJob's ConfigMap).
 WORKER_FILES = ("ds_config.json", "megatron_args.txt", "train.sh", "nccl_env.sh")
 ARGS_FILE_WORD = re.compile(r"^[^\s'\"\\#][^\s'\"\\]*$")
-CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 
 
 class Artifacts(BaseModel):
@@ -49,18 +60,33 @@ class Artifacts(BaseModel):
 
 
 def comment(text: object) -> str:
-    """Free text inside a one-line comment: control characters (newlines above all) become spaces."""
-    return CONTROL.sub(" ", str(text))
+    """Free text inside a one-line comment (shell, YAML): every character that is not printable becomes a space:
+    newlines, but also U+2028, U+2029 and U+0085, which YAML reads as line breaks, and control or format
+    characters. Names are refused at validation already; this is the second line."""
+    return "".join(c if c.isprintable() else " " for c in str(text))
+
+
+def yaml_block_safe(text: str) -> bool:
+    """Can `text` be a YAML literal block (`|`) and read back byte for byte? Printable lines, one final newline,
+    no trailing spaces (YAML keeps them, but editors do not), no leading space on the first line."""
+    if not text.endswith("\n") or text.endswith("\n\n") or text.startswith((" ", "\n")):
+        return False
+    return all(line.isprintable() and not line.endswith(" ") for line in text[:-1].split("\n"))
 
 
 def environment() -> Environment:
     env = Environment(
-        loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined, autoescape=False,
-        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+        loader=FileSystemLoader(str(TEMPLATES)),
+        undefined=StrictUndefined,
+        autoescape=False,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
     )
     env.filters["sh"] = shell_word
     env.filters["shline"] = shell_line
     env.filters["comment"] = comment
+    env.filters["yaml_block_safe"] = yaml_block_safe
     env.policies["json.dumps_kwargs"] = {"sort_keys": False}
     return env
 
@@ -86,18 +112,18 @@ def _megatron_files(f: Facts) -> dict[str, str]:
     tail: list[Word] = []
     if f.framework == "megatron-deepspeed":
         tail = ["--deepspeed_config", launch.in_dir(launch.HERE, "ds_config.json")]
-    return {"megatron_args.txt": _template("megatron_args.txt", f=f, sections=secs),
-            "train.sh": _template("train.sh", f=f, tail=tail)}
+    return {
+        "megatron_args.txt": _template("megatron_args.txt", f=f, sections=secs),
+        "train.sh": _template("train.sh", f=f, tail=tail),
+    }
 
 
 def _deepspeed_files(f: Facts) -> dict[str, str]:
     ds = ds_config(f)
-    offloads = [(n, o) for n, o in (("offload_optimizer", ds.zero.offload_optimizer),
-                                    ("offload_param", ds.zero.offload_param)) if o is not None]
     hosts, known = launch.hostfile_hosts(f)
     runner = launch.deepspeed_runner(f, launch.worker(f, launch.HERE))
     return {
-        "ds_config.json": _template("ds_config.json", ds=ds, z=ds.zero, offloads=offloads),
+        "ds_config.json": _template("ds_config.json", ds=ds, z=ds.zero, nvme_path=f.cluster.nvme_path),
         "hostfile": _template("hostfile", f=f, hosts=hosts, hosts_known=known),
         "deepspeed.sh": _template("deepspeed.sh", f=f, command=runner),
     }
@@ -108,14 +134,27 @@ def _launch_files(f: Facts, worker_files: dict[str, str]) -> dict[str, str]:
     par = f.par
     world_reason = f"tp({par.tp}) * pp({par.pp}) * cp({par.cp}) * dp({par.dp})"
     k8s = launch.torchrun_k8s(f, launch.worker(f, launch.K8S_FILES_DIR))
+    pod = k8s_pod(f)
     return {
         "nccl_env.sh": worker_files["nccl_env.sh"],
-        "torchrun.sh": _template("torchrun.sh", f=f, command=launch.torchrun_node(f, here),
-                                 rendezvous=launch.node_rendezvous(f)),
-        "sbatch.sh": _template("sbatch.sh", f=f, command=launch.torchrun_slurm(f, here), world_reason=world_reason),
+        "torchrun.sh": _template(
+            "torchrun.sh", f=f, command=launch.torchrun_node(f, here), rendezvous=launch.node_rendezvous(f)
+        ),
+        "sbatch.sh": _template(
+            "sbatch.sh",
+            f=f,
+            command=launch.torchrun_slurm(f, here),
+            world_reason=world_reason,
+            signal_s=signal_seconds(f),
+        ),
         "pytorchjob.yaml": _template(
-            "pytorchjob.yaml", f=f, command=[str(w) for w in flat(k8s)], files=list(worker_files.items()),
-            files_dir=launch.K8S_FILES_DIR, configmap=f"{f.job_name}-files",
+            "pytorchjob.yaml",
+            f=f,
+            command=[str(w) for w in flat(k8s)],
+            files=list(worker_files.items()),
+            files_dir=launch.K8S_FILES_DIR,
+            configmap=f"{f.job_name}-files",
+            pod=pod,
         ),
     }
 
@@ -123,18 +162,52 @@ def _launch_files(f: Facts, worker_files: dict[str, str]) -> dict[str, str]:
 def notes(f: Facts) -> list[str]:
     out: list[str] = []
     if f.framework != "deepspeed" and f.model.embedding_layernorm:
-        out.append("model.embedding_layernorm: Megatron has no flag for a LayerNorm after the embedding; "
-                   "the rendered model has none")
+        out.append(
+            "model.embedding_layernorm: Megatron has no flag for a LayerNorm after the embedding; "
+            "the rendered model has none"
+        )
     if f.uses_example_trainer and f.par.recompute == "selective":
-        out.append("recompute=selective: examples/train_gpt.py accepts the flag and does nothing, since its fused "
-                   "attention keeps no s x s scores (the memory estimate assumes none either); the step-time "
-                   "estimate still counts Megatron's recomputation of the attention core")
+        out.append(
+            "recompute=selective: examples/train_gpt.py accepts the flag and does nothing, since its fused "
+            "attention keeps no s x s scores (the memory estimate assumes none either); the step-time "
+            "estimate still counts Megatron's recomputation of the attention core"
+        )
     if f.num_nodes > 1 and not f.hosts and f.framework != "megatron":
         out.append("cluster.hosts was not given: the hostfile lists placeholder names to replace")
     if f.master_addr is None:
-        out.append("no head-node address (cluster.hosts or options.master_addr): the multi-node scripts read "
-                   "MASTER_ADDR from the environment, and plan.json (which must name it) is not rendered")
-    return out
+        out.append(
+            "no head-node address (cluster.hosts or options.master_addr): the multi-node scripts read "
+            "MASTER_ADDR from the environment, and plan.json (which must name it) is not rendered"
+        )
+    if f.uses_example_trainer:
+        out += trainer_notes(f)
+    return [*f.derive_notes, *f.decisions.notes, *out, *env_notes(f.decisions, f.cluster, f.options), *k8s_pod(f).notes]
+
+
+def trainer_notes(f: Facts) -> list[str]:
+    """examples/train_gpt.py builds the shape (layers, widths, heads, GQA, SwiGLU, norm type, positions): what else
+    makes the named network is not applied there."""
+    m = f.model
+    differs = [
+        name
+        for name, value, default in (
+            ("rotary_base", m.rotary_base, 10000.0),
+            ("rope_scaling", m.rope_scaling, None),
+            ("qk_layernorm", m.qk_layernorm, False),
+            ("add_qkv_bias", m.add_qkv_bias, False),
+            ("norm_epsilon", m.norm_epsilon, 1e-5),
+            ("init_method_std", m.init_method_std, 0.02),
+            ("rotary_percent", m.rotary_percent, 1.0),
+            ("parallel_residual", m.parallel_residual, False),
+        )
+        if value != default
+    ]
+    if not differs:
+        return []
+    return [
+        f"{EXAMPLE_TRAINER} trains the shape of {m.name} but not its {', '.join(differs)} (the memory and "
+        f"time it measures are the same); give your own entrypoint to train the network itself"
+    ]
 
 
 def render(result: PlanResult, rank: int = 1, options: RenderOptions | None = None) -> Artifacts:

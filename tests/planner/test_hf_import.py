@@ -117,7 +117,10 @@ def test_overrides_win_and_sequence_defaults_to_max_positions() -> None:
 
 
 def test_unsupported_and_incomplete_configs_are_refused_clearly() -> None:
-    with pytest.raises(ValidationError, match="model_type 'bert' is not supported; supported: gpt2, gpt_neox"):
+    with pytest.raises(
+        ValidationError,
+        match="model_type .bert. is not supported; supported: deepseek_v3, gpt2, gpt_neox, kimi_k2, llama",
+    ):
         params({"model_type": "bert", "hidden_size": 768})
     incomplete = {k: v for k, v in LLAMA2_7B.items() if k != "num_hidden_layers"}
     with pytest.raises(ValidationError, match="lacks 'num_hidden_layers'"):

@@ -59,8 +59,13 @@ def deepspeed_config() -> Iterator[Callable[[dict[str, Any], int, int], Any]]:
 
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
     if not dist.is_initialized():
-        deepspeed.init_distributed(dist_backend="gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0,
-                                   world_size=1, auto_mpi_discovery=False)
+        deepspeed.init_distributed(
+            dist_backend="gloo",
+            init_method=f"tcp://127.0.0.1:{_free_port()}",
+            rank=0,
+            world_size=1,
+            auto_mpi_discovery=False,
+        )
 
     def check(cfg: dict[str, Any], dp: int, mp: int) -> Any:
         return DeepSpeedConfig(cfg, mpu=MPU(dp, mp))
@@ -102,7 +107,8 @@ def searched_rendered() -> list[tuple[str, PlanResult, int, Artifacts]]:
 
 
 @pytest.fixture(scope="session")
-def all_rendered(golden_rendered: dict[str, tuple[Case, PlanResult, Artifacts]],
-                 searched_rendered: list[tuple[str, PlanResult, int, Artifacts]],
-                 ) -> list[tuple[str, PlanResult, int, Artifacts]]:
+def all_rendered(
+    golden_rendered: dict[str, tuple[Case, PlanResult, Artifacts]],
+    searched_rendered: list[tuple[str, PlanResult, int, Artifacts]],
+) -> list[tuple[str, PlanResult, int, Artifacts]]:
     return [(name, result, 1, arts) for name, (_c, result, arts) in golden_rendered.items()] + searched_rendered

@@ -8,6 +8,7 @@ each rule naming the check it mirrors (shared/docs/rules.md sec. 1).
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 from pathlib import Path
 from typing import Any
@@ -66,16 +67,96 @@ class Flags:
 # Flags that configure Megatron-LM's training loop, data, optimizer wrapper or launcher, not megatron-core's
 # TransformerConfig; `megatron_lm_rules` and the consistency tests check the ones that must agree.
 NOT_IN_CORE = {
-    "--seq-length", "--max-position-embeddings", "--position-embedding-type", "--group-query-attention",
-    "--micro-batch-size", "--global-batch-size", "--use-distributed-optimizer", "--overlap-grad-reduce",
-    "--overlap-param-gather", "--no-overlap-p2p-communication", "--num-layers-per-virtual-pipeline-stage",
-    "--num-virtual-stages-per-pipeline-rank", "--train-iters", "--lr", "--min-lr", "--lr-decay-style",
-    "--lr-warmup-iters", "--optimizer", "--adam-beta1", "--adam-beta2", "--weight-decay", "--clip-grad", "--seed",
-    "--log-interval", "--eval-interval", "--eval-iters", "--log-throughput", "--save", "--load", "--save-interval",
-    "--mock-data", "--tokenizer-type", "--vocab-size", "--data-path", "--split", "--tokenizer-model",
-    "--vocab-file", "--merge-file", "--initial-loss-scale", "--min-loss-scale", "--loss-scale-window",
-    "--hysteresis", "--deepspeed", "--zero-stage", "--no-pipeline-parallel", "--deepspeed-activation-checkpointing",
-    "--use-rotary-position-embeddings", "--no-position-embedding", "--use-flash-attn-v2",
+    "--seq-length",
+    "--max-position-embeddings",
+    "--position-embedding-type",
+    "--group-query-attention",
+    "--micro-batch-size",
+    "--global-batch-size",
+    "--use-distributed-optimizer",
+    "--overlap-grad-reduce",
+    "--overlap-param-gather",
+    "--no-overlap-p2p-communication",
+    "--num-layers-per-virtual-pipeline-stage",
+    "--num-virtual-stages-per-pipeline-rank",
+    "--train-iters",
+    "--lr",
+    "--min-lr",
+    "--lr-decay-style",
+    "--lr-warmup-iters",
+    "--optimizer",
+    "--adam-beta1",
+    "--adam-beta2",
+    "--weight-decay",
+    "--clip-grad",
+    "--seed",
+    "--log-interval",
+    "--eval-interval",
+    "--eval-iters",
+    "--log-throughput",
+    "--save",
+    "--load",
+    "--save-interval",
+    "--mock-data",
+    "--tokenizer-type",
+    "--vocab-size",
+    "--data-path",
+    "--split",
+    "--tokenizer-model",
+    "--vocab-file",
+    "--merge-file",
+    "--initial-loss-scale",
+    "--min-loss-scale",
+    "--loss-scale-window",
+    "--hysteresis",
+    "--deepspeed",
+    "--zero-stage",
+    "--no-pipeline-parallel",
+    "--deepspeed-activation-checkpointing",
+    "--use-rotary-position-embeddings",
+    "--no-position-embedding",
+    "--use-flash-attn-v2",
+    # training loop, data and checkpointing (megatron/training): checked by megatron_rules or the tests
+    "--distributed-timeout-minutes",
+    "--exit-signal-handler",
+    "--exit-duration-in-mins",
+    "--manual-gc",
+    "--manual-gc-interval",
+    "--make-vocab-size-divisible-by",
+    "--no-create-attention-mask-in-dataloader",
+    "--data-cache-path",
+    "--cpu-optimizer",
+    "--use-megatron-fsdp",
+    "--data-parallel-sharding-strategy",
+    "--ckpt-format",
+    "--grad-reduce-in-bf16",
+    "--rotary-position-embeddings-theta",
+    # RoPE of a non-MLA GPT is GPTModel's (built by check_rotary from these flags), MLA's is in its config
+    "--rotary-base",
+    "--rotary-percent",
+    "--use-rope-scaling",
+    "--rope-scaling-factor",
+}
+# Flag -> config field where Megatron-LM's name differs from the field (core_transformer_config_from_args).
+RENAMED = {
+    "--num-experts": "num_moe_experts",
+    "--num-key-value-heads": "num_query_groups",
+    "--decoder-first-pipeline-num-layers": "num_layers_in_first_pipeline_stage",
+    "--decoder-last-pipeline-num-layers": "num_layers_in_last_pipeline_stage",
+    "--fp8-format": "fp8",
+    "--fp8-param-gather": "fp8_param",
+    "--norm-epsilon": "layernorm_epsilon",
+    "--layernorm-epsilon": "layernorm_epsilon",
+    "--swiglu": "gated_linear_unit",
+    "--hierarchical-context-parallel-sizes": "hierarchical_context_parallel_sizes",
+}
+STORE_FALSE = {"--disable-bias-linear": "add_bias_linear", "--no-rope-fusion": "apply_rope_fusion"}
+HANDLED = {
+    "--normalization",
+    "--attention-backend",
+    "--moe-layer-freq",
+    "--multi-latent-attention",
+    "--untie-embeddings-and-output-weights",
 }
 
 
@@ -88,72 +169,81 @@ def _vpp(fl: Flags) -> int | None:
     return None
 
 
-SIMPLE_INTS = {
-    "--num-layers": "num_layers", "--hidden-size": "hidden_size", "--num-attention-heads": "num_attention_heads",
-    "--ffn-hidden-size": "ffn_hidden_size", "--num-query-groups": "num_query_groups",
-    "--num-key-value-heads": "num_query_groups", "--kv-channels": "kv_channels",
-    "--tensor-model-parallel-size": "tensor_model_parallel_size",
-    "--pipeline-model-parallel-size": "pipeline_model_parallel_size",
-    "--context-parallel-size": "context_parallel_size", "--expert-model-parallel-size": "expert_model_parallel_size",
-    "--expert-tensor-parallel-size": "expert_tensor_parallel_size", "--num-experts": "num_moe_experts",
-    "--moe-router-topk": "moe_router_topk", "--moe-ffn-hidden-size": "moe_ffn_hidden_size",
-    "--moe-shared-expert-intermediate-size": "moe_shared_expert_intermediate_size",
-    "--recompute-num-layers": "recompute_num_layers", "--fp8-amax-history-len": "fp8_amax_history_len",
-    "--decoder-first-pipeline-num-layers": "num_layers_in_first_pipeline_stage",
-    "--decoder-last-pipeline-num-layers": "num_layers_in_last_pipeline_stage",
-    "--q-lora-rank": "q_lora_rank", "--kv-lora-rank": "kv_lora_rank", "--qk-head-dim": "qk_head_dim",
-    "--qk-pos-emb-head-dim": "qk_pos_emb_head_dim", "--v-head-dim": "v_head_dim",
-}
-SIMPLE_STRS = {
-    "--recompute-granularity": "recompute_granularity", "--recompute-method": "recompute_method",
-    "--fp8-format": "fp8", "--fp8-amax-compute-algo": "fp8_amax_compute_algo",
-    "--moe-token-dispatcher-type": "moe_token_dispatcher_type",
-    "--moe-router-load-balancing-type": "moe_router_load_balancing_type", "--moe-router-dtype": "moe_router_dtype",
-}
-SIMPLE_FLOATS = {"--hidden-dropout": "hidden_dropout", "--attention-dropout": "attention_dropout",
-                 "--moe-aux-loss-coeff": "moe_aux_loss_coeff",
-                 "--moe-expert-capacity-factor": "moe_expert_capacity_factor"}
-SWITCHES = {"--sequence-parallel": "sequence_parallel", "--bf16": "bf16", "--fp16": "fp16", "--swiglu":
-            "gated_linear_unit", "--moe-grouped-gemm": "moe_grouped_gemm",
-            "--untie-embeddings-and-output-weights": None, "--multi-latent-attention": None}
+def _value(words: tuple[str, ...], list_field: bool) -> Any:
+    """argparse's conversion: ints, then floats, else the string; several words (nargs='+') make a list."""
+
+    def one(w: str) -> Any:
+        for conv in (int, float):
+            try:
+                return conv(w)
+            except ValueError:
+                pass
+        return w
+
+    if not words:
+        return True
+    values = [one(w) for w in words]
+    return values if list_field or len(values) > 1 else values[0]
 
 
-def core_kwargs(fl: Flags) -> tuple[dict[str, Any], set[str]]:
-    """TransformerConfig keyword arguments from the flags, and the flags they used."""
+def core_kwargs(fl: Flags, fields: set[str]) -> tuple[dict[str, Any], set[str]]:
+    """Config keyword arguments from the flags (a flag's dest name or its rename, when it is a config field), and
+    the flags they used."""
     import torch
     import torch.nn.functional as F
     from megatron.core.transformer.enums import AttnBackend
 
     kw: dict[str, Any] = {}
     used: set[str] = set()
-    for table, conv in ((SIMPLE_INTS, int), (SIMPLE_STRS, str), (SIMPLE_FLOATS, float)):
-        for flag, key in table.items():
-            if fl.has(flag):
-                kw[key] = conv(fl.one(flag))
-                used.add(flag)
-    for flag, key in SWITCHES.items():
-        if fl.has(flag):
-            used.add(flag)
-            if key:
-                kw[key] = True
+    for name, words in fl.items.items():
+        key = STORE_FALSE.get(name) or RENAMED.get(name) or name[2:].replace("-", "_")
+        if name in STORE_FALSE and key in fields:
+            kw[key] = False
+        elif key in fields and name not in HANDLED:
+            kw[key] = _value(words, key in ("recompute_modules", "hierarchical_context_parallel_sizes"))
+        else:
+            continue
+        used.add(name)
+    kw.setdefault("add_bias_linear", True)
+    used.add("--disable-bias-linear")
     if kw.get("gated_linear_unit"):
         kw["activation_func"] = F.silu
-    kw["add_bias_linear"] = not fl.has("--disable-bias-linear")
-    used.add("--disable-bias-linear")
     if fl.has("--normalization"):
-        kw["normalization"] = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}.get(fl.one("--normalization"),
-                                                                                  fl.one("--normalization"))
-        used.add("--normalization")
+        kw["normalization"] = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}.get(
+            fl.one("--normalization"), fl.one("--normalization")
+        )
     if fl.has("--attention-backend"):
         kw["attention_backend"] = AttnBackend[fl.one("--attention-backend")]
-        used.add("--attention-backend")
     if fl.has("--moe-layer-freq"):
         kw["moe_layer_freq"] = eval(fl.one("--moe-layer-freq"), {"__builtins__": {}})  # Megatron evals it too
-        used.add("--moe-layer-freq")
+    used |= HANDLED & set(fl.items)
     kw["virtual_pipeline_model_parallel_size"] = _vpp(fl)
     if kw.get("pipeline_model_parallel_size", 1) > 1:
         kw["pipeline_dtype"] = torch.float16 if kw.get("fp16") else torch.bfloat16 if kw.get("bf16") else torch.float32
+    if "fp8_recipe" in kw and not kw.get("fp8"):
+        del kw["fp8_recipe"]
     return kw, used
+
+
+def check_rotary(fl: Flags) -> Any:
+    """GPTModel's RoPE as megatron-core builds it from the flags (models/common/embeddings/
+    rotary_pos_embedding.py); None without RoPE or with MLA (whose RoPE is in MLATransformerConfig)."""
+    if fl.has("--multi-latent-attention") or not (
+        fl.has("--rotary-base") or fl.has("--rotary-position-embeddings-theta")
+    ):
+        return None
+    from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+
+    heads, hidden = fl.int("--num-attention-heads"), fl.int("--hidden-size")
+    base = fl.int("--rotary-base") if fl.has("--rotary-base") else fl.int("--rotary-position-embeddings-theta")
+    return RotaryEmbedding(
+        kv_channels=fl.int("--kv-channels", hidden // heads),
+        rotary_percent=fl.float("--rotary-percent"),
+        rotary_base=base,
+        rope_scaling=fl.has("--use-rope-scaling"),
+        rope_scaling_factor=fl.float("--rope-scaling-factor") if fl.has("--rope-scaling-factor") else 8.0,
+        use_cpu_initialization=True,
+    )
 
 
 def build_core_config(fl: Flags) -> Any:
@@ -161,21 +251,40 @@ def build_core_config(fl: Flags) -> Any:
 
     Transformer Engine is not installed on CPU CI; the clusters run it. Its version probe is answered with
     2.8 (what the containers ship) so that the FP8/MoE checks run instead of failing on a missing package."""
+    import dataclasses
     from unittest import mock
 
     from megatron.core import ModelParallelConfig
     from megatron.core.transformer import MLATransformerConfig, TransformerConfig
     from packaging.version import Version
 
-    kw, used = core_kwargs(fl)
+    cls = MLATransformerConfig if fl.has("--multi-latent-attention") else TransformerConfig
+    kw, used = core_kwargs(fl, {f.name for f in dataclasses.fields(cls)})
     unmapped = set(fl.items) - used - NOT_IN_CORE
     assert not unmapped, f"flags neither checked by megatron-core nor by the Megatron-LM rules: {sorted(unmapped)}"
     parallel_keys = {f for f in ModelParallelConfig.__dataclass_fields__ if f in kw}
     ModelParallelConfig(**{k: kw[k] for k in parallel_keys})
-    cls = MLATransformerConfig if fl.has("--multi-latent-attention") else TransformerConfig
 
     def te_at_least(version: str, check_equality: bool = True) -> bool:
         return Version("2.8.0") >= Version(version) if check_equality else Version("2.8.0") > Version(version)
 
-    with mock.patch("megatron.core.transformer.transformer_config.is_te_min_version", te_at_least):
+    check_rotary(fl)
+    import megatron.core.transformer.moe.moe_utils as moe_utils
+
+    te_kernels = [mock.patch.object(moe_utils, name, object(), create=True) for name in TE_PERMUTE_KERNELS]
+    with (
+        mock.patch("megatron.core.transformer.transformer_config.is_te_min_version", te_at_least),
+        contextlib.ExitStack() as stack,
+    ):
+        for patch in te_kernels:  # what Transformer Engine >= 2.1 exports for --moe-permute-fusion
+            stack.enter_context(patch)
         return cls(**kw)
+
+
+TE_PERMUTE_KERNELS = (
+    "fused_permute",
+    "fused_permute_with_probs",
+    "fused_sort_chunks_by_index",
+    "fused_sort_chunks_by_index_with_probs",
+    "fused_unpermute",
+)

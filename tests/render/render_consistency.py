@@ -71,12 +71,23 @@ def _launchers(arts: Artifacts, d: Path, bin_dir: Path, ob: Observed) -> dict[st
     nodes = sbatch_nodes(arts.files["sbatch.sh"])
     env = {"NODE_RANK": "0", "MASTER_ADDR": "10.9.9.9"}
     (tr,) = run(d / "torchrun.sh", bin_dir, env=env)
-    (sb,) = run(d / "sbatch.sh", bin_dir, env={"SLURM_SUBMIT_DIR": str(d), "SLURM_JOB_NUM_NODES": str(nodes),
-                                                "SLURM_JOB_NODELIST": "n[0-9]", "SLURM_JOB_ID": "42"})
-    assert sb.prog == "srun" and "--kill-on-bad-exit=1" in sb.argv
+    (sb,) = run(
+        d / "sbatch.sh",
+        bin_dir,
+        env={
+            "SLURM_SUBMIT_DIR": str(d),
+            "SLURM_JOB_NUM_NODES": str(nodes),
+            "SLURM_JOB_NODELIST": "n[0-9]",
+            "SLURM_JOB_ID": "42",
+            "SLURM_CPUS_ON_NODE": "96",
+        },
+    )
+    assert sb.prog == "srun" and "--kill-on-bad-exit=1" in sb.argv and "--cpu-bind=none" in sb.argv
+    cpus = sb.argv[sb.argv.index("--cpus-per-task") + 1]  # the whole node, not a site default of one CPU
+    assert cpus == str(arts_option(arts, "slurm_cpus_per_task") or 96), sb.argv
     srun_nodes = sb.argv[sb.argv.index("--nodes") + 1]
     py = sb.argv.index("python")
-    for name, call, argv in (("torchrun.sh", tr, tr.argv), ("sbatch.sh", sb, sb.argv[py + 1:])):
+    for name, call, argv in (("torchrun.sh", tr, tr.argv), ("sbatch.sh", sb, sb.argv[py + 1 :])):
         n, g = torchrun_world(Call(call.prog, call.cwd, argv, call.env))
         ob.nodes.add(name, n)
         ob.gpus.add(name, g)
@@ -97,6 +108,15 @@ def _launchers(arts: Artifacts, d: Path, bin_dir: Path, ob: Observed) -> dict[st
     return workers
 
 
+def arts_option(arts: Artifacts, name: str) -> str | None:
+    """A value the sbatch header states (#SBATCH --cpus-per-task=N for slurm_cpus_per_task)."""
+    flag = {"slurm_cpus_per_task": "--cpus-per-task"}[name]
+    for line in arts.files["sbatch.sh"].splitlines():
+        if line.startswith(f"#SBATCH {flag}="):
+            return line.split("=", 1)[1]
+    return None
+
+
 def _worker_argv(argv: list[str]) -> list[str]:
     """What torchrun runs per rank: the script (after --no-python, or the first positional) and its args."""
     from torch.distributed.run import get_args_parser
@@ -110,11 +130,18 @@ def _pytorchjob(text: str, ob: Observed) -> list[str]:
     assert [d["kind"] for d in docs] == ["ConfigMap", "PyTorchJob"]
     job = docs[1]["spec"]
     replicas = sum(spec["replicas"] for spec in job["pytorchReplicaSpecs"].values())
-    container = job["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    first = next(iter(job["pytorchReplicaSpecs"].values()))
+    container = first["template"]["spec"]["containers"][0]
     assert container["name"] == "pytorch"
-    gpus = container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
-    assert gpus in (None, int(job["nprocPerNode"])), gpus
+    resources = container["resources"]
+    assert resources["requests"] == resources["limits"], "Guaranteed QoS: requests = limits"
+    gpus = resources["limits"].get("nvidia.com/gpu")
+    assert gpus in (None, job["nprocPerNode"]), gpus
     ob.nodes.add("pytorchjob replicas", replicas)
+    if "elasticPolicy" in job:
+        policy = job["elasticPolicy"]
+        ob.nodes.add("pytorchjob elasticPolicy minReplicas", policy["minReplicas"])
+        ob.nodes.add("pytorchjob elasticPolicy maxReplicas", policy["maxReplicas"])
     ob.gpus.add("pytorchjob nprocPerNode", int(job["nprocPerNode"]))
     call = Call("python", "", container["command"][1:] + container["args"], {})
     n, g = torchrun_world(call)
@@ -161,9 +188,9 @@ def _trainer(workers: dict[str, list[str]], d: Path, ob: Observed) -> None:
 def _megatron(arts: Artifacts, d: Path, bin_dir: Path, ob: Observed) -> None:
     (call,) = run(d / "train.sh", bin_dir, args=("--extra-from-agent",))
     words = args_file_words(arts.files["megatron_args.txt"])
-    assert call.argv[1:1 + len(words)] == words, "train.sh does not pass megatron_args.txt through unchanged"
+    assert call.argv[1 : 1 + len(words)] == words, "train.sh does not pass megatron_args.txt through unchanged"
     assert call.argv[-1] == "--extra-from-agent"
-    rest = call.argv[1 + len(words):-1]
+    rest = call.argv[1 + len(words) : -1]
     if "ds_config.json" in arts.files:
         assert rest == ["--deepspeed_config", str(d / "ds_config.json")]
     fl = Flags(words)
@@ -171,8 +198,12 @@ def _megatron(arts: Artifacts, d: Path, bin_dir: Path, ob: Observed) -> None:
     ob.env.add("train.sh", job_env(call))
     ob.gbs.add("megatron_args", fl.int("--global-batch-size"))
     ob.mbs.add("megatron_args", fl.int("--micro-batch-size"))
-    sizes = {"tp": fl.int("--tensor-model-parallel-size", 1), "pp": fl.int("--pipeline-model-parallel-size", 1),
-             "cp": fl.int("--context-parallel-size", 1), "ep": fl.int("--expert-model-parallel-size", 1)}
+    sizes = {
+        "tp": fl.int("--tensor-model-parallel-size", 1),
+        "pp": fl.int("--pipeline-model-parallel-size", 1),
+        "cp": fl.int("--context-parallel-size", 1),
+        "ep": fl.int("--expert-model-parallel-size", 1),
+    }
     ob.parallel.add("megatron_args", sizes)
     if fl.has("--zero-stage"):
         ob.zero.add("megatron_args", fl.int("--zero-stage"))

@@ -44,21 +44,28 @@ def make_fakebin(root: Path) -> Path:
 def _read(path: Path) -> Call:
     parts = path.read_bytes().decode().split("\0")
     prog, cwd, argc = parts[0], parts[1], int(parts[2])
-    argv = parts[3:3 + argc]
-    env = dict(item.split("=", 1) for item in parts[3 + argc:] if "=" in item)
+    argv = parts[3 : 3 + argc]
+    env = dict(item.split("=", 1) for item in parts[3 + argc :] if "=" in item)
     return Call(prog, cwd, argv, env)
 
 
-def run(script: Path, fakebin: Path, args: tuple[str, ...] = (), env: dict[str, str] | None = None,
-        cwd: Path | None = None) -> list[Call]:
+def run(
+    script: Path, fakebin: Path, args: tuple[str, ...] = (), env: dict[str, str] | None = None, cwd: Path | None = None
+) -> list[Call]:
     """Run `bash script args` with the recorders first on PATH and a clean environment; the recorded calls."""
     capture = script.parent / f".capture-{script.name}"
     capture.mkdir(exist_ok=True)
     for old in capture.iterdir():
         old.unlink()
     base = {"PATH": f"{fakebin}:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp"), "CAPTURE_DIR": str(capture)}
-    proc = subprocess.run(["bash", str(script), *args], env={**base, **(env or {})}, cwd=cwd or script.parent,
-                          capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        ["bash", str(script), *args],
+        env={**base, **(env or {})},
+        cwd=cwd or script.parent,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == 0, f"{script.name} failed ({proc.returncode}): {proc.stderr}"
     return [_read(p) for p in sorted(capture.iterdir(), key=lambda p: p.stat().st_mtime_ns)]
 
@@ -71,7 +78,7 @@ def sbatch_nodes(text: str) -> int:
     return int(match.group(1))
 
 
-NCCL_LIKE = re.compile(r"^(NCCL_|CUDA_DEVICE_MAX_CONNECTIONS$|DS_ACCELERATOR$)")
+NCCL_LIKE = re.compile(r"^(NCCL_|GLOO_|CUDA_DEVICE_MAX_CONNECTIONS$|DS_ACCELERATOR$|TORCH_ELASTIC_SHUTDOWN_TIMEOUT$)")
 
 
 def job_env(call: Call) -> dict[str, str]:

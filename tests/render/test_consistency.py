@@ -31,8 +31,11 @@ def test_searched_plans_agree(searched_rendered, tmp_path: Path) -> None:
     for i, (label, result, rank, arts) in enumerate(searched_rendered):
         p = result.plans[rank - 1]
         facts = check(observe(arts, tmp_path / f"p{i}"))
-        assert (facts["world"], facts["dp"], facts["mbs"]) == (p.layout.world_size, p.parallel.dp,
-                                                             p.parallel.micro_batch_size), label
+        assert (facts["world"], facts["dp"], facts["mbs"]) == (
+            p.layout.world_size,
+            p.parallel.dp,
+            p.parallel.micro_batch_size,
+        ), label
 
 
 DENSE = ("tiny-gpt", "llama-2-7b", "llama-3-8b", "gpt3-175b")
@@ -50,8 +53,13 @@ def requests(draw: st.DrawFn) -> dict:
     if draw(st.booleans()):
         cluster["hosts"] = [f"host{i}" for i in range(nodes)]
     precision = draw(st.sampled_from(("bf16", "fp16", "fp8") if framework == "megatron" else ("bf16", "fp16")))
-    training = {"global_batch_size": draw(st.sampled_from((32, 64, 256))), "framework": framework,
-                "precision": precision, "max_plans": 4, "search_time_limit_s": 5}
+    training = {
+        "global_batch_size": draw(st.sampled_from((32, 64, 256))),
+        "framework": framework,
+        "precision": precision,
+        "max_plans": 4,
+        "search_time_limit_s": 5,
+    }
     if framework == "deepspeed":  # the search also proposes pipeline stages for it: pin the plain engine's layout
         training["pinned"] = {"pp": 1}
     models = DENSE + MOE if framework == "megatron" else DENSE  # MoE is planned for Megatron-LM only
@@ -68,8 +76,12 @@ def test_any_searched_plan_agrees(request: dict, pick: int, tmp_path: Path) -> N
         event("no plan fits")
         return
     p = result.plans[pick % len(result.plans)]
-    reasons = unsupported(result.model, result.training, p, "examples/train_gpt.py" if
-                          result.training.framework == "deepspeed" else "pretrain_gpt.py")
+    reasons = unsupported(
+        result.model,
+        result.training,
+        p,
+        "examples/train_gpt.py" if result.training.framework == "deepspeed" else "pretrain_gpt.py",
+    )
     if reasons:  # the planner proposed what the tools cannot run: render must refuse it, saying why
         event("refused: " + reasons[0].split(":")[0])
         with pytest.raises(ValueError, match=r"only|trains data parallel|ALiBi"):

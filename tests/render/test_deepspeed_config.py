@@ -21,25 +21,33 @@ VARIANTS = (  # (request changes, parallel): every ZeRO stage, both 16-bit types
     ("deepspeed", "bf16", {"dp": 8, "zero_stage": 3, "offload_optimizer": "nvme", "offload_param": "nvme"}),
     ("deepspeed", "bf16", {"dp": 8, "zero_stage": 3, "offload_optimizer": "cpu", "recompute": "full"}),
     ("megatron-deepspeed", "bf16", {"tp": 2, "pp": 2, "dp": 2, "zero_stage": 1, "sequence_parallel": True}),
-    ("megatron-deepspeed", "bf16", {"tp": 2, "dp": 4, "zero_stage": 3, "offload_param": "cpu",
-                                    "offload_optimizer": "cpu"}),
+    (
+        "megatron-deepspeed",
+        "bf16",
+        {"tp": 2, "dp": 4, "zero_stage": 3, "offload_param": "cpu", "offload_optimizer": "cpu"},
+    ),
     ("megatron-deepspeed", "fp16", {"tp": 4, "pp": 2, "zero_stage": 0, "recompute": "full"}),
 )
 DATA = {"data_path": "/data/d", "tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": "org/tok"}
 
 
 def variant(framework: str, precision: str, parallel: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    request = {"model": "llama-2-7b",
-               "cluster": {"num_nodes": 1, "gpus_per_node": 8, "gpu": "A100-80GB", "nvme_path": "/nvme"},
-               "training": {"global_batch_size": 64, "framework": framework, "precision": precision}}
+    request = {
+        "model": "llama-2-7b",
+        "cluster": {"num_nodes": 1, "gpus_per_node": 8, "gpu": "A100-80GB", "nvme_path": "/nvme"},
+        "training": {"global_batch_size": 64, "framework": framework, "precision": precision},
+    }
     result = fixed_result(request, parallel)
     options = RenderOptions(**(DATA if framework == "megatron-deepspeed" else {}))
     return result, json.loads(render(result, 1, options).files["ds_config.json"])
 
 
 def _all_configs(all_rendered) -> list[tuple[str, Any, int, dict[str, Any]]]:
-    out = [(label, result, rank, json.loads(arts.files["ds_config.json"]))
-           for label, result, rank, arts in all_rendered if "ds_config.json" in arts.files]
+    out = [
+        (label, result, rank, json.loads(arts.files["ds_config.json"]))
+        for label, result, rank, arts in all_rendered
+        if "ds_config.json" in arts.files
+    ]
     for fw, precision, par in VARIANTS:
         result, cfg = variant(fw, precision, par)
         out.append((f"{fw}/{precision}/{par}", result, 1, cfg))
@@ -79,8 +87,11 @@ def test_optimizer_and_scheduler_blocks_build_with_deepspeeds_classes(all_render
 
 
 def variant_with_options(options: dict[str, Any]) -> dict[str, Any]:
-    request = {"model": "tiny-gpt", "cluster": {"num_nodes": 1, "gpus_per_node": 2, "gpu": "A100-80GB"},
-               "training": {"global_batch_size": 8, "framework": "deepspeed"}}
+    request = {
+        "model": "tiny-gpt",
+        "cluster": {"num_nodes": 1, "gpus_per_node": 2, "gpu": "A100-80GB"},
+        "training": {"global_batch_size": 8, "framework": "deepspeed"},
+    }
     result = fixed_result(request, {"dp": 2, "zero_stage": 1, "micro_batch_size": 2})
     return json.loads(render(result, 1, RenderOptions(**options)).files["ds_config.json"])
 
@@ -142,9 +153,17 @@ class EngineView:
     def bind() -> None:
         from deepspeed.runtime.engine import DeepSpeedEngine as E
 
-        for name in ("fp16_enabled", "bfloat16_enabled", "get_data_types", "zero_optimization",
-                     "zero_optimization_stage", "zero_cpu_offload", "zero_compute_grad_norm",
-                     "zero_allow_untested_optimizer", "_do_optimizer_sanity_check"):
+        for name in (
+            "fp16_enabled",
+            "bfloat16_enabled",
+            "get_data_types",
+            "zero_optimization",
+            "zero_optimization_stage",
+            "zero_cpu_offload",
+            "zero_compute_grad_norm",
+            "zero_allow_untested_optimizer",
+            "_do_optimizer_sanity_check",
+        ):
             setattr(EngineView, name, getattr(E, name))
 
 

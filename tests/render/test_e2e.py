@@ -15,8 +15,11 @@ from app.render import RenderOptions, render, write_artifacts
 
 pytestmark = [pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
-REQUEST = {"model": "tiny-gpt", "cluster": {"num_nodes": 1, "gpus_per_node": 2, "gpu": "A100-80GB"},
-           "training": {"global_batch_size": 8, "framework": "deepspeed"}}
+REQUEST = {
+    "model": "tiny-gpt",
+    "cluster": {"num_nodes": 1, "gpus_per_node": 2, "gpu": "A100-80GB"},
+    "training": {"global_batch_size": 8, "framework": "deepspeed"},
+}
 
 
 def rendered(tmp_path: Path) -> Path:
@@ -37,9 +40,14 @@ def clean_env(**extra: str) -> dict[str, str]:
 def test_rendered_plan_json_trains_with_the_launcher(tmp_path: Path) -> None:
     files = rendered(tmp_path)
     run_dir = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "launcher", "run", str(files / "plan.json"), "--run-dir",
-                           str(run_dir)], capture_output=True, text=True, timeout=240, cwd=files,
-                          env=clean_env(PYTHONPATH=str(ROOT)))
+    done = subprocess.run(
+        [sys.executable, "-m", "launcher", "run", str(files / "plan.json"), "--run-dir", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=files,
+        env=clean_env(PYTHONPATH=str(ROOT)),
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "step 3/3" in done.stdout and "job finished: exit code 0" in done.stdout + done.stderr
     assert (run_dir / "ds_config.json").read_text() == (files / "ds_config.json").read_text()
@@ -47,7 +55,8 @@ def test_rendered_plan_json_trains_with_the_launcher(tmp_path: Path) -> None:
 
 def test_rendered_torchrun_sh_trains_as_written(tmp_path: Path) -> None:
     files = rendered(tmp_path)
-    done = subprocess.run(["bash", str(files / "torchrun.sh")], capture_output=True, text=True, timeout=240,
-                          cwd=tmp_path, env=clean_env())
+    done = subprocess.run(
+        ["bash", str(files / "torchrun.sh")], capture_output=True, text=True, timeout=240, cwd=tmp_path, env=clean_env()
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "[train_gpt] step 3/3" in done.stdout + done.stderr

@@ -29,8 +29,16 @@ def _write(case: Case, d: Path) -> None:
     d.mkdir(parents=True, exist_ok=True)
     for old in d.iterdir():
         old.unlink()
-    (d / INPUT).write_text(json.dumps({"options": options.model_dump(mode="json", exclude_defaults=True),
-                                       "result": result.model_dump(mode="json")}, indent=1) + "\n")
+    (d / INPUT).write_text(
+        json.dumps(
+            {
+                "options": options.model_dump(mode="json", exclude_defaults=True),
+                "result": result.model_dump(mode="json"),
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     arts = render(result, 1, options)
     for name, text in arts.files.items():
         (d / name).write_bytes(text.encode())
@@ -47,8 +55,10 @@ def test_rendered_files_match_the_golden_files(case: Case) -> None:
     try:
         result = PlanResult.model_validate(stored["result"])
     except ValueError as exc:
-        pytest.fail(f"{case.name}: the stored PlanResult no longer loads ({exc}); regenerate with "
-                    f"TRAINPLAN_UPDATE_GOLDEN=1 and review the diff")
+        pytest.fail(
+            f"{case.name}: the stored PlanResult no longer loads ({exc}); regenerate with "
+            f"TRAINPLAN_UPDATE_GOLDEN=1 and review the diff"
+        )
     arts = render(result, 1, RenderOptions(**stored["options"]))
     expected = sorted(p.name for p in d.iterdir() if p.name not in (INPUT, NOTES))
     assert sorted(arts.files) == expected
@@ -63,4 +73,6 @@ def test_golden_input_matches_the_case_definition() -> None:
         stored = json.loads((GOLDEN_DIR / case.name / INPUT).read_text())
         assert RenderOptions(**stored["options"]) == RenderOptions(**case.options), case.name
         assert stored["result"]["plans"][0]["parallel"] == {
-            **stored["result"]["plans"][0]["parallel"], **case.parallel}, case.name
+            **stored["result"]["plans"][0]["parallel"],
+            **case.parallel,
+        }, case.name

@@ -3,6 +3,8 @@ MLATransformerConfig), passes Megatron-LM's own validate_args rules, and uses on
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 from hypothesis import HealthCheck, event, given, settings
@@ -21,7 +23,7 @@ def world_and_env(arts: Artifacts) -> tuple[int, dict[str, str]]:
     """From the PyTorchJob, not from the plan: replicas x nprocPerNode, and the container's environment."""
     job = list(yaml.safe_load_all(arts.files["pytorchjob.yaml"]))[1]["spec"]
     replicas = sum(r["replicas"] for r in job["pytorchReplicaSpecs"].values())
-    container = job["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    container = next(iter(job["pytorchReplicaSpecs"].values()))["template"]["spec"]["containers"][0]
     return replicas * int(job["nprocPerNode"]), {e["name"]: e["value"] for e in container.get("env", [])}
 
 
@@ -34,10 +36,11 @@ def check_megatron(arts: Artifacts) -> Flags:
     world, env = world_and_env(arts)
     zero = None
     if "ds_config.json" in arts.files:
-        import json
-
         zero = json.loads(arts.files["ds_config.json"])["zero_optimization"]["stage"]
-    errors = megatron_rules(fl, world, env, zero)
+    ds = json.loads(arts.files["ds_config.json"]) if "ds_config.json" in arts.files else None
+    errors = megatron_rules(
+        fl, world, env, zero, blackwell="B200" in arts.files["train.sh"].splitlines()[1], ds_config=ds
+    )
     assert not errors, errors
     return fl
 
@@ -57,9 +60,11 @@ def test_issue7_flags_are_rendered_where_the_plan_has_them(golden_rendered) -> N
     moe = Flags(args_file_words(golden_rendered["h100x32-mixtral-8x7b-megatron-moe"][2].files["megatron_args.txt"]))
     assert moe.int("--num-experts") == 8 and moe.int("--moe-router-topk") == 2
     assert moe.int("--expert-model-parallel-size") == 4 and moe.int("--expert-tensor-parallel-size") == 2
-    ds3 = Flags(args_file_words(
-        golden_rendered["h100x64-deepseek-v3-like-fp8-uneven-pp"][2].files["megatron_args.txt"]))
-    assert ds3.one("--fp8-format") == "hybrid" and ds3.has("--bf16") and ds3.int("--fp8-amax-history-len") == 1024
+    ds3 = Flags(
+        args_file_words(golden_rendered["h100x64-deepseek-v3-like-fp8-uneven-pp"][2].files["megatron_args.txt"])
+    )
+    assert ds3.one("--fp8-format") == "hybrid" and ds3.has("--bf16") and ds3.one("--fp8-recipe") == "tensorwise"
+    assert not ds3.has("--fp8-amax-history-len")  # current scaling keeps no amax history (delayed does)
     assert ds3.int("--decoder-first-pipeline-num-layers") == 3 and ds3.int("--decoder-last-pipeline-num-layers") == 3
     assert ds3.has("--multi-latent-attention") and ds3.int("--moe-shared-expert-intermediate-size") == 2048
     assert ds3.one("--moe-layer-freq") == "[0]*3+[1]*13" and ds3.int("--expert-tensor-parallel-size") == 1
@@ -82,13 +87,32 @@ def test_megatron_core_rejects_what_megatron_rejects(megatron_core, golden_rende
 
 @st.composite
 def megatron_requests(draw: st.DrawFn) -> dict:
-    model = draw(st.sampled_from(("llama-2-7b", "llama-3-8b", "mixtral-8x7b", "qwen3-30b-a3b", "gpt3-175b",
-                                  "llama-3-8b-128k", "deepseek-v3-like")))
+    model = draw(
+        st.sampled_from(
+            (
+                "llama-2-7b",
+                "llama-3-8b",
+                "mixtral-8x7b",
+                "qwen3-30b-a3b",
+                "gpt3-175b",
+                "llama-3-8b-128k",
+                "deepseek-v3-like",
+            )
+        )
+    )
     nodes = draw(st.sampled_from((1, 2, 4, 8, 16) if model != "deepseek-v3-like" else (32, 64)))
     precision = draw(st.sampled_from(("bf16", "fp16", "fp8")))
-    return {"model": model, "cluster": {"num_nodes": nodes, "gpus_per_node": 8, "gpu": "H100-SXM"},
-            "training": {"global_batch_size": draw(st.sampled_from((64, 256, 1024))), "precision": precision,
-                         "framework": "megatron", "max_plans": 5, "search_time_limit_s": 5}}
+    return {
+        "model": model,
+        "cluster": {"num_nodes": nodes, "gpus_per_node": 8, "gpu": "H100-SXM"},
+        "training": {
+            "global_batch_size": draw(st.sampled_from((64, 256, 1024))),
+            "precision": precision,
+            "framework": "megatron",
+            "max_plans": 5,
+            "search_time_limit_s": 5,
+        },
+    }
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -43,11 +43,15 @@ def arguments() -> Any:
 
 
 def validate(arguments: Any, words: list[str], world: int, env: dict[str, str]) -> Any:
-    with mock.patch.dict(os.environ, {"WORLD_SIZE": str(world), "RANK": "0", **env}), \
-            mock.patch.object(sys, "argv", ["pretrain_gpt.py", *words]):
+    with (
+        mock.patch.dict(os.environ, {"WORLD_SIZE": str(world), "RANK": "0", **env}),
+        mock.patch.object(sys, "argv", ["pretrain_gpt.py", *words]),
+    ):
         args = arguments.parse_args()
-        with mock.patch.object(arguments, "get_device_arch_version", lambda: 9), \
-                mock.patch("torch.cuda.get_device_capability", lambda *a: (9, 0)):
+        with (
+            mock.patch.object(arguments, "get_device_arch_version", lambda: 9),
+            mock.patch("torch.cuda.get_device_capability", lambda *a: (9, 0)),
+        ):
             arguments.validate_args(args, {})
     return args
 

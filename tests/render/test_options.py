@@ -14,9 +14,23 @@ from app.planner import PlanRequest
 from app.render import RenderOptions, render, write_artifacts
 
 HOSTILE = ("a;rm -rf /", "$(reboot)", "`id`", "a'b", 'a"b', "a\nb", "a b", "${HOME}", "a|b", "a&&b", "../x")
-FIELDS = ("job_name", "entrypoint", "workdir", "python", "data_path", "tokenizer_model", "vocab_file", "merge_file",
-          "checkpoint_dir", "master_addr", "container_image", "k8s_namespace", "slurm_partition", "slurm_account",
-          "slurm_time_limit")
+FIELDS = (
+    "job_name",
+    "entrypoint",
+    "workdir",
+    "python",
+    "data_path",
+    "tokenizer_model",
+    "vocab_file",
+    "merge_file",
+    "checkpoint_dir",
+    "master_addr",
+    "container_image",
+    "k8s_namespace",
+    "slurm_partition",
+    "slurm_account",
+    "slurm_time_limit",
+)
 
 
 @pytest.mark.parametrize("field", FIELDS)
@@ -34,8 +48,10 @@ def test_hostile_extra_args_are_refused_word_by_word() -> None:
             RenderOptions(extra_args=("--ok", bad))
 
 
-@pytest.mark.parametrize(("where", "value"), [("nics", ["mlx5_0;reboot"]), ("hosts", ["$(id)"]),
-                                               ("socket_ifname", "eth0`id`"), ("nvme_path", "/nvme;rm")])
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [("nics", ["mlx5_0;reboot"]), ("hosts", ["$(id)"]), ("socket_ifname", "eth0`id`"), ("nvme_path", "/nvme;rm")],
+)
 def test_hostile_cluster_names_are_refused_by_the_request(where: str, value: object) -> None:
     cluster = {"num_nodes": 1, "gpus_per_node": 8, "gpu": "H100-SXM", where: value}
     with pytest.raises(ValidationError, match=f"cluster.{where}"):
@@ -43,10 +59,13 @@ def test_hostile_cluster_names_are_refused_by_the_request(where: str, value: obj
 
 
 def test_allowed_but_odd_values_reach_the_program_exactly(tmp_path: Path) -> None:
-    """A model name with shell syntax and newlines only ever lands in comments; allowed values arrive intact."""
-    request = {"model": {"preset": "llama-2-7b", "name": "evil\n$(touch /tmp/pwned);`id` 'x\""},
-               "cluster": {"num_nodes": 2, "gpus_per_node": 8, "gpu": "A100-80GB", "hosts": ["n-1.cluster:a", "n2"]},
-               "training": {"global_batch_size": 64, "framework": "megatron"}}
+    """A model name with shell syntax only ever lands in comments; allowed values arrive intact. (A newline in a
+    name is refused at validation: test_hostile_names.py.)"""
+    request = {
+        "model": {"preset": "llama-2-7b", "name": "evil $(touch /tmp/pwned);`id` 'x\""},
+        "cluster": {"num_nodes": 2, "gpus_per_node": 8, "gpu": "A100-80GB", "hosts": ["n-1.cluster:a", "n2"]},
+        "training": {"global_batch_size": 64, "framework": "megatron"},
+    }
     result = fixed_result(request, {"tp": 2, "dp": 8, "micro_batch_size": 1})
     options = RenderOptions(extra_args=("--log-timers-to-tensorboard", "--tensorboard-dir", "/tb/a:b,c@d%e+f=g"))
     arts = render(result, 1, options)
@@ -62,9 +81,11 @@ def test_allowed_but_odd_values_reach_the_program_exactly(tmp_path: Path) -> Non
 
 
 def test_job_name_defaults_to_a_clean_form_of_the_model_name() -> None:
-    request = {"model": {"preset": "llama-2-7b", "name": "My Model_v2 (test)"},
-               "cluster": {"num_nodes": 1, "gpus_per_node": 8, "gpu": "A100-80GB"},
-               "training": {"global_batch_size": 64, "framework": "megatron"}}
+    request = {
+        "model": {"preset": "llama-2-7b", "name": "My Model_v2 (test)"},
+        "cluster": {"num_nodes": 1, "gpus_per_node": 8, "gpu": "A100-80GB"},
+        "training": {"global_batch_size": 64, "framework": "megatron"},
+    }
     arts = render(fixed_result(request, {"tp": 1, "dp": 8}))
     assert "#SBATCH --job-name=my-model-v2-test\n" in arts.files["sbatch.sh"]
 

@@ -20,8 +20,11 @@ ONE_NODE = {"num_nodes": 1, "gpus_per_node": 8, "gpu": "A100-80GB"}
 
 
 def request(framework: str = "megatron", model: object = "llama-2-7b", **cluster: object) -> dict:
-    return {"model": model, "cluster": {**ONE_NODE, **cluster},
-            "training": {"global_batch_size": 64, "framework": framework}}
+    return {
+        "model": model,
+        "cluster": {**ONE_NODE, **cluster},
+        "training": {"global_batch_size": 64, "framework": framework},
+    }
 
 
 def exports(text: str) -> dict[str, str]:
@@ -30,14 +33,32 @@ def exports(text: str) -> dict[str, str]:
 
 def test_files_per_framework_in_artifact_order() -> None:
     expected = {
-        "megatron": ["megatron_args.txt", "train.sh", "nccl_env.sh", "torchrun.sh", "sbatch.sh", "pytorchjob.yaml",
-                     "plan.json"],
-        "deepspeed": ["ds_config.json", "nccl_env.sh", "torchrun.sh", "hostfile", "deepspeed.sh", "sbatch.sh",
-                      "pytorchjob.yaml", "plan.json"],
+        "megatron": [
+            "megatron_args.txt",
+            "train.sh",
+            "nccl_env.sh",
+            "torchrun.sh",
+            "sbatch.sh",
+            "pytorchjob.yaml",
+            "plan.json",
+        ],
+        "deepspeed": [
+            "ds_config.json",
+            "nccl_env.sh",
+            "torchrun.sh",
+            "hostfile",
+            "deepspeed.sh",
+            "sbatch.sh",
+            "pytorchjob.yaml",
+            "plan.json",
+        ],
         "megatron-deepspeed": list(ARTIFACT_NAMES),
     }
-    pars = {"megatron": {"tp": 2, "dp": 4}, "deepspeed": {"dp": 8, "zero_stage": 2},
-            "megatron-deepspeed": {"tp": 2, "dp": 4, "zero_stage": 1}}
+    pars = {
+        "megatron": {"tp": 2, "dp": 4},
+        "deepspeed": {"dp": 8, "zero_stage": 2},
+        "megatron-deepspeed": {"tp": 2, "dp": 4, "zero_stage": 1},
+    }
     for framework, names in expected.items():
         options = RenderOptions(**(DATA if framework == "megatron-deepspeed" else {}))
         arts = render(fixed_result(request(framework), pars[framework]), 1, options)
@@ -66,40 +87,19 @@ def test_templates_refuse_undefined_values() -> None:
         environment().from_string("{{ missing }}").render()
 
 
-def test_nccl_env_single_node_sets_nothing_not_asked_for() -> None:
-    arts = render(fixed_result(request(), {"tp": 2, "dp": 4}))
-    assert exports(arts.files["nccl_env.sh"]) == {}
-    assert exports(arts.files["train.sh"]) == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
-
-
-def test_nccl_env_from_the_cluster_description() -> None:
-    cluster = {"num_nodes": 2, "nics": ["mlx5_0", "mlx5_3"], "socket_ifname": "ib0", "hosts": ["a", "b"]}
-    arts = render(fixed_result(request(**cluster), {"tp": 1, "dp": 16}))
-    text = arts.files["nccl_env.sh"]
-    assert exports(text) == {"NCCL_IB_HCA": "'=mlx5_0,mlx5_3'", "NCCL_NET_GDR_LEVEL": "PHB",
-                             "NCCL_SOCKET_IFNAME": "ib0", "NCCL_ALGO": "allreduce:tree"}
-    assert re.search(r"^export NCCL_ALGO=allreduce:tree  # data-parallel traffic crosses 2 nodes: tree", text, re.M)
-    assert exports(arts.files["train.sh"]) == {}  # tp 1, cp 1: no CUDA_DEVICE_MAX_CONNECTIONS
-
-
-@pytest.mark.parametrize(("algo", "expected"), [(None, "allreduce:tree"), ("default", None), ("Ring", "Ring"),
-                                               ("Tree", "Tree")])
-def test_nccl_algo_override(algo: str | None, expected: str | None) -> None:
-    result = fixed_result(request(num_nodes=2, hosts=["a", "b"]), {"tp": 1, "dp": 16})
-    text = render(result, 1, RenderOptions(nccl_algo=algo)).files["nccl_env.sh"]
-    assert exports(text).get("NCCL_ALGO") == expected
-    if algo == "Ring":
-        assert "# set by the render option nccl_algo" in text
-
-
 def test_sequence_parallel_only_with_tp() -> None:
     arts = render(fixed_result(request(), {"tp": 1, "dp": 8, "sequence_parallel": True}))
     assert "--sequence-parallel" not in arts.files["megatron_args.txt"]
 
 
-@pytest.mark.parametrize(("recompute", "flags"), [
-    ("full", ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]),
-    ("selective", ["--recompute-granularity selective"]), ("none", [])])
+@pytest.mark.parametrize(
+    ("recompute", "flags"),
+    [
+        ("full", ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]),
+        ("selective", ["--recompute-granularity selective"]),
+        ("none", []),
+    ],
+)
 def test_recompute_flags(recompute: str, flags: list[str]) -> None:
     text = render(fixed_result(request(), {"tp": 2, "dp": 4, "recompute": recompute})).files["megatron_args.txt"]
     assert [line for line in text.splitlines() if line.startswith("--recompute")] == flags
@@ -112,13 +112,22 @@ def test_fp16_writes_megatron_loss_scaling_matching_deepspeed() -> None:
     assert "--fp16\n--initial-loss-scale 65536\n--min-loss-scale 1.0\n" in text and "--bf16" not in text
 
 
-@pytest.mark.parametrize(("req", "par", "message"), [
-    (request(model="bloom-176b", num_nodes=8), {"tp": 8, "pp": 8}, "ALiBi"),
-    (request("megatron-deepspeed", model="mixtral-8x7b", num_nodes=4), {"tp": 8, "dp": 4, "zero_stage": 1},
-     "mixture-of-experts models are rendered for Megatron-LM only"),
-    (request("deepspeed", model="llama-2-7b"), {"pp": 2, "dp": 4, "zero_stage": 1},
-     r"plain DeepSpeed engine trains data parallel \+ ZeRO only"),
-])
+@pytest.mark.parametrize(
+    ("req", "par", "message"),
+    [
+        (request(model="bloom-176b", num_nodes=8), {"tp": 8, "pp": 8}, "ALiBi"),
+        (
+            request("megatron-deepspeed", model="mixtral-8x7b", num_nodes=4),
+            {"tp": 8, "dp": 4, "zero_stage": 1},
+            "mixture-of-experts models are rendered for Megatron-LM only",
+        ),
+        (
+            request("deepspeed", model="llama-2-7b"),
+            {"pp": 2, "dp": 4, "zero_stage": 1},
+            r"plain DeepSpeed engine trains data parallel \+ ZeRO only",
+        ),
+    ],
+)
 def test_plans_the_tools_cannot_run_are_refused(req: dict, par: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         render(fixed_result(req, par), 1, RenderOptions(**DATA))
@@ -149,9 +158,12 @@ def test_multi_node_without_an_address_says_what_is_missing() -> None:
 
 
 def test_renderer_imports_no_web_framework_and_no_training_stack() -> None:
-    code = ("import sys, app.render; bad = [m for m in ('fastapi', 'starlette', 'torch', 'deepspeed', 'megatron') "
-            "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
+    code = (
+        "import sys, app.render; bad = [m for m in ('fastapi', 'starlette', 'torch', 'deepspeed', 'megatron') "
+        "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
+    )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=Path(__file__).parents[2], env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[2], env=env
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -31,8 +31,9 @@ def test_every_shell_file_passes_bash_n_and_shellcheck(all_rendered, tmp_path: P
         for name in scripts:
             proc = subprocess.run(["bash", "-n", str(d / name)], capture_output=True, text=True)
             assert proc.returncode == 0, f"{label}/{name}: {proc.stderr}"
-        proc = subprocess.run([shellcheck(), "--external-sources", "--severity=style", *scripts], cwd=d,
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [shellcheck(), "--external-sources", "--severity=style", *scripts], cwd=d, capture_output=True, text=True
+        )
         assert proc.returncode == 0, f"{label}: shellcheck:\n{proc.stdout}{proc.stderr}"
         checked += len(scripts)
     assert checked >= 4 * len(all_rendered)

@@ -21,18 +21,29 @@ CLUSTER = {"num_nodes": 4, "gpus_per_node": 8, "gpu": "H100-SXM"}
 
 
 def test_planner_plans_no_pipeline_for_plain_deepspeed() -> None:
-    assert not refused({"model": "llama-2-7b", "cluster": CLUSTER,
-                        "training": {"global_batch_size": 64, "framework": "deepspeed"}})
+    assert not refused(
+        {"model": "llama-2-7b", "cluster": CLUSTER, "training": {"global_batch_size": 64, "framework": "deepspeed"}}
+    )
 
 
 def test_planner_plans_moe_for_megatron_only() -> None:
-    assert not refused({"model": "mixtral-8x7b", "cluster": CLUSTER,
-                        "training": {"global_batch_size": 256, "framework": "megatron-deepspeed"}})
+    assert not refused(
+        {
+            "model": "mixtral-8x7b",
+            "cluster": CLUSTER,
+            "training": {"global_batch_size": 256, "framework": "megatron-deepspeed"},
+        }
+    )
 
 
 def test_planner_plans_no_alibi_for_megatron() -> None:
-    assert not refused({"model": "bloom-176b", "cluster": {**CLUSTER, "num_nodes": 8},
-                        "training": {"global_batch_size": 256, "framework": "megatron"}})
+    assert not refused(
+        {
+            "model": "bloom-176b",
+            "cluster": {**CLUSTER, "num_nodes": 8},
+            "training": {"global_batch_size": 256, "framework": "megatron"},
+        }
+    )
 
 
 def test_launcher_spec_accepts_expert_parallelism_across_tp() -> None:
@@ -45,5 +56,10 @@ def test_launcher_spec_accepts_expert_parallelism_across_tp() -> None:
 
 
 def test_planner_plans_alibi_only_where_a_flag_exists() -> None:
-    assert not refused({"model": "bloom-176b", "cluster": {**CLUSTER, "num_nodes": 8},
-                        "training": {"global_batch_size": 256, "framework": "megatron-deepspeed"}})
+    assert not refused(
+        {
+            "model": "bloom-176b",
+            "cluster": {**CLUSTER, "num_nodes": 8},
+            "training": {"global_batch_size": 256, "framework": "megatron-deepspeed"},
+        }
+    )

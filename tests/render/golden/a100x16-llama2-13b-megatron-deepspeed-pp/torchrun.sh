@@ -11,7 +11,8 @@ MASTER_ADDR=dgx1
 MASTER_PORT=29500
 # shellcheck source=nccl_env.sh
 source "${HERE}/nccl_env.sh"
-export CUDA_DEVICE_MAX_CONNECTIONS=1  # tp(2) > 1: Megatron needs one CUDA connection so that its TP/CP communication is scheduled in issue order (asserted before Blackwell)
+export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron-DeepSpeed raises without it under sequence parallelism (arguments.py)
+export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=600  # after SIGTERM torchrun waits this long for the ranks to save a checkpoint before SIGKILL (--exit-signal-handler; torch's default is 30 s)
 cd /opt/Megatron-DeepSpeed
 exec python -m torch.distributed.run \
   --nnodes "${NNODES}" \

@@ -3,5 +3,3 @@
 # Sourced by every launch script and by train.sh. Only what the cluster description asks for or the plan
 # derives is set here; NCCL's defaults hold for everything else.
 export NCCL_IB_HCA='=mlx5_0,mlx5_1'  # InfiniBand HCAs from cluster.nics; '=' matches the names exactly (mlx5_1 is not mlx5_10)
-export NCCL_NET_GDR_LEVEL=PHB  # GPUDirect RDMA between a GPU and an HCA under the same CPU's PCIe host bridge
-export NCCL_ALGO=allreduce:tree  # pipeline traffic crosses 4 nodes: tree all-reduce latency grows with log2(nodes), ring's with nodes; only AllReduce has a tree, so the other collectives keep NCCL's choice (NCCL >= 2.24)

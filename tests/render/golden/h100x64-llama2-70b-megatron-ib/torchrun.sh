@@ -14,7 +14,8 @@ RDZV_ENDPOINT="${MASTER_ADDR}:${MASTER_PORT}"
 RDZV_CONF="is_host=$(( NODE_RANK == 0 ? 1 : 0 ))"
 # shellcheck source=nccl_env.sh
 source "${HERE}/nccl_env.sh"
-export CUDA_DEVICE_MAX_CONNECTIONS=1  # tp(4) > 1: Megatron needs one CUDA connection so that its TP/CP communication is scheduled in issue order (asserted before Blackwell)
+export CUDA_DEVICE_MAX_CONNECTIONS=1  # tp(4) > 1: Megatron asserts one CUDA connection before Blackwell, so that its TP/CP communication kernels are scheduled in issue order
+export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=600  # after SIGTERM torchrun waits this long for the ranks to save a checkpoint before SIGKILL (--exit-signal-handler; torch's default is 30 s)
 cd /opt/Megatron-LM
 exec python -m torch.distributed.run \
   --nnodes "${NNODES}" \

@@ -6,7 +6,8 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=nccl_env.sh
 source "${HERE}/nccl_env.sh"
-export CUDA_DEVICE_MAX_CONNECTIONS=1  # tp(4) > 1: Megatron needs one CUDA connection so that its TP/CP communication is scheduled in issue order (asserted before Blackwell)
+export CUDA_DEVICE_MAX_CONNECTIONS=1  # tp(4) > 1: Megatron asserts one CUDA connection before Blackwell, so that its TP/CP communication kernels are scheduled in issue order
+export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=600  # after SIGTERM torchrun waits this long for the ranks to save a checkpoint before SIGKILL (--exit-signal-handler; torch's default is 30 s)
 ARGS=()
 while read -r -a words; do
   if [[ -z "${words[*]:-}" || "${words[0]}" == \#* ]]; then

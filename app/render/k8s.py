@@ -1,0 +1,90 @@
+"""The Kubeflow PyTorchJob's pods, as values for templates/pytorchjob.yaml.j2 (training-operator v1).
+
+- Restarts: torchrun restarts its workers only through a rendezvous that regroups them, so a job with
+  max_restarts > 0 is elastic: Worker replicas only, `elasticPolicy` with the c10d backend, min = max = the plan's
+  node count and `maxRestarts` (pkg/webhooks/pytorch/pytorchjob_webhook.go requires the Worker replica spec with an
+  elastic policy; pkg/controller.v1/pytorch/elastic.go turns the policy into PET_* variables). Without restarts:
+  one Master and num_nodes - 1 Workers, the static rendezvous the operator sets up. Pods never restart by
+  themselves (restartPolicy Never): a failed pod fails the job, which resumes from its checkpoint when resubmitted.
+- InfiniBand: NCCL reaches the HCAs through the RDMA device plugin's resource (requested per pod, with the IPC_LOCK
+  capability RDMA memory registration needs) or through the host network; both are render options because the
+  resource name is the cluster's.
+- Requests equal limits for CPU, memory and GPUs: the pods are Guaranteed QoS, the last to be evicted (a
+  BestEffort pod, with no requests, is the first).
+- terminationGracePeriodSeconds: on deletion or preemption the pod gets SIGTERM, torchrun forwards it and
+  Megatron's --exit-signal-handler saves before exiting; Kubernetes waits this long before SIGKILL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.render.facts import Facts
+from app.render.launch import k8s_elastic
+
+GiB = 2**30
+CPUS_PER_GPU = 8
+HOST_MEMORY_PER_GPU_GIB = 32  # the rank's process, its data-loader workers and pinned buffers
+
+
+@dataclass(frozen=True, slots=True)
+class Replica:
+    kind: str  # Master or Worker
+    replicas: int
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    replicas: tuple[Replica, ...]
+    elastic: bool
+    max_restarts: int
+    resources: tuple[tuple[str, str], ...]  # requests = limits
+    ipc_lock: bool
+    host_network: bool
+    grace_period_s: int
+    notes: tuple[str, ...]
+
+
+def _memory_gib(f: Facts) -> int:
+    o = f.options
+    if o.k8s_memory_GiB_per_pod:
+        return o.k8s_memory_GiB_per_pod
+    offload = f.plan.estimate.memory.cpu_bytes_per_node / GiB
+    want = offload + HOST_MEMORY_PER_GPU_GIB * f.gpus_per_node
+    return max(1, int(min(want, 0.9 * f.cluster.cpu_memory_GiB)))
+
+
+def _resources(f: Facts) -> tuple[tuple[str, str], ...]:
+    o = f.options
+    out = [("cpu", str(o.k8s_cpu_per_pod or CPUS_PER_GPU * f.gpus_per_node)), ("memory", f"{_memory_gib(f)}Gi")]
+    if o.accelerator == "cuda":
+        out.append(("nvidia.com/gpu", str(f.gpus_per_node)))
+    if f.cluster.nics and o.k8s_rdma_resource:
+        out.append((o.k8s_rdma_resource, str(o.k8s_rdma_per_pod)))
+    return tuple(out)
+
+
+def pod(f: Facts) -> Pod:
+    o, n = f.options, f.num_nodes
+    elastic = k8s_elastic(f)
+    if elastic:
+        replicas: tuple[Replica, ...] = (Replica("Worker", n),)
+    else:
+        replicas = (Replica("Master", 1),) + ((Replica("Worker", n - 1),) if n > 1 else ())
+    notes = []
+    rdma = bool(f.cluster.nics and o.k8s_rdma_resource)
+    if f.cluster.nics and not (rdma or o.k8s_host_network):
+        notes.append(
+            "pytorchjob.yaml: cluster.nics names InfiniBand HCAs but neither k8s_rdma_resource nor "
+            "k8s_host_network is set: the pods would see no HCA and NCCL would fall back to TCP sockets"
+        )
+    return Pod(
+        replicas=replicas,
+        elastic=elastic,
+        max_restarts=o.max_restarts,
+        resources=_resources(f),
+        ipc_lock=bool(f.cluster.nics) and (rdma or o.k8s_host_network),
+        host_network=o.k8s_host_network,
+        grace_period_s=f.decisions.graceful_stop_s,
+        notes=tuple(notes),
+    )

@@ -1,0 +1,250 @@
+"""Issue 12 defects 2 and 8, and issue 10: the flags an expert adds, each only where it applies, and every new
+dimension of the parallel configuration rendered in Megatron-LM's own flag, accepted by megatron-core's config
+classes and Megatron-LM's rules, and carried by plan.json."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from megatron_check import Flags, args_file_words
+from render_cases import DATA, fixed_result
+from test_megatron_args import check_megatron
+
+from app.render import RenderOptions, render
+from launcher import spec
+
+
+def rendered(
+    model: Any,
+    par: dict,
+    nodes: int = 1,
+    gpu: str = "H100-SXM",
+    precision: str = "bf16",
+    framework: str = "megatron",
+    **options: Any,
+) -> tuple[Flags, Any]:
+    req = {
+        "model": model,
+        "cluster": {"num_nodes": nodes, "gpus_per_node": 8, "gpu": gpu, "hosts": [f"n{i}" for i in range(nodes)]},
+        "training": {"global_batch_size": 512, "framework": framework, "precision": precision},
+    }
+    arts = render(fixed_result(req, par), 1, RenderOptions(**options))
+    return Flags(args_file_words(arts.files["megatron_args.txt"])), arts
+
+
+def test_no_dense_attention_mask_in_the_dataloader(golden_rendered) -> None:
+    """Defect 2: 128K context would build a 16 GiB seq x seq mask per sample in every worker."""
+    fl = Flags(args_file_words(golden_rendered["h100x32-llama3-8b-128k-megatron-cp"][2].files["megatron_args.txt"]))
+    assert fl.has("--no-create-attention-mask-in-dataloader") and fl.int("--seq-length") == 131072
+    with_data, _ = rendered("llama-2-7b", {"tp": 2, "dp": 4}, **DATA)
+    assert with_data.has("--no-create-attention-mask-in-dataloader")
+
+
+def test_fusions_only_where_they_apply() -> None:
+    dense, _ = rendered("llama-2-7b", {"tp": 2, "dp": 4})
+    assert dense.has("--cross-entropy-loss-fusion") and not dense.has("--moe-permute-fusion")
+    assert not dense.has("--no-rope-fusion")
+    moe, arts = rendered(
+        "mixtral-8x7b", {"tp": 2, "dp": 32, "ep": 8, "distributed_optimizer": True, "sequence_parallel": True}, nodes=8
+    )
+    assert moe.has("--moe-permute-fusion")
+    check_megatron(arts)
+    mla, arts = rendered(
+        {"preset": "deepseek-v3-like", "num_layers": 8, "num_experts": 64},
+        {"tp": 2, "pp": 2, "dp": 16, "ep": 8, "etp": 1, "distributed_optimizer": True, "sequence_parallel": True},
+        nodes=8,
+    )
+    assert mla.has("--no-rope-fusion") and mla.one("--rope-type") == "rope"
+    check_megatron(arts)
+    mds, _ = rendered("llama-2-7b", {"tp": 2, "dp": 4, "zero_stage": 1}, framework="megatron-deepspeed", **DATA)
+    assert not mds.has("--cross-entropy-loss-fusion")  # Megatron-DeepSpeed has no such flag
+
+
+def test_manual_gc_at_scale_only() -> None:
+    small, _ = rendered("llama-2-7b", {"tp": 2, "dp": 4})
+    assert not small.has("--manual-gc")
+    big, _ = rendered("llama-2-7b", {"tp": 2, "dp": 32, "distributed_optimizer": True}, nodes=8)
+    assert big.has("--manual-gc") and big.int("--manual-gc-interval") == 100
+
+
+def test_data_cache_path_on_the_shared_checkpoint_storage() -> None:
+    fl, _ = rendered("llama-2-7b", {"tp": 2, "dp": 4}, checkpoint_dir="/lustre/ckpt", **DATA)
+    assert fl.one("--data-cache-path") == "/lustre/ckpt/data_cache"
+    mock, _ = rendered("llama-2-7b", {"tp": 2, "dp": 4}, checkpoint_dir="/lustre/ckpt")
+    assert not mock.has("--data-cache-path")
+    given, _ = rendered("llama-2-7b", {"tp": 2, "dp": 4}, data_cache_path="/shared/cache", **DATA)
+    assert given.one("--data-cache-path") == "/shared/cache"
+
+
+@pytest.mark.parametrize(
+    ("gpu", "par", "expected"),
+    [
+        ("H100-SXM", {"tp": 2, "dp": 4}, "1"),
+        ("B200", {"tp": 2, "dp": 4}, None),  # Megatron asserts it only before Blackwell
+        ("H100-SXM", {"tp": 1, "dp": 8}, None),
+        ("H100-SXM", {"tp": 2, "dp": 4, "megatron_fsdp": "optim_grads_params"}, None),  # FSDP asserts != 1
+    ],
+)
+def test_cuda_device_max_connections_only_where_megatron_requires_it(
+    gpu: str, par: dict, expected: str | None, megatron_core: Any
+) -> None:
+    _fl, arts = rendered("llama-2-7b", par, gpu=gpu)
+    env = {
+        e.split("=")[0][7:]: e.split("=")[1].split()[0]
+        for e in arts.files["train.sh"].splitlines()
+        if e.startswith("export ")
+    }
+    assert env.get("CUDA_DEVICE_MAX_CONNECTIONS") == expected
+    check_megatron(arts)
+
+
+def test_ep_overlap_gets_more_connections(megatron_core: Any) -> None:
+    fl, arts = rendered(
+        "mixtral-8x7b",
+        {"tp": 1, "pp": 2, "vpp": 2, "dp": 32, "ep": 8, "moe_ep_overlap": True, "distributed_optimizer": True},
+        nodes=8,
+    )
+    assert fl.has("--overlap-moe-expert-parallel-comm")
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=32" in arts.files["train.sh"]
+    check_megatron(arts)
+
+
+LLAMA_405B = {"preset": "llama-3-405b", "seq_length": 8192}
+# Every new dimension of ParallelConfig, as an expert would set it; each checked by megatron-core + the rules.
+DIMENSIONS = {
+    "account-for-embedding-and-loss-vpp": (
+        LLAMA_405B,
+        {
+            "tp": 8,
+            "pp": 16,
+            "vpp": 4,
+            "dp": 1,
+            "micro_batch_size": 1,
+            "sequence_parallel": True,
+            "account_for_embedding_in_pipeline_split": True,
+            "account_for_loss_in_pipeline_split": True,
+            "distributed_optimizer": True,
+        },
+        16,
+        {
+            "--account-for-embedding-in-pipeline-split": (),
+            "--account-for-loss-in-pipeline-split": (),
+            "--num-virtual-stages-per-pipeline-rank": ("4",),
+        },
+    ),
+    "layout-string": (
+        {"preset": "llama-2-7b"},
+        {"tp": 2, "pp": 4, "vpp": 2, "dp": 1, "pipeline_layout": "Et*3|t*4|t*4|t*4|t*4|t*4|t*4|t*5L"},
+        1,
+        {"--pipeline-model-parallel-layout": ("Et*3|t*4|t*4|t*4|t*4|t*4|t*4|t*5L",)},
+    ),
+    "partial-block-recompute": (
+        "llama-2-7b",
+        {"tp": 2, "pp": 2, "dp": 2, "recompute": "full", "recompute_method": "block", "recompute_num_layers": 4},
+        1,
+        {"--recompute-method": ("block",), "--recompute-num-layers": ("4",)},
+    ),
+    "module-recompute": (
+        "mixtral-8x7b",
+        {
+            "tp": 2,
+            "dp": 32,
+            "ep": 8,
+            "recompute": "selective",
+            "recompute_modules": ("core_attn", "mlp", "moe_act"),
+            "distributed_optimizer": True,
+            "sequence_parallel": True,
+        },
+        8,
+        {"--recompute-modules": ("core_attn", "mlp", "moe_act")},
+    ),
+    "hierarchical-cp": (
+        {"preset": "llama-3-8b-128k"},
+        {
+            "tp": 2,
+            "cp": 16,
+            "dp": 1,
+            "cp_comm_type": "a2a+p2p",
+            "hierarchical_cp_sizes": (4, 4),
+            "distributed_optimizer": True,
+            "sequence_parallel": True,
+        },
+        4,
+        {"--cp-comm-type": ("a2a+p2p",), "--hierarchical-context-parallel-sizes": ("4", "4")},
+    ),
+    "bf16-grad-reduce": (
+        "llama-2-7b",
+        {"tp": 2, "dp": 4, "grad_reduce_dtype": "bf16", "distributed_optimizer": True},
+        1,
+        {"--grad-reduce-in-bf16": ()},
+    ),
+    "fp8-delayed-primary-weights": (
+        "llama-2-7b",
+        {"tp": 2, "dp": 4, "fp8_recipe": "delayed", "fp8_param_gather": True, "distributed_optimizer": True},
+        1,
+        {"--fp8-recipe": ("delayed",), "--fp8-param-gather": (), "--fp8-amax-history-len": ("1024",)},
+    ),
+    "fp8-blockwise": (
+        "llama-2-7b",
+        {"tp": 2, "dp": 4, "fp8_recipe": "blockwise", "distributed_optimizer": True},
+        1,
+        {"--fp8-recipe": ("blockwise",)},
+    ),
+    "tp-comm-overlap": (
+        "llama-2-7b",
+        {"tp": 4, "dp": 2, "sequence_parallel": True, "tp_comm_overlap": True, "distributed_optimizer": True},
+        1,
+        {"--tp-comm-overlap": ()},
+    ),
+    "megatron-fsdp": (
+        "llama-2-7b",
+        {"tp": 1, "dp": 8, "megatron_fsdp": "optim_grads_params"},
+        1,
+        {
+            "--use-megatron-fsdp": (),
+            "--data-parallel-sharding-strategy": ("optim_grads_params",),
+            "--ckpt-format": ("fsdp_dtensor",),
+            "--overlap-param-gather": (),
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(DIMENSIONS))
+def test_every_new_dimension_is_rendered_and_accepted(name: str, megatron_core: Any) -> None:
+    model, par, nodes, expected = DIMENSIONS[name]
+    precision = "fp8" if "fp8_recipe" in par else "bf16"
+    fl, arts = rendered(model, par, nodes=nodes, precision=precision)
+    for flag, values in expected.items():
+        assert fl.items.get(flag) == values, (flag, fl.items.get(flag))
+    assert not fl.has("--use-distributed-optimizer") or "megatron_fsdp" not in par
+    check_megatron(arts)
+    strategy = spec.loads(arts.files["plan.json"]).strategy
+    assert strategy is not None
+    for key, value in par.items():
+        if hasattr(strategy, key):
+            got = getattr(strategy, key)
+            assert (tuple(got) if isinstance(got, tuple | list) else got) == value, key
+
+
+def test_megatron_core_refuses_a_broken_layout(megatron_core: Any) -> None:
+    """The check above can fail: a layout that does not cover the layers is refused by megatron-core."""
+    from megatron_check import build_core_config
+
+    fl, _ = rendered({"preset": "llama-2-7b"}, DIMENSIONS["layout-string"][1])
+    fl.items["--pipeline-model-parallel-layout"] = ("Et*3|t*4|t*4|t*4|t*4|t*4|t*4|t*4L",)
+    with pytest.raises((ValueError, AssertionError)):
+        build_core_config(fl)
+
+
+def test_what_megatron_deepspeed_cannot_run_is_refused() -> None:
+    for par, match in (
+        (
+            {"tp": 2, "pp": 2, "dp": 2, "zero_stage": 1, "partition_method": "uniform"},
+            "always partitions by type:transformer",
+        ),
+        ({"tp": 2, "pp": 2, "dp": 2, "zero_stage": 1, "first_stage_layers": 12}, "first_stage_layers"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            rendered("llama-2-7b", par, framework="megatron-deepspeed", **DATA)

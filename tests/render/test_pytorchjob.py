@@ -1,0 +1,124 @@
+"""Issue 12, defect 5: every rendered PyTorchJob validates against the training operator's schema (its Python
+SDK's models) and webhook rules; restarts run as an elastic c10d job; InfiniBand gets its RDMA resource,
+IPC_LOCK or the host network; the pods request CPU and memory (Guaranteed QoS); job names are DNS-1035 labels."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+from k8s_check import strict, validate_pytorchjob_yaml, webhook_errors
+from pydantic import ValidationError
+from render_cases import fixed_result
+
+from app.render import RenderOptions, render
+
+IB = {"num_nodes": 2, "gpus_per_node": 8, "gpu": "H100-SXM", "nics": ["mlx5_0", "mlx5_1"], "hosts": ["a", "b"]}
+
+
+def job(
+    options: dict | None = None, cluster: dict | None = None, framework: str = "megatron", model: object = "llama-2-7b"
+) -> tuple[dict, list[str]]:
+    req = {"model": model, "cluster": cluster or IB, "training": {"global_batch_size": 64, "framework": framework}}
+    par = {"tp": 2, "dp": 8} if framework == "megatron" else {"dp": 16, "zero_stage": 1}
+    arts = render(fixed_result(req, par), 1, RenderOptions(**(options or {})))
+    docs = validate_pytorchjob_yaml(arts.files["pytorchjob.yaml"])
+    return docs[1], arts.notes
+
+
+def pod(doc: dict, kind: str | None = None) -> dict:
+    specs = doc["spec"]["pytorchReplicaSpecs"]
+    return specs[kind or next(iter(specs))]["template"]["spec"]
+
+
+def test_every_rendered_pytorchjob_validates(all_rendered) -> None:
+    for label, _result, _rank, arts in all_rendered:
+        try:
+            validate_pytorchjob_yaml(arts.files["pytorchjob.yaml"])
+        except AssertionError as exc:
+            raise AssertionError(f"{label}: {exc}") from exc
+    assert len(all_rendered) >= 30
+
+
+def test_the_validation_can_fail() -> None:
+    doc, _ = job()
+    bad = copy.deepcopy(doc)
+    pod(bad)["containers"][0]["resourcez"] = {}
+    with pytest.raises(AssertionError, match=r"unknown field\(s\) \['resourcez'\] of V1Container"):
+        strict(bad, "KubeflowOrgV1PyTorchJob", "PyTorchJob")
+    bad = copy.deepcopy(doc)
+    bad["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = 2
+    bad["metadata"]["name"] = "7b-job"
+    assert webhook_errors(bad) == ["metadata.name '7b-job' is not a DNS-1035 label", "Master.replicas: must be 1"]
+    del pod(bad)["containers"][0]["name"]
+    with pytest.raises(AssertionError, match="name"):
+        strict(bad, "KubeflowOrgV1PyTorchJob", "PyTorchJob")
+
+
+def test_restarts_make_an_elastic_c10d_job_without_restarts_a_static_one() -> None:
+    static, _ = job()
+    assert "elasticPolicy" not in static["spec"]
+    assert {k: v["replicas"] for k, v in static["spec"]["pytorchReplicaSpecs"].items()} == {"Master": 1, "Worker": 1}
+    elastic, _ = job({"max_restarts": 3})
+    assert elastic["spec"]["elasticPolicy"] == {
+        "rdzvBackend": "c10d",
+        "rdzvId": "llama-2-7b",
+        "minReplicas": 2,
+        "maxReplicas": 2,
+        "maxRestarts": 3,
+    }
+    assert {k: v["replicas"] for k, v in elastic["spec"]["pytorchReplicaSpecs"].items()} == {"Worker": 2}
+    args = pod(elastic)["containers"][0]["args"]
+    assert args[args.index("--rdzv-backend") + 1] == "c10d" and args[args.index("--max-restarts") + 1] == "3"
+    assert "--node-rank" not in args and "--rdzv-endpoint" not in args  # the operator's PET_RDZV_ENDPOINT
+    assert all(r["restartPolicy"] == "Never" for r in elastic["spec"]["pytorchReplicaSpecs"].values())
+
+
+def test_infiniband_gets_the_rdma_resource_and_ipc_lock() -> None:
+    doc, notes = job({"k8s_rdma_resource": "rdma/rdma_shared_device_a", "k8s_rdma_per_pod": 1})
+    c = pod(doc)["containers"][0]
+    assert c["resources"]["limits"]["rdma/rdma_shared_device_a"] == "1"
+    assert c["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+    assert not any("TCP sockets" in n for n in notes)
+    host, _ = job({"k8s_host_network": True})
+    assert pod(host)["hostNetwork"] is True and pod(host)["dnsPolicy"] == "ClusterFirstWithHostNet"
+    bare, notes = job()
+    assert "securityContext" not in pod(bare)["containers"][0]
+    assert any("NCCL would fall back to TCP sockets" in n for n in notes)
+
+
+def test_pods_request_cpu_and_memory_as_much_as_their_limits() -> None:
+    doc, _ = job()
+    res = pod(doc)["containers"][0]["resources"]
+    assert res["requests"] == res["limits"] == {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "8"}
+    offload, _ = job(framework="deepspeed", cluster={**IB, "cpu_memory_GiB": 2048})
+    assert int(pod(offload)["containers"][0]["resources"]["limits"]["memory"][:-2]) >= 256
+    custom, _ = job({"k8s_cpu_per_pod": 100, "k8s_memory_GiB_per_pod": 900})
+    assert pod(custom)["containers"][0]["resources"]["limits"] == {
+        "cpu": "100",
+        "memory": "900Gi",
+        "nvidia.com/gpu": "8",
+    }
+
+
+def test_the_grace_period_lets_megatron_save_on_sigterm() -> None:
+    doc, _ = job()
+    grace = pod(doc)["terminationGracePeriodSeconds"]
+    env = {e["name"]: e["value"] for e in pod(doc)["containers"][0]["env"]}
+    assert grace >= 600 and env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == str(grace)
+
+
+def test_job_names_are_dns_1035_labels() -> None:
+    with pytest.raises(ValidationError, match="job_name: '7b-run' is not a job name"):
+        RenderOptions(job_name="7b-run")
+    doc, _ = job(model={"preset": "llama-2-7b", "name": "70B run"})
+    assert doc["metadata"]["name"] == "job-70b-run"
+
+
+def test_configmap_text_that_a_block_scalar_cannot_carry_is_json_escaped() -> None:
+    from app.render.render import yaml_block_safe
+
+    assert yaml_block_safe("a\n# b\n") and not yaml_block_safe("a \n") and not yaml_block_safe("a\tb\n")
+    text = yaml.safe_dump({"x": "a\tb\n"})  # the fallback is a JSON string, which YAML reads back exactly
+    assert yaml.safe_load(text) == {"x": "a\tb\n"}
