@@ -28,11 +28,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.planner import activations as act  # noqa: E402
-from app.planner import validation  # noqa: E402
-from app.planner.estimate import evaluate  # noqa: E402
-from app.planner.pipeline import in_flight  # noqa: E402
-from app.planner.specs import ParallelConfig, TrainingSpec  # noqa: E402
+from app.planner import activations as act
+from app.planner import validation
+from app.planner.estimate import evaluate
+from app.planner.pipeline import in_flight
+from app.planner.specs import ParallelConfig, TrainingSpec
 
 GiB = 2**30
 RESIDUALS = Path(__file__).resolve().parents[1] / "app" / "planner" / "data" / "residuals.json"
@@ -109,14 +109,27 @@ def activation_rows() -> list[dict[str, Any]]:
     training = TrainingSpec(global_batch_size=1, precision="fp16", flash_attention=False)
     for r in validation.korthikanti_memory_rows():
         model = validation.ModelSpec(
-            name=r["name"], num_layers=r["layers"], hidden_size=r["hidden"], num_attention_heads=r["heads"],
-            vocab_size=validation.GPT_VOCAB, seq_length=r["seq"], position_embedding_type="learned_absolute",
-            normalization="LayerNorm", add_bias_linear=True, hidden_dropout=0.1, attention_dropout=0.1,
+            name=r["name"],
+            num_layers=r["layers"],
+            hidden_size=r["hidden"],
+            num_attention_heads=r["heads"],
+            vocab_size=validation.GPT_VOCAB,
+            seq_length=r["seq"],
+            position_embedding_type="learned_absolute",
+            normalization="LayerNorm",
+            add_bias_linear=True,
+            hidden_dropout=0.1,
+            attention_dropout=0.1,
         )
         label = r["recompute"]
         par = ParallelConfig(
-            tp=r["tp"], pp=r["pp"], vpp=r.get("vpp") or 1, dp=1, micro_batch_size=r["mbs"],
-            recompute="selective" if "selective" in label else "none", sequence_parallel="sequence" in label or "seq-par" in r["name"],
+            tp=r["tp"],
+            pp=r["pp"],
+            vpp=r.get("vpp") or 1,
+            dp=1,
+            micro_batch_size=r["mbs"],
+            recompute="selective" if "selective" in label else "none",
+            sequence_parallel="sequence" in label or "seq-par" in r["name"],
         )
         flight = in_flight(par, 0, r["gbs"] // r["mbs"])
         ours = act.layer_bytes(model, par, training, moe=False) * (model.num_layers // par.pp) * flight / GiB

@@ -65,8 +65,14 @@ class LayerActivations:
     @property
     def total(self) -> float:
         return (
-            self.residual + self.layernorm + self.attention + self.attention_out + self.mlp + self.shared_experts
-            + self.router + self.masks
+            self.residual
+            + self.layernorm
+            + self.attention
+            + self.attention_out
+            + self.mlp
+            + self.shared_experts
+            + self.router
+            + self.masks
         )
 
 

@@ -85,7 +85,9 @@ class LayerTime:
     ops_fwd: float  # operator launches in forward (backward: twice)
 
 
-def _linear_gemms(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, tokens: float, moe: bool) -> list[Gemm]:
+def _linear_gemms(
+    model: ModelSpec, par: ParallelConfig, training: TrainingSpec, tokens: float, moe: bool
+) -> list[Gemm]:
     t = par.tp
     gemms = [_gemm(tokens, lin, t) for lin in attention_shape(model).linears]
     return gemms + _mlp_part_gemms(model, par, training, tokens, moe)

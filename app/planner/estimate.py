@@ -76,16 +76,22 @@ def time_estimate(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
 
 
 def step_lower_bound(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig) -> float:
-    """A cheap bound below `time_estimate(...).step_s`: every FLOP (recomputation included) at the fastest rate
-    any kernel of the stack reaches (GEMMs, or attention at its best tile), stretched by the pipeline's fill and
-    drain `(m + (p-1)/v) / m`."""
-    gpu = cluster.gpu
-    costs = training.software.generation(gpu.generation)
-    fastest = max(compute.gemm_rate(gpu, costs, training.precision), gpu.peak_flops("bf16"))
-    per_token = compute.model_flops_per_token(model) + compute.recompute_flops_per_token(model, par.recompute)
-    work = per_token * training.global_batch_size * model.seq_length / par.world_size / fastest
+    """A cheap bound below `time_estimate(...).step_s`: the pipeline time of the layers' and output layer's device
+    compute alone (cached per layer), no communication, host, engine or optimizer time."""
     m = max(1, num_microbatches(training, par))
-    return work * (1 + (par.pp - 1) / (par.vpp * m))
+    costs = training.software.generation(cluster.gpu.generation)
+    dense_lt = compute.layer_time(model, par, training, cluster.gpu, costs, False)
+    moe_lt = compute.layer_time(model, par, training, cluster.gpu, costs, True) if model.is_moe else dense_lt
+    shapes = stage_shapes(model, training, par)
+    kinds = stage_layer_kinds(model, training, par)
+    per_stage = []
+    for shape, (dense, moe) in zip(shapes, kinds, strict=True):
+        t = dense * (dense_lt.fwd + dense_lt.bwd) + moe * (moe_lt.fwd + moe_lt.bwd)
+        if shape.loss:
+            fwd, bwd = compute.output_layer_time(model, par, training, cluster.gpu, costs)
+            t += fwd + bwd
+        per_stage.append((t, 1))
+    return pipeline_time(per_stage, par, m).total_s
 
 
 def _breakdown(slow: StageTime, m: int, bubble: float, dp: float, opt: float, offload: float) -> dict[str, float]:

@@ -1,4 +1,4 @@
-"""Short reasons for a plan's rank, and what would fit when nothing does."""
+"""Short reasons for a plan's rank, and a one-line description of a layout."""
 
 from __future__ import annotations
 
@@ -8,47 +8,75 @@ from app.planner.specs import ParallelConfig
 GiB = 2**30
 
 
+def _recompute(par: ParallelConfig) -> str:
+    if par.recompute == "selective":
+        return f"recompute={'+'.join(par.recompute_modules or ('core_attn',))}"
+    if par.recompute == "full" and par.recompute_method == "block" and par.recompute_num_layers:
+        return f"recompute=full({par.recompute_num_layers}/chunk)"
+    return f"recompute={par.recompute}"
+
+
 def describe(par: ParallelConfig) -> str:
     parts = [f"TP{par.tp}", f"PP{par.pp}"]
     if par.vpp > 1:
         parts.append(f"VPP{par.vpp}")
     if par.first_stage_layers is not None or par.last_stage_layers is not None:
         parts.append(f"layers {par.first_stage_layers or '='}/../{par.last_stage_layers or '='}")
+    if par.account_for_embedding_in_pipeline_split or par.account_for_loss_in_pipeline_split:
+        parts.append("E+L as layers")
+    if par.pipeline_layout:
+        parts.append(f"layout {par.pipeline_layout}")
     parts.append(f"DP{par.dp}")
     if par.cp > 1:
-        parts.append(f"CP{par.cp}")
+        parts.append(f"CP{par.cp}" + (f"({par.cp_comm_type})" if par.cp_comm_type != "p2p" else ""))
     if par.ep > 1:
-        parts.append(f"EP{par.ep}")
+        parts.append(f"EP{par.ep}" + (f" ETP{par.etp}" if par.etp is not None and par.etp != par.tp else ""))
     if par.zero_stage:
         parts.append(f"ZeRO-{par.zero_stage}")
     if par.distributed_optimizer:
         parts.append("dist-opt")
+    if par.megatron_fsdp:
+        parts.append(f"M-FSDP({par.megatron_fsdp})")
     if par.offload_optimizer != "none":
         parts.append(f"opt->{par.offload_optimizer}")
     if par.offload_param != "none":
         parts.append(f"param->{par.offload_param}")
     if par.sequence_parallel:
         parts.append("SP")
+    if par.tp_comm_overlap:
+        parts.append("TP-overlap")
+    if par.moe_ep_overlap:
+        parts.append("EP-overlap")
+    if par.fp8_param_gather:
+        parts.append("fp8-params")
     parts.append(f"mbs{par.micro_batch_size}")
     if par.recompute != "none":
-        parts.append(f"recompute={par.recompute}")
+        parts.append(_recompute(par))
     return " ".join(parts)
 
 
-def why(par: ParallelConfig, est: Estimate, best: Estimate | None, feasible_count: int) -> list[str]:
+def why(
+    par: ParallelConfig,
+    est: Estimate,
+    best: Estimate | None,
+    feasible_count: int,
+    available_gpus: int | None = None,
+    objective: str = "throughput",
+) -> list[str]:
     t, mem = est.time, est.memory
     b = t.breakdown
     step = t.step_s
     comm = {k[:-7].upper(): v for k, v in b.items() if k.endswith("_comm_s") and v > 0}
     exposed = sum(comm.values())
-    lines = []
-    if best is None:
+    lines = [_headline(t, best, feasible_count, objective, par.world_size)]
+    if t.tokens_per_s_interval is not None:
+        iv = t.tokens_per_s_interval
+        lines.append(f"80% interval {iv.low:,.0f}-{iv.high:,.0f} tokens/s ({iv.basis})")
+    if available_gpus and par.world_size < available_gpus:
         lines.append(
-            f"fastest of {feasible_count} feasible plans: {t.tokens_per_s:,.0f} tokens/s, MFU {100 * t.mfu:.1f}%"
+            f"uses {par.world_size} of the {available_gpus} GPUs ({available_gpus - par.world_size} stay idle): "
+            f"it is faster or factors where the whole cluster does not"
         )
-    else:
-        slower = 100 * (step / best.time.step_s - 1)
-        lines.append(f"{slower:.1f}% slower than #1 ({t.tokens_per_s:,.0f} tokens/s, MFU {100 * t.mfu:.1f}%)")
     if par.pp > 1:
         lines.append(
             f"pipeline bubble {100 * t.bubble_fraction:.1f}% of the step (PP{par.pp}"
@@ -58,12 +86,28 @@ def why(par: ParallelConfig, est: Estimate, best: Estimate | None, feasible_coun
         detail = ", ".join(f"{k} {100 * v / step:.1f}%" for k, v in sorted(comm.items(), key=lambda kv: -kv[1]))
         lines.append(f"exposed communication {100 * exposed / step:.1f}% ({detail})")
     if b.get("recompute_s", 0) > 0:
-        lines.append(f"recomputation {100 * b['recompute_s'] / step:.1f}% of the step ({par.recompute})")
+        lines.append(f"recomputation {100 * b['recompute_s'] / step:.1f}% of the step ({_recompute(par)})")
+    if b.get("host_s", 0) > 0.02 * step:
+        lines.append(f"host-bound: the GPU waits {100 * b['host_s'] / step:.0f}% of the step for the CPU to dispatch")
     if b.get("offload_s", 0) > 0:
         lines.append(f"offloaded optimizer step {100 * b['offload_s'] / step:.1f}% of the step")
+    if par.dp == 1 and par.zero_stage == 1:
+        lines.append("ZeRO-1 on one data-parallel rank: ZeRO-2/3 would shard nothing and only add hooks")
     peak = mem.stages[mem.peak_stage]
     lines.append(
         f"memory {mem.peak_bytes / GiB:.1f} of {mem.capacity_bytes / GiB:.1f} GiB on stage {peak.stage} "
-        f"(headroom {100 * mem.headroom_fraction:.0f}%)"
+        f"(up to {mem.peak_upper_bytes / GiB:.1f} GiB at the upper end of its interval; peak in {peak.peak_phase})"
     )
     return lines
+
+
+def _headline(t: object, best: Estimate | None, feasible: int, objective: str, world: int) -> str:
+    tokens, mfu, step = t.tokens_per_s, t.mfu, t.step_s  # type: ignore[attr-defined]
+    if best is not None:
+        slower = 100 * (step / best.time.step_s - 1)
+        return f"{slower:.1f}% slower than #1 ({tokens:,.0f} tokens/s, MFU {100 * mfu:.1f}%)"
+    if objective == "min_gpus":
+        return f"fewest GPUs that fit: {world} GPUs ({tokens:,.0f} tokens/s, MFU {100 * mfu:.1f}%)"
+    if objective == "headroom":
+        return f"most memory headroom of {feasible} feasible plans ({tokens:,.0f} tokens/s, MFU {100 * mfu:.1f}%)"
+    return f"fastest of {feasible} feasible plans: {tokens:,.0f} tokens/s, MFU {100 * mfu:.1f}%"

@@ -50,6 +50,9 @@ class GPUSpec(BaseModel):
     hbm_TBps: float = Field(gt=0, description="Memory bandwidth, TB/s.")
     nvlink_GBps: float = Field(gt=0, description="GPU-to-GPU bandwidth per GPU and direction, GB/s.")
     nvlink_domain: int = Field(ge=1, description="GPUs joined by that fabric (1: PCIe only).")
+    nvlink_spans_nodes: bool = Field(
+        False, description="The NVLink domain spans several nodes (trays), as in GB200 NVL72 racks."
+    )
     network_GBps: float = Field(gt=0, description="Typical network bandwidth per GPU and direction, GB/s.")
     pcie_GBps: float = Field(gt=0, description="Achievable pinned host-device copy bandwidth, GB/s.")
     efficiency: Efficiency = Field(description="Efficiency constants of this generation.")

@@ -136,10 +136,9 @@ def _balanced_bounds(weights: list[float], parts: int) -> list[int]:
     bounds, acc = [0], 0.0
     for i, w in enumerate(weights):
         remaining_parts = parts - len(bounds)
-        if (acc + w > hi and acc > 0) or len(weights) - i <= remaining_parts:
-            if len(bounds) < parts:
-                bounds.append(i)
-                acc = 0.0
+        if ((acc + w > hi and acc > 0) or len(weights) - i <= remaining_parts) and len(bounds) < parts:
+            bounds.append(i)
+            acc = 0.0
         acc += w
     bounds += [len(weights)] * (parts + 1 - len(bounds))
     return bounds
@@ -155,9 +154,18 @@ def _count_parts(weights: list[float], bound: float) -> int:
 
 
 def stage_shapes(model: ModelSpec, training: TrainingSpec, par: ParallelConfig) -> tuple[StageShape, ...]:
-    key = ("stage_shapes", par.pp, par.vpp, par.first_stage_layers, par.last_stage_layers, par.pipeline_layout,
-           par.account_for_embedding_in_pipeline_split, par.account_for_loss_in_pipeline_split, par.partition_method,
-           training.software.can.pipeline)
+    key = (
+        "stage_shapes",
+        par.pp,
+        par.vpp,
+        par.first_stage_layers,
+        par.last_stage_layers,
+        par.pipeline_layout,
+        par.account_for_embedding_in_pipeline_split,
+        par.account_for_loss_in_pipeline_split,
+        par.partition_method,
+        training.software.can.pipeline,
+    )
     return model.memo(key, lambda: tuple(_stage_shapes(model, training, par)))
 
 
@@ -180,6 +188,10 @@ def stage_layer_kinds(model: ModelSpec, training: TrainingSpec, par: ParallelCon
     """(dense layers, MoE layers) on each stage, in Megatron's layer order (chunk by chunk across the ranks);
     the first `moe_first_dense_layers` layers are dense."""
     shapes = stage_shapes(model, training, par)
+    return model.memo(("stage_layer_kinds", shapes), lambda: _stage_layer_kinds(model, shapes))
+
+
+def _stage_layer_kinds(model: ModelSpec, shapes: tuple[StageShape, ...]) -> tuple[tuple[int, int], ...]:
     dense_total = model.num_layers - model.num_moe_layers
     out = [[0, 0] for _ in shapes]
     start = 0

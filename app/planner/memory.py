@@ -73,12 +73,17 @@ def zero_overlap_comm(zero_stage: int) -> bool:
     return zero_stage >= 2
 
 
+def reduce_dtype(training: TrainingSpec, par: ParallelConfig) -> str:
+    """The plan's gradient buffer / reduction dtype, else the training's (else the stack's default)."""
+    return par.grad_reduce_dtype or training.reduce_dtype
+
+
 def deepspeed_uses_bf16_optimizer(training: TrainingSpec, par: ParallelConfig) -> bool:
     """Megatron-DeepSpeed runs with fp32 gradient accumulation (`data_types.grad_accum_dtype = fp32`), which
     with ZeRO-1 and bf16 selects DeepSpeed's BF16_Optimizer (engine.py `_do_optimizer_sanity_check`)."""
     return (
         training.software.can.sharding == ("zero",)
-        and training.reduce_dtype == "fp32"
+        and reduce_dtype(training, par) == "fp32"
         and par.zero_stage <= 1
         and training.precision != "fp16"
     )
@@ -143,7 +148,7 @@ def _megatron_states(model: ModelSpec, training: TrainingSpec, par: ParallelConf
     weights = 2.0 * n
     if training.precision == "fp8":
         weights = 2.0 * n if par.fp8_param_gather else 4.0 * n  # FP8 weight + transpose (+ the 16-bit weight)
-    grads = (2.0 if training.precision == "fp16" or training.reduce_dtype == "bf16" else 4.0) * n
+    grads = (2.0 if training.precision == "fp16" or reduce_dtype(training, par) == "bf16" else 4.0) * n
     opt = (16.0 if training.precision == "fp16" else 12.0) * shard
     return States(n, weights, grads, 0.0, opt, 0.0, 0.0, 0.0, 0.0)
 
@@ -157,8 +162,9 @@ def _zero_states(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, 
     foreach = 4.0 if training.software.costs.optimizer == "torch-adamw" else 0.0
     if deepspeed_uses_bf16_optimizer(training, par):
         opt = 12.0 * (shard if stage else n_params)
-        return States(n_params, 2.0 * n_params, 4.0 * n_params, 2.0 * sp.largest_module, opt, 0.0,
-                      foreach * shard, 0.0, 0.0)
+        return States(
+            n_params, 2.0 * n_params, 4.0 * n_params, 2.0 * sp.largest_module, opt, 0.0, foreach * shard, 0.0, 0.0
+        )
     weights = 2.0 * (shard if stage == 3 else n_params)
     fp32 = 12.0 * (shard if stage else n_params)
     cpu = nvme_b = 0.0
@@ -200,7 +206,7 @@ def _fsdp_states(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, 
     foreach = {"torch-adamw": 4.0 * shard, "per-tensor-adamw": 4.0 * sp.largest_unit / n}.get(
         training.software.costs.optimizer, 0.0
     )
-    grad_bytes = 2.0 if training.reduce_dtype == "bf16" else 4.0
+    grad_bytes = 2.0 if reduce_dtype(training, par) == "bf16" else 4.0
     # gathered 16-bit units (current + prefetched) and the unit's unsharded gradient before its reduce-scatter
     buffers = FSDP_UNITS_LIVE * 2.0 * sp.largest_unit + grad_bytes * sp.largest_unit
     return States(sp.total, 4.0 * shard, 4.0 * shard, 0.0, 8.0 * shard, buffers, foreach, 0.0, 0.0)
@@ -211,7 +217,7 @@ def stage_states(
 ) -> States:
     """Everything on a stage but activations: the same for every micro-batch size and recomputation, so it is
     computed once per placement and sharding (cached on the model spec)."""
-    key = ("states", *par.layer_fields, par.pp, shape, dense, moe)
+    key = ("states", *par.state_fields, shape, dense, moe)
     return model.memo(key, lambda: _states(model, training, par, shape, dense, moe), training)
 
 
@@ -227,9 +233,6 @@ def _states(
     states = _megatron_states(model, training, par, sp)
     if training.precision == "fp8" and par.fp8_recipe == "delayed":  # amax history of 4 GEMMs x (in, w, grad)
         states = _with(states, buffers=(dense + moe) * 4 * 3 * FP8_AMAX_HISTORY * 4.0)
-    if par.tp_comm_overlap:
-        tokens = model.seq_length // par.cp * par.micro_batch_size
-        states = _with(states, buffers=states.buffers + 4 * 2.0 * tokens * model.hidden_size)  # userbuffers
     return states
 
 
@@ -237,6 +240,14 @@ def _with(s: States, **update: float) -> States:
     fields = {name: getattr(s, name) for name in States.__slots__}
     fields.update(update)
     return States(**fields)  # type: ignore[arg-type]
+
+
+def static_bytes(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, stage: int) -> float:
+    """Reserved bytes a stage needs for its model states alone (no activations, no step temporaries)."""
+    shapes = stage_shapes(model, training, par)
+    kinds = stage_layer_kinds(model, training, par)
+    s = stage_states(model, training, par, shapes[stage], *kinds[stage])
+    return s.weights + s.grads + s.optimizer + s.buffers
 
 
 def _stage_activations(
@@ -315,6 +326,8 @@ def stage_parts(
     flight = in_flight(par, stage, max(1, num_microbatches(training, par)))
     acts = _stage_activations(model, par, training, shape, dense, moe, flight)
     static = states.weights + states.grads + states.optimizer + states.buffers
+    if par.tp_comm_overlap:  # Transformer Engine userbuffers: a [tokens, h] 16-bit buffer per overlapped GEMM
+        static += 4 * 2.0 * model.seq_length // par.cp * par.micro_batch_size * model.hidden_size
     backward = static + max(acts, states.lazy_grads)
     step = static + states.step_peak
     allocated = max(backward, step)

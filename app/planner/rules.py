@@ -183,7 +183,9 @@ def context_parallel(c: Ctx) -> Violation | None:
         heads = c.model.num_attention_heads // p.tp
         inner = p.hierarchical_cp_sizes[0] if p.hierarchical_cp_sizes else p.cp
         if heads % inner:
-            return Violation("cp_heads", f"a2a context parallelism: heads per TP rank({heads}) % a2a size({inner}) != 0")
+            return Violation(
+                "cp_heads", f"a2a context parallelism: heads per TP rank({heads}) % a2a size({inner}) != 0"
+            )
     return None
 
 
@@ -294,7 +296,8 @@ def recompute_supported(c: Ctx) -> Violation | None:
         per_stage = m.num_layers // p.pp
         if p.recompute_num_layers is not None and not 1 <= p.recompute_num_layers <= per_stage:
             return Violation(
-                "recompute", f"recompute_num_layers({p.recompute_num_layers}) must be in 1..layers per stage({per_stage})"
+                "recompute",
+                f"recompute_num_layers({p.recompute_num_layers}) must be in 1..layers per stage({per_stage})",
             )
     return None
 
@@ -303,9 +306,11 @@ def model_fits_framework(c: Ctx) -> Violation | None:
     """What each stack can run (and the renderer writes): MoE and MLA with Megatron-core only; ALiBi only where the
     stack implements it (BigScience's Megatron-DeepSpeed fork, Hugging Face, llm-foundry)."""
     m, s = c.model, c.training.software
-    if m.is_moe and not s.can.moe or m.multi_latent_attention and not s.can.mla:
+    if (m.is_moe and not s.can.moe) or (m.multi_latent_attention and not s.can.mla):
         what = "experts" if m.is_moe else "multi-latent attention"
-        return Violation("framework_support", f"{m.name} has {what}: planned and rendered for Megatron-LM only, not {s.label}")
+        return Violation(
+            "framework_support", f"{m.name} has {what}: planned and rendered for Megatron-LM only, not {s.label}"
+        )
     if m.position_embedding_type == "alibi" and not s.can.alibi:
         return Violation(
             "framework_support",

@@ -1,10 +1,9 @@
-"""The search: flat candidate generators, named pruning rules, ranking by the objective.
+"""The search: flat candidate generators (space.py), named pruning rules (rules.py), ranking by the objective.
 
-Candidates are the product of small generators (TP that divides the heads and stays in the NVLink domain,
-CP for long sequences, PP that divides the layers, DP that follows, EP that divides the experts, VPP that divides
-the stage, micro-batch sizes that divide the per-replica batch, the sharding options of the framework). Each is
-checked against the rules (rules.py) and against memory; for every placement only the cheapest recomputation that
-fits is timed, since more recomputation only adds work. Rejected candidates keep their reason.
+Candidates are the product of small generators over placements (TP, CP and its communication type, PP, VPP, the
+layer split, EP, expert TP), the sharding options of the stack, and micro-batch sizes. Each is checked against the
+rules and against memory; for every placement and micro-batch size only the cheapest recomputation that fits is
+kept, since more recomputation only adds work. Rejected candidates keep their reason.
 """
 
 from __future__ import annotations
@@ -14,136 +13,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from app.planner import rules
-from app.planner.memory import peak_memory
+from app.planner import rules, space
+from app.planner.memory import peak_memory, static_bytes
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
-
-MAX_MICRO_BATCH = 32
-MAX_MICROBATCH_TOKENS = 262_144  # no micro-batch larger than this many tokens per GPU is worth timing
-RECOMPUTE_ORDER = ("none", "selective", "full")
-
-
-def divisors(n: int) -> list[int]:
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
-
-
-def tp_options(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> list[int]:
-    pinned = training.pinned.tp
-    if pinned:
-        return [pinned]
-    if training.framework == "deepspeed":
-        return [1]
-    domain = min(cluster.gpus_per_node, cluster.nvlink_domain)
-    limit = 2 * cluster.gpus_per_node if training.allow_tp_across_nodes else domain
-    return [t for t in divisors(limit) if model.num_attention_heads % t == 0]
-
-
-def cp_options(model: ModelSpec, training: TrainingSpec, rest: int) -> list[int]:
-    """Context parallelism only pays for long sequences (Megatron only); powers of two."""
-    if training.pinned.cp:
-        return [training.pinned.cp]
-    if training.framework != "megatron" or model.seq_length < 16384 or not training.flash_attention:
-        return [1]
-    return [c for c in (1, 2, 4, 8, 16, 32) if rest % c == 0 and model.seq_length % (2 * c) == 0]
-
-
-def pp_options(model: ModelSpec, training: TrainingSpec, rest: int) -> list[int]:
-    """Any PP up to the layer count: Megatron splits unevenly with first/last-stage layer counts
-    (stage_split_options), DeepSpeed's PipelineModule balances layers itself."""
-    if training.pinned.pp:
-        return [training.pinned.pp]
-    if training.framework == "deepspeed":
-        return [1]  # the plain engine runs no pipeline (rules.model_fits_framework)
-    return [p for p in divisors(rest) if p <= model.num_layers]
-
-
-def stage_split_options(
-    model: ModelSpec, training: TrainingSpec, pp: int, vpp: int
-) -> list[tuple[int | None, int | None]]:
-    """Layer split over the stages: even, and for Megatron (without interleaving) first/last stages with fewer
-    layers (--decoder-first/last-pipeline-num-layers), which balances the first stage's extra in-flight
-    activations and embedding and the last stage's output layer and logits."""
-    L = model.num_layers
-    even: list[tuple[int | None, int | None]] = [(None, None)] if L % pp == 0 else []
-    if pp == 1 or vpp > 1 or training.framework != "megatron":
-        return even
-    base = L // pp
-    out = list(even)
-    for first in range(max(1, base - 2), base + 1):
-        for last in range(max(1, base - 3), base + 1):
-            rest = L - first - last
-            ok = rest == 0 if pp == 2 else rest > 0 and rest % (pp - 2) == 0 and rest // (pp - 2) >= max(first, last)
-            if ok and not (first == last == base and L % pp == 0):
-                out.append((first, last))
-    return out
-
-
-def etp_options(model: ModelSpec, training: TrainingSpec, tp: int) -> list[int | None]:
-    """Expert tensor parallelism: Megatron's default (= TP) or none (ETP 1), the common MoE choice."""
-    if not model.is_moe or tp == 1 or training.framework != "megatron":
-        return [None]
-    return [None, 1]
-
-
-def vpp_options(model: ModelSpec, training: TrainingSpec, pp: int) -> list[int]:
-    if training.pinned.vpp:
-        return [training.pinned.vpp]
-    if pp == 1 or training.framework != "megatron":
-        return [1]
-    per_stage = model.num_layers // pp
-    interleaved = [v for v in (2, 3, 4, 6, 8) if v <= per_stage and per_stage % v == 0]
-    return [1, *interleaved[:2], *interleaved[-1:]] if len(interleaved) > 3 else [1, *interleaved]
-
-
-def ep_options(model: ModelSpec, training: TrainingSpec, plane: int) -> list[int]:
-    if training.pinned.ep:
-        return [training.pinned.ep]
-    if not model.is_moe or training.framework != "megatron":
-        return [1]
-    experts = model.num_experts or 1
-    return [e for e in divisors(experts) if plane % e == 0 and e <= 64]
-
-
-def mbs_options(model: ModelSpec, training: TrainingSpec, per_replica: int, cp: int) -> list[int]:
-    if training.pinned.micro_batch_size:
-        return [training.pinned.micro_batch_size]
-    cap = max(1, MAX_MICROBATCH_TOKENS * cp // model.seq_length)
-    return [b for b in divisors(per_replica) if b <= min(MAX_MICRO_BATCH, cap)]
-
-
-def sharding_options(training: TrainingSpec, dp: int, cp: int, pp: int, offload: bool) -> list[dict[str, object]]:
-    """Optimizer sharding (and offload) choices the framework offers for this placement."""
-    pins = training.pinned
-    if training.framework == "megatron":
-        # The distributed optimizer shards optimizer state over DP x CP at the same communication volume as the
-        # all-reduce it replaces (reduce-scatter + all-gather): with DP x CP > 1 it is always taken.
-        options = [dp * cp > 1]
-        if pins.distributed_optimizer is not None:
-            options = [pins.distributed_optimizer]
-        return [{"distributed_optimizer": d} for d in options]
-    stages = [1] if pp > 1 else [1, 2, 3]
-    if pins.zero_stage is not None:
-        stages = [pins.zero_stage]
-    out: list[dict[str, object]] = []
-    for stage in stages:
-        offloads = [("none", "none")]
-        if offload and stage >= 1:
-            offloads.append(("cpu", "none"))
-        if offload and stage == 3:
-            offloads += [("cpu", "cpu"), ("nvme", "nvme")]
-        for opt, param in offloads:
-            if pins.offload_optimizer not in (None, opt) or pins.offload_param not in (None, param):
-                continue
-            out.append({"zero_stage": stage, "offload_optimizer": opt, "offload_param": param})
-    return out
-
-
-def recompute_options(training: TrainingSpec) -> tuple[str, ...]:
-    if training.pinned.recompute:
-        return (training.pinned.recompute,)
-    # With flash attention there are no s x s scores: selective recomputation saves nothing.
-    return ("none", "full") if training.flash_attention else RECOMPUTE_ORDER
 
 
 @dataclass
@@ -155,28 +27,36 @@ class Placement:
     ep: int
     vpp: int
     etp: int | None = None
-    first_stage_layers: int | None = None
-    last_stage_layers: int | None = None
+    split: space.Split = field(default_factory=space.Split)
+    cp_comm: tuple[str, tuple[int, int] | None] = ("p2p", None)
 
 
 def placements(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, world: int) -> Iterator[Placement]:
-    for tp in tp_options(model, cluster, training):
+    for tp in space.tp_options(model, cluster, training):
         if world % tp:
             continue
-        for cp in cp_options(model, training, world // tp):
-            for pp in pp_options(model, training, world // (tp * cp)):
+        for cp in space.cp_options(model, training, world // tp):
+            for pp in space.pp_options(model, training, world // (tp * cp)):
                 if (world // (tp * cp)) % pp:
                     continue
                 dp = world // (tp * cp * pp)
                 if training.pinned.dp and dp != training.pinned.dp:
                     continue
-                for ep, vpp, etp in itertools.product(
-                    ep_options(model, training, tp * cp * dp),
-                    vpp_options(model, training, pp),
-                    etp_options(model, training, tp),
-                ):
-                    for first, last in stage_split_options(model, training, pp, vpp):
-                        yield Placement(tp, cp, pp, dp, ep, vpp, etp, first, last)
+                yield from _inner(model, cluster, training, tp, cp, pp, dp)
+
+
+def _inner(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp: int, cp: int, pp: int, dp: int
+) -> Iterator[Placement]:
+    microbatches = max(1, training.global_batch_size // dp)  # at micro-batch 1: the most the bubble can shrink
+    for ep, vpp, etp, cp_comm in itertools.product(
+        space.ep_options(model, training, tp * cp * dp),
+        space.vpp_options(model, training, pp, microbatches),
+        space.etp_options(model, training, tp),
+        space.cp_comm_options(model, cluster, training, tp, cp),
+    ):
+        for split in space.split_options(model, training, pp, vpp):
+            yield Placement(tp, cp, pp, dp, ep, vpp, etp, split, cp_comm)
 
 
 @dataclass
@@ -188,8 +68,8 @@ class Rejections:
     examples: dict[str, list[ParallelConfig]] = field(default_factory=dict)
     scores: dict[str, float] = field(default_factory=dict)
 
-    def add(self, code: str, message: str, par: ParallelConfig, score: float = 0.0) -> None:
-        self.counts[code] = self.counts.get(code, 0) + 1
+    def add(self, code: str, message: str, par: ParallelConfig, score: float = 0.0, count: int = 1) -> None:
+        self.counts[code] = self.counts.get(code, 0) + count
         examples = self.examples.setdefault(code, [])
         if code not in self.scores or score < self.scores[code]:
             self.scores[code], self.messages[code] = score, message
@@ -215,12 +95,22 @@ class SearchState:
     truncated: bool = False
 
 
-def _config(
-    pl: Placement, mbs: int, recompute: str, sharding: dict[str, object], training: TrainingSpec
+def make_config(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    pl: Placement,
+    mbs: int,
+    rc: space.Recompute,
+    sharding: dict[str, object],
 ) -> ParallelConfig:
-    sp = pl.tp > 1 and training.framework != "deepspeed"
+    sp = pl.tp > 1 and training.software.can.sequence_parallel
     if training.pinned.sequence_parallel is not None:
         sp = training.pinned.sequence_parallel
+    overlap = space.overlap_options(model, training, cluster, pl.tp, pl.ep, pl.pp, pl.vpp, rc.recompute)
+    if not sp:
+        overlap["tp_comm_overlap"] = False
+    dist = bool(sharding.get("distributed_optimizer", False))
     fields = dict(
         tp=pl.tp,
         pp=pl.pp,
@@ -230,10 +120,20 @@ def _config(
         ep=pl.ep,
         etp=pl.etp,
         micro_batch_size=mbs,
-        recompute=recompute,
+        recompute=rc.recompute,
+        recompute_modules=rc.modules,
+        recompute_method=rc.method,
+        recompute_num_layers=rc.layers,
         sequence_parallel=sp,
-        first_stage_layers=pl.first_stage_layers,
-        last_stage_layers=pl.last_stage_layers,
+        first_stage_layers=pl.split.first,
+        last_stage_layers=pl.split.last,
+        account_for_embedding_in_pipeline_split=pl.split.account,
+        account_for_loss_in_pipeline_split=pl.split.account,
+        pipeline_layout=pl.split.layout,
+        cp_comm_type=pl.cp_comm[0],
+        hierarchical_cp_sizes=pl.cp_comm[1],
+        fp8_param_gather=space.fp8_param_gather(training, dist),
+        **overlap,
         **sharding,
     )
     return ParallelConfig(**fields)  # type: ignore[arg-type]
@@ -249,26 +149,79 @@ def search_world(
     offload: bool,
 ) -> None:
     """Every candidate on `world` GPUs: record the feasible ones and why the others fail."""
-    usable = cluster.gpu.memory_bytes * (1 - training.memory_headroom)
-    host = cluster.cpu_memory_GiB * 2**30 * 0.9
+    budget = _Budget(
+        usable=cluster.gpu.memory_bytes * (1 - training.memory_headroom),
+        host=cluster.cpu_memory_GiB * 2**30 * 0.9,
+        limit=_upper_factor(cluster, training),
+        runtime=cluster.gpu.efficiency.runtime_overhead_bytes,
+    )
     for pl in placements(model, cluster, training, world):
-        per_replica = training.global_batch_size // pl.dp
-        shardings = sharding_options(training, pl.dp, pl.cp, pl.pp, offload)
-        if not shardings or not _placement_ok(model, cluster, training, world, pl, shardings, per_replica, state):
+        per_replica = max(training.global_batch_size // pl.dp, 1)
+        shardings = space.sharding_options(training, pl.dp, pl.cp, pl.pp, offload)
+        levels = space.recompute_options(model, training, _layers_per_chunk(model, pl))
+        sizes = space.mbs_options(model, training, per_replica, pl.cp)
+        if not shardings or not _placement_ok(model, cluster, training, world, pl, shardings, sizes, levels, state):
             continue
         for sharding in shardings:
-            sizes = mbs_options(model, training, max(per_replica, 1), pl.cp)
+            if sizes and not _states_fit(model, cluster, training, pl, sizes, levels, sharding, state, budget):
+                continue
             for i, mbs in enumerate(sizes):
                 if time.perf_counter() > deadline:
                     state.truncated = True
                     return
-                if _try_recompute_levels(model, cluster, training, world, pl, mbs, sharding, state, usable, host):
-                    # Activation memory never shrinks with a larger micro-batch (in-flight micro-batches x size
-                    # only grows), so every larger one runs out of memory too.
-                    larger = (len(sizes) - i - 1) * len(recompute_options(training))
-                    state.candidates += larger
-                    state.rejected.counts["out_of_memory"] += larger
+                if _try_recompute(model, cluster, training, world, pl, mbs, sharding, levels, state, budget):
+                    # activation memory never shrinks with a larger micro-batch: every larger one runs out too
+                    state.rejected.add(
+                        "out_of_memory",
+                        state.rejected.messages["out_of_memory"],
+                        state.rejected.examples["out_of_memory"][0],
+                        score=float("inf"),
+                        count=(len(sizes) - i - 1) * len(levels),
+                    )
+                    state.candidates += (len(sizes) - i - 1) * len(levels)
                     break
+
+
+def _states_fit(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    pl: Placement,
+    sizes: list[int],
+    levels: list[space.Recompute],
+    sharding: dict[str, object],
+    state: SearchState,
+    budget: _Budget,
+) -> bool:
+    """Model states alone (weights, gradients, optimizer, buckets) must fit before any activation does: one check
+    per placement and sharding rejects every micro-batch size and recomputation of a placement that cannot."""
+    par = make_config(model, cluster, training, pl, sizes[0], levels[-1], sharding)
+    worst = max(static_bytes(model, training, par, stage) for stage in range(par.pp) if stage in (0, par.pp - 1))
+    upper = worst * budget.limit + budget.runtime
+    if upper <= budget.usable:
+        return True
+    count = len(sizes) * len(levels)
+    state.candidates += count
+    state.rejected.add(
+        "out_of_memory",
+        f"model states alone need {worst / 2**30:.1f} GiB per GPU (up to {upper / 2**30:.1f} GiB at the upper end of "
+        f"its interval, before any activation) > usable {budget.usable / 2**30:.1f} GiB",
+        par,
+        score=worst,
+        count=count,
+    )
+    return False
+
+
+def _upper_factor(cluster: ClusterSpec, training: TrainingSpec) -> float:
+    from app.planner import uncertainty
+
+    s = training.software
+    return uncertainty.upper_factor(uncertainty.spread(s.name, cluster.gpu.generation, "memory", s.label))
+
+
+def _layers_per_chunk(model: ModelSpec, pl: Placement) -> int:
+    return max(1, model.num_layers // (pl.pp * pl.vpp))
 
 
 def _placement_ok(
@@ -278,26 +231,30 @@ def _placement_ok(
     world: int,
     pl: Placement,
     shardings: list[dict[str, object]],
-    per_replica: int,
+    sizes: list[int],
+    levels: list[space.Recompute],
     state: SearchState,
 ) -> bool:
     """Check the placement-only rules once; a violation rejects every candidate of the placement."""
-    probe = _config(pl, 1, "none", shardings[0], training)
+    probe = make_config(model, cluster, training, pl, 1, space.Recompute("none"), shardings[0])
     violations = rules.check(model, cluster, training, probe, world, only=rules.PLACEMENT_RULES)
     if not violations:
         return True
-    count = (
-        len(shardings)
-        * len(mbs_options(model, training, max(per_replica, 1), pl.cp))
-        * len(recompute_options(training))
-    )
+    count = len(shardings) * max(1, len(sizes)) * len(levels)
     state.candidates += count
-    state.rejected.add(violations[0].code, violations[0].message, probe)
-    state.rejected.counts[violations[0].code] += count - 1
+    state.rejected.add(violations[0].code, violations[0].message, probe, count=count)
     return False
 
 
-def _try_recompute_levels(
+@dataclass(frozen=True)
+class _Budget:
+    usable: float  # GPU bytes a plan may need at the upper end of its memory interval
+    host: float  # host bytes per node for offloaded states
+    limit: float  # predicted -> upper end of the interval
+    runtime: float  # CUDA context and workspaces (outside the allocator, not scaled)
+
+
+def _try_recompute(
     model: ModelSpec,
     cluster: ClusterSpec,
     training: TrainingSpec,
@@ -305,40 +262,86 @@ def _try_recompute_levels(
     pl: Placement,
     mbs: int,
     sharding: dict[str, object],
+    levels: list[space.Recompute],
     state: SearchState,
-    usable: float,
-    host: float,
+    budget: _Budget,
 ) -> bool:
-    """The cheapest recomputation that fits; the more expensive ones are dominated and not timed.
-    True when even the most recomputation runs out of GPU memory."""
-    levels = recompute_options(training)
-    first = _config(pl, mbs, levels[0], sharding, training)
-    violations = rules.check(model, cluster, training, first, world, only=rules.CANDIDATE_RULES)
-    if violations:  # the rules do not read the recomputation: one check covers every level
-        state.candidates += 1
-        state.rejected.add(violations[0].code, violations[0].message, first)
+    """The cheapest recomputation that fits; the costlier ones are dominated and not timed. Levels run from the
+    least to the most memory-saving, so the first that fits is found by bisection. True when even the most
+    recomputation runs out of GPU memory."""
+    configs: dict[int, ParallelConfig | None] = {}
+
+    def config(i: int) -> ParallelConfig | None:
+        if i not in configs:
+            par = make_config(model, cluster, training, pl, mbs, levels[i], sharding)
+            bad = rules.check(model, cluster, training, par, world, only=rules.CANDIDATE_RULES)
+            configs[i] = None if bad else par
+            if bad and i == 0 and bad[0].code not in ("recompute", "moe_ep_overlap"):
+                raise _Rejected(bad[0], par)
+        return configs[i]
+
+    state.candidates += len(levels)
+    try:
+        config(0)
+    except _Rejected as exc:
+        state.rejected.add(exc.violation.code, exc.violation.message, exc.par, count=len(levels))
         return False
-    for recompute in levels:
-        state.candidates += 1
-        par = first if recompute == levels[0] else _config(pl, mbs, recompute, sharding, training)
-        state.evaluated += 1
-        peak, stage, cpu = peak_memory(model, cluster, training, par)
-        if cpu > host:
-            state.rejected.add(
-                "cpu_out_of_memory",
-                f"offloaded states need {cpu / 2**30:.0f} GiB of host memory "
-                f"per node > 90% of {cluster.cpu_memory_GiB:.0f} GiB",
-                par,
-                score=cpu,
-            )
-            return False
-        if peak <= usable:
-            state.found.append(Found(par, world, peak))
-            return False
+    fits = {i: _fits(model, cluster, training, config(i), state, budget) for i in (0, len(levels) - 1)}
+    if fits[0] is None or fits[len(levels) - 1] is None:
+        return False  # out of host memory
+    if fits[0]:
+        state.found.append(Found(*fits[0]))
+        return False
+    if not fits[len(levels) - 1]:
+        return True
+    lo, hi = 0, len(levels) - 1  # levels[lo] does not fit, levels[hi] does
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        result = _fits(model, cluster, training, config(mid), state, budget)
+        if result:
+            hi, fits[hi] = mid, result
+        else:
+            lo = mid
+    state.found.append(Found(*fits[hi]))  # type: ignore[misc]
+    return False
+
+
+class _Rejected(Exception):
+    def __init__(self, violation: rules.Violation, par: ParallelConfig) -> None:
+        self.violation, self.par = violation, par
+
+
+def _fits(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    par: ParallelConfig | None,
+    state: SearchState,
+    budget: _Budget,
+) -> tuple[ParallelConfig, int, float] | bool | None:
+    """(config, world, peak) when it fits, False when it runs out of GPU memory (or breaks a rule), None when the
+    offloaded states overflow host memory."""
+    if par is None:
+        return False
+    state.evaluated += 1
+    peak, stage, cpu = peak_memory(model, cluster, training, par)
+    if cpu > budget.host:
         state.rejected.add(
-            "out_of_memory",
-            f"needs {peak / 2**30:.1f} GiB per GPU on stage {stage} > usable {usable / 2**30:.1f} GiB",
+            "cpu_out_of_memory",
+            f"offloaded states need {cpu / 2**30:.0f} GiB of host memory per node > 90% of "
+            f"{cluster.cpu_memory_GiB:.0f} GiB",
             par,
-            score=peak,
+            score=cpu,
         )
-    return True
+        return None
+    upper = (peak - budget.runtime) * budget.limit + budget.runtime
+    if upper <= budget.usable:
+        return par, par.world_size, peak
+    state.rejected.add(
+        "out_of_memory",
+        f"needs {peak / 2**30:.1f} GiB per GPU on stage {stage} (up to {upper / 2**30:.1f} GiB at the upper end of "
+        f"its interval) > usable {budget.usable / 2**30:.1f} GiB",
+        par,
+        score=peak,
+    )
+    return False

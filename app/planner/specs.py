@@ -383,7 +383,7 @@ class ClusterSpec(Frozen):
         domain = self.gpu.nvlink_domain
         if domain <= 1:
             return 1
-        if domain > self.gpus_per_node:
+        if self.gpu.nvlink_spans_nodes:
             return min(domain, self.world_size)
         return min(self.gpus_per_node, domain)
 
@@ -479,12 +479,14 @@ class TrainingSpec(Frozen):
     max_plans: int = Field(10, ge=1, le=200, description="How many ranked plans to return.")
     search_time_limit_s: float = Field(20.0, gt=0, le=600, description="Cap on search time.")
 
+    _software: Any = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _check_stack(self) -> TrainingSpec:
         from app.planner import stack
 
         software = stack.stack_of(self.stack, self.framework)
+        self._software = software
         if software.framework != self.framework:
             raise ValueError(
                 f"training.stack {software.name!r} runs framework {software.framework!r}, not {self.framework!r}"
@@ -498,10 +500,9 @@ class TrainingSpec(Frozen):
 
     @property
     def software(self) -> Stack:
-        """The software stack this training runs on (data/stacks.json)."""
-        from app.planner import stack
-
-        return stack.stack_of(self.stack, self.framework)
+        """The software stack this training runs on (data/stacks.json), resolved once at validation."""
+        software: Stack = self.__pydantic_private__["_software"]  # type: ignore[index]  # a dict: no __getattr__
+        return software
 
     @property
     def reduce_dtype(self) -> str:
@@ -510,6 +511,15 @@ class TrainingSpec(Frozen):
 
 class ParallelConfig(Frozen):
     """One fully specified parallel layout (what `estimate` evaluates and `plan` returns)."""
+
+    _layer_key: tuple[object, ...] | None = PrivateAttr(default=None)
+    _state_key: tuple[object, ...] | None = PrivateAttr(default=None)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> ParallelConfig:
+        """A copy without the cached layer key (updated fields would make it stale)."""
+        copy = super().model_copy(update=update, deep=deep)
+        copy.__pydantic_private__ = {"_layer_key": None, "_state_key": None}
+        return copy
 
     tp: int = Field(1, ge=1, description="Tensor-parallel size.")
     pp: int = Field(1, ge=1, description="Pipeline-parallel size.")
@@ -562,7 +572,9 @@ class ParallelConfig(Frozen):
         None,
         description="a2a+p2p: (a2a group inside the node, p2p ring across) (--hierarchical-context-parallel-sizes).",
     )
-    grad_reduce_dtype: GradReduceDtype = Field("fp32", description="Main-grad buffer and DP reduction dtype.")
+    grad_reduce_dtype: GradReduceDtype | None = Field(
+        None, description="Main-grad buffer and DP reduction dtype the plan uses (default: the training's)."
+    )
     fp8_recipe: FP8Recipe | None = Field(None, description="FP8 scaling recipe (--fp8-recipe), FP8 plans only.")
     fp8_param_gather: bool = Field(False, description="FP8 primary weights (--fp8-param-gather).")
     tp_comm_overlap: bool = Field(False, description="Overlap TP communication with GEMMs (--tp-comm-overlap).")
@@ -601,7 +613,23 @@ class ParallelConfig(Frozen):
         """Key of the per-layer caches (one layer, one micro-batch): every field but the placement's pure counts
         that a layer's cost cannot read (PP, VPP, DP and the stage split). Derived from the spec itself, so a new
         field is part of the key unless it is listed here as not read by a layer."""
-        return tuple(getattr(self, name) for name in _LAYER_KEY_FIELDS)
+        private = self.__pydantic_private__  # a dict: private attributes without pydantic's __getattr__
+        cached = private["_layer_key"]  # type: ignore[index]
+        if cached is None:
+            cached = tuple(getattr(self, name) for name in _LAYER_KEY_FIELDS)
+            private["_layer_key"] = cached  # type: ignore[index]
+        return cached  # type: ignore[no-any-return]
+
+    @property
+    def state_fields(self) -> tuple[object, ...]:
+        """Key of the per-stage model-state caches: what weights, gradients, optimizer states and buckets depend on
+        (not the micro-batch size, the recomputation or the overlaps)."""
+        private = self.__pydantic_private__
+        cached = private["_state_key"]  # type: ignore[index]
+        if cached is None:
+            cached = tuple(getattr(self, name) for name in _STATE_KEY_FIELDS)
+            private["_state_key"] = cached  # type: ignore[index]
+        return cached  # type: ignore[no-any-return]
 
 
 # Fields a single layer's memory and time cannot depend on (pipeline position and data-parallel replication).
@@ -620,6 +648,22 @@ _NOT_LAYER_FIELDS = frozenset(
     }
 )
 _LAYER_KEY_FIELDS = tuple(name for name in ParallelConfig.model_fields if name not in _NOT_LAYER_FIELDS)
+# Fields the model states of a stage cannot depend on (activations and overlaps only).
+_NOT_STATE_FIELDS = frozenset(
+    {
+        "micro_batch_size",
+        "recompute",
+        "recompute_modules",
+        "recompute_method",
+        "recompute_num_layers",
+        "sequence_parallel",
+        "tp_comm_overlap",
+        "moe_ep_overlap",
+        "cp_comm_type",
+        "hierarchical_cp_sizes",
+    }
+)
+_STATE_KEY_FIELDS = tuple(name for name in ParallelConfig.model_fields if name not in _NOT_STATE_FIELDS)
 
 
 class PlanRequest(Frozen):

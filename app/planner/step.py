@@ -35,7 +35,13 @@ from app.planner import comm, compute, layout
 from app.planner.activations import ACT, moe_imbalance, routed_tokens
 from app.planner.attention import attention_shape
 from app.planner.layout import StageShape
-from app.planner.memory import deepspeed_uses_bf16_optimizer, stage_params, zero_buckets, zero_overlap_comm
+from app.planner.memory import (
+    deepspeed_uses_bf16_optimizer,
+    reduce_dtype,
+    stage_params,
+    zero_buckets,
+    zero_overlap_comm,
+)
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from app.planner.stack import GenerationCosts
 
@@ -66,7 +72,13 @@ class StageTime:
     @property
     def device(self) -> float:
         return (
-            self.compute + self.recompute + self.tp_comm + self.cp_comm + self.ep_comm + self.pp_comm + self.zero_comm
+            self.compute
+            + self.recompute
+            + self.tp_comm
+            + self.cp_comm
+            + self.ep_comm
+            + self.pp_comm
+            + self.zero_comm
             + self.engine
         )
 
@@ -261,7 +273,7 @@ def grad_bytes(training: TrainingSpec, par: ParallelConfig) -> int:
         return 2
     if training.software.can.sharding == ("zero",):
         return 4 if deepspeed_uses_bf16_optimizer(training, par) else 2
-    return 4 if training.reduce_dtype == "fp32" else 2
+    return 4 if reduce_dtype(training, par) == "fp32" else 2
 
 
 def _zero2_exposed(
@@ -336,8 +348,9 @@ def dp_exposed(
     if par.pp > 1 and not model.untie_embeddings_and_output_weights:  # tied embedding grads, first <-> last
         size = grad_bytes(training, par) * model.vocab_size * model.hidden_size / par.tp
         pair = layout.pp_group(par, cluster)
-        total += comm.collective_time("all_reduce", size, comm.Group(2, 1, 2) if pair.crosses else comm.Group(2, 2, 1),
-                                      cluster)
+        total += comm.collective_time(
+            "all_reduce", size, comm.Group(2, 1, 2) if pair.crosses else comm.Group(2, 2, 1), cluster
+        )
     return total
 
 

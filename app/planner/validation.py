@@ -65,12 +65,36 @@ class MeasuredRun:
 
 # Architectures the dgxc rows omit, from the model cards (see the module docstring).
 _DGXC_MODELS: dict[str, dict[str, Any]] = {
-    "Nemotron-4 15B": dict(num_layers=32, hidden_size=6144, num_attention_heads=48, num_query_groups=8,
-                           ffn_hidden_size=24576, vocab_size=256000, seq_length=4096),
-    "Nemotron-4 340B": dict(num_layers=96, hidden_size=18432, num_attention_heads=96, num_query_groups=8,
-                            ffn_hidden_size=73728, vocab_size=256000, seq_length=4096),
-    "Grok-1": dict(num_layers=64, hidden_size=6144, num_attention_heads=48, num_query_groups=8, ffn_hidden_size=32768,
-                   vocab_size=131072, swiglu=True, num_experts=8, moe_router_topk=2, moe_ffn_hidden_size=32768),
+    "Nemotron-4 15B": dict(
+        num_layers=32,
+        hidden_size=6144,
+        num_attention_heads=48,
+        num_query_groups=8,
+        ffn_hidden_size=24576,
+        vocab_size=256000,
+        seq_length=4096,
+    ),
+    "Nemotron-4 340B": dict(
+        num_layers=96,
+        hidden_size=18432,
+        num_attention_heads=96,
+        num_query_groups=8,
+        ffn_hidden_size=73728,
+        vocab_size=256000,
+        seq_length=4096,
+    ),
+    "Grok-1": dict(
+        num_layers=64,
+        hidden_size=6144,
+        num_attention_heads=48,
+        num_query_groups=8,
+        ffn_hidden_size=32768,
+        vocab_size=131072,
+        swiglu=True,
+        num_experts=8,
+        moe_router_topk=2,
+        moe_ffn_hidden_size=32768,
+    ),
 }
 
 
@@ -94,30 +118,52 @@ def _megatron_a100(r: dict[str, Any]) -> MeasuredRun | None:
     bloom, mtnlg, zero = "BLOOM" in r["name"], "MT-NLG" in r["name"], r.get("zero") == 3
     gpn = r.get("gpus_per_node") or 8
     model = ModelSpec(
-        name=r["name"], num_layers=r["layers"], hidden_size=r["hidden"], num_attention_heads=r["heads"],
-        num_query_groups=r.get("kv_heads"), ffn_hidden_size=r.get("ffn"), vocab_size=r.get("vocab") or GPT_VOCAB,
-        seq_length=r["seq"], position_embedding_type="alibi" if bloom else "learned_absolute",
-        normalization="LayerNorm", add_bias_linear=True, embedding_layernorm=bloom,
-        hidden_dropout=0.0 if bloom else 0.1, attention_dropout=0.0 if bloom else 0.1,
+        name=r["name"],
+        num_layers=r["layers"],
+        hidden_size=r["hidden"],
+        num_attention_heads=r["heads"],
+        num_query_groups=r.get("kv_heads"),
+        ffn_hidden_size=r.get("ffn"),
+        vocab_size=r.get("vocab") or GPT_VOCAB,
+        seq_length=r["seq"],
+        position_embedding_type="alibi" if bloom else "learned_absolute",
+        normalization="LayerNorm",
+        add_bias_linear=True,
+        embedding_layernorm=bloom,
+        hidden_dropout=0.0 if bloom else 0.1,
+        attention_dropout=0.0 if bloom else 0.1,
     )
     cluster = ClusterSpec(
-        num_nodes=max(1, r["gpus"] // gpn), gpus_per_node=min(gpn, r["gpus"]),
-        gpu="A100-80GB" if r.get("gpu_mem_gb") in (None, 80) else "A100-40GB", inter_node_GBps=6.25 if bloom else None,
+        num_nodes=max(1, r["gpus"] // gpn),
+        gpus_per_node=min(gpn, r["gpus"]),
+        gpu="A100-80GB" if r.get("gpu_mem_gb") in (None, 80) else "A100-40GB",
+        inter_node_GBps=6.25 if bloom else None,
     )
     framework = "megatron-deepspeed" if (bloom or mtnlg or zero) else "megatron"
     training = TrainingSpec(
-        global_batch_size=r["gbs"], precision=r.get("precision") or "fp16", framework=framework,
-        stack="megatron-deepspeed-bigscience" if bloom else (None if framework == "megatron" else "megatron-deepspeed-2021"),
+        global_batch_size=r["gbs"],
+        precision=r.get("precision") or "fp16",
+        framework=framework,
+        stack="megatron-deepspeed-bigscience"
+        if bloom
+        else (None if framework == "megatron" else "megatron-deepspeed-2021"),
         flash_attention=False,
-        overlap_grad_reduce=False, overlap_p2p_comm=False,
+        overlap_grad_reduce=False,
+        overlap_p2p_comm=False,
     )
     label = r.get("recompute")
     recompute = "full" if label in (None, "full") else ("none" if label == "none" else "selective")
     dp = r.get("dp") or r["gpus"] // (r["tp"] * r["pp"])
     parallel = ParallelConfig(
-        tp=r["tp"], pp=r["pp"], vpp=r.get("vpp") or 1, dp=dp, cp=r.get("cp") or 1,
-        micro_batch_size=r.get("mbs") or (r["gbs"] // dp if zero else 1), recompute=recompute,
-        sequence_parallel=bool(label and "sequence" in label), zero_stage=3 if zero else (1 if framework != "megatron" else 0),
+        tp=r["tp"],
+        pp=r["pp"],
+        vpp=r.get("vpp") or 1,
+        dp=dp,
+        cp=r.get("cp") or 1,
+        micro_batch_size=r.get("mbs") or (r["gbs"] // dp if zero else 1),
+        recompute=recompute,
+        sequence_parallel=bool(label and "sequence" in label),
+        zero_stage=3 if zero else (1 if framework != "megatron" else 0),
     )
     step, derived = r.get("iter_s"), "iteration time"
     if step is None and r.get("tflops_per_gpu"):
@@ -137,18 +183,30 @@ def _dgxc_model(r: dict[str, Any]) -> ModelSpec | None:
             fields["num_layers"] = r["layers"]
         nemotron = name.startswith("Nemotron")
         return ModelSpec(
-            name=name, **fields, untie_embeddings_and_output_weights=True, position_embedding_type="rope",
-            normalization="LayerNorm" if nemotron else "RMSNorm", add_bias_linear=False,
+            name=name,
+            **fields,
+            untie_embeddings_and_output_weights=True,
+            position_embedding_type="rope",
+            normalization="LayerNorm" if nemotron else "RMSNorm",
+            add_bias_linear=False,
         )
     if not r.get("hidden") or not r.get("layers"):
         return None
     llama = "Llama" in name
     return ModelSpec(
-        name=name, num_layers=r["layers"], hidden_size=r["hidden"], num_attention_heads=r["heads"],
-        num_query_groups=r.get("kv_heads"), ffn_hidden_size=r.get("ffn"), vocab_size=r.get("vocab") or 50304,
-        seq_length=r["seq"], swiglu=llama, untie_embeddings_and_output_weights=llama,
+        name=name,
+        num_layers=r["layers"],
+        hidden_size=r["hidden"],
+        num_attention_heads=r["heads"],
+        num_query_groups=r.get("kv_heads"),
+        ffn_hidden_size=r.get("ffn"),
+        vocab_size=r.get("vocab") or 50304,
+        seq_length=r["seq"],
+        swiglu=llama,
+        untie_embeddings_and_output_weights=llama,
         position_embedding_type="rope" if llama else "learned_absolute",
-        normalization="RMSNorm" if llama else "LayerNorm", add_bias_linear=not llama,
+        normalization="RMSNorm" if llama else "LayerNorm",
+        add_bias_linear=not llama,
     )
 
 
@@ -161,41 +219,72 @@ def _dgxc(r: dict[str, Any]) -> MeasuredRun | None:
     fp8 = r["precision"] == "fp8"
     training = TrainingSpec(global_batch_size=r["gbs"], precision=r["precision"], grad_reduce_dtype="bf16")
     parallel = ParallelConfig(
-        tp=tp, pp=pp, vpp=r.get("vpp") or 1, dp=dp, cp=cp, ep=r.get("ep") or 1, micro_batch_size=r["mbs"],
-        sequence_parallel=tp > 1, tp_comm_overlap=tp > 1, distributed_optimizer=dp * cp > 1,
-        fp8_recipe="delayed" if fp8 else None, fp8_param_gather=fp8 and dp * cp > 1,
+        tp=tp,
+        pp=pp,
+        vpp=r.get("vpp") or 1,
+        dp=dp,
+        cp=cp,
+        ep=r.get("ep") or 1,
+        micro_batch_size=r["mbs"],
+        sequence_parallel=tp > 1,
+        tp_comm_overlap=tp > 1,
+        distributed_optimizer=dp * cp > 1,
+        fp8_recipe="delayed" if fp8 else None,
+        fp8_param_gather=fp8 and dp * cp > 1,
     )
     cluster = ClusterSpec(num_nodes=max(1, r["gpus"] // 8), gpus_per_node=min(8, r["gpus"]), gpu="H100-SXM")
-    return MeasuredRun(r["name"], "dgxc-h100", model, cluster, training, parallel, r["iter_s"], None, None,
-                       "iteration time")
+    return MeasuredRun(
+        r["name"], "dgxc-h100", model, cluster, training, parallel, r["iter_s"], None, None, "iteration time"
+    )
 
 
 def _llm_foundry(r: dict[str, Any]) -> MeasuredRun:
     model = ModelSpec(
-        name=r["name"], num_layers=r["layers"], hidden_size=r["hidden"], num_attention_heads=r["heads"],
-        ffn_hidden_size=r["ffn"], vocab_size=r["vocab"], seq_length=r["seq"], position_embedding_type="alibi",
-        normalization="LayerNorm", add_bias_linear=False,
+        name=r["name"],
+        num_layers=r["layers"],
+        hidden_size=r["hidden"],
+        num_attention_heads=r["heads"],
+        ffn_hidden_size=r["ffn"],
+        vocab_size=r["vocab"],
+        seq_length=r["seq"],
+        position_embedding_type="alibi",
+        normalization="LayerNorm",
+        add_bias_linear=False,
     )
     gpus = r["gpus"]
     cluster = ClusterSpec(
-        num_nodes=max(1, gpus // 8), gpus_per_node=min(8, gpus), gpu="A100-80GB" if r["gpu_mem_gb"] == 80 else "A100-40GB"
+        num_nodes=max(1, gpus // 8),
+        gpus_per_node=min(8, gpus),
+        gpu="A100-80GB" if r["gpu_mem_gb"] == 80 else "A100-40GB",
     )
     # Composer FSDP mixed precision: DEFAULT reduces gradients in fp32, PURE in bf16 (the row's "MP Mode" column)
     reduce = "bf16" if "PURE" in r["source"] else "fp32"
     training = TrainingSpec(
         global_batch_size=r["gbs"], precision="bf16", framework="pytorch-fsdp", grad_reduce_dtype=reduce
     )
-    parallel = ParallelConfig(dp=gpus, micro_batch_size=r["mbs"], recompute="full" if r["recompute"] == "full" else "none")
+    parallel = ParallelConfig(
+        dp=gpus, micro_batch_size=r["mbs"], recompute="full" if r["recompute"] == "full" else "none"
+    )
     step = r["gbs"] * r["seq"] / (r["tokens_per_s"] * gpus)
-    return MeasuredRun(r["name"], "llm-foundry-a100", model, cluster, training, parallel, step, None, None,
-                       "tokens/s per GPU")
+    return MeasuredRun(
+        r["name"], "llm-foundry-a100", model, cluster, training, parallel, step, None, None, "tokens/s per GPU"
+    )
 
 
 def tinyllama() -> ModelSpec:
     return ModelSpec(
-        name="llama-1.1b", num_layers=22, hidden_size=2048, num_attention_heads=32, num_query_groups=4,
-        ffn_hidden_size=5632, vocab_size=32000, seq_length=2048, swiglu=True,
-        untie_embeddings_and_output_weights=True, position_embedding_type="rope", normalization="RMSNorm",
+        name="llama-1.1b",
+        num_layers=22,
+        hidden_size=2048,
+        num_attention_heads=32,
+        num_query_groups=4,
+        ffn_hidden_size=5632,
+        vocab_size=32000,
+        seq_length=2048,
+        swiglu=True,
+        untie_embeddings_and_output_weights=True,
+        position_embedding_type="rope",
+        normalization="RMSNorm",
         source="TinyLlama-1.1B shape (shared/validation/README.md)",
     )
 
@@ -204,12 +293,24 @@ def _h200(r: dict[str, Any]) -> MeasuredRun:
     cluster = ClusterSpec(num_nodes=1, gpus_per_node=1, gpu="H200")
     training = TrainingSpec(global_batch_size=r["mbs"], precision="bf16", framework="deepspeed")
     parallel = ParallelConfig(
-        zero_stage=r["zero"], micro_batch_size=r["mbs"], recompute="full" if r["recompute"] else "none",
+        zero_stage=r["zero"],
+        micro_batch_size=r["mbs"],
+        recompute="full" if r["recompute"] else "none",
         offload_optimizer=r["offload"],
     )
     name = f"TinyLlama-1.1B ZeRO-{r['zero']} mbs{r['mbs']}{' recompute' if r['recompute'] else ''} 1xH200"
-    return MeasuredRun(name, "h200-deepspeed", tinyllama(), cluster, training, parallel, r["step_s"],
-                       r["peak_reserved_gib"], r["peak_alloc_gib"], "measured step")
+    return MeasuredRun(
+        name,
+        "h200-deepspeed",
+        tinyllama(),
+        cluster,
+        training,
+        parallel,
+        r["step_s"],
+        r["peak_reserved_gib"],
+        r["peak_alloc_gib"],
+        "measured step",
+    )
 
 
 def load(data: Path = DATA) -> tuple[list[MeasuredRun], list[str]]:

@@ -94,7 +94,8 @@ def test_gpu_preset_with_overrides() -> None:
 
 def test_catalogue_has_every_gpu_with_a_source() -> None:
     names = {g.name for g in catalog.gpus()}
-    assert names == {"A100-40GB", "A100-80GB", "H100-SXM", "H100-PCIe", "H200", "B200", "L40S", "MI300X"}
+    assert names == {"A100-40GB", "A100-80GB", "H100-SXM", "H100-PCIe", "H200", "B200", "GB200", "L40S", "MI300X"}
+    assert catalog.gpu("GB200").nvlink_spans_nodes and not catalog.gpu("H100-SXM").nvlink_spans_nodes
     for g in catalog.gpus():
         assert g.source and g.memory_bytes > 30 * 2**30 and g.bf16_TFLOPs > 100
     assert catalog.gpu("A100-80GB").fp8_TFLOPs is None and catalog.gpu("H100-SXM").fp8_TFLOPs == pytest.approx(1978.9)

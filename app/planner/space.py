@@ -1,0 +1,319 @@
+"""The search space: small, named generators of each dimension, read from the stack's capabilities.
+
+- TP: divisors of the NVLink domain that divide the heads.
+- CP: from 4K tokens up (where ring attention's exchange can hide behind attention), powers of two with
+  `seq % 2cp == 0` and at least 2K tokens per rank (NVIDIA runs CP2 at 8K, CP8 at 64K, CP16 at 128K); the
+  communication type by placement: p2p inside an NVLink domain, and across domains also
+  hierarchical a2a+p2p (a2a over the ranks of a domain, the ring across) — megatron-core cp_comm_type.
+- PP: any size up to the layer count; VPP: every factor that divides the layers per stage (no fixed list).
+- Layer split: even; Megatron's first/last-stage layer counts (with or without interleaving, each divisible by VPP);
+  the embedding and the loss counted as stage work (`--account-for-embedding/loss-in-pipeline-split`) when that
+  makes the count divide; otherwise a `--pipeline-model-parallel-layout` string with lighter first and last virtual
+  stages; DeepSpeed's PipelineModule balances any count itself (partition_method).
+- EP: divisors of the experts that fit the TP x CP x DP plane; expert TP: Megatron's default (= TP) or 1.
+- Recomputation, cheapest first: none; selective modules (core_attn without fused attention, layernorm, moe_act,
+  mla_up_proj, mlp / moe); full recomputation of 1..n layers per chunk (block method); full of every layer.
+- Precision and overlap options that cost nothing are taken (TP communication overlap with SP, EP overlap where
+  Megatron allows it, FP8 primary weights with the distributed optimizer); choices that change numerics (gradient
+  reduce dtype, FP8 recipe) are the request's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
+
+MAX_MICRO_BATCH = 32
+MAX_MICROBATCH_TOKENS = 262_144  # no micro-batch larger than this many tokens per GPU is worth timing
+CP_MIN_SEQ = 4096
+CP_MIN_CHUNK = 2048  # tokens per CP rank below which ring attention's chunks are too short to hide the exchange
+MAX_CP = 32
+
+
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def tp_options(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> list[int]:
+    if training.pinned.tp:
+        return [training.pinned.tp]
+    if not training.software.can.tensor_parallel:
+        return [1]
+    domain = cluster.nvlink_domain
+    limit = 2 * cluster.gpus_per_node if training.allow_tp_across_nodes else min(domain, cluster.gpus_per_node)
+    return [t for t in divisors(limit) if model.num_attention_heads % t == 0]
+
+
+def cp_options(model: ModelSpec, training: TrainingSpec, rest: int) -> list[int]:
+    if training.pinned.cp:
+        return [training.pinned.cp]
+    if not training.software.can.context_parallel or model.seq_length < CP_MIN_SEQ or not training.flash_attention:
+        return [1]
+    sizes = [1, 2, 4, 8, 16, 32]
+    return [
+        c
+        for c in sizes
+        if c <= MAX_CP and rest % c == 0 and model.seq_length % (2 * c) == 0 and model.seq_length // c >= CP_MIN_CHUNK
+    ]
+
+
+def cp_comm_options(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp: int, cp: int
+) -> list[tuple[str, tuple[int, int] | None]]:
+    """(cp_comm_type, hierarchical sizes): p2p; across NVLink domains also a2a inside and the ring across."""
+    if cp == 1:
+        return [("p2p", None)]
+    can = training.software.can.context_parallel
+    pinned = training.pinned.cp_comm_type
+    out: list[tuple[str, tuple[int, int] | None]] = [("p2p", None)] if "p2p" in can else []
+    inner = max(1, min(cp, cluster.nvlink_domain // tp))
+    heads = model.num_attention_heads // tp
+    if 1 < inner < cp and cp % inner == 0 and heads % inner == 0 and "a2a+p2p" in can:
+        out.append(("a2a+p2p", (inner, cp // inner)))
+    if pinned:
+        out = [o for o in out if o[0] == pinned] or [(pinned, None)]
+    return out
+
+
+def pp_options(model: ModelSpec, training: TrainingSpec, rest: int) -> list[int]:
+    if training.pinned.pp:
+        return [training.pinned.pp]
+    if training.software.can.pipeline is None:
+        return [1]
+    return [p for p in divisors(rest) if p <= model.num_layers]
+
+
+BUBBLE_ENOUGH = 0.01  # interleaving beyond the factor that brings the ideal bubble under 1% only adds traffic
+
+
+def vpp_options(model: ModelSpec, training: TrainingSpec, pp: int, microbatches: int) -> list[int]:
+    """Every interleaving factor that divides the layers per stage (counting the embedding and loss as layers
+    too, where the layer count needs them to divide), up to the first that brings the ideal bubble
+    `(p - 1) / (v m)` under 1%: a larger factor only adds pipeline traffic and in-flight activations."""
+    if training.pinned.vpp:
+        return [training.pinned.vpp]
+    if pp == 1 or not training.software.can.interleaving:
+        return [1]
+    per_stage = max(model.num_layers // pp, 1)
+    counts = {model.num_layers // pp, (model.num_layers + 2) // pp} if model.num_layers % pp else {per_stage}
+    factors = {1}
+    for n in counts:
+        factors |= {v for v in divisors(n) if 1 < v <= n}
+    out = []
+    for v in sorted(factors):
+        out.append(v)
+        if (pp - 1) / (v * max(microbatches, 1)) <= BUBBLE_ENOUGH:
+            break
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """How the layers go onto the stages (the ParallelConfig fields that say it)."""
+
+    first: int | None = None
+    last: int | None = None
+    account: bool = False
+    layout: str | None = None
+
+
+def split_options(model: ModelSpec, training: TrainingSpec, pp: int, vpp: int) -> list[Split]:
+    """Layer splits over pp x vpp virtual stages, as the stack runs them."""
+    L = model.num_layers
+    S = pp * vpp
+    can = training.software.can
+    even = L % S == 0
+    if pp == 1:
+        return [Split()]
+    if can.pipeline == "deepspeed":
+        return [Split()]  # PipelineModule balances any count (partition_method)
+    out = [Split()] if even else []
+    if not can.uneven_stages:
+        return out
+    if (L + 2) % S == 0 and not even:
+        out.append(Split(account=True))
+    out += _first_last(L, pp, vpp)
+    if not out:
+        layout = _layout(L, pp, vpp)
+        if layout:
+            out.append(Split(layout=layout))
+    return out
+
+
+def _first_last(L: int, pp: int, vpp: int) -> list[Split]:
+    """Megatron's first/last-stage counts: lighter ends (the first stage holds the embedding and the most in-flight
+    micro-batches, the last the logits), each and every middle stage a multiple of vpp."""
+    out = []
+    base = L // pp
+    for first in range(max(vpp, base - 2 * vpp), base + 1, vpp):
+        for last in range(max(vpp, base - 3 * vpp), base + 1, vpp):
+            rest = L - first - last
+            middle = pp - 2
+            if middle == 0:
+                ok = rest == 0
+            else:
+                ok = (
+                    rest > 0
+                    and rest % middle == 0
+                    and (rest // middle) % vpp == 0
+                    and rest // middle >= max(first, last)
+                )
+            if ok and not (first == last == base and L % pp == 0):
+                out.append(Split(first=first, last=last))
+    return out[:4]
+
+
+def _layout(L: int, pp: int, vpp: int) -> str | None:
+    """A layout string for counts nothing else splits: the first virtual stage holds the embedding and `a`
+    layers, the last `b` layers and the loss, the S - 2 between `n` each (pipeline_parallel_layer_layout.py)."""
+    S = pp * vpp
+    if S < 3:
+        return None
+    for n in range(max(1, L // (S - 2)), 0, -1):
+        rest = L - n * (S - 2)
+        for a in range(min(n, rest), -1, -1):
+            b = rest - a
+            if 0 <= b <= n:
+                middle = f"(t*{n}|)*{S - 2}" if n > 1 else f"(t|)*{S - 2}"
+                first = "E" + (f"t*{a}" if a > 1 else "t" * a)
+                last = (f"t*{b}" if b > 1 else "t" * b) + "L"
+                return f"{first}|{middle}{last}"
+    return None
+
+
+def etp_options(model: ModelSpec, training: TrainingSpec, tp: int) -> list[int | None]:
+    """Expert tensor parallelism: Megatron's default (= TP) or none (ETP 1), the common MoE choice."""
+    if not model.is_moe or tp == 1 or not training.software.can.expert_parallel:
+        return [None]
+    return [None, 1]
+
+
+def ep_options(model: ModelSpec, training: TrainingSpec, plane: int) -> list[int]:
+    if training.pinned.ep:
+        return [training.pinned.ep]
+    if not model.is_moe or not training.software.can.expert_parallel:
+        return [1]
+    experts = model.num_experts or 1
+    # powers of two (the all-to-all's natural group sizes), and the expert count itself when it is small
+    sizes = {e for e in divisors(experts) if e & (e - 1) == 0} | ({experts} if experts <= 64 else set())
+    return sorted(e for e in sizes if plane % e == 0 and e <= 64)
+
+
+def mbs_options(model: ModelSpec, training: TrainingSpec, per_replica: int, cp: int) -> list[int]:
+    if training.pinned.micro_batch_size:
+        return [training.pinned.micro_batch_size]
+    cap = max(1, MAX_MICROBATCH_TOKENS * cp // model.seq_length)
+    return [b for b in divisors(per_replica) if b <= min(MAX_MICRO_BATCH, cap)]
+
+
+def sharding_options(training: TrainingSpec, dp: int, cp: int, pp: int, offload: bool) -> list[dict[str, object]]:
+    """Optimizer sharding (and offload) the stack offers for this placement. Sharding over a single data-parallel
+    rank cannot help (ZeRO-2/3 on DP 1 shard nothing and only add hooks): the simpler choice only."""
+    pins = training.pinned
+    can = training.software.can
+    if "distributed_optimizer" in can.sharding:
+        # the distributed optimizer shards optimizer state over DP x CP at the communication volume of the
+        # all-reduce it replaces (reduce-scatter + all-gather): with DP x CP > 1 it is always taken
+        options = [dp * cp > 1] if pins.distributed_optimizer is None else [pins.distributed_optimizer]
+        return [{"distributed_optimizer": d} for d in options]
+    if "fsdp" in can.sharding:
+        return [{}]
+    stages = [s for s in can.zero_stages if s <= 1] if pp > 1 else list(can.zero_stages)
+    if dp == 1 and pins.zero_stage is None:
+        stages = [min(s for s in stages if s >= 1)] if any(s >= 1 for s in stages) else stages
+    if pins.zero_stage is not None:
+        stages = [pins.zero_stage]
+    out: list[dict[str, object]] = []
+    for stage in stages:
+        offloads = [("none", "none")]
+        if offload and stage >= 1 and can.offload:
+            offloads.append(("cpu", "none"))
+        if offload and stage == 3 and can.offload:
+            offloads += [("cpu", "cpu"), ("nvme", "nvme")]
+        for opt, param in offloads:
+            if pins.offload_optimizer not in (None, opt) or pins.offload_param not in (None, param):
+                continue
+            out.append({"zero_stage": stage, "offload_optimizer": opt, "offload_param": param})
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Recompute:
+    recompute: str
+    modules: tuple[str, ...] | None = None
+    method: str | None = None
+    layers: int | None = None
+
+
+def recompute_options(model: ModelSpec, training: TrainingSpec, layers_per_chunk: int) -> list[Recompute]:
+    """Recomputation choices from cheapest to most memory-saving."""
+    pins = training.pinned
+    if pins.recompute == "none":
+        return [Recompute("none")]
+    if pins.recompute == "full" or pins.recompute_num_layers:
+        return _full(training, layers_per_chunk, pins.recompute_num_layers)
+    out = [Recompute("none")] if pins.recompute is None else []
+    can = set(training.software.can.recompute_modules)
+    selective: list[tuple[str, ...]] = []
+    if not training.flash_attention:
+        selective.append(("core_attn",))
+    if "layernorm" in can:
+        selective.append(("layernorm",))
+    if model.is_moe and "moe_act" in can:
+        selective.append(("layernorm", "moe_act"))
+    if model.multi_latent_attention and "mla_up_proj" in can:
+        selective.append(("mla_up_proj",))
+    if "mlp" in can:
+        mlp = ("moe",) if model.is_moe else ("mlp",)
+        selective.append(("mla_up_proj", *mlp) if model.multi_latent_attention else mlp)
+    if pins.recompute_modules:
+        selective = [pins.recompute_modules]
+    out += [Recompute("selective", s) for s in selective]
+    if not selective and (pins.recompute == "selective" or not training.flash_attention):
+        out.append(Recompute("selective"))
+    if pins.recompute == "selective":
+        return [r for r in out if r.recompute == "selective"]
+    return out + _full(training, layers_per_chunk, None)
+
+
+def _full(training: TrainingSpec, per_chunk: int, pinned: int | None) -> list[Recompute]:
+    if not training.software.can.partial_recompute:
+        return [Recompute("full")]
+    if pinned:
+        return [Recompute("full", method="block", layers=pinned)]
+    counts = sorted({k for k in (1, 2, per_chunk // 4, per_chunk // 2, per_chunk - 1) if 0 < k < per_chunk})
+    return [Recompute("full", method="block", layers=k) for k in counts] + [
+        Recompute("full", method="uniform", layers=1)
+    ]
+
+
+def overlap_options(
+    model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, tp: int, ep: int, pp: int, vpp: int, recompute: str
+) -> dict[str, object]:
+    """Overlaps that cost nothing but memory the model counts: TP comm overlap with SP (TE userbuffers), EP overlap
+    where megatron-core allows it (no full recompute; interleaving with PP), FP8 primary weights with the
+    distributed optimizer; and the FP8 recipe of the GPU generation when the request leaves it open."""
+    can, pins = training.software.can, training.pinned
+    tp_overlap = can.tp_comm_overlap and tp > 1 and can.sequence_parallel
+    if pins.tp_comm_overlap is not None:
+        tp_overlap = pins.tp_comm_overlap and tp > 1
+    ep_overlap = can.ep_overlap and ep > 1 and recompute != "full" and (pp == 1 or vpp > 1)
+    fp8 = training.precision == "fp8"
+    recipe = training.fp8_recipe or ("mxfp8" if cluster.gpu.generation == "blackwell" else "tensorwise")
+    return {
+        "tp_comm_overlap": tp_overlap,
+        "moe_ep_overlap": ep_overlap,
+        "fp8_recipe": recipe if fp8 else None,
+        "grad_reduce_dtype": training.reduce_dtype,
+    }
+
+
+def fp8_param_gather(training: TrainingSpec, distributed_optimizer: bool) -> bool:
+    if training.pinned.fp8_param_gather is not None:
+        return training.pinned.fp8_param_gather
+    return training.precision == "fp8" and distributed_optimizer and training.software.can.fp8_param_gather
+
+
+__all__ = ["ParallelConfig"]
