@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from app.paths import TEMPLATES_DIR
 from app.planner.errors import field_errors
@@ -32,7 +33,23 @@ ENV_NAMES: dict[str, str] = {
     "max_page_size": "TRAINPLAN_MAX_PAGE_SIZE",
     "plan_cache_size": "TRAINPLAN_PLAN_CACHE_SIZE",
     "templates_dir": "TRAINPLAN_TEMPLATES_DIR",
+    "sqlite_synchronous": "TRAINPLAN_SQLITE_SYNCHRONOUS",
+    "anonymous_read": "TRAINPLAN_ANONYMOUS_READ",
+    "rate_limit_per_minute": "TRAINPLAN_RATE_LIMIT_PER_MINUTE",
+    "rate_limit_burst": "TRAINPLAN_RATE_LIMIT_BURST",
+    "session_hours": "TRAINPLAN_SESSION_HOURS",
+    "trusted_origins": "TRAINPLAN_TRUSTED_ORIGINS",
+    "planner_processes": "TRAINPLAN_PLANNER_PROCESSES",
+    "planner_memory_mib": "TRAINPLAN_PLANNER_MEMORY_MIB",
+    "max_estimate_time_s": "TRAINPLAN_MAX_ESTIMATE_TIME_S",
+    "max_result_bytes": "TRAINPLAN_MAX_RESULT_BYTES",
+    "idempotency_hours": "TRAINPLAN_IDEMPOTENCY_HOURS",
 }
+
+
+def _default_planner_processes() -> int:
+    """One planner process per core (planning is CPU-bound), at most 8."""
+    return max(1, min(8, os.cpu_count() or 1))
 
 
 def _default_templates_dir() -> Path:
@@ -51,8 +68,9 @@ class Settings(BaseModel):
     host: str = Field("127.0.0.1", description="Address `trainplan serve` binds to (0.0.0.0 in containers).")
     port: int = Field(8000, ge=1, le=65535, description="TCP port of `trainplan serve`.")
     workers: int = Field(1, ge=1, le=64, description="uvicorn worker processes (planning is CPU-bound: ~1 per core).")
-    log_level: str = Field("info", pattern="^(critical|error|warning|info|debug|trace)$",
-                           description="uvicorn log level.")
+    log_level: str = Field(
+        "info", pattern="^(critical|error|warning|info|debug|trace)$", description="uvicorn log level."
+    )
     max_body_bytes: int = Field(
         1024 * KiB, ge=1024, description="Largest request body accepted (413 above it), uploads included."
     )
@@ -63,12 +81,72 @@ class Settings(BaseModel):
     default_page_size: int = Field(20, ge=1, le=1000, description="GET /plans page size when `limit` is not given.")
     max_page_size: int = Field(100, ge=1, le=1000, description="Largest `limit` GET /plans accepts.")
     plan_cache_size: int = Field(
-        128, ge=0, le=100_000, description="Search results kept in memory, keyed by the full request and the "
+        128,
+        ge=0,
+        le=100_000,
+        description="Search results kept in memory, keyed by the full request and the "
         "planner version (0 = off). Truncated searches are never cached.",
     )
     templates_dir: Path = Field(
         default_factory=_default_templates_dir, description="Directory holding templates/web (the HTML form)."
     )
+    sqlite_synchronous: Literal["FULL", "NORMAL"] = Field(
+        "FULL",
+        description="SQLite's synchronous setting (WAL mode): FULL fsyncs the log at every commit, so an "
+        "acknowledged plan survives a power loss; NORMAL may lose the last commits before a checkpoint.",
+    )
+    anonymous_read: bool = Field(
+        False,
+        description="Let requests without a token or login read plans, the catalogue and the pages "
+        "(read-only); off: everything but /healthz and the login page needs an account.",
+    )
+    rate_limit_per_minute: int = Field(
+        600,
+        ge=0,
+        le=1_000_000,
+        description="Requests per minute per token, login session or (anonymous) client "
+        "address, per server process (0 = no limit); 429 with Retry-After above it.",
+    )
+    rate_limit_burst: int = Field(60, ge=1, le=1_000_000, description="Requests allowed at once above that rate.")
+    session_hours: float = Field(12.0, gt=0, le=24 * 90, description="Lifetime of a web login.")
+    trusted_origins: tuple[str, ...] = Field(
+        (),
+        description="Origins (scheme://host:port) besides the service's own whose browser POSTs are accepted; "
+        "comma-separated. Cross-origin form posts from anywhere else are refused (403).",
+    )
+    planner_processes: int = Field(
+        default_factory=_default_planner_processes,
+        ge=1,
+        le=64,
+        description="Processes that run searches and estimates (default: one per core, at most 8). A request "
+        "that runs past its time cap, or whose client goes away, has its process stopped.",
+    )
+    planner_memory_mib: int = Field(
+        2048,
+        ge=256,
+        le=1_048_576,
+        description="Address-space limit of each planner process, MiB.",
+    )
+    max_estimate_time_s: float = Field(5.0, gt=0, le=600, description="Time cap of one POST /estimate.")
+    max_result_bytes: int = Field(
+        16 * 1024 * KiB,
+        ge=64 * KiB,
+        le=1024 * 1024 * KiB,
+        description="Largest search or estimate result (JSON bytes) the service returns or stores.",
+    )
+    idempotency_hours: float = Field(
+        24.0,
+        gt=0,
+        le=24 * 365,
+        description="How long an Idempotency-Key keeps answering with the plan it made.",
+    )
+
+    @field_validator("trusted_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(o.strip().rstrip("/") for o in value.split(",") if o.strip())
+        return value
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:

@@ -49,11 +49,16 @@ def bundle_zip(plan_id: str, rank: int, files: dict[str, str], request: dict[str
     """A zip of one rank's files in a folder, with the request and the planner's result next to them."""
     folder = f"trainplan-{plan_id}-rank{rank}"
     plan = result.plans[rank - 1]
-    readme = (f"trainplan plan {plan_id}, rank {rank}: {describe(plan.parallel)}\n"
-              f"{result.model.name} on {result.cluster.num_nodes} x {result.cluster.gpus_per_node} "
-              f"{result.cluster.gpu.name}; planner {result.planner_version}\n\n" + "\n".join(plan.why) + "\n")
-    extra = {"README.txt": readme, "request.json": json.dumps(request, indent=2) + "\n",
-             "result.json": result.model_dump_json(indent=2) + "\n"}
+    readme = (
+        f"trainplan plan {plan_id}, rank {rank}: {describe(plan.parallel)}\n"
+        f"{result.model.name} on {result.cluster.num_nodes} x {result.cluster.gpus_per_node} "
+        f"{result.cluster.gpu.name}; planner {result.planner_version}\n\n" + "\n".join(plan.why) + "\n"
+    )
+    extra = {
+        "README.txt": readme,
+        "request.json": json.dumps(request, indent=2) + "\n",
+        "result.json": result.model_dump_json(indent=2) + "\n",
+    }
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for name, content in sorted({**files, **extra}.items()):

@@ -4,23 +4,35 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.api.auth import AuthError, LoginRequired
+from app.api.jsonbody import BodyError
 from app.api.schemas import ErrorBody, FieldErrorOut
 from app.api.service import InputError, NotFound
 from app.planner.errors import FieldError
+from app.store import NotOwner
 
 _LOCATIONS = ("body", "query", "path", "header", "cookie")
 
 
-def error_response(status_code: int, errors: list[FieldError], detail: str | None = None) -> JSONResponse:
-    body = ErrorBody(detail=detail or "; ".join(str(e) for e in errors) or "bad request",
-                     errors=[FieldErrorOut(field=e.field, message=e.message) for e in errors])
-    return JSONResponse(body.model_dump(), status_code=status_code)
+def error_response(
+    status_code: int, errors: list[FieldError], detail: str | None = None, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    body = ErrorBody(
+        detail=detail or "; ".join(str(e) for e in errors) or "bad request",
+        errors=[FieldErrorOut(field=e.field, message=e.message) for e in errors],
+    )
+    return JSONResponse(body.model_dump(), status_code=status_code, headers=dict(headers or {}))
+
+
+def _retry_after(seconds: int | None) -> dict[str, str]:
+    return {"Retry-After": str(seconds)} if seconds is not None else {}
 
 
 def request_errors(errors: Iterable[Mapping[str, Any]]) -> list[FieldError]:
@@ -46,8 +58,29 @@ def request_errors(errors: Iterable[Mapping[str, Any]]) -> list[FieldError]:
 
 def install(app: FastAPI) -> None:
     @app.exception_handler(InputError)
-    def _input(_request: Request, exc: InputError) -> JSONResponse:
+    def _input(_request: Request, exc: InputError) -> Response:
+        if exc.status_code == 499:  # the client left: nobody reads this
+            return Response(status_code=499)
+        return error_response(exc.status_code, exc.errors, headers=_retry_after(exc.retry_after_s))
+
+    @app.exception_handler(BodyError)
+    def _body(_request: Request, exc: BodyError) -> JSONResponse:
         return error_response(exc.status_code, exc.errors)
+
+    @app.exception_handler(AuthError)
+    def _auth(_request: Request, exc: AuthError) -> JSONResponse:
+        headers = _retry_after(exc.retry_after_s)
+        if exc.status_code == 401:
+            headers["WWW-Authenticate"] = 'Bearer realm="trainplan"'
+        return error_response(exc.status_code, [exc.error], headers=headers)
+
+    @app.exception_handler(NotOwner)
+    def _not_owner(_request: Request, exc: NotOwner) -> JSONResponse:
+        return error_response(403, [FieldError("id", f"{exc}; a user deletes only their own plans (admins any)")])
+
+    @app.exception_handler(LoginRequired)
+    def _login(_request: Request, exc: LoginRequired) -> RedirectResponse:
+        return RedirectResponse(f"/login?next={quote(exc.next_url, safe='')}", status_code=303)
 
     @app.exception_handler(NotFound)
     def _not_found(_request: Request, exc: NotFound) -> JSONResponse:
@@ -59,4 +92,4 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return error_response(exc.status_code, [], detail=str(exc.detail))
+        return error_response(exc.status_code, [], detail=str(exc.detail), headers=exc.headers)

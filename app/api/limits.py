@@ -15,9 +15,17 @@ class BodyTooLarge(Exception):
 async def _send_413(send: Send, limit: int) -> None:
     message = f"request body is larger than the limit of {limit} bytes"
     body = json.dumps({"detail": message, "errors": [{"field": "", "message": message}]}).encode()
-    await send({"type": "http.response.start", "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            (b"connection", b"close")]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 

@@ -7,8 +7,17 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request, Response, status
 
 from app.api import artifacts as arts
-from app.api.deps import CacheDep, JsonObject, SettingsDep, StoreDep
-from app.api.openapi import EXAMPLES, request_body
+from app.api.deps import (
+    CacheDep,
+    IdempotencyKeyHeader,
+    JsonObject,
+    ReaderDep,
+    SettingsDep,
+    StoreDep,
+    WorkDep,
+    WriterDep,
+)
+from app.api.openapi import AUTH_ERRORS, EXAMPLES, request_body
 from app.api.schemas import ArtifactLink, ErrorBody, PlanLinks, PlanPage, PlanSummary, StoredPlan
 from app.api.service import NotFound, create_plan, get_plan, plan_artifacts
 from app.planner import PlanRequest
@@ -20,10 +29,17 @@ router = APIRouter(prefix="/plans", tags=["plans"])
 PlanId = Annotated[str, Path(pattern=r"^[0-9a-f]{16}$", description="A stored plan's id.")]
 Rank = Annotated[int, Query(ge=1, le=1000, description="Which ranked plan (1 = the chosen one).")]
 ArtifactName = Annotated[str, Path(description="One of: " + ", ".join(arts.ARTIFACT_NAMES))]
-ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorBody}, 422: {"model": ErrorBody}}
-CREATE_ERRORS: dict[int | str, dict[str, Any]] = {**ERRORS, 413: {"model": ErrorBody}}
+ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorBody}, 422: {"model": ErrorBody}, **AUTH_ERRORS}
+CREATE_ERRORS: dict[int | str, dict[str, Any]] = {
+    **ERRORS,
+    413: {"model": ErrorBody},
+    415: {"model": ErrorBody},
+    503: {"model": ErrorBody, "description": "Every planner process stayed busy; retry after `Retry-After`."},
+}
 FILE_TYPES: dict[int | str, dict[str, Any]] = {
-    **ERRORS, 200: {"content": {"text/plain": {}, "application/json": {}, "application/yaml": {}}}}
+    **ERRORS,
+    200: {"content": {"text/plain": {}, "application/json": {}, "application/yaml": {}, "text/x-shellscript": {}}},
+}
 ZIP_TYPE: dict[int | str, dict[str, Any]] = {**ERRORS, 200: {"content": {"application/zip": {}}}}
 
 
@@ -34,81 +50,132 @@ def artifact_url(plan_id: str, name: str, rank: int) -> str:
 def links(record: PlanRecord, files: list[str]) -> PlanLinks:
     has_plans = bool(record.result.plans)
     return PlanLinks(
-        self=f"/plans/{record.id}", html=f"/p/{record.id}",
+        self=f"/plans/{record.id}",
+        html=f"/p/{record.id}",
         bundle=f"/plans/{record.id}/bundle.zip" if has_plans else None,
-        artifacts=[ArtifactLink(name=n, rank=1, url=artifact_url(record.id, n, 1), media_type=arts.media_type(n))
-                   for n in files],
+        artifacts=[
+            ArtifactLink(name=n, rank=1, url=artifact_url(record.id, n, 1), media_type=arts.media_type(n))
+            for n in files
+        ],
     )
 
 
 def stored_plan(record: PlanRecord, files: list[str]) -> StoredPlan:
     chosen = record.result.best
     return StoredPlan(
-        id=record.id, created_at=record.created_at, planner_version=record.planner_version, request=record.request,
-        chosen=chosen, summary=describe(chosen.parallel) if chosen else None,
+        id=record.id,
+        created_at=record.created_at,
+        planner_version=record.planner_version,
+        request=record.request,
+        chosen=chosen,
+        summary=describe(chosen.parallel) if chosen else None,
         explanation=list(chosen.why) if chosen else list(record.result.suggestions),
-        notices=record.notices, result=record.result, links=links(record, files),
+        notices=record.notices,
+        result=record.result,
+        links=links(record, files),
+        owner=record.owner,
     )
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=StoredPlan, responses=CREATE_ERRORS,
-             openapi_extra=request_body(PlanRequest, EXAMPLES), summary="Search plans for a request and store them")
-def post_plan(body: JsonObject, store: StoreDep, settings: SettingsDep, cache: CacheDep,
-              request: Request, response: Response) -> StoredPlan:
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=StoredPlan,
+    responses=CREATE_ERRORS,
+    openapi_extra=request_body(PlanRequest, EXAMPLES),
+    summary="Search plans for a request and store them",
+)
+def post_plan(
+    body: JsonObject,
+    store: StoreDep,
+    work: WorkDep,
+    cache: CacheDep,
+    who: WriterDep,
+    request: Request,
+    response: Response,
+    idempotency_key: IdempotencyKeyHeader = None,
+) -> StoredPlan:
     """Search parallel layouts for the request, store the ranked result with the chosen plan's files; `201`
     with `Location`. A request that fits nowhere is still stored: `chosen` is null and `explanation` says
-    what would fit."""
-    record, cache_hit = create_plan(store, body, settings, cache)
+    what would fit. Needs the user or admin role; the plan records its owner."""
+    created = create_plan(store, body, work, cache, who.name, idempotency_key)
+    record = created.record
     response.headers["Location"] = str(request.url_for("get_plan_by_id", plan_id=record.id).path)
-    response.headers["X-Trainplan-Search"] = "cached" if cache_hit else "searched"
+    response.headers["X-Trainplan-Search"] = "cached" if created.cache_hit else "searched"
+    if created.replayed:
+        response.headers["Idempotent-Replayed"] = "true"
     return stored_plan(record, sorted(store.artifacts(record.id, 1) or {}))
 
 
 @router.get("", response_model=PlanPage, responses=ERRORS, summary="Stored plans, newest first")
-def list_plans(store: StoreDep, settings: SettingsDep,
-               limit: Annotated[int | None, Query(ge=1, description="Page size (default, maximum: settings).")] = None,
-               offset: Annotated[int, Query(ge=0, description="Items to skip.")] = 0) -> PlanPage:
+def list_plans(
+    store: StoreDep,
+    settings: SettingsDep,
+    who: ReaderDep,
+    limit: Annotated[
+        int | None, Query(ge=1, le=1_000_000, description="Page size (default, maximum: settings).")
+    ] = None,
+    offset: Annotated[int, Query(ge=0, le=10**12, description="Items to skip.")] = 0,
+    owner: Annotated[
+        str | None,
+        Query(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$", description="Only this user's plans ('me': your own)."),
+    ] = None,
+) -> PlanPage:
     size = min(limit or settings.default_page_size, settings.max_page_size)
-    rows, total = store.page(size, offset)
+    who_owns = who.name if owner == "me" else owner
+    rows, total = store.page(size, offset, who_owns)
     items = [PlanSummary(**vars(r), url=f"/plans/{r.id}") for r in rows]
-    nxt = f"/plans?limit={size}&offset={offset + size}" if offset + size < total else None
+    extra = f"&owner={owner}" if owner else ""
+    nxt = f"/plans?limit={size}&offset={offset + size}{extra}" if offset + size < total else None
     return PlanPage(items=items, total=total, limit=size, offset=offset, next=nxt)
 
 
 @router.get("/{plan_id}", response_model=StoredPlan, responses=ERRORS, summary="One stored plan")
-def get_plan_by_id(plan_id: PlanId, store: StoreDep) -> StoredPlan:
+def get_plan_by_id(plan_id: PlanId, store: StoreDep, who: ReaderDep) -> StoredPlan:
     record = get_plan(store, plan_id)
     return stored_plan(record, sorted(store.artifacts(plan_id, 1) or {}))
 
 
-@router.delete("/{plan_id}", status_code=status.HTTP_204_NO_CONTENT, response_class=Response, responses=ERRORS,
-               summary="Delete a stored plan and its files")
-def delete_plan(plan_id: PlanId, store: StoreDep) -> None:
-    if not store.delete(plan_id):
+@router.delete(
+    "/{plan_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=Response,
+    responses=ERRORS,
+    summary="Delete a stored plan and its files",
+)
+def delete_plan(plan_id: PlanId, store: StoreDep, who: WriterDep) -> None:
+    """A user deletes their own plans, an admin any; every deletion is in the audit log (GET /audit)."""
+    if not store.delete(plan_id, actor=who.name, only_owner=None if who.may("admin") else who.name):
         raise NotFound(f"no stored plan with id {plan_id!r}", "id")
 
 
-@router.get("/{plan_id}/artifacts/{name}", response_class=Response, summary="One rendered file",
-            responses=FILE_TYPES)
-def get_artifact(plan_id: PlanId, name: ArtifactName, store: StoreDep, rank: Rank = 1) -> Response:
+@router.get("/{plan_id}/artifacts/{name}", response_class=Response, summary="One rendered file", responses=FILE_TYPES)
+def get_artifact(plan_id: PlanId, name: ArtifactName, store: StoreDep, who: ReaderDep, rank: Rank = 1) -> Response:
     """A file of the chosen plan (or of `rank`), as rendered the first time it was asked for and kept since."""
     if name not in arts.ARTIFACT_NAMES:
         raise NotFound(f"unknown artifact {name!r}; known: {', '.join(arts.ARTIFACT_NAMES)}", "name")
     record = get_plan(store, plan_id)
     files = plan_artifacts(store, record, rank)
     if name not in files:
-        raise NotFound(f"{name} does not apply to rank {rank} of plan {plan_id}; it has: {', '.join(sorted(files))}",
-                       "name")
-    return Response(files[name], media_type=arts.media_type(name),
-                    headers={"Content-Disposition": f'inline; filename="{name}"'})
+        raise NotFound(
+            f"{name} does not apply to rank {rank} of plan {plan_id}; it has: {', '.join(sorted(files))}", "name"
+        )
+    return Response(
+        files[name], media_type=arts.media_type(name), headers={"Content-Disposition": f'inline; filename="{name}"'}
+    )
 
 
-@router.get("/{plan_id}/bundle.zip", response_class=Response, summary="All files of one ranked plan as a zip",
-            responses=ZIP_TYPE)
-def get_bundle(plan_id: PlanId, store: StoreDep, rank: Rank = 1) -> Response:
+@router.get(
+    "/{plan_id}/bundle.zip",
+    response_class=Response,
+    summary="All files of one ranked plan as a zip",
+    responses=ZIP_TYPE,
+)
+def get_bundle(plan_id: PlanId, store: StoreDep, who: ReaderDep, rank: Rank = 1) -> Response:
     record = get_plan(store, plan_id)
     files = plan_artifacts(store, record, rank)
     data = arts.bundle_zip(plan_id, rank, files, record.request, record.result)
     filename = f"trainplan-{plan_id}-rank{rank}.zip"
-    return Response(data, media_type="application/zip",
-                    headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+    return Response(
+        data, media_type="application/zip", headers={"Content-Disposition": f'attachment; filename="{filename}"'}
+    )

@@ -17,8 +17,9 @@ class Out(BaseModel):
 
 
 class FieldErrorOut(Out):
-    field: str = Field(description="Dotted path of the offending field (e.g. cluster.num_nodes); '' for the "
-                       "whole request.")
+    field: str = Field(
+        description="Dotted path of the offending field (e.g. cluster.num_nodes); '' for the whole request."
+    )
     message: str = Field(description="What is wrong, with the value given.")
 
 
@@ -38,8 +39,10 @@ class PlanLinks(Out):
     self: str = Field(description="This stored plan (JSON).")
     html: str = Field(description="The result page for people (a permalink).")
     bundle: str | None = Field(description="All files of the chosen plan as one zip (null if nothing fits).")
-    artifacts: list[ArtifactLink] = Field(description="The chosen plan's files, rendered when the plan was stored. "
-                                          "Other ranks: GET /plans/{id}/artifacts/{name}?rank=N.")
+    artifacts: list[ArtifactLink] = Field(
+        description="The chosen plan's files, rendered when the plan was stored. "
+        "Other ranks: GET /plans/{id}/artifacts/{name}?rank=N."
+    )
 
 
 class StoredPlan(Out):
@@ -51,9 +54,12 @@ class StoredPlan(Out):
     summary: str | None = Field(description="The chosen plan in one line (TP4 PP4 DP4 ...).")
     explanation: list[str] = Field(description="Why the chosen plan ranks first.")
     notices: list[str] = Field(description="What the service changed or could not do (time cap, rendering).")
-    result: PlanResult = Field(description="Everything the planner returned: ranked plans, rejected candidates "
-                               "grouped by reason, suggestions, search statistics.")
+    result: PlanResult = Field(
+        description="Everything the planner returned: ranked plans, rejected candidates "
+        "grouped by reason, suggestions, search statistics."
+    )
     links: PlanLinks
+    owner: str | None = Field(description="The user who made it (null: made before accounts existed).")
 
 
 class PlanSummary(Out):
@@ -68,6 +74,7 @@ class PlanSummary(Out):
     best_summary: str | None
     best_tokens_per_s: float | None
     truncated: bool = Field(description="The search hit its time cap.")
+    owner: str | None = Field(description="The user who made it.")
     url: str
 
 
@@ -92,6 +99,30 @@ class Health(Out):
     planner_version: str
     renderer_version: str
     database: str = Field(description="sqlite or postgresql.")
+
+
+class Me(Out):
+    name: str = Field(description="The user (or 'anonymous').")
+    role: Literal["admin", "user", "read-only", "anonymous"]
+    via: Literal["token", "session", "anonymous"] = Field(description="How the request was authenticated.")
+    may_create: bool = Field(description="Whether this principal may create plans.")
+    may_delete_any: bool = Field(description="Whether this principal may delete other users' plans.")
+
+
+class AuditEntry(Out):
+    id: int
+    at: datetime
+    actor: str = Field(description="Who did it: a user, or 'cli' for the command line.")
+    action: str = Field(description="plan.delete, user.create, user.disable, token.create, token.revoke, ...")
+    target: str = Field(description="The plan id, user name or token id.")
+    detail: dict[str, Any]
+
+
+class AuditPage(Out):
+    items: list[AuditEntry] = Field(description="Newest first.")
+    total: int
+    limit: int
+    offset: int
 
 
 GPUList = list[GPUSpec]

@@ -1,28 +1,33 @@
 """What the REST API and the web form both call: parse a request, search (time-capped), render, store.
 
 The search itself is `app.planner.plan`, the function the CLI calls; this module only adds what a shared
-service needs around it: the time cap, a result cache keyed by the full request and the planner version,
-the rank-1 artifacts rendered at creation, and storage.
+service needs around it: size bounds, the time cap, planner processes that can be stopped (app/api/compute.py),
+a result cache keyed by the full request and the planner version, the rank-1 artifacts rendered at creation,
+storage with the plan's owner, and Idempotency-Keys.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from app.api.artifacts import render_files
-from app.planner import EstimateRequest, PlanRequest, __version__, estimate, plan
+from app.api.bounds import layout_errors, model_size_errors
+from app.api.compute import ComputeError, PlannerPool
+from app.planner import EstimateRequest, PlanRequest, __version__
 from app.planner.errors import FieldError, field_errors
 from app.planner.results import Estimate, PlanResult
 from app.render import RenderOptions
 from app.settings import Settings
-from app.store import PlanRecord, PlanStore
+from app.store import IdempotencyKey, KeyReused, PlanRecord, PlanStore
 
 _FIELD_PREFIX = re.compile(r"^((?:model|cluster|training|parallel)(?:\.[a-z_]+)+)\b")
 
@@ -30,10 +35,11 @@ _FIELD_PREFIX = re.compile(r"^((?:model|cluster|training|parallel)(?:\.[a-z_]+)+
 class InputError(Exception):
     """The request is malformed or out of range; `errors` name each field and say why (-> 4xx)."""
 
-    def __init__(self, errors: list[FieldError], status_code: int = 422) -> None:
+    def __init__(self, errors: list[FieldError], status_code: int = 422, retry_after_s: int | None = None) -> None:
         super().__init__("; ".join(str(e) for e in errors))
         self.errors = errors
         self.status_code = status_code
+        self.retry_after_s = retry_after_s
 
 
 class NotFound(Exception):
@@ -60,6 +66,11 @@ def parse_render_options(data: Mapping[str, Any]) -> RenderOptions | None:
         raise InputError(field_errors(exc, prefix="render")) from None
 
 
+def _unreadable_model(exc: Exception) -> FieldError:
+    """A model (a config.json, mostly) with a value of a type the importer did not expect."""
+    return FieldError("model", f"cannot read the model: {type(exc).__name__}: {exc}")
+
+
 def parse_plan_request(data: Mapping[str, Any]) -> tuple[PlanRequest, RenderOptions | None]:
     """A plan request (model, cluster, training) and its render options; every bad field at once."""
     errors: list[FieldError] = []
@@ -72,16 +83,26 @@ def parse_plan_request(data: Mapping[str, Any]) -> tuple[PlanRequest, RenderOpti
         request = PlanRequest.model_validate({k: v for k, v in data.items() if k != "render"})
     except ValidationError as exc:
         raise InputError(field_errors(exc) + errors) from None
+    except (TypeError, KeyError, AttributeError, OverflowError) as exc:  # a config.json value of an odd type
+        raise InputError([_unreadable_model(exc), *errors]) from None
+    errors += model_size_errors(request.model)
     if errors:
         raise InputError(errors)
     return request, options
 
 
 def parse_estimate_request(data: Mapping[str, Any]) -> EstimateRequest:
+    """A fixed layout; refused before any work when it is larger than the model it splits."""
     try:
-        return EstimateRequest.model_validate(dict(data))
+        request = EstimateRequest.model_validate(dict(data))
     except ValidationError as exc:
         raise InputError(field_errors(exc)) from None
+    except (TypeError, KeyError, AttributeError, OverflowError) as exc:
+        raise InputError([_unreadable_model(exc)]) from None
+    errors = model_size_errors(request.model) + layout_errors(request)
+    if errors:
+        raise InputError(errors)
+    return request
 
 
 def cap_search_time(request: PlanRequest, raw: Mapping[str, Any], settings: Settings) -> tuple[PlanRequest, list[str]]:
@@ -92,8 +113,14 @@ def cap_search_time(request: PlanRequest, raw: Mapping[str, Any], settings: Sett
     training = request.training.model_copy(update={"search_time_limit_s": settings.max_search_time_s})
     raw_training = raw.get("training")
     explicit = isinstance(raw_training, Mapping) and "search_time_limit_s" in raw_training
-    notices = [f"training.search_time_limit_s: {asked:g} s is above this service's cap; searched for at most "
-               f"{settings.max_search_time_s:g} s"] if explicit else []
+    notices = (
+        [
+            f"training.search_time_limit_s: {asked:g} s is above this service's cap; searched for at most "
+            f"{settings.max_search_time_s:g} s"
+        ]
+        if explicit
+        else []
+    )
     return request.model_copy(update={"training": training}), notices
 
 
@@ -103,18 +130,18 @@ class PlanCache:
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._items: OrderedDict[tuple[str, str], PlanResult] = OrderedDict()
+        self._items: OrderedDict[tuple[str, str], Computed[PlanResult]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, str]) -> PlanResult | None:
+    def get(self, key: tuple[str, str]) -> Computed[PlanResult] | None:
         with self._lock:
             hit = self._items.get(key)
             if hit is not None:
                 self._items.move_to_end(key)
             return hit
 
-    def put(self, key: tuple[str, str], result: PlanResult) -> None:
-        if self.size == 0 or result.stats.truncated:
+    def put(self, key: tuple[str, str], result: Computed[PlanResult]) -> None:
+        if self.size == 0 or result.value.stats.truncated:
             return
         with self._lock:
             self._items[key] = result
@@ -123,44 +150,129 @@ class PlanCache:
                 self._items.popitem(last=False)
 
 
+T = TypeVar("T", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Computed(Generic[T]):
+    """A planner result and its JSON as it came from the planner process (and was checked to read back)."""
+
+    value: T
+    json: str
+
+
+@dataclass(frozen=True)
+class Work:
+    """How one request's planner work runs: in the pool, under the service's caps, until its client leaves."""
+
+    pool: PlannerPool
+    settings: Settings
+    client_gone: Callable[[], bool]
+
+
+_COMPUTE_STATUS = {"busy": 503, "gone": 499}
+
+
+def compute(work: Work, kind: str, request: BaseModel, model: type[T], timeout_s: float, field: str) -> Computed[T]:
+    """Run `kind` in a planner process; every way it can fail is a 4xx (or 503 when all are busy)."""
+    try:
+        text = work.pool.run(kind, request, timeout_s, work.client_gone)
+    except ValueError as exc:
+        raise InputError(value_errors(exc)) from None
+    except ComputeError as exc:
+        status = _COMPUTE_STATUS.get(exc.kind, 422)
+        raise InputError([FieldError(field, str(exc))], status, retry_after_s=5 if status == 503 else None) from None
+    try:
+        return Computed(model.model_validate_json(text), text)
+    except ValidationError as exc:  # e.g. a number that overflowed to infinity: refuse it rather than store it
+        problem = field_errors(exc)[0]
+        raise InputError(
+            [
+                FieldError(
+                    "",
+                    f"the planner's result does not read back ({problem}): some input "
+                    "numbers are too large or too small for the model",
+                )
+            ]
+        ) from None
+
+
 @dataclass(frozen=True)
 class SearchOutcome:
     result: PlanResult
+    result_json: str
     notices: list[str]
     cache_hit: bool
 
 
-def search(request: PlanRequest, raw: Mapping[str, Any], settings: Settings, cache: PlanCache) -> SearchOutcome:
+def search(request: PlanRequest, raw: Mapping[str, Any], work: Work, cache: PlanCache) -> SearchOutcome:
     """`app.planner.plan` under the service's time cap, through the cache."""
-    request, notices = cap_search_time(request, raw, settings)
+    request, notices = cap_search_time(request, raw, work.settings)
     key = (__version__, request.model_dump_json())
     cached = cache.get(key)
     if cached is not None:
-        return SearchOutcome(cached, notices, cache_hit=True)
+        return SearchOutcome(cached.value, cached.json, notices, cache_hit=True)
+    limit = request.training.search_time_limit_s
+    found = compute(work, "plan", request, PlanResult, timeout_s=2 * limit + 5, field="training.search_time_limit_s")
+    cache.put(key, found)
+    if found.value.stats.truncated:
+        notices.append(
+            f"the search hit its time cap ({limit:g} s) after {found.value.stats.evaluated} of its "
+            "candidates: these are the best plans found so far"
+        )
+    return SearchOutcome(found.value, found.json, notices, cache_hit=False)
+
+
+def request_digest(raw: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(raw, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Created:
+    record: PlanRecord
+    cache_hit: bool
+    replayed: bool  # an Idempotency-Key retry: the plan made the first time
+
+
+def create_plan(
+    store: PlanStore,
+    raw: Mapping[str, Any],
+    work: Work,
+    cache: PlanCache,
+    owner: str,
+    idempotency_key: str | None = None,
+) -> Created:
+    """Parse, search, render rank 1, store with its owner. With an Idempotency-Key that made a plan already
+    (within the window), that plan, without searching again."""
+    key = IdempotencyKey(owner, idempotency_key, request_digest(raw)) if idempotency_key is not None else None
     try:
-        result = plan(request)
-    except ValueError as exc:
-        raise InputError(value_errors(exc)) from None
-    cache.put(key, result)
-    if result.stats.truncated:
-        notices.append(f"the search hit its time cap ({request.training.search_time_limit_s:g} s) after "
-                       f"{result.stats.evaluated} of its candidates: these are the best plans found so far")
-    return SearchOutcome(result, notices, cache_hit=False)
-
-
-def create_plan(store: PlanStore, raw: Mapping[str, Any], settings: Settings,
-                cache: PlanCache) -> tuple[PlanRecord, bool]:
-    """Parse, search, render rank 1, store. Returns the stored record and whether the search was a cache hit."""
+        earlier = store.idempotent_plan(key) if key else None
+    except KeyReused as exc:
+        raise InputError([FieldError("idempotency-key", str(exc))]) from None
+    if earlier is not None:
+        return Created(earlier, cache_hit=False, replayed=True)
     request, options = parse_plan_request(raw)
-    outcome = search(request, raw, settings, cache)
+    outcome = search(request, raw, work, cache)
     notices = list(outcome.notices)
     files, renderer_version = {}, ""
     if outcome.result.plans:
         rendered = render_files(outcome.result, 1, options)
         files, renderer_version = rendered.files, rendered.renderer_version
         notices += rendered.notices
-    record = store.add(dict(raw), outcome.result, notices, files, renderer_version)
-    return record, outcome.cache_hit
+    try:
+        record, replayed = store.add(
+            dict(raw),
+            outcome.result,
+            notices,
+            files,
+            renderer_version,
+            owner=owner,
+            idempotency=key,
+            result_json=outcome.result_json,
+        )
+    except KeyReused as exc:
+        raise InputError([FieldError("idempotency-key", str(exc))]) from None
+    return Created(record, outcome.cache_hit, replayed)
 
 
 def get_plan(store: PlanStore, plan_id: str) -> PlanRecord:
@@ -188,9 +300,6 @@ def plan_artifacts(store: PlanStore, record: PlanRecord, rank: int) -> dict[str,
     return store.put_artifacts(record.id, rank, rendered.files, rendered.renderer_version)
 
 
-def run_estimate(data: Mapping[str, Any]) -> Estimate:
+def run_estimate(data: Mapping[str, Any], work: Work) -> Estimate:
     request = parse_estimate_request(data)
-    try:
-        return estimate(request)
-    except ValueError as exc:
-        raise InputError(value_errors(exc)) from None
+    return compute(work, "estimate", request, Estimate, work.settings.max_estimate_time_s, "parallel").value

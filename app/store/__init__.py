@@ -1,5 +1,20 @@
-"""Stored plans (SQLAlchemy 2): SQLite by default, PostgreSQL when DATABASE_URL points at one."""
+"""Stored plans and accounts (SQLAlchemy 2): SQLite by default, PostgreSQL when DATABASE_URL points at one."""
 
-from app.store.plans import PlanRecord, PlanStore, PlanSummaryRecord
+from app.store.accounts import ROLES, AccountError, AccountStore, AuditEvent, Role, TokenInfo, User
+from app.store.plans import IdempotencyKey, KeyReused, NotOwner, PlanRecord, PlanStore, PlanSummaryRecord
 
-__all__ = ["PlanRecord", "PlanStore", "PlanSummaryRecord"]
+__all__ = [
+    "ROLES",
+    "AccountError",
+    "AccountStore",
+    "AuditEvent",
+    "IdempotencyKey",
+    "KeyReused",
+    "NotOwner",
+    "PlanRecord",
+    "PlanStore",
+    "PlanSummaryRecord",
+    "Role",
+    "TokenInfo",
+    "User",
+]

@@ -1,4 +1,5 @@
-"""Tables of the plan store: one row per stored plan, one row per rendered artifact file."""
+"""Tables of the plan store: plans and their rendered files; accounts (users, API tokens, web sessions), the
+audit log of deletions and account changes, and the Idempotency-Keys of plan creations."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ class PlanRow(Base):
     best_summary: Mapped[str | None] = mapped_column(String(500), nullable=True)
     best_tokens_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     truncated: Mapped[bool] = mapped_column(default=False)
+    owner: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)  # the user who made it
 
     artifacts: Mapped[list[ArtifactRow]] = relationship(
         back_populates="plan", cascade="all, delete-orphan", passive_deletes=True
@@ -55,3 +57,64 @@ class ArtifactRow(Base):
     renderer_version: Mapped[str] = mapped_column(String(32), default="")
 
     plan: Mapped[PlanRow] = relationship(back_populates="artifacts")
+
+
+class UserRow(Base):
+    """An account: a role, and a password hash for the web login (API clients use tokens)."""
+
+    __tablename__ = "users"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    role: Mapped[str] = mapped_column(String(16))  # admin | user | read-only
+    password_hash: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    disabled: Mapped[bool] = mapped_column(default=False)
+
+
+class TokenRow(Base):
+    """An API token: `tp_<id>_<secret>`; only the SHA-256 of the secret is kept."""
+
+    __tablename__ = "tokens"
+
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    user: Mapped[str] = mapped_column(ForeignKey("users.name", ondelete="CASCADE"), index=True)
+    label: Mapped[str] = mapped_column(String(100), default="")
+    secret_sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class SessionRow(Base):
+    """A web login: the cookie holds the secret, the table its SHA-256."""
+
+    __tablename__ = "sessions"
+
+    secret_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user: Mapped[str] = mapped_column(ForeignKey("users.name", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+
+
+class AuditRow(Base):
+    """Who did what to which plan or account, written in the same transaction as the change."""
+
+    __tablename__ = "audit"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    actor: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str] = mapped_column(String(32))
+    target: Mapped[str] = mapped_column(String(64))
+    detail: Mapped[str] = mapped_column(Text, default="{}")
+
+
+class IdempotencyRow(Base):
+    """A `POST /plans` made with an Idempotency-Key: a retry with the same key and body gets the same plan."""
+
+    __tablename__ = "idempotency_keys"
+
+    owner: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    request_sha256: Mapped[str] = mapped_column(String(64))
+    plan_id: Mapped[str] = mapped_column(ForeignKey("plans.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)

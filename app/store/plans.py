@@ -1,11 +1,12 @@
-"""The plan store: add, get, list (newest first), delete plans; freeze rendered artifacts per rank."""
+"""The plan store: add (once per Idempotency-Key), get, list (newest first), delete (audited) plans; freeze
+rendered artifacts per rank."""
 
 from __future__ import annotations
 
 import json
 import secrets
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Engine, delete, func, select, text
@@ -14,8 +15,9 @@ from sqlalchemy.orm import Session
 
 from app.planner.explain import describe
 from app.planner.results import PlanResult
+from app.store.accounts import audit_row, utc
 from app.store.db import init_db, make_engine
-from app.store.models import ArtifactRow, PlanRow
+from app.store.models import ArtifactRow, IdempotencyRow, PlanRow
 
 ID_BYTES = 8  # 16 hex characters: short enough for a permalink, 2^64 ids
 
@@ -39,6 +41,7 @@ class PlanSummaryRecord:
     best_summary: str | None
     best_tokens_per_s: float | None
     truncated: bool
+    owner: str | None
 
 
 @dataclass(frozen=True)
@@ -51,11 +54,28 @@ class PlanRecord:
     request: dict[str, Any]
     result: PlanResult
     notices: list[str] = field(default_factory=list)
+    owner: str | None = None
 
 
-def _utc(ts: datetime) -> datetime:
-    """SQLite hands timestamps back without a zone; they were written in UTC."""
-    return ts if ts.tzinfo else ts.replace(tzinfo=UTC)
+@dataclass(frozen=True)
+class IdempotencyKey:
+    """A client's key for one creation, and the SHA-256 of the request it was first sent with."""
+
+    owner: str
+    key: str
+    request_sha256: str
+
+
+class KeyReused(ValueError):
+    """The Idempotency-Key was first used with a different request body."""
+
+
+class NotOwner(PermissionError):
+    """The plan belongs to someone else."""
+
+    def __init__(self, plan_id: str, owner: str | None) -> None:
+        super().__init__(f"plan {plan_id} belongs to {owner or 'nobody (made before accounts)'}")
+        self.owner = owner
 
 
 def _summary_columns(result: PlanResult) -> dict[str, Any]:
@@ -75,8 +95,9 @@ def _summary_columns(result: PlanResult) -> dict[str, Any]:
 class PlanStore:
     """Thread-safe (a session per call); works the same on SQLite and PostgreSQL."""
 
-    def __init__(self, url: str) -> None:
-        self.engine: Engine = make_engine(url)
+    def __init__(self, url: str, sqlite_synchronous: str = "FULL", idempotency_hours: float = 24.0) -> None:
+        self.engine: Engine = make_engine(url, sqlite_synchronous)
+        self.idempotency_window = timedelta(hours=idempotency_hours)
 
     def init(self) -> None:
         init_db(self.engine)
@@ -88,54 +109,150 @@ class PlanStore:
         with self.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
 
-    def add(self, request: dict[str, Any], result: PlanResult, notices: list[str],
-            artifacts: dict[str, str] | None = None, renderer_version: str = "") -> PlanRecord:
-        """Store a new plan (and the rank-1 artifacts, in the same transaction)."""
-        record = PlanRecord(id=new_id(), created_at=datetime.now(UTC), planner_version=result.planner_version,
-                            request=request, result=result, notices=list(notices))
-        row = PlanRow(id=record.id, created_at=record.created_at, planner_version=record.planner_version,
-                      request_json=json.dumps(request, separators=(",", ":")), result_json=result.model_dump_json(),
-                      notices_json=json.dumps(record.notices), **_summary_columns(result))
-        row.artifacts = [ArtifactRow(rank=1, name=name, content=content, renderer_version=renderer_version)
-                         for name, content in (artifacts or {}).items()]
-        with Session(self.engine) as session, session.begin():
-            session.add(row)
-        return record
+    def add(
+        self,
+        request: dict[str, Any],
+        result: PlanResult,
+        notices: list[str],
+        artifacts: dict[str, str] | None = None,
+        renderer_version: str = "",
+        owner: str | None = None,
+        idempotency: IdempotencyKey | None = None,
+        result_json: str | None = None,
+    ) -> tuple[PlanRecord, bool]:
+        """Store a new plan (and the rank-1 artifacts, in the same transaction). With an Idempotency-Key that
+        already made a plan (a retry, or a concurrent twin that committed first), that plan instead: the second
+        value says so. `result_json` is the result as already serialised (and checked to read back)."""
+        record = PlanRecord(
+            id=new_id(),
+            created_at=datetime.now(UTC),
+            planner_version=result.planner_version,
+            request=request,
+            result=result,
+            notices=list(notices),
+            owner=owner,
+        )
+        row = PlanRow(
+            id=record.id,
+            created_at=record.created_at,
+            planner_version=record.planner_version,
+            request_json=json.dumps(request, separators=(",", ":")),
+            result_json=result_json or result.model_dump_json(),
+            notices_json=json.dumps(record.notices),
+            owner=owner,
+            **_summary_columns(result),
+        )
+        row.artifacts = [
+            ArtifactRow(rank=1, name=name, content=content, renderer_version=renderer_version)
+            for name, content in (artifacts or {}).items()
+        ]
+        try:
+            with Session(self.engine) as session, session.begin():
+                session.add(row)
+                if idempotency is not None:
+                    self._purge_expired_keys(session)
+                    session.flush()
+                    session.add(
+                        IdempotencyRow(
+                            owner=idempotency.owner,
+                            key=idempotency.key,
+                            plan_id=record.id,
+                            request_sha256=idempotency.request_sha256,
+                            created_at=record.created_at,
+                        )
+                    )
+        except IntegrityError:
+            earlier = self.idempotent_plan(idempotency) if idempotency else None
+            if earlier is None:
+                raise
+            return earlier, True
+        return record, False
+
+    def _purge_expired_keys(self, session: Session) -> None:
+        cutoff = datetime.now(UTC) - self.idempotency_window
+        session.execute(delete(IdempotencyRow).where(IdempotencyRow.created_at < cutoff))
+
+    def idempotent_plan(self, key: IdempotencyKey) -> PlanRecord | None:
+        """The plan this key made within the window; KeyReused if the key came with another request then."""
+        cutoff = datetime.now(UTC) - self.idempotency_window
+        with Session(self.engine) as session:
+            row = session.get(IdempotencyRow, (key.owner, key.key))
+        if row is None or utc(row.created_at) < cutoff:
+            return None
+        if row.request_sha256 != key.request_sha256:
+            raise KeyReused(
+                f"Idempotency-Key {key.key!r} was used for a different request (plan {row.plan_id}); "
+                "use a new key for a new request"
+            )
+        return self.get(row.plan_id)
 
     def get(self, plan_id: str) -> PlanRecord | None:
         with Session(self.engine) as session:
             row = session.get(PlanRow, plan_id)
             if row is None:
                 return None
-            return PlanRecord(id=row.id, created_at=_utc(row.created_at), planner_version=row.planner_version,
-                              request=json.loads(row.request_json),
-                              result=PlanResult.model_validate_json(row.result_json),
-                              notices=json.loads(row.notices_json))
+            return PlanRecord(
+                id=row.id,
+                created_at=utc(row.created_at),
+                planner_version=row.planner_version,
+                request=json.loads(row.request_json),
+                result=PlanResult.model_validate_json(row.result_json),
+                notices=json.loads(row.notices_json),
+                owner=row.owner,
+            )
 
     def exists(self, plan_id: str) -> bool:
         with Session(self.engine) as session:
             return session.scalar(select(func.count()).where(PlanRow.id == plan_id)) == 1
 
-    def page(self, limit: int, offset: int) -> tuple[list[PlanSummaryRecord], int]:
-        """A page of summaries, newest first (ties broken by id), and the total count."""
-        columns = [PlanRow.id, PlanRow.created_at, PlanRow.planner_version, PlanRow.model_name,
-                   PlanRow.num_parameters, PlanRow.gpu_name, PlanRow.num_gpus, PlanRow.num_plans,
-                   PlanRow.best_summary, PlanRow.best_tokens_per_s, PlanRow.truncated]
+    def page(self, limit: int, offset: int, owner: str | None = None) -> tuple[list[PlanSummaryRecord], int]:
+        """A page of summaries, newest first (ties broken by id), and the total count; `owner`'s plans only."""
+        columns = [
+            PlanRow.id,
+            PlanRow.created_at,
+            PlanRow.planner_version,
+            PlanRow.model_name,
+            PlanRow.num_parameters,
+            PlanRow.gpu_name,
+            PlanRow.num_gpus,
+            PlanRow.num_plans,
+            PlanRow.best_summary,
+            PlanRow.best_tokens_per_s,
+            PlanRow.truncated,
+            PlanRow.owner,
+        ]
         query = select(*columns).order_by(PlanRow.created_at.desc(), PlanRow.id.desc()).limit(limit).offset(offset)
+        count = select(func.count()).select_from(PlanRow)
+        if owner is not None:
+            query, count = query.where(PlanRow.owner == owner), count.where(PlanRow.owner == owner)
         with Session(self.engine) as session:
-            total = session.scalar(select(func.count()).select_from(PlanRow)) or 0
+            total = session.scalar(count) or 0
             rows = session.execute(query).all()
-        return [PlanSummaryRecord(**{**row._asdict(), "created_at": _utc(row.created_at)}) for row in rows], total
+        return [PlanSummaryRecord(**{**row._asdict(), "created_at": utc(row.created_at)}) for row in rows], total
 
-    def delete(self, plan_id: str) -> bool:
+    def delete(self, plan_id: str, actor: str = "cli", only_owner: str | None = None) -> bool:
+        """Delete a plan and its files, with an audit entry in the same transaction. False if there is no such
+        plan; NotOwner if `only_owner` is given and the plan is someone else's (nothing is deleted)."""
         with Session(self.engine) as session, session.begin():
+            found = session.execute(select(PlanRow.owner, PlanRow.model_name).where(PlanRow.id == plan_id)).first()
+            if found is None:
+                return False
+            owner, model_name = found
+            if only_owner is not None and owner != only_owner:
+                raise NotOwner(plan_id, owner)
             session.execute(delete(ArtifactRow).where(ArtifactRow.plan_id == plan_id))
-            return session.execute(delete(PlanRow).where(PlanRow.id == plan_id)).rowcount == 1  # type: ignore[attr-defined]
+            session.execute(delete(IdempotencyRow).where(IdempotencyRow.plan_id == plan_id))
+            session.execute(delete(PlanRow).where(PlanRow.id == plan_id))
+            session.add(audit_row(actor, "plan.delete", plan_id, owner=owner, model=model_name))
+        return True
 
     def artifacts(self, plan_id: str, rank: int) -> dict[str, str] | None:
         """The frozen files of one rank (None if that rank was never rendered)."""
-        query = select(ArtifactRow.name, ArtifactRow.content).where(
-            ArtifactRow.plan_id == plan_id, ArtifactRow.rank == rank).order_by(ArtifactRow.name)
+        query = (
+            select(ArtifactRow.name, ArtifactRow.content)
+            .where(ArtifactRow.plan_id == plan_id, ArtifactRow.rank == rank)
+            .order_by(ArtifactRow.name)
+        )
         with Session(self.engine) as session:
             rows = session.execute(query).all()
         return {name: content for name, content in rows} if rows else None
@@ -145,11 +262,14 @@ class PlanStore:
         with Session(self.engine) as session:
             return list(session.scalars(query))
 
-    def put_artifacts(self, plan_id: str, rank: int, files: dict[str, str],
-                      renderer_version: str = "") -> dict[str, str]:
+    def put_artifacts(
+        self, plan_id: str, rank: int, files: dict[str, str], renderer_version: str = ""
+    ) -> dict[str, str]:
         """Freeze a rank's files; if another request froze them first, theirs win and are returned."""
-        rows = [ArtifactRow(plan_id=plan_id, rank=rank, name=n, content=c, renderer_version=renderer_version)
-                for n, c in files.items()]
+        rows = [
+            ArtifactRow(plan_id=plan_id, rank=rank, name=n, content=c, renderer_version=renderer_version)
+            for n, c in files.items()
+        ]
         try:
             with Session(self.engine) as session, session.begin():
                 session.add_all(rows)

@@ -1,4 +1,5 @@
-"""Fixtures for the service tests: the app on a fresh database (SQLite file, and PostgreSQL when one is set up)."""
+"""Fixtures for the service tests: the app on a fresh database (SQLite file, and PostgreSQL when one is set up),
+with a client that carries an admin's API token (made through the real account store, stored hashed)."""
 
 from __future__ import annotations
 
@@ -24,11 +25,16 @@ POSTGRES_ENV = "TRAINPLAN_TEST_POSTGRES_URL"
 
 # Small requests keep the suite fast: a 4-layer model on one node, and Llama-2 7B on two nodes (pipelines, files
 # for several nodes).
-TINY: dict[str, Any] = {"model": "tiny-gpt", "cluster": {"num_nodes": 1, "gpus_per_node": 2, "gpu": "H100-SXM"},
-                        "training": {"global_batch_size": 8}}
-SMALL: dict[str, Any] = {"model": "llama-2-7b", "cluster": {"num_nodes": 2, "gpus_per_node": 8, "gpu": "H100-SXM",
-                                                            "nics": ["mlx5_0", "mlx5_1"]},
-                         "training": {"global_batch_size": 64}}
+TINY: dict[str, Any] = {
+    "model": "tiny-gpt",
+    "cluster": {"num_nodes": 1, "gpus_per_node": 2, "gpu": "H100-SXM"},
+    "training": {"global_batch_size": 8},
+}
+SMALL: dict[str, Any] = {
+    "model": "llama-2-7b",
+    "cluster": {"num_nodes": 2, "gpus_per_node": 8, "gpu": "H100-SXM", "nics": ["mlx5_0", "mlx5_1"]},
+    "training": {"global_batch_size": 64},
+}
 
 ClientFactory = Callable[..., AbstractContextManager[TestClient]]
 
@@ -56,10 +62,30 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'trainplan.db'}"
 
 
+ADMIN = "admin"
+
+
+def login_token(client: TestClient, name: str, role: str = "user") -> str:
+    """A new API token for `name` (the user is created with `role` first if need be)."""
+    accounts = client.app.state.accounts  # type: ignore[attr-defined]
+    if accounts.user(name) is None:
+        accounts.add_user(name, role, None)
+    token, _info = accounts.create_token(name, "tests")
+    return str(token)
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
 @contextmanager
-def _client(url: str, **settings: Any) -> Iterator[TestClient]:
-    app = create_app(Settings(database_url=url, **settings))
+def _client(url: str, as_user: str | None = ADMIN, **settings: Any) -> Iterator[TestClient]:
+    """The app on `url`; its client sends an API token of `as_user` (an admin), or none. The rate limit is off
+    unless a test sets it (hypothesis sends hundreds of requests a second)."""
+    app = create_app(Settings(database_url=url, **{"rate_limit_per_minute": 0, **settings}))
     with TestClient(app, raise_server_exceptions=False) as client:  # a 500 must show up as a 500, not a raise
+        if as_user is not None:
+            client.headers.update(auth(login_token(client, as_user, "admin")))
         yield client
 
 
@@ -84,3 +110,13 @@ def sqlite_client(sqlite_url: str) -> Iterator[TestClient]:
 
 def make_sqlite_client(url: str, **settings: Any) -> AbstractContextManager[TestClient]:
     return _client(url, **settings)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _planner_processes_stop() -> Iterator[None]:
+    """Each app stops its planner processes at shutdown; nothing of them may outlive the test session."""
+    yield
+    import multiprocessing
+
+    for child in multiprocessing.active_children():
+        child.kill()

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from app.api import service
-from app.api.service import InputError, PlanCache, cap_search_time, parse_plan_request
+from app.api.compute import PlannerPool
+from app.api.service import Computed, InputError, PlanCache, Work, cap_search_time, parse_plan_request
 from app.planner import PlanRequest, __version__, plan
 from app.settings import Settings
 from tests.api.conftest import SMALL, TINY, make_sqlite_client
@@ -26,8 +27,11 @@ def test_search_time_is_capped_and_an_explicit_ask_is_answered(sqlite_url: str) 
 
 
 def test_a_truncated_search_says_so(sqlite_url: str) -> None:
-    body = {"model": "llama-2-70b", "cluster": {"num_nodes": 32, "gpu": "H100-SXM"},
-            "training": {"global_batch_size": 512}}
+    body = {
+        "model": "llama-2-70b",
+        "cluster": {"num_nodes": 32, "gpu": "H100-SXM"},
+        "training": {"global_batch_size": 512},
+    }
     with make_sqlite_client(sqlite_url, max_search_time_s=1e-6) as client:
         created = client.post("/plans", json=body).json()
         assert created["result"]["stats"]["truncated"] is True
@@ -48,23 +52,29 @@ def test_identical_requests_hit_the_cache_and_still_get_their_own_record(sqlite_
 
 def test_the_cache_is_keyed_by_the_whole_request_and_the_planner_version(monkeypatch: pytest.MonkeyPatch) -> None:
     settings, cache = Settings(), PlanCache(4)
+    pool = PlannerPool(1, 1024, settings.max_result_bytes)
+    work = Work(pool, settings, lambda: False)
     request, _ = parse_plan_request(TINY)
-    assert not service.search(request, TINY, settings, cache).cache_hit
-    assert service.search(request, TINY, settings, cache).cache_hit
-    monkeypatch.setattr(service, "__version__", __version__ + ".post1")
-    assert not service.search(request, TINY, settings, cache).cache_hit
+    try:
+        assert not service.search(request, TINY, work, cache).cache_hit
+        assert service.search(request, TINY, work, cache).cache_hit
+        monkeypatch.setattr(service, "__version__", __version__ + ".post1")
+        assert not service.search(request, TINY, work, cache).cache_hit
+    finally:
+        pool.close()
 
 
 def test_cache_evicts_least_recently_used_and_skips_truncated() -> None:
     cache = PlanCache(2)
-    result = plan(PlanRequest(**TINY))
+    found = plan(PlanRequest(**TINY))
+    result = Computed(found, found.model_dump_json())
     cache.put(("v", "a"), result)
     cache.put(("v", "b"), result)
     assert cache.get(("v", "a")) is result  # a is now the most recent
     cache.put(("v", "c"), result)
     assert cache.get(("v", "b")) is None and cache.get(("v", "a")) is result
-    truncated = result.model_copy(update={"stats": result.stats.model_copy(update={"truncated": True})})
-    cache.put(("v", "d"), truncated)
+    cut = found.model_copy(update={"stats": found.stats.model_copy(update={"truncated": True})})
+    cache.put(("v", "d"), Computed(cut, cut.model_dump_json()))
     assert cache.get(("v", "d")) is None
     off = PlanCache(0)
     off.put(("v", "a"), result)

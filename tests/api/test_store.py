@@ -33,15 +33,17 @@ def test_sqlite_file_and_folder_are_created_in_wal_mode(tmp_path: Path) -> None:
 
 def test_add_get_page_delete(store: PlanStore) -> None:
     result = plan(PlanRequest(**TINY))
-    record = store.add(TINY, result, ["a notice"], {"train.sh": "echo hi\n"}, "9.9")
+    record, replayed = store.add(TINY, result, ["a notice"], {"train.sh": "echo hi\n"}, "9.9", owner="alice")
+    assert not replayed
     got = store.get(record.id)
     assert got is not None
     assert got.result.model_dump() == result.model_dump()
     assert got.request == TINY and got.notices == ["a notice"]
-    assert got.planner_version == result.planner_version
+    assert got.planner_version == result.planner_version and got.owner == "alice"
     assert got.created_at == record.created_at.replace(microsecond=got.created_at.microsecond)
     items, total = store.page(10, 0)
     assert total == 1 and items[0].id == record.id and items[0].num_plans == len(result.plans)
+    assert items[0].owner == "alice" and store.page(10, 0, owner="bob") == ([], 0)
     assert items[0].created_at.tzinfo is not None
     assert store.artifacts(record.id, 1) == {"train.sh": "echo hi\n"}
     assert store.artifacts(record.id, 2) is None
@@ -50,7 +52,7 @@ def test_add_get_page_delete(store: PlanStore) -> None:
 
 
 def test_artifacts_are_frozen_first_writer_wins(store: PlanStore) -> None:
-    record = store.add(TINY, plan(PlanRequest(**TINY)), [])
+    record, _ = store.add(TINY, plan(PlanRequest(**TINY)), [])
     first = store.put_artifacts(record.id, 2, {"a.txt": "first"})
     second = store.put_artifacts(record.id, 2, {"a.txt": "second", "b.txt": "more"})
     assert first == second == {"a.txt": "first"}
@@ -59,13 +61,18 @@ def test_artifacts_are_frozen_first_writer_wins(store: PlanStore) -> None:
 
 def test_ids_are_unique_and_url_safe(store: PlanStore) -> None:
     result = plan(PlanRequest(**TINY))
-    ids = {store.add(TINY, result, []).id for _ in range(20)}
+    ids = {store.add(TINY, result, [])[0].id for _ in range(20)}
     assert len(ids) == 20 and all(len(i) == 16 and int(i, 16) >= 0 for i in ids)
 
 
-@pytest.mark.parametrize(("url", "driver"), [
-    ("postgres://u:p@db/x", "postgresql+psycopg"), ("postgresql://u:p@db/x", "postgresql+psycopg"),
-    ("postgresql+psycopg://u:p@db/x", "postgresql+psycopg"), ("sqlite:///var/x.db", "sqlite"),
-])
+@pytest.mark.parametrize(
+    ("url", "driver"),
+    [
+        ("postgres://u:p@db/x", "postgresql+psycopg"),
+        ("postgresql://u:p@db/x", "postgresql+psycopg"),
+        ("postgresql+psycopg://u:p@db/x", "postgresql+psycopg"),
+        ("sqlite:///var/x.db", "sqlite"),
+    ],
+)
 def test_postgres_urls_use_psycopg3(url: str, driver: str) -> None:
     assert normalize_url(url).drivername == driver

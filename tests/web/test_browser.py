@@ -1,4 +1,5 @@
-"""Headless Chromium (Debian's) against uvicorn: fill the form, submit, read the result page, download files."""
+"""Headless Chromium (Debian's) against uvicorn: log in, fill the form, submit, read the result page, download
+files; a cross-site form post is refused."""
 
 from __future__ import annotations
 
@@ -18,11 +19,15 @@ import pytest
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking"]
 ROOT = Path(__file__).resolve().parents[2]
+USER, PASSWORD = "alice", "correct horse battery staple"
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed at /usr/bin/chromium "
-                       "(apt-get install -y chromium, or ./scripts/test-services.sh)"),
+    pytest.mark.skipif(
+        not CHROMIUM.exists(),
+        reason="Debian's chromium is not installed at /usr/bin/chromium "
+        "(apt-get install -y chromium, or ./scripts/test-services.sh)",
+    ),
 ]
 
 
@@ -38,8 +43,32 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = _free_port()
     db = tmp_path_factory.mktemp("db") / "trainplan.db"
     env = {**os.environ, "DATABASE_URL": f"sqlite:///{db}", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port",
-                             str(port), "--log-level", "warning"], cwd=ROOT, env=env)
+    made = subprocess.run(
+        [sys.executable, "-m", "app", "users", "add", USER, "--role", "user", "--password-stdin"],
+        input=PASSWORD + "\n",
+        text=True,
+        capture_output=True,
+        cwd=ROOT,
+        env=env,
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stderr
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "app.main:app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -66,9 +95,20 @@ def browser() -> Iterator[object]:
         chromium.close()
 
 
+def _login(page: object, server: str) -> None:
+    """The form is behind the login: / redirects to /login, which comes back to / after the password."""
+    page.goto(f"{server}/")  # type: ignore[attr-defined]
+    assert "/login?next=" in page.url  # type: ignore[attr-defined]
+    page.fill('input[name="name"]', USER)  # type: ignore[attr-defined]
+    page.fill('input[name="password"]', PASSWORD)  # type: ignore[attr-defined]
+    page.click('button[type="submit"]')  # type: ignore[attr-defined]
+    page.wait_for_url(f"{server}/")  # type: ignore[attr-defined]
+
+
 def test_fill_submit_read_and_download(server: str, browser: object, tmp_path: Path) -> None:
     page = browser.new_page(viewport={"width": 1280, "height": 900}, accept_downloads=True)  # type: ignore[attr-defined]
-    page.goto(f"{server}/")
+    _login(page, server)
+    assert f"{USER} (user)" in page.inner_text("header")
     assert page.locator('.mode-panel[data-mode="preset"]').is_visible()
     assert not page.locator('.mode-panel[data-mode="dims"]').is_visible()
     page.select_option('select[name="preset.name"]', "llama-2-7b")
@@ -108,7 +148,7 @@ def test_fill_submit_read_and_download(server: str, browser: object, tmp_path: P
 
 def test_bad_value_shows_beside_its_field(server: str, browser: object, tmp_path: Path) -> None:
     page = browser.new_page(viewport={"width": 1280, "height": 900})  # type: ignore[attr-defined]
-    page.goto(f"{server}/")
+    _login(page, server)
     page.fill('input[name="cluster.num_nodes"]', "0")
     page.fill('input[name="training.global_batch_size"]', "96")
     page.click('button[type="submit"]')
@@ -122,3 +162,23 @@ def test_bad_value_shows_beside_its_field(server: str, browser: object, tmp_path
     assert page.locator('.mode-panel[data-mode="dims"]').is_visible()
     assert not page.locator('.mode-panel[data-mode="preset"]').is_visible()
     page.close()
+
+
+def test_a_cross_site_form_post_is_refused(server: str, browser: object, tmp_path: Path) -> None:
+    """A page on another origin posts the plan form to the service in a logged-in browser: refused, nothing stored."""
+    context = browser.new_context()  # type: ignore[attr-defined]
+    page = context.new_page()
+    _login(page, server)
+    before = page.request.get(f"{server}/plans").json()["total"]
+    evil = tmp_path / "evil.html"
+    evil.write_text(f'''<form id="f" method="post" action="{server}/" enctype="multipart/form-data">
+      <input name="model_mode" value="preset"><input name="preset.name" value="llama-2-7b">
+      <input name="cluster_preset" value="dgx-h100"><input name="cluster.num_nodes" value="1">
+      <input name="training.global_batch_size" value="8"></form>''')
+    other = context.new_page()
+    other.goto(evil.as_uri())  # a file:// page: its Origin is "null", another site
+    with other.expect_navigation():
+        other.evaluate("document.getElementById('f').submit()")
+    assert "403" in other.content() or "origin" in other.content()
+    assert page.request.get(f"{server}/plans").json()["total"] == before
+    context.close()

@@ -1,0 +1,104 @@
+"""Pure ASGI middleware: security headers on every response, and no cross-origin browser POSTs.
+
+Security headers go on JSON, files and errors as well as HTML (a route's own header, e.g. the pages' CSP or
+the stylesheet's Cache-Control, is kept). Any state-changing request whose `Origin` (or `Sec-Fetch-Site`) says
+it comes from another site is refused with 403 before the app sees it: with the session cookie's SameSite=Lax
+and the CSRF token, a third guard against cross-site form posts.
+"""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import urlsplit
+
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+# JSON and files: nothing may run or be framed. The docs page (Swagger UI) loads its script from a CDN.
+API_CSP = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+DOCS_CSP = (
+    "default-src 'none'; script-src 'unsafe-inline' https://cdn.jsdelivr.net; style-src 'unsafe-inline' "
+    "https://cdn.jsdelivr.net; img-src 'self' data: https://fastapi.tiangolo.com; connect-src 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'"
+)
+DOCS_PATHS = ("/docs", "/redoc", "/docs/oauth2-redirect")
+HEADERS = {
+    "x-content-type-options": "nosniff",
+    "x-frame-options": "DENY",
+    "referrer-policy": "same-origin",  # "no-referrer" makes browsers send Origin: null on forms
+    "cross-origin-opener-policy": "same-origin",
+    "cross-origin-resource-policy": "same-origin",
+    "permissions-policy": "camera=(), microphone=(), geolocation=(), interest-cohort=()",
+    "cache-control": "no-store",
+}
+SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
+
+
+class SecurityHeadersMiddleware:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        csp = DOCS_CSP if scope.get("path") in DOCS_PATHS else API_CSP
+        https = scope.get("scheme") == "https"
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in {**HEADERS, "content-security-policy": csp}.items():
+                    if name not in headers:
+                        headers[name] = value
+                if https:
+                    headers.setdefault("strict-transport-security", "max-age=31536000")
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def _own_origin(scope: Scope, headers: Headers) -> str:
+    host = headers.get("host", "")
+    return f"{scope.get('scheme', 'http')}://{host}".lower()
+
+
+class OriginCheckMiddleware:
+    """403 for a POST/PUT/PATCH/DELETE that a browser says comes from another origin."""
+
+    def __init__(self, app: ASGIApp, trusted_origins: tuple[str, ...] = ()) -> None:
+        self.app = app
+        self.trusted = {o.lower() for o in trusted_origins}
+
+    def _refusal(self, scope: Scope) -> str | None:
+        headers = Headers(scope=scope)
+        if headers.get("sec-fetch-site") == "cross-site":
+            return "a cross-site request (Sec-Fetch-Site: cross-site) may not change anything here"
+        origin = headers.get("origin")
+        if origin is None:
+            return None  # not a browser, or a same-origin navigation of an old browser: the CSRF token decides
+        parts = urlsplit(origin.lower())
+        if origin == "null" or f"{parts.scheme}://{parts.netloc}" not in {_own_origin(scope, headers), *self.trusted}:
+            return (
+                f"origin: {origin!r} is not this service's origin ({_own_origin(scope, headers)}) nor one of "
+                "TRAINPLAN_TRUSTED_ORIGINS; cross-origin requests may not change anything"
+            )
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in SAFE_METHODS:
+            await self.app(scope, receive, send)
+            return
+        reason = self._refusal(scope)
+        if reason is None:
+            await self.app(scope, receive, send)
+            return
+        body = json.dumps({"detail": reason, "errors": [{"field": "origin", "message": reason}]}).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 403,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
