@@ -114,7 +114,9 @@ def _megatron(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, moe
         f = model.moe_ffn_hidden_size / par.expert_tp
         fc1 = 2 * f if model.swiglu else f
         moe_act = ACT * routed * fc1 + gin * routed * f  # activation input (fc1 output) and fc2 input
-        mlp = 2 * ACT * routed * h + gin * routed * h + moe_act  # dispatched input, combine input, fc1 input
+        # the grouped fc1's input and the expert output the probability-weighted combine keeps (permute and the
+        # all-to-alls save only indices; megatron-core moe_utils.permute/unpermute, token_dispatcher.py)
+        mlp = gin * routed * h + ACT * routed * h + moe_act
         if model.moe_shared_expert_intermediate_size:
             shared = _mlp_internals(model, sb, model.moe_shared_expert_intermediate_size / t, gin) + gin * sb * h / sp
         router = FP32 * sb * (model.num_experts or 0) / sp

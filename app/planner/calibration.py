@@ -71,9 +71,14 @@ def constants(cluster: ClusterSpec, training: TrainingSpec) -> list[Constant]:
     framework = []
     if training.framework != "megatron":
         overhead = catalog.framework_constant("deepspeed_pipeline_engine", "microbatch_overhead_s")
-        framework.append(Constant(name="DeepSpeed PipelineEngine overhead per micro-batch (with PP)",
-                                  value=overhead * 1e3, unit="ms",
-                                  source="data/frameworks.json (fitted on the BLOOM and MT-NLG runs)"))
+        framework.append(
+            Constant(
+                name="DeepSpeed PipelineEngine overhead per micro-batch (with PP)",
+                value=overhead * 1e3,
+                unit="ms",
+                source="data/frameworks.json (fitted on the BLOOM and MT-NLG runs)",
+            )
+        )
     hardware = [
         Constant(
             name="GEMM throughput in training",

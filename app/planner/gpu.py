@@ -24,17 +24,20 @@ class Efficiency(BaseModel):
     gemm_k_half: float = Field(
         0.0,
         ge=0,
+        le=1e6,
         description="Inner dimension at which a GEMM tile's main loop and its fixed prologue/epilogue cost the same: "
         "a GEMM of inner size k runs at k/(k + k_half) of the rate of the 8192^3 reference.",
     )
     hbm: float = Field(gt=0, le=1, description="Streaming kernels' bandwidth / datasheet HBM bandwidth.")
     nvlink: float = Field(gt=0, le=1, description="NCCL bus bandwidth inside the NVLink domain / datasheet NVLink.")
     network: float = Field(gt=0, le=1, description="NCCL bus bandwidth through one NIC / its line rate.")
-    collective_latency_s: float = Field(ge=0, description="NCCL base latency of one collective call, seconds.")
-    intra_step_latency_s: float = Field(ge=0, description="NCCL per-step latency of a ring step over NVLink.")
-    network_hop_latency_s: float = Field(ge=0, description="NCCL per-step latency of a ring/tree step across nodes.")
+    collective_latency_s: float = Field(ge=0, le=1, description="NCCL base latency of one collective call, seconds.")
+    intra_step_latency_s: float = Field(ge=0, le=1, description="NCCL per-step latency of a ring step over NVLink.")
+    network_hop_latency_s: float = Field(
+        ge=0, le=1, description="NCCL per-step latency of a ring/tree step across nodes."
+    )
     runtime_overhead_bytes: int = Field(
-        ge=0, description="CUDA context, cuBLAS/NCCL workspaces and the like, outside the caching allocator."
+        ge=0, le=2**40, description="CUDA context, cuBLAS/NCCL workspaces and the like, outside the caching allocator."
     )
 
 
@@ -43,18 +46,20 @@ class GPUSpec(BaseModel):
 
     name: str = Field(description="GPU name.")
     generation: str = Field(description="Architecture family, keying the efficiency constants.")
-    memory_bytes: int = Field(gt=0, description="Device memory visible to the job, bytes.")
-    bf16_TFLOPs: float = Field(gt=0, description="Dense BF16 tensor-core peak, TFLOP/s.")
-    fp16_TFLOPs: float = Field(gt=0, description="Dense FP16 tensor-core peak, TFLOP/s.")
-    fp8_TFLOPs: float | None = Field(None, description="Dense FP8 peak, TFLOP/s (none: no FP8).")
-    hbm_TBps: float = Field(gt=0, description="Memory bandwidth, TB/s.")
-    nvlink_GBps: float = Field(gt=0, description="GPU-to-GPU bandwidth per GPU and direction, GB/s.")
-    nvlink_domain: int = Field(ge=1, description="GPUs joined by that fabric (1: PCIe only).")
+    memory_bytes: int = Field(ge=2**28, le=2**42, description="Device memory visible to the job, bytes.")
+    bf16_TFLOPs: float = Field(ge=0.1, le=100_000, description="Dense BF16 tensor-core peak, TFLOP/s.")
+    fp16_TFLOPs: float = Field(ge=0.1, le=100_000, description="Dense FP16 tensor-core peak, TFLOP/s.")
+    fp8_TFLOPs: float | None = Field(None, ge=0.1, le=200_000, description="Dense FP8 peak, TFLOP/s (none: no FP8).")
+    hbm_TBps: float = Field(ge=0.01, le=1000, description="Memory bandwidth, TB/s.")
+    nvlink_GBps: float = Field(ge=0.01, le=100_000, description="GPU-to-GPU bandwidth per GPU and direction, GB/s.")
+    nvlink_domain: int = Field(ge=1, le=1_000_000, description="GPUs joined by that fabric (1: PCIe only).")
     nvlink_spans_nodes: bool = Field(
         False, description="The NVLink domain spans several nodes (trays), as in GB200 NVL72 racks."
     )
-    network_GBps: float = Field(gt=0, description="Typical network bandwidth per GPU and direction, GB/s.")
-    pcie_GBps: float = Field(gt=0, description="Achievable pinned host-device copy bandwidth, GB/s.")
+    network_GBps: float = Field(
+        ge=0.001, le=10_000, description="Typical network bandwidth per GPU and direction, GB/s."
+    )
+    pcie_GBps: float = Field(ge=0.01, le=10_000, description="Achievable pinned host-device copy bandwidth, GB/s.")
     efficiency: Efficiency = Field(description="Efficiency constants of this generation.")
     source: str = Field("", description="Datasheet references.")
 

@@ -142,15 +142,27 @@ class States:
 
 
 def _megatron_states(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, sp: StageParams) -> States:
+    """Megatron's DDP buffers and distributed optimizer, or Megatron-FSDP (megatron_fsdp/param_and_grad_buffer.py):
+    `optim` shards the fp32 main weights and Adam states (as the distributed optimizer), `optim_grads` also the main
+    grads (each FSDP unit's unsharded grads live in a double buffer until their reduce-scatter), `optim_grads_params`
+    also the compute weights (each unit is all-gathered into a double buffer: the unit computed and the one
+    prefetched)."""
     dense_n, expert_n = optimizer_shards(par, training)
     n = sp.total
     shard = sp.dense / dense_n + sp.expert / expert_n if par.distributed_optimizer else float(n)
-    weights = 2.0 * n
+    weight_b = 2.0
     if training.precision == "fp8":
-        weights = 2.0 * n if par.fp8_param_gather else 4.0 * n  # FP8 weight + transpose (+ the 16-bit weight)
-    grads = (2.0 if training.precision == "fp16" or reduce_dtype(training, par) == "bf16" else 4.0) * n
+        weight_b = 2.0 if par.fp8_param_gather else 4.0  # FP8 weight + transpose (+ the 16-bit weight)
+    grad_b = 2.0 if training.precision == "fp16" or reduce_dtype(training, par) == "bf16" else 4.0
+    weights, grads, buffers = weight_b * n, grad_b * n, 0.0
+    fsdp = par.megatron_fsdp
+    if fsdp in ("optim_grads", "optim_grads_params"):
+        grads = grad_b * shard + 2 * grad_b * sp.largest_unit
+    if fsdp == "optim_grads_params":
+        weights = weight_b * shard
+        buffers = FSDP_UNITS_LIVE * weight_b * sp.largest_unit
     opt = (16.0 if training.precision == "fp16" else 12.0) * shard
-    return States(n, weights, grads, 0.0, opt, 0.0, 0.0, 0.0, 0.0)
+    return States(n, weights, grads, 0.0, opt, buffers, 0.0, 0.0, 0.0)
 
 
 def _zero_states(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, sp: StageParams) -> States:
@@ -232,7 +244,7 @@ def _states(
         return _fsdp_states(model, training, par, sp)
     states = _megatron_states(model, training, par, sp)
     if training.precision == "fp8" and par.fp8_recipe == "delayed":  # amax history of 4 GEMMs x (in, w, grad)
-        states = _with(states, buffers=(dense + moe) * 4 * 3 * FP8_AMAX_HISTORY * 4.0)
+        states = _with(states, buffers=states.buffers + (dense + moe) * 4 * 3 * FP8_AMAX_HISTORY * 4.0)
     return states
 
 

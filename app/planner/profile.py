@@ -24,34 +24,34 @@ class _Strict(BaseModel):
 
 class ProfileDevice(_Strict):
     name: str = Field(description="Device name as torch reports it (e.g. 'NVIDIA H200'), or 'cpu'.")
-    memory_bytes: int = Field(0, ge=0)
+    memory_bytes: int = Field(0, ge=0, le=2**42)
     backend: Literal["nccl", "gloo"] = Field(description="torch.distributed backend used for the collectives.")
 
 
 class GemmSample(_Strict):
     precision: Literal["bf16", "fp16", "fp8", "fp32"]
-    m: int = Field(ge=1)
-    n: int = Field(ge=1)
-    k: int = Field(ge=1)
-    tflops: float = Field(ge=0)
+    m: int = Field(ge=1, le=2**20)
+    n: int = Field(ge=1, le=2**20)
+    k: int = Field(ge=1, le=2**20)
+    tflops: float = Field(ge=0, le=200_000)
 
 
 class CollectiveSample(_Strict):
     op: Literal["all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all"]
     scope: Literal["intra_node", "inter_node"]
-    ranks: int = Field(ge=1)
-    bytes: int = Field(ge=1)
-    busbw_GBps: float = Field(ge=0)
+    ranks: int = Field(ge=1, le=25_600_000)
+    bytes: int = Field(ge=1, le=2**50)
+    busbw_GBps: float = Field(ge=0, le=100_000)
 
 
 class HostDevice(_Strict):
-    h2d_GBps: float = Field(gt=0)
-    d2h_GBps: float = Field(gt=0)
+    h2d_GBps: float = Field(ge=0.01, le=10_000)
+    d2h_GBps: float = Field(ge=0.01, le=10_000)
 
 
 class CpuAdam(_Strict):
-    params_per_s: float = Field(gt=0)
-    threads: int = Field(1, ge=1)
+    params_per_s: float = Field(ge=1e3, le=1e15)
+    threads: int = Field(1, ge=1, le=65_536)
 
 
 class ClusterProfile(_Strict):
@@ -60,8 +60,8 @@ class ClusterProfile(_Strict):
     schema_version: Literal[1] = Field(description="Profile format version.")
     kind: Literal["trainplan.cluster_profile"] = "trainplan.cluster_profile"
     created: str = Field("", description="When it was measured.")
-    num_nodes: int = Field(1, ge=1)
-    gpus_per_node: int = Field(1, ge=1)
+    num_nodes: int = Field(1, ge=1, le=100_000)
+    gpus_per_node: int = Field(1, ge=1, le=256)
     device: ProfileDevice
     gemm: tuple[GemmSample, ...] = ()
     collectives: tuple[CollectiveSample, ...] = ()

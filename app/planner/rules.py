@@ -229,10 +229,29 @@ def sharding_supported(c: Ctx) -> Violation | None:
         )
     if p.distributed_optimizer and "distributed_optimizer" not in can.sharding:
         return Violation("framework_support", f"{s.label} shards with ZeRO/FSDP, not Megatron's distributed optimizer")
-    if p.megatron_fsdp is not None and "megatron_fsdp" not in can.sharding:
-        return Violation("framework_support", f"{s.label} has no Megatron-FSDP")
+    if p.megatron_fsdp is not None:
+        return _megatron_fsdp_rule(c)
     if p.offload_optimizer != "none" and not can.offload:
         return Violation("framework_support", f"{s.label}: no optimizer offload")
+    return None
+
+
+def _megatron_fsdp_rule(c: Ctx) -> Violation | None:
+    """Megatron-FSDP (Megatron-LM docs/discussions/megatron-fsdp-user-guide: --use-megatron-fsdp needs
+    --use-distributed-optimizer, --ckpt-format fsdp_dtensor and CUDA_DEVICE_MAX_CONNECTIONS unset, which the renderer
+    writes; validate_args asserts the last two). Sharding the compute weights (optim_grads_params) gathers every
+    FSDP unit again for each micro-batch of each pipeline stage: planned with PP 1 only, as NVIDIA's FSDP recipes run."""
+    p, s = c.par, c.training.software
+    if "megatron_fsdp" not in s.can.sharding:
+        return Violation("framework_support", f"{s.label} has no Megatron-FSDP")
+    if not p.distributed_optimizer:
+        return Violation("megatron_fsdp", "megatron_fsdp needs distributed_optimizer (--use-distributed-optimizer)")
+    if p.dp * p.cp == 1:
+        return Violation("megatron_fsdp", "megatron_fsdp over one data-parallel rank shards nothing")
+    if p.megatron_fsdp == "optim_grads_params" and p.pp > 1:
+        return Violation("megatron_fsdp", f"megatron_fsdp optim_grads_params with pp({p.pp}) > 1 is not planned")
+    if c.training.precision == "fp16":
+        return Violation("megatron_fsdp", "Megatron-FSDP is planned for bf16/fp8 training, not fp16")
     return None
 
 

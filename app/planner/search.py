@@ -162,6 +162,9 @@ def search_world(
         sizes = space.mbs_options(model, training, per_replica, pl.cp)
         if not shardings or not _placement_ok(model, cluster, training, world, pl, shardings, sizes, levels, state):
             continue
+        # shardings run from the least to the most memory-saving, each slower at the same micro-batch and
+        # recomputation: a later one is tried only where it can fit with less recomputation than the earlier needed
+        needed: dict[int, int] = {}
         for sharding in shardings:
             if sizes and not _states_fit(model, cluster, training, pl, sizes, levels, sharding, state, budget):
                 continue
@@ -169,16 +172,17 @@ def search_world(
                 if time.perf_counter() > deadline:
                     state.truncated = True
                     return
-                if _try_recompute(model, cluster, training, world, pl, mbs, sharding, levels, state, budget):
+                cheaper = levels[: needed[mbs]] if mbs in needed else levels
+                if not cheaper:
+                    continue
+                found = _try_recompute(model, cluster, training, world, pl, mbs, sharding, cheaper, state, budget)
+                if found is not None and found >= 0:
+                    needed[mbs] = min(needed.get(mbs, len(levels)), found)
+                if found == -1 and mbs not in needed:
                     # activation memory never shrinks with a larger micro-batch: every larger one runs out too
-                    state.rejected.add(
-                        "out_of_memory",
-                        state.rejected.messages["out_of_memory"],
-                        state.rejected.examples["out_of_memory"][0],
-                        score=float("inf"),
-                        count=(len(sizes) - i - 1) * len(levels),
-                    )
-                    state.candidates += (len(sizes) - i - 1) * len(levels)
+                    rest = (len(sizes) - i - 1) * len(levels)
+                    state.candidates += rest
+                    state.rejected.counts["out_of_memory"] = state.rejected.counts.get("out_of_memory", 0) + rest
                     break
 
 
@@ -265,10 +269,10 @@ def _try_recompute(
     levels: list[space.Recompute],
     state: SearchState,
     budget: _Budget,
-) -> bool:
+) -> int | None:
     """The cheapest recomputation that fits; the costlier ones are dominated and not timed. Levels run from the
-    least to the most memory-saving, so the first that fits is found by bisection. True when even the most
-    recomputation runs out of GPU memory."""
+    least to the most memory-saving, so the first that fits is found by bisection. Returns its index, -1 when even
+    the most recomputation runs out of GPU memory, None when a rule or host memory rejects the candidate."""
     configs: dict[int, ParallelConfig | None] = {}
 
     def config(i: int) -> ParallelConfig | None:
@@ -285,25 +289,27 @@ def _try_recompute(
         config(0)
     except _Rejected as exc:
         state.rejected.add(exc.violation.code, exc.violation.message, exc.par, count=len(levels))
-        return False
+        return None
     fits = {i: _fits(model, cluster, training, config(i), state, budget) for i in (0, len(levels) - 1)}
     if fits[0] is None or fits[len(levels) - 1] is None:
-        return False  # out of host memory
-    if fits[0]:
-        state.found.append(Found(*fits[0]))
-        return False
+        return None  # out of host memory
+    if isinstance(fits[0], Found):
+        state.found.append(fits[0])
+        return 0
     if not fits[len(levels) - 1]:
-        return True
+        return -1
     lo, hi = 0, len(levels) - 1  # levels[lo] does not fit, levels[hi] does
+    best = fits[hi]
     while hi - lo > 1:
         mid = (lo + hi) // 2
         result = _fits(model, cluster, training, config(mid), state, budget)
-        if result:
-            hi, fits[hi] = mid, result
+        if isinstance(result, Found):
+            hi, best = mid, result
         else:
             lo = mid
-    state.found.append(Found(*fits[hi]))  # type: ignore[misc]
-    return False
+    assert isinstance(best, Found)
+    state.found.append(best)
+    return hi
 
 
 class _Rejected(Exception):
@@ -318,8 +324,8 @@ def _fits(
     par: ParallelConfig | None,
     state: SearchState,
     budget: _Budget,
-) -> tuple[ParallelConfig, int, float] | bool | None:
-    """(config, world, peak) when it fits, False when it runs out of GPU memory (or breaks a rule), None when the
+) -> Found | bool | None:
+    """The candidate when it fits, False when it runs out of GPU memory (or breaks a rule), None when the
     offloaded states overflow host memory."""
     if par is None:
         return False
@@ -336,7 +342,7 @@ def _fits(
         return None
     upper = (peak - budget.runtime) * budget.limit + budget.runtime
     if upper <= budget.usable:
-        return par, par.world_size, peak
+        return Found(par, par.world_size, peak)
     state.rejected.add(
         "out_of_memory",
         f"needs {peak / 2**30:.1f} GiB per GPU on stage {stage} (up to {upper / 2**30:.1f} GiB at the upper end of "

@@ -5,7 +5,8 @@
   `seq % 2cp == 0` and at least 2K tokens per rank (NVIDIA runs CP2 at 8K, CP8 at 64K, CP16 at 128K); the
   communication type by placement: p2p inside an NVLink domain, and across domains also
   hierarchical a2a+p2p (a2a over the ranks of a domain, the ring across) — megatron-core cp_comm_type.
-- PP: any size up to the layer count; VPP: every factor that divides the layers per stage (no fixed list).
+- PP: any size up to the layer count; VPP: every factor that divides the layers per stage (no fixed list), up to
+  the one that brings the ideal bubble under 0.5%.
 - Layer split: even; Megatron's first/last-stage layer counts (with or without interleaving, each divisible by VPP);
   the embedding and the loss counted as stage work (`--account-for-embedding/loss-in-pipeline-split`) when that
   makes the count divide; otherwise a `--pipeline-model-parallel-layout` string with lighter first and last virtual
@@ -85,13 +86,13 @@ def pp_options(model: ModelSpec, training: TrainingSpec, rest: int) -> list[int]
     return [p for p in divisors(rest) if p <= model.num_layers]
 
 
-BUBBLE_ENOUGH = 0.01  # interleaving beyond the factor that brings the ideal bubble under 1% only adds traffic
+BUBBLE_ENOUGH = 0.005  # interleaving beyond the factor that brings the ideal bubble under 0.5% only adds traffic
 
 
 def vpp_options(model: ModelSpec, training: TrainingSpec, pp: int, microbatches: int) -> list[int]:
     """Every interleaving factor that divides the layers per stage (counting the embedding and loss as layers
     too, where the layer count needs them to divide), up to the first that brings the ideal bubble
-    `(p - 1) / (v m)` under 1%: a larger factor only adds pipeline traffic and in-flight activations."""
+    `(p - 1) / (v m)` under 0.5%: a larger factor only adds pipeline traffic and in-flight activations."""
     if training.pinned.vpp:
         return [training.pinned.vpp]
     if pp == 1 or not training.software.can.interleaving:
@@ -215,9 +216,17 @@ def sharding_options(training: TrainingSpec, dp: int, cp: int, pp: int, offload:
     can = training.software.can
     if "distributed_optimizer" in can.sharding:
         # the distributed optimizer shards optimizer state over DP x CP at the communication volume of the
-        # all-reduce it replaces (reduce-scatter + all-gather): with DP x CP > 1 it is always taken
+        # all-reduce it replaces (reduce-scatter + all-gather): with DP x CP > 1 it is always taken; Megatron-FSDP
+        # also shards the gradients (optim_grads) and the weights (optim_grads_params, PP 1); its `optim` strategy
+        # is the distributed optimizer's sharding and is not searched twice
         options = [dp * cp > 1] if pins.distributed_optimizer is None else [pins.distributed_optimizer]
-        return [{"distributed_optimizer": d} for d in options]
+        out: list[dict[str, object]] = [{"distributed_optimizer": d} for d in options]
+        if "megatron_fsdp" in can.sharding and dp * cp > 1 and pins.distributed_optimizer is not False:
+            strategies = ["optim_grads"] + (["optim_grads_params"] if pp == 1 else [])
+            if pins.megatron_fsdp:
+                strategies, out = [pins.megatron_fsdp], []
+            out += [{"distributed_optimizer": True, "megatron_fsdp": s} for s in strategies]
+        return out
     if "fsdp" in can.sharding:
         return [{}]
     stages = [s for s in can.zero_stages if s <= 1] if pp > 1 else list(can.zero_stages)
@@ -225,7 +234,7 @@ def sharding_options(training: TrainingSpec, dp: int, cp: int, pp: int, offload:
         stages = [min(s for s in stages if s >= 1)] if any(s >= 1 for s in stages) else stages
     if pins.zero_stage is not None:
         stages = [pins.zero_stage]
-    out: list[dict[str, object]] = []
+    out = []
     for stage in stages:
         offloads = [("none", "none")]
         if offload and stage >= 1 and can.offload:

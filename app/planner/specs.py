@@ -80,13 +80,19 @@ class ModelSpec(Frozen):
     hidden_size: int = Field(description="Model width h (--hidden-size).", ge=8, le=262144)
     num_attention_heads: int = Field(description="Attention heads (--num-attention-heads).", ge=1, le=4096)
     num_query_groups: int | None = Field(
-        None, description="Key/value heads for grouped-query attention (--num-query-groups); default = heads."
+        None,
+        ge=1,
+        le=4096,
+        description="Key/value heads for grouped-query attention (--num-query-groups); default = heads.",
     )
     kv_channels: int | None = Field(
-        None, description="Head dimension (--kv-channels); default hidden_size / num_attention_heads."
+        None, ge=1, le=65_536, description="Head dimension (--kv-channels); default hidden_size / num_attention_heads."
     )
     ffn_hidden_size: int | None = Field(
-        None, description="MLP width (--ffn-hidden-size); default 4h, or int(8h/3/64)*64 with SwiGLU."
+        None,
+        ge=1,
+        le=4_194_304,
+        description="MLP width (--ffn-hidden-size); default 4h, or int(8h/3/64)*64 with SwiGLU.",
     )
     vocab_size: int = Field(description="Vocabulary size, padded as trained (--vocab-size).", ge=1, le=4_000_000)
     seq_length: int = Field(description="Training sequence length in tokens (--seq-length).", ge=1, le=4_194_304)
@@ -105,26 +111,37 @@ class ModelSpec(Frozen):
     multi_latent_attention: bool = Field(
         False, description="DeepSeek-style multi-latent attention (--multi-latent-attention)."
     )
-    q_lora_rank: int | None = Field(None, ge=1, description="MLA query low-rank dimension (--q-lora-rank).")
-    kv_lora_rank: int = Field(512, ge=1, description="MLA key/value low-rank dimension (--kv-lora-rank).")
-    qk_head_dim: int = Field(128, ge=1, description="MLA per-head query/key dimension (--qk-head-dim).")
-    qk_pos_emb_head_dim: int = Field(64, ge=0, description="MLA per-head RoPE dimension (--qk-pos-emb-head-dim).")
-    v_head_dim: int = Field(128, ge=1, description="MLA per-head value dimension (--v-head-dim).")
-    num_experts: int | None = Field(
-        None, description="Routed experts per MoE layer (--num-experts); none for a dense model.", ge=1
+    q_lora_rank: int | None = Field(None, ge=1, le=262_144, description="MLA query low-rank dimension (--q-lora-rank).")
+    kv_lora_rank: int = Field(512, ge=1, le=262_144, description="MLA key/value low-rank dimension (--kv-lora-rank).")
+    qk_head_dim: int = Field(128, ge=1, le=65_536, description="MLA per-head query/key dimension (--qk-head-dim).")
+    qk_pos_emb_head_dim: int = Field(
+        64, ge=0, le=65_536, description="MLA per-head RoPE dimension (--qk-pos-emb-head-dim)."
     )
-    moe_router_topk: int = Field(2, description="Experts each token is routed to (--moe-router-topk).", ge=1)
+    v_head_dim: int = Field(128, ge=1, le=65_536, description="MLA per-head value dimension (--v-head-dim).")
+    num_experts: int | None = Field(
+        None, description="Routed experts per MoE layer (--num-experts); none for a dense model.", ge=1, le=65_536
+    )
+    moe_router_topk: int = Field(2, description="Experts each token is routed to (--moe-router-topk).", ge=1, le=65_536)
     moe_ffn_hidden_size: int | None = Field(
-        None, description="MLP width of each routed expert (--moe-ffn-hidden-size); default ffn_hidden_size."
+        None,
+        ge=1,
+        le=4_194_304,
+        description="MLP width of each routed expert (--moe-ffn-hidden-size); default ffn_hidden_size.",
     )
     moe_shared_expert_intermediate_size: int | None = Field(
-        None, description="Total width of the shared experts (--moe-shared-expert-intermediate-size)."
+        None,
+        ge=1,
+        le=16_777_216,
+        description="Total width of the shared experts (--moe-shared-expert-intermediate-size).",
     )
     moe_first_dense_layers: int = Field(
-        0, ge=0, description="Leading layers with a dense MLP instead of MoE (DeepSeek's first_k_dense)."
+        0, ge=0, le=1024, description="Leading layers with a dense MLP instead of MoE (DeepSeek's first_k_dense)."
     )
     moe_capacity_factor: float | None = Field(
-        None, gt=0, description="Token capacity factor per expert (--moe-expert-capacity-factor); none = dropless."
+        None,
+        gt=0,
+        le=1000,
+        description="Token capacity factor per expert (--moe-expert-capacity-factor); none = dropless.",
     )
     rotary_base: float = Field(
         10000.0, gt=0, le=1e12, description="RoPE base θ (--rotary-base): Llama-2 1e4, Llama-3 5e5, Mixtral/Qwen 1e6."
@@ -152,10 +169,13 @@ class ModelSpec(Frozen):
         False, description="Aux-loss-free load balancing with a per-expert bias (--moe-router-enable-expert-bias)."
     )
     moe_router_num_groups: int | None = Field(
-        None, ge=1, description="Group-limited routing: expert groups (--moe-router-num-groups; DeepSeek-V3 8)."
+        None,
+        ge=1,
+        le=65_536,
+        description="Group-limited routing: expert groups (--moe-router-num-groups; DeepSeek-V3 8).",
     )
     moe_router_group_topk: int | None = Field(
-        None, ge=1, description="Group-limited routing: groups chosen per token (--moe-router-group-topk)."
+        None, ge=1, le=65_536, description="Group-limited routing: groups chosen per token (--moe-router-group-topk)."
     )
     moe_router_load_balancing_type: Literal["aux_loss", "seq_aux_loss", "none"] = Field(
         "aux_loss", description="Load-balancing loss (--moe-router-load-balancing-type)."
@@ -294,13 +314,15 @@ class ClusterSpec(Frozen):
     gpu: GPUSpec = Field(description="GPU type: a catalogue name or custom numbers.")
     intra_node_GBps: float | None = Field(
         None,
-        gt=0,
+        ge=0.01,
+        le=100_000,
         description="GPU-to-GPU bandwidth inside a node, per GPU and direction, GB/s "
         "(default: the catalogue's NVLink figure).",
     )
     inter_node_GBps: float | None = Field(
         None,
-        gt=0,
+        ge=0.001,
+        le=10_000,
         description="Network bandwidth between nodes per GPU and direction, GB/s "
         "(a 400 Gb/s NIC per GPU is 50 GB/s; default from the catalogue).",
     )
@@ -309,14 +331,20 @@ class ClusterSpec(Frozen):
         None, description="Network interface for NCCL's bootstrap and sockets (NCCL_SOCKET_IFNAME), e.g. eth0."
     )
     hosts: tuple[str, ...] = Field((), description="Host names, one per node, head node first (optional).")
-    cpu_memory_GiB: float = Field(1024.0, gt=0, description="CPU memory per node, GiB (for offload).")
+    cpu_memory_GiB: float = Field(1024.0, ge=1, le=1_048_576, description="CPU memory per node, GiB (for offload).")
     nvme_path: str | None = Field(None, description="Local NVMe mount for ZeRO-Infinity offload, e.g. /local_nvme.")
-    nvme_GBps: float = Field(6.0, gt=0, description="NVMe read/write bandwidth per node, GB/s.")
+    nvme_GBps: float = Field(6.0, ge=0.01, le=10_000, description="NVMe read/write bandwidth per node, GB/s.")
     host_to_device_GBps: float | None = Field(
-        None, gt=0, description="Pinned host↔GPU copy bandwidth per GPU, GB/s (default: the catalogue's PCIe)."
+        None,
+        ge=0.01,
+        le=10_000,
+        description="Pinned host↔GPU copy bandwidth per GPU, GB/s (default: the catalogue's PCIe).",
     )
     cpu_adam_params_per_s: float = Field(
-        1.0e9, gt=0, description="CPU Adam updates per second per node (DeepSpeedCPUAdam), for offload plans."
+        1.0e9,
+        ge=1e3,
+        le=1e15,
+        description="CPU Adam updates per second per node (DeepSpeedCPUAdam), for offload plans.",
     )
     mtbf_hours: float | None = Field(
         None,
@@ -327,7 +355,7 @@ class ClusterSpec(Frozen):
     )
     checkpoint_storage_GBps: float | None = Field(
         None,
-        gt=0,
+        ge=0.001,
         le=100_000,
         description="Aggregate bandwidth of the checkpoint storage for the whole job, GB/s (default: 1 GB/s per "
         "node, what Llama 3's 2 TB/s store gave each of its 2,048 nodes).",
@@ -405,22 +433,22 @@ class ClusterSpec(Frozen):
 class ParallelPins(Frozen):
     """Dimensions the user fixes; the search only varies the rest."""
 
-    tp: int | None = Field(None, ge=1, description="Tensor-parallel size.")
-    pp: int | None = Field(None, ge=1, description="Pipeline-parallel size.")
-    vpp: int | None = Field(None, ge=1, description="Virtual pipeline stages per rank (interleaving).")
-    dp: int | None = Field(None, ge=1, description="Data-parallel size.")
-    cp: int | None = Field(None, ge=1, description="Context-parallel size.")
-    ep: int | None = Field(None, ge=1, description="Expert-parallel size.")
+    tp: int | None = Field(None, ge=1, le=4096, description="Tensor-parallel size.")
+    pp: int | None = Field(None, ge=1, le=1024, description="Pipeline-parallel size.")
+    vpp: int | None = Field(None, ge=1, le=1024, description="Virtual pipeline stages per rank (interleaving).")
+    dp: int | None = Field(None, ge=1, le=10_000_000, description="Data-parallel size.")
+    cp: int | None = Field(None, ge=1, le=4_194_304, description="Context-parallel size.")
+    ep: int | None = Field(None, ge=1, le=65_536, description="Expert-parallel size.")
     zero_stage: int | None = Field(None, ge=0, le=3, description="DeepSpeed ZeRO stage.")
     distributed_optimizer: bool | None = Field(None, description="Megatron's distributed optimizer.")
-    micro_batch_size: int | None = Field(None, ge=1, description="Sequences per micro-batch.")
+    micro_batch_size: int | None = Field(None, ge=1, le=10_000_000, description="Sequences per micro-batch.")
     recompute: Recompute | None = Field(None, description="Activation recomputation.")
     sequence_parallel: bool | None = Field(None, description="Megatron sequence parallelism (needs TP > 1).")
     offload_optimizer: OffloadDevice | None = Field(None, description="ZeRO optimizer offload.")
     offload_param: OffloadDevice | None = Field(None, description="ZeRO-3 parameter offload.")
-    num_nodes: int | None = Field(None, ge=1, description="Use exactly this many nodes.")
+    num_nodes: int | None = Field(None, ge=1, le=100_000, description="Use exactly this many nodes.")
     cp_comm_type: CPCommType | None = Field(None, description="Context-parallel communication (--cp-comm-type).")
-    recompute_num_layers: int | None = Field(None, ge=1, description="Layers per stage fully recomputed.")
+    recompute_num_layers: int | None = Field(None, ge=1, le=1024, description="Layers per stage fully recomputed.")
     recompute_modules: tuple[RecomputeModule, ...] | None = Field(
         None, description="Modules selective recomputation re-runs (--recompute-modules)."
     )
@@ -475,7 +503,7 @@ class TrainingSpec(Frozen):
         True, description="Overlap pipeline sends with compute (Megatron's default with interleaving)."
     )
     allow_tp_across_nodes: bool = Field(False, description="Let a TP group span nodes (slow; off by default).")
-    train_tokens: float | None = Field(None, gt=0, description="Tokens to train on, for time-to-train.")
+    train_tokens: float | None = Field(None, gt=0, le=1e17, description="Tokens to train on, for time-to-train.")
     max_plans: int = Field(10, ge=1, le=200, description="How many ranked plans to return.")
     search_time_limit_s: float = Field(20.0, gt=0, le=600, description="Cap on search time.")
 

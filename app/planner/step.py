@@ -231,13 +231,25 @@ def stage_time(
         out.engine = training.software.costs.pipeline_microbatch_overhead_s
     if deepspeed_uses_bf16_optimizer(training, par):
         out.compute += _fp32_accumulation(model, cluster, training, par, shape, dense, moe)
-    sharded = "fsdp" in training.software.can.sharding or par.zero_stage == 3
-    if sharded and layers:
+    if per_layer_gathers(training, par) and layers:
         out.zero_comm = _gather_per_layer_exposed(model, cluster, training, par, shape, dense, moe, out)
-    elif par.zero_stage == 2 and par.dp > 1:
+    elif (par.zero_stage == 2 and par.dp > 1) or (par.megatron_fsdp == "optim_grads" and par.dp * par.cp > 1):
         out.zero_comm = _zero2_exposed(model, cluster, training, par, shape, dense, moe, out)
     out.host_wait = max(0.0, out.host - out.device)
     return out
+
+
+def per_layer_gathers(training: TrainingSpec, par: ParallelConfig) -> bool:
+    """Whether parameters are gathered unit by unit in every micro-batch (ZeRO-3, FSDP, Megatron-FSDP's
+    optim_grads_params)."""
+    return "fsdp" in training.software.can.sharding or par.zero_stage == 3 or par.megatron_fsdp == "optim_grads_params"
+
+
+def _shard_group(par: ParallelConfig, cluster: ClusterSpec, training: TrainingSpec) -> comm.Group:
+    """The group parameters and gradients are sharded over: DP x CP for Megatron (and Megatron-FSDP), DP else."""
+    if par.megatron_fsdp:
+        return railed(layout.dp_cp_group(par, cluster), training)
+    return railed(layout.dp_group(par, cluster), training)
 
 
 def _recomputed_fraction(par: ParallelConfig, shape: StageShape) -> float:
@@ -286,10 +298,11 @@ def _zero2_exposed(
     moe: int,
     st: StageTime,
 ) -> float:
-    """ZeRO-2 reduce-scatters the gradients in every micro-batch's backward, overlapped (overlap_comm)."""
+    """ZeRO-2 (and Megatron-FSDP optim_grads) reduce-scatter the gradients in every micro-batch's backward,
+    overlapped (overlap_comm; FSDP's grad-reduce pipeline)."""
     sp = stage_params(model, par, shape, dense, moe)
     size = grad_bytes(training, par) * sp.total
-    scatter = comm.collective_time("reduce_scatter", size, railed(layout.dp_group(par, cluster), training), cluster)
+    scatter = comm.collective_time("reduce_scatter", size, _shard_group(par, cluster, training), cluster)
     costs = training.software.generation(cluster.gpu.generation)
     return comm.exposed(scatter, st.bwd if zero_overlap_comm(2) else 0.0, costs.overlap_contention)
 
@@ -310,7 +323,7 @@ def _gather_per_layer_exposed(
     PCIe fetch of each rank's partition."""
     sp = stage_params(model, par, shape, dense, moe)
     layers = max(1, dense + moe)
-    g = railed(layout.dp_group(par, cluster), training)
+    g = _shard_group(par, cluster, training)
     zero3 = par.zero_stage == 3
     calls = ZERO3_GATHERS_PER_LAYER * layers if zero3 else layers
     passes = 2 + (_recomputed_fraction(par, shape) if par.recompute == "full" else 0.0)
@@ -335,7 +348,7 @@ def dp_exposed(
     sp: tuple[int, int],
 ) -> float:
     """Gradient reduction and parameter gathering left on the critical path after the last micro-batch."""
-    if par.zero_stage == 3 or "fsdp" in training.software.can.sharding:
+    if per_layer_gathers(training, par):
         return 0.0  # reduced and gathered per micro-batch (zero_comm)
     dense, expert = sp
     total = 0.0
@@ -376,7 +389,7 @@ def _sync_time(
     else:
         reduce = comm.collective_time("reduce_scatter", grads, g, cluster)
         gather = comm.collective_time("all_gather", ACT * params, g, cluster)
-    if par.zero_stage == 2:
+    if par.zero_stage == 2 or par.megatron_fsdp == "optim_grads":
         reduce = 0.0  # reduce-scattered in every micro-batch's backward (zero_comm)
     if not (training.overlap_grad_reduce and training.software.can.overlap_grad_reduce):
         return reduce + gather

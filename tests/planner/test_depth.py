@@ -33,15 +33,15 @@ def test_expert_weights_and_optimizer_shard_by_ep_and_expert_dp() -> None:
 
 
 def test_routed_token_activations() -> None:
-    """Each GPU keeps its tokens x top-k x imbalance: dispatched input and combine input (h each) plus the
-    expert MLP's fc1 input (h), fc1 output (2f with SwiGLU) and fc2 input (f); the router's fp32 logits."""
+    """Each GPU keeps its tokens x top-k x imbalance: the grouped fc1's input and the expert output the combine
+    keeps (h each), the fc1 output (2f with SwiGLU) and fc2 input (f); the router's fp32 logits."""
     m = preset("mixtral-8x7b")
     par = ParallelConfig(tp=1, ep=8, micro_batch_size=1)
     training = TrainingSpec(global_batch_size=64, moe_load_imbalance=1.25)
     s, h, f, k = m.seq_length, m.hidden_size, m.moe_ffn_hidden_size or 0, m.moe_router_topk
     routed = s * k * 1.25
     a = act.layer_activations(m, par, training, moe=True)
-    assert a.mlp == pytest.approx(2 * 2 * routed * h + 2 * routed * h + 2 * routed * 3 * f)
+    assert a.mlp == pytest.approx(2 * 2 * routed * h + 2 * routed * 3 * f)
     assert a.router == pytest.approx(4 * s * 8)
     capped = preset("mixtral-8x7b", moe_capacity_factor=1.0)
     assert act.moe_imbalance(capped, training) == 1.0
