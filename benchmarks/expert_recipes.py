@@ -21,12 +21,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.planner import PlanRequest, plan, space  # noqa: E402
-from app.planner.estimate import evaluate  # noqa: E402
-from app.planner.explain import describe  # noqa: E402
-from app.planner.layout import stage_shapes  # noqa: E402
-from app.planner.search import placements  # noqa: E402
-from app.planner.specs import ModelSpec, ParallelConfig  # noqa: E402
+from app.planner import PlanRequest, plan, space
+from app.planner.estimate import evaluate
+from app.planner.explain import describe
+from app.planner.layout import stage_shapes
+from app.planner.search import placements
+from app.planner.specs import ModelSpec, ParallelConfig
 
 DATA = Path(__file__).resolve().parent / "data" / "expert_recipes.json"
 MODEL_KEYS = set(ModelSpec.model_fields)

@@ -240,7 +240,8 @@ def _megatron_fsdp_rule(c: Ctx) -> Violation | None:
     """Megatron-FSDP (Megatron-LM docs/discussions/megatron-fsdp-user-guide: --use-megatron-fsdp needs
     --use-distributed-optimizer, --ckpt-format fsdp_dtensor and CUDA_DEVICE_MAX_CONNECTIONS unset, which the renderer
     writes; validate_args asserts the last two). Sharding the compute weights (optim_grads_params) gathers every
-    FSDP unit again for each micro-batch of each pipeline stage: planned with PP 1 only, as NVIDIA's FSDP recipes run."""
+    FSDP unit again for each micro-batch of each pipeline stage: planned with PP 1 only, as NVIDIA's FSDP recipes
+    run."""
     p, s = c.par, c.training.software
     if "megatron_fsdp" not in s.can.sharding:
         return Violation("framework_support", f"{s.label} has no Megatron-FSDP")

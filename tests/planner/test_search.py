@@ -56,8 +56,10 @@ def test_every_returned_plan_obeys_every_rule_and_fits(request: PlanRequest) -> 
         assert par.tp <= min(c.gpus_per_node, c.nvlink_domain)
         if t.framework != "megatron" and par.pp > 1:
             assert par.zero_stage <= 1
-        if t.framework == "megatron" and par.first_stage_layers is None:
-            assert m.num_layers % (par.pp * par.vpp) == 0
+        uneven = par.first_stage_layers is not None or par.pipeline_layout is not None
+        if t.framework == "megatron" and not uneven:
+            accounted = par.account_for_embedding_in_pipeline_split + par.account_for_loss_in_pipeline_split
+            assert (m.num_layers + accounted) % (par.pp * par.vpp) == 0
         assert sum(p.layout.stage_layers) == m.num_layers and min(p.layout.stage_layers) >= 1
     times = [p.estimate.time.step_s for p in result.plans]
     if t.objective == "throughput":
