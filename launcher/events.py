@@ -25,7 +25,8 @@ class EventLog:
                 self._lost(exc)
 
     def __call__(self, message: str, echo: bool = True) -> None:
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        now = time.time()
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f".{int(now * 1000) % 1000:03d}"
         if self._file:
             try:
                 self._file.write(f"{stamp} {message}\n")

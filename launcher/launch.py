@@ -9,11 +9,12 @@ from typing import BinaryIO
 
 from launcher import rundir, spec
 from launcher.backends import build
-from launcher.checks import FAIL, Check, is_local_command, quick_checks
+from launcher.checks import FAIL, Check, is_local_command
 from launcher.command import Command, launch_argv
 from launcher.context import LaunchContext, make_context
 from launcher.events import EventLog
 from launcher.runner import Runner, RunPolicy
+from launcher.storage import quick_checks
 from launcher.table import table
 from launcher.watchdog import Limits
 

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 from dataclasses import replace
 
 from launcher.backends import build
-from launcher.checks import FAIL, OK, WARN, Check, is_local_command, quick_checks
+from launcher.checks import FAIL, OK, WARN, Check, is_local_command
 from launcher.command import Command, launch_argv
 from launcher.context import LaunchContext
 from launcher.launch import checks_table, context_from_args
 from launcher.nccl import nccl_checks
+from launcher.storage import check_run_dir, quick_checks
 
 PROBE_TIMEOUT_S = 120
 VERSIONS = r"""
@@ -125,15 +125,6 @@ def check_versions(ctx: LaunchContext, command: Command) -> Check:
             "fix entrypoint.python",
         )
     return judge_versions(ctx, node, info)
-
-
-def check_run_dir(ctx: LaunchContext) -> Check:
-    parent = ctx.run_dir
-    while not parent.exists():
-        parent = parent.parent
-    if not os.access(parent, os.W_OK):
-        return Check("run dir", FAIL, f"{ctx.run_dir}: {parent} is not writable", "choose --run-dir elsewhere")
-    return Check("run dir", OK, f"{ctx.run_dir} ({'exists' if ctx.run_dir.exists() else 'will be created'})")
 
 
 def all_checks(ctx: LaunchContext) -> list[Check]:

@@ -129,11 +129,12 @@ class Runner:
         left = p.max_restarts - self.restarts - self.agent_restarts
         if code == 0 or self.signalled or left <= 0:
             return None
-        if p.restarts_inside and not self.agent_killed:
-            return None  # the agent had its own restarts and used them (or failed otherwise)
-        if p.restarts_inside:
-            self.commands = [with_max_restarts(c, left - 1) for c in self.commands]
-        return self.agent_killed or f"the job failed with exit code {code}"
+        if not p.restarts_inside:
+            return f"the job failed with exit code {code}"
+        # The agent failed with restarts left: it was killed, or it could not regroup (its rendezvous store went
+        # away). Its successor gets what is left of the budget.
+        self.commands = [with_max_restarts(c, left - 1) for c in self.commands]
+        return self.agent_killed or f"the agent failed (exit code {code}) before using its restarts"
 
     # One attempt --------------------------------------------------------------------------------------------
     def _attempt(self, attempt: int) -> int:

@@ -101,6 +101,7 @@ class Track:
     steps: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
     slow: int = 0
     straggler: bool = False
+    judged: int = -1  # the heartbeat seq last judged for stragglers
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,7 @@ class ProgressWatch:
             elif beat.seq != track.beat.seq:
                 self._update(track, beat, now)
         self._stragglers()
+        self._slow_steps()
         return None if self.fired else self._hang(now)
 
     def note_failure(self, now: float) -> None:
@@ -178,17 +180,18 @@ class ProgressWatch:
         old, track.beat = track.beat, beat
         if (beat.step, beat.phase) != (old.step, old.phase):
             track.changed = now
-        if beat.step != old.step and beat.step_s is not None:
-            track.steps.append(beat.step_s)
+        if beat.step != old.step:
+            if beat.step_s is not None and old.phase == "train":  # the first step after a (re)start warms up
+                track.steps.append(beat.step_s)
             self._progress(beat, now)
         if beat.checkpoint and beat.checkpoint != old.checkpoint:
             self._checkpoint(beat)
 
     def _progress(self, beat: Beat, now: float) -> None:
-        if self.interrupted is not None:
+        track = self.tracks[beat.rank]
+        if self.interrupted is not None and track.since >= self.interrupted[0]:  # a worker started after it
             at, last = self.interrupted
-            start = self.tracks[beat.rank].beat.resumed_from
-            resumed = 0 if start is None else start
+            resumed = track.beat.resumed_from or 0
             lost = max(0, last - resumed)
             self.log(
                 f"node {self.node_rank}: training again: step {beat.step} done {now - at:.1f} s after the "
@@ -250,8 +253,9 @@ class ProgressWatch:
             return
         for rank, track in self.tracks.items():
             mine = latest.get(rank)
-            if mine is None or track.straggler:
+            if mine is None or track.straggler or track.judged == track.beat.seq:
                 continue
+            track.judged = track.beat.seq  # one judgement per heartbeat
             others = statistics.median(v for r, v in latest.items() if r != rank)
             track.slow = track.slow + 1 if others > 0 and mine >= lim.straggler_factor * others else 0
             step_s = track.beat.step_s or 0.0
@@ -263,7 +267,6 @@ class ProgressWatch:
                     f"{mine:.3g} s, {mine / others:.1f} x the median of the other ranks ({others:.3g} s), on "
                     f"{track.slow} heartbeats in a row; steps take {step_s:.3g} s{versus}; the job goes on"
                 )
-        self._slow_steps()
 
     def _slow_steps(self) -> None:
         high = self.limits.step_high_s

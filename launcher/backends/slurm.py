@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from launcher.backends.torchrun import torchrun_argv
+from launcher.backends.torchrun import agent_env, torchrun_argv
 from launcher.command import Command
 from launcher.context import LaunchContext
 from launcher.spec import PlanError
@@ -74,7 +74,7 @@ class Slurm:
         agent = torchrun_argv(ctx, None, nodes[0], ctx.caller_env["SLURM_JOB_ID"])
         return Command(
             argv=tuple(srun + agent),
-            env=ctx.worker_env(None, ("SLURM_",)),
+            env=agent_env(ctx, None, ("SLURM_",)),
             cwd=ctx.working_dir,
             node_rank=None,
             log=str(ctx.node_log_dir(None) / "srun.log"),

@@ -6,6 +6,20 @@ import math
 
 from launcher.command import Command
 from launcher.context import LaunchContext
+from launcher.spec import Watchdog
+
+# Each rendezvous round gets a fresh TCPStore (hosted by its rank 0) instead of the agent's store, which outlives
+# the rounds: with the shared store a new round can read the addresses the previous round's ranks published
+# (pytorch/pytorch#167288), and the workers' per-attempt prefix (TORCHELASTIC_RESTART_COUNT) is not the same on
+# every node after a membership change, which only the failed node counts as a restart (torch/distributed/
+# elastic/agent/server/local_elastic_agent.py sets it from its own remaining restarts; rendezvous.py relies on
+# "a new TCPStore for every retry"). Opt-out of the sharing: dynamic_rendezvous.py, TORCH_DISABLE_SHARE_RDZV_TCP_STORE.
+AGENT_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
+
+def agent_env(ctx: LaunchContext, node_rank: int | None, extra_prefixes: tuple[str, ...] = ()) -> dict[str, str]:
+    """The torchrun agent's environment: the workers' (launcher/context.py) and AGENT_ENV, unless the plan sets it."""
+    return {**AGENT_ENV, **ctx.worker_env(node_rank, extra_prefixes)}
 
 
 def torchrun_argv(ctx: LaunchContext, node_rank: int | None, rdzv_host: str, rdzv_id: str) -> list[str]:
@@ -27,8 +41,10 @@ def torchrun_argv(ctx: LaunchContext, node_rank: int | None, rdzv_host: str, rdz
         argv += ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"{rdzv_host}:{w.master_port}", "--rdzv-id", rdzv_id]
         if node_rank is not None:
             # Say who hosts the rendezvous store instead of letting torchrun guess from host names
-            # (c10d assigns node ranks itself; --node-rank is only for the static backend).
-            argv += ["--rdzv-conf", f"is_host={int(node_rank == 0)}"]
+            # (c10d assigns node ranks itself; --node-rank is only for the static backend). A restart that
+            # cannot regroup gives up after the plan's start-up allowance (torch's default join_timeout: 600 s).
+            join = math.ceil((plan.watchdog or Watchdog()).startup_s) or 1
+            argv += ["--rdzv-conf", f"is_host={int(node_rank == 0)},join_timeout={join}"]
             if w.hosts:
                 argv += ["--local-addr", w.hosts[node_rank]]
     argv += [
@@ -57,7 +73,7 @@ class Torchrun:
         return [
             Command(
                 argv=tuple(torchrun_argv(ctx, k, w.master_addr, ctx.plan.job.name)),
-                env=ctx.worker_env(k),
+                env=agent_env(ctx, k),
                 cwd=ctx.working_dir,
                 host=ctx.host(k),
                 node_rank=k,

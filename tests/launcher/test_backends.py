@@ -14,17 +14,30 @@ from launcher.command import Command
 from launcher.context import LaunchContext
 from launcher.spec import PlanError
 
-CALLER = {"PATH": "/usr/bin", "HOME": "/home/u", "SECRET_TOKEN": "x", "NCCL_DEBUG": "INFO", "SLURM_JOB_ID": "7",
-          "SLURM_JOB_NODELIST": "gpu[01-02]", "LD_PRELOAD": "/evil.so"}
+CALLER = {
+    "PATH": "/usr/bin",
+    "HOME": "/home/u",
+    "SECRET_TOKEN": "x",
+    "NCCL_DEBUG": "INFO",
+    "SLURM_JOB_ID": "7",
+    "SLURM_JOB_NODELIST": "gpu[01-02]",
+    "LD_PRELOAD": "/evil.so",
+}
 
 
 def ctx_for(plan, backend: str | None = None, node_rank: int | None = None, caller=None, extra=()):  # type: ignore[no-untyped-def]
     env = dict(CALLER) if caller is None else caller
     if backend != "slurm":
         env = {k: v for k, v in env.items() if not k.startswith("SLURM_")}
-    return LaunchContext(plan=plan, plan_dir=Path("/plans"), run_dir=Path("/runs/r1"),
-                         backend=backend or plan.job.backend, node_rank=node_rank, extra_args=tuple(extra),
-                         caller_env=env)
+    return LaunchContext(
+        plan=plan,
+        plan_dir=Path("/plans"),
+        run_dir=Path("/runs/r1"),
+        backend=backend or plan.job.backend,
+        node_rank=node_rank,
+        extra_args=tuple(extra),
+        caller_env=env,
+    )
 
 
 def after(argv: tuple[str, ...], flag: str) -> str:
@@ -61,7 +74,7 @@ def test_torchrun_multi_node_uses_c10d_with_the_head_as_store_host() -> None:
         argv = cmd.argv
         assert "--standalone" not in argv and after(argv, "--rdzv-backend") == "c10d"
         assert after(argv, "--rdzv-endpoint") == "10.0.0.1:29999" and after(argv, "--rdzv-id") == "tiny"
-        assert after(argv, "--rdzv-conf") == f"is_host={int(rank == 0)}"
+        assert after(argv, "--rdzv-conf") == f"is_host={int(rank == 0)},join_timeout=600"
         assert after(argv, "--local-addr") == plan.world.hosts[rank]
         assert after(argv, "--nnodes") == "2" and after(argv, "--nproc-per-node") == "4"
     assert [c.console for c in commands] == [True, False]
@@ -71,7 +84,7 @@ def test_per_node_mode_builds_only_that_node() -> None:
     plan = tiny_plan(nodes=2, procs=1, master_addr="10.0.0.1")
     (cmd,) = build(ctx_for(plan, node_rank=1))[1]
     assert cmd.node_rank == 1 and cmd.console
-    assert after(cmd.argv, "--rdzv-conf") == "is_host=0" and "--local-addr" not in cmd.argv
+    assert after(cmd.argv, "--rdzv-conf") == "is_host=0,join_timeout=600" and "--local-addr" not in cmd.argv
 
 
 def test_numa_binding_and_extra_args() -> None:
@@ -91,8 +104,20 @@ def test_environment_is_explicit() -> None:
     assert cmd.env["OMP_NUM_THREADS"] == "1" and cmd.env["TRAINPLAN_RUN_DIR"] == "/runs/r1"
     for absent in ("SECRET_TOKEN", "NCCL_DEBUG", "LD_PRELOAD", "SLURM_JOB_ID"):
         assert absent not in cmd.env
-    assert set(cmd.env) == {"PATH", "HOME", "OMP_NUM_THREADS", "PYTHONUNBUFFERED", "TRAINPLAN_RUN_DIR",
-                            "DS_ACCELERATOR", "NCCL_SOCKET_IFNAME", "WHERE"}
+    assert set(cmd.env) == {
+        "PATH",
+        "HOME",
+        "OMP_NUM_THREADS",
+        "PYTHONUNBUFFERED",
+        "TRAINPLAN_RUN_DIR",
+        "DS_ACCELERATOR",
+        "NCCL_SOCKET_IFNAME",
+        "WHERE",
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE",  # a fresh store per rendezvous round (launcher/backends/torchrun.py)
+    }
+    assert cmd.env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    own = build(ctx_for(tiny_plan(env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"})))[1][0]
+    assert own.env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "0"  # the plan's explicit value wins
 
 
 def test_deepspeed_single_node() -> None:

@@ -26,12 +26,19 @@ pytestmark = pytest.mark.timeout(60)
 
 def agent(tmp_path: Path, mode: str, workers: int = 2, console: bool = True) -> Command:
     argv = (sys.executable, AGENT, str(workers), mode, str(tmp_path))  # tmp_path tags every process it starts
-    return Command(argv=argv, env=launcher_env(), cwd=str(tmp_path), workers=workers, console=console,
-                   log=str(tmp_path / "logs" / "agent.log"))
+    return Command(
+        argv=argv,
+        env=launcher_env(),
+        cwd=str(tmp_path),
+        workers=workers,
+        console=console,
+        log=str(tmp_path / "logs" / "agent.log"),
+    )
 
 
-def run(tmp_path: Path, commands: list[Command], restarts_inside: bool = True, max_restarts: int = 0,
-        grace_s: float = 5.0) -> tuple[int, str, str]:
+def run(
+    tmp_path: Path, commands: list[Command], restarts_inside: bool = True, max_restarts: int = 0, grace_s: float = 5.0
+) -> tuple[int, str, str]:
     (tmp_path / "logs").mkdir(exist_ok=True)
     console = io.BytesIO()
     log = EventLog(tmp_path / "launcher.log", echo=None)
@@ -59,16 +66,25 @@ def test_failed_rank_is_named_and_the_agents_code_propagates(tmp_path: Path) -> 
 
 
 def test_agent_killed_by_a_signal_gives_128_plus_signal(tmp_path: Path) -> None:
-    command = Command(argv=(sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"),
-                      env=launcher_env(), cwd=str(tmp_path), log=str(tmp_path / "logs" / "agent.log"))
+    command = Command(
+        argv=(sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"),
+        env=launcher_env(),
+        cwd=str(tmp_path),
+        log=str(tmp_path / "logs" / "agent.log"),
+    )
     code, _, log = run(tmp_path, [command])
     assert code == 128 + 9 and "killed by signal 9 (SIGKILL)" in log
 
 
 def test_one_failed_node_stops_the_others(tmp_path: Path) -> None:
     hang = agent(tmp_path, "hang", console=False)
-    fail = Command(argv=(sys.executable, "-c", "import time, sys; time.sleep(1); sys.exit(4)"), env=launcher_env(),
-                   cwd=str(tmp_path), node_rank=1, log=str(tmp_path / "logs" / "node1.log"))
+    fail = Command(
+        argv=(sys.executable, "-c", "import time, sys; time.sleep(1); sys.exit(4)"),
+        env=launcher_env(),
+        cwd=str(tmp_path),
+        node_rank=1,
+        log=str(tmp_path / "logs" / "node1.log"),
+    )
     code, _, log = run(tmp_path, [hang, fail], grace_s=1.0)
     assert code == 4
     assert "node 1 failed: sending SIGTERM" in log
@@ -97,13 +113,25 @@ def test_launcher_restarts_a_failed_job_up_to_the_limit(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_to_the_launcher_is_forwarded_then_escalated(tmp_path: Path, sig: signal.Signals) -> None:
-    spec = {"commands": [{**agent(tmp_path, "hang").to_dict()}], "grace_s": 1.0, "max_restarts": 0,
-            "restarts_inside": True, "run_dir": str(tmp_path)}
+    spec = {
+        "commands": [{**agent(tmp_path, "hang").to_dict()}],
+        "grace_s": 1.0,
+        "max_restarts": 0,
+        "restarts_inside": True,
+        "run_dir": str(tmp_path),
+    }
     (tmp_path / "logs").mkdir()
     (tmp_path / "spec.json").write_text(json.dumps(spec))
-    proc = subprocess.Popen([sys.executable, str(HERE / "run_commands.py"), str(tmp_path / "spec.json")],
-                            env=launcher_env(), cwd=HERE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "run_commands.py"), str(tmp_path / "spec.json")],
+        env=launcher_env(),
+        cwd=HERE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     wait_for(lambda: (tmp_path / "workers.node0.json").exists(), 20, "workers to start")
+    agent_log = tmp_path / "logs" / "agent.log"  # "up" is printed once the worker ignores SIGTERM
+    wait_for(lambda: agent_log.exists() and agent_log.read_text().count(" up") == 2, 20, "workers to be up")
     t0 = time.monotonic()
     os.kill(proc.pid, sig)
     assert proc.wait(timeout=30) == 128 + sig

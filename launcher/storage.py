@@ -1,0 +1,119 @@
+"""Checks of where the job writes: the checkpoint directories its arguments name (`--save DIR`, `--save=DIR`,
+also inside an `--args-file` the plan carries) and the run directory.
+
+A directory is judged by writing a file into it (or into its nearest existing parent, when it does not exist
+yet): permission bits alone say nothing to root, and a read-only mount or a file in the way must fail here, not
+at the first save an hour into the run. The free space is compared with the planner's checkpoint size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import tempfile
+from pathlib import Path
+
+from launcher import checks
+from launcher.checks import FAIL, OK, WARN, Check, is_local_command
+from launcher.command import Command
+from launcher.context import LaunchContext
+
+SAVE_FLAGS = ("--save",)
+ARGS_FILE_FLAGS = ("--args-file",)
+
+
+def flag_values(words: list[str], names: tuple[str, ...]) -> list[str]:
+    """Values of `--name VALUE` and `--name=VALUE` in a word list."""
+    out = []
+    for i, word in enumerate(words):
+        name, eq, value = word.partition("=")
+        if name in names and eq:
+            out.append(value)
+        elif word in names and i + 1 < len(words):
+            out.append(words[i + 1])
+    return out
+
+
+def save_dirs(ctx: LaunchContext) -> list[Path]:
+    """The checkpoint directories the job's arguments name, absolute (relative ones: from the working dir)."""
+    node = ctx.nodes()[0]
+    words = ctx.script_argv(node)
+    for args_file in map(Path, flag_values(words, ARGS_FILE_FLAGS)):
+        if args_file.parent == ctx.run_dir and args_file.name in ctx.plan.files:
+            with contextlib.suppress(ValueError):
+                words += shlex.split(ctx.plan.files[args_file.name], comments=True)
+    found: list[Path] = []
+    for value in flag_values(words, SAVE_FLAGS):
+        directory = Path(ctx.working_dir) / value
+        if directory not in found:
+            found.append(directory)
+    return found
+
+
+def probe_write(directory: Path) -> str | None:
+    """None if a file can be created where `directory` is (or will be); else why not."""
+    probe = directory
+    while not probe.exists():
+        if probe == probe.parent:
+            return f"no existing parent of {directory}"
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is not a directory"
+    try:
+        fd, name = tempfile.mkstemp(prefix=".trainplan-write-check-", dir=probe)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as exc:
+        return f"cannot write in {probe}: {exc.strerror}"
+    return None
+
+
+def check_checkpoint_dirs(ctx: LaunchContext, commands: list[Command]) -> Check:
+    if not any(is_local_command(c) for c in commands):
+        return Check("checkpoints", OK, "checked on each node")
+    dirs = save_dirs(ctx)
+    if not dirs:
+        return Check(
+            "checkpoints",
+            WARN,
+            "the job's arguments name no --save directory: a failure loses all steps",
+            "add --save DIR (and --load DIR) to the training arguments",
+        )
+    pred = ctx.plan.prediction
+    need = pred.checkpoint_bytes if pred else None
+    for directory in dirs:
+        why = probe_write(directory)
+        if why:
+            return Check(
+                "checkpoints",
+                FAIL,
+                f"--save {directory}: {why}",
+                "make the checkpoint directory writable (or point --save elsewhere) before training starts",
+            )
+        probe = directory
+        while not probe.exists():
+            probe = probe.parent
+        free = shutil.disk_usage(probe).free
+        if need and free < need:
+            return Check(
+                "checkpoints",
+                WARN,
+                f"--save {directory}: {free / 2**30:.1f} GiB free, a checkpoint takes "
+                f"{need / 2**30:.1f} GiB (prediction.checkpoint_bytes)",
+                "free space, or save elsewhere: saves will be skipped",
+            )
+    return Check("checkpoints", OK, ", ".join(str(d) for d in dirs) + " writable")
+
+
+def check_run_dir(ctx: LaunchContext) -> Check:
+    why = probe_write(ctx.run_dir)
+    if why:
+        return Check("run dir", FAIL, f"{ctx.run_dir}: {why}", "choose --run-dir elsewhere")
+    return Check("run dir", OK, f"{ctx.run_dir} ({'exists' if ctx.run_dir.exists() else 'will be created'})")
+
+
+def quick_checks(ctx: LaunchContext, commands: list[Command]) -> list[Check]:
+    """The checks `run` makes before starting (launcher/checks.py's and the checkpoint directories)."""
+    return [*checks.quick_checks(ctx, commands), check_checkpoint_dirs(ctx, commands)]
