@@ -14,7 +14,7 @@ from app.planner.goodput import checkpoint_plan
 from app.planner.layout import make_layout
 from app.planner.results import Estimate, Plan, PlanResult, RejectedGroup, SearchStats, TimeEstimate
 from app.planner.search import Found, SearchState, search_world
-from app.planner.specs import ClusterSpec, EstimateRequest, ModelSpec, PlanRequest, TrainingSpec
+from app.planner.specs import ClusterSpec, EstimateRequest, ModelSpec, ParallelConfig, PlanRequest, TrainingSpec
 from app.planner.suggest import suggestions
 
 GiB = 2**30
@@ -103,6 +103,17 @@ def plan(request: PlanRequest) -> PlanResult:
     )
 
 
+def feasible_layouts(request: PlanRequest) -> list[ParallelConfig]:
+    """Every layout the search finds feasible for the request (its pins respected), unranked and untimed: for
+    callers that choose among them by their own criteria (the expert-recipe benchmark fills in what a published
+    recipe leaves unstated with the fastest layout that agrees with everything it does state)."""
+    cluster, _notes = apply_profile(request.cluster, request.training)
+    training = request.training
+    state = SearchState()
+    _search(request.model, cluster, training, time.perf_counter() + training.search_time_limit_s, False, state)
+    return [f.par for f in state.found]
+
+
 def _time_best(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, found: list[Found]
 ) -> list[tuple[Found, TimeEstimate]]:
@@ -160,4 +171,4 @@ def _rejected(state: SearchState) -> list[RejectedGroup]:
     return sorted(groups, key=lambda g: -g.count)
 
 
-__all__ = ["estimate", "plan"]
+__all__ = ["estimate", "feasible_layouts", "plan"]

@@ -544,7 +544,10 @@ class ParallelConfig(Frozen):
     _state_key: tuple[object, ...] | None = PrivateAttr(default=None)
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> ParallelConfig:
-        """A copy without the cached layer key (updated fields would make it stale)."""
+        """A copy without the cached layer key (updated fields would make it stale); a new vpp brings the schedule
+        it implies unless the update names one."""
+        if update and "vpp" in update and "schedule" not in update:
+            update = {**update, "schedule": "interleaved" if update["vpp"] > 1 else "1f1b"}
         copy = super().model_copy(update=update, deep=deep)
         copy.__pydantic_private__ = {"_layer_key": None, "_state_key": None}
         return copy
