@@ -424,7 +424,7 @@ def slow_link(work: Path) -> Outcome:
     with two_hosts(f"d{os.getpid() % 10000}") as ns:
         netem = netem_available(ns[0])
         shape = ["netem", "delay", "20ms"] if netem else ["tbf", "rate", "4mbit", "burst", "32kb", "latency", "400ms"]
-        runs = _two_node_runs(work, ns, "slow-link", steps=30, restarts=0)
+        runs = _two_node_runs(work, ns, "slow-link", steps=16, restarts=0)
         runs[0].wait_step(3)
         t0 = time.time()
         for n in ns:
