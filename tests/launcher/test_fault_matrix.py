@@ -16,7 +16,7 @@ from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from fault_matrix import FAULTS, HANG_BOUND_S, table, unavailable  # noqa: E402
+from fault_matrix import FAULTS, HANG_BOUND_S, table, unavailable
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
