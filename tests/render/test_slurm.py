@@ -1,0 +1,80 @@
+"""Issue 12, defect 6: the sbatch script gives each node's torchrun all its CPUs and memory, stops the job
+gracefully before its time limit (SIGTERM, Megatron's signal handler and exit duration) and requeues on
+preemption where asked."""
+
+from __future__ import annotations
+
+import pytest
+from megatron_check import Flags, args_file_words
+from pydantic import ValidationError
+from render_cases import fixed_result
+from script_runner import make_fakebin, run
+
+from app.render import RenderOptions, render
+from app.render.slurm import time_limit_minutes
+
+REQ = {
+    "model": "llama-2-7b",
+    "cluster": {"num_nodes": 2, "gpus_per_node": 8, "gpu": "H100-SXM"},
+    "training": {"global_batch_size": 64, "framework": "megatron"},
+}
+PAR = {"tp": 2, "dp": 8, "distributed_optimizer": True}
+
+
+def header(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("#SBATCH")]
+
+
+def test_cpus_memory_and_binding(tmp_path) -> None:
+    arts = render(fixed_result(REQ, PAR))
+    lines = header(arts.files["sbatch.sh"])
+    assert "#SBATCH --mem=0" in lines and "#SBATCH --exclusive" in lines
+    (tmp_path / "sbatch.sh").write_text(arts.files["sbatch.sh"])
+    (tmp_path / "nccl_env.sh").write_text(arts.files["nccl_env.sh"])
+    env = {
+        "SLURM_SUBMIT_DIR": str(tmp_path),
+        "SLURM_JOB_NUM_NODES": "2",
+        "SLURM_JOB_NODELIST": "n[0-1]",
+        "SLURM_JOB_ID": "7",
+        "SLURM_CPUS_ON_NODE": "224",
+    }
+    (srun,) = run(tmp_path / "sbatch.sh", make_fakebin(tmp_path), env=env)
+    argv = srun.argv
+    assert argv[argv.index("--cpus-per-task") + 1] == "224" and "--cpu-bind=none" in argv
+    fixed = render(fixed_result(REQ, PAR), 1, RenderOptions(slurm_cpus_per_task=96)).files["sbatch.sh"]
+    assert "#SBATCH --cpus-per-task=96" in header(fixed)
+
+
+def test_graceful_stop_before_the_time_limit() -> None:
+    result = fixed_result(REQ, PAR)
+    arts = render(result, 1, RenderOptions(slurm_time_limit="2-00:00:00", checkpoint_dir="/ckpt"))
+    grace = result.plans[0].decisions.graceful_stop_s
+    assert f"#SBATCH --signal=TERM@{grace}" in header(arts.files["sbatch.sh"])
+    fl = Flags(args_file_words(arts.files["megatron_args.txt"]))
+    assert fl.has("--exit-signal-handler")
+    assert fl.int("--exit-duration-in-mins") == int(2 * 1440 - (300 + grace) / 60)
+    assert f"export TORCH_ELASTIC_SHUTDOWN_TIMEOUT={grace}" in arts.files["sbatch.sh"]
+    no_limit = Flags(args_file_words(render(result).files["megatron_args.txt"]))
+    assert no_limit.has("--exit-signal-handler") and not no_limit.has("--exit-duration-in-mins")
+
+
+def test_requeue_only_where_asked_and_only_with_checkpoints() -> None:
+    result = fixed_result(REQ, PAR)
+    assert "#SBATCH --requeue" not in header(render(result).files["sbatch.sh"])
+    asked = header(render(result, 1, RenderOptions(slurm_requeue=True, checkpoint_dir="/ckpt")).files["sbatch.sh"])
+    assert "#SBATCH --requeue" in asked and "#SBATCH --open-mode=append" in asked
+    with pytest.raises(ValidationError, match="slurm_requeue needs checkpoint_dir"):
+        RenderOptions(slurm_requeue=True)
+
+
+@pytest.mark.parametrize(
+    ("limit", "minutes"),
+    [("720", 720), ("30:00", 30), ("12:00:00", 720), ("2-00", 2880), ("1-02:30", 1590), ("1-00:00:30", 1440.5)],
+)
+def test_slurm_time_formats(limit: str, minutes: float) -> None:
+    assert time_limit_minutes(limit) == minutes
+
+
+def test_a_time_limit_too_short_to_save_is_refused() -> None:
+    with pytest.raises(ValueError, match="slurm_time_limit: 10 leaves no training time"):
+        render(fixed_result(REQ, PAR), 1, RenderOptions(slurm_time_limit="10"))
