@@ -134,7 +134,8 @@ def main() -> None:
         except Exception as exc:  # recorded: the test decides whether this case had to fail
             result = {"error": type(exc).__name__, "message": str(exc)[:500], "trace": traceback.format_exc()[-1500:]}
         print(
-            f"[ds_engine_worker] rank {dist.get_rank()} {case['label']}: {result.get('error', 'ok')} {result.get('trace', '')}",
+            f"[ds_engine_worker] rank {dist.get_rank()} {case['label']}: "
+            f"{result.get('error', 'ok')} {result.get('trace', '')}",
             file=sys.stderr,
             flush=True,
         )
