@@ -123,7 +123,7 @@ class Settings(BaseModel):
     )
     planner_memory_mib: int = Field(
         2048,
-        ge=256,
+        ge=64,
         le=1_048_576,
         description="Address-space limit of each planner process, MiB.",
     )

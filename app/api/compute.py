@@ -164,10 +164,10 @@ class PlannerPool:
         started = time.monotonic()
         try:
             worker.conn.send((kind, payload))
-            polls = 0
-            while not worker.conn.poll(POLL_S):
+            deadline, polls = started + timeout_s, 0
+            while not worker.conn.poll(max(0.0, min(POLL_S, deadline - time.monotonic()))):
                 polls += 1
-                if time.monotonic() - started > timeout_s:
+                if time.monotonic() >= deadline:
                     raise ComputeError("timeout", f"stopped after the time cap of {timeout_s:g} s")
                 if polls % 2 == 0 and client_gone():
                     raise ComputeError("gone", "the client closed the connection")

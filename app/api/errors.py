@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from app.api.auth import AuthError, LoginRequired
 from app.api.jsonbody import BodyError
@@ -91,5 +92,20 @@ def install(app: FastAPI) -> None:
         return error_response(422, request_errors(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
-    def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return error_response(exc.status_code, [], detail=str(exc.detail), headers=exc.headers)
+    def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # every method of the path, not only those of the first route that matched it
+            headers["Allow"] = ", ".join(allowed_methods(request))
+        return error_response(exc.status_code, [], detail=str(exc.detail), headers=headers)
+
+
+_METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """The methods some route answers on this path (asked of the router, so included routers count too)."""
+    return [
+        m
+        for m in _METHODS
+        if any(route.matches({**request.scope, "method": m})[0] == Match.FULL for route in request.app.routes)
+    ]

@@ -1,0 +1,168 @@
+"""The web login and CSRF, on SQLite and PostgreSQL: pages need a login; every change made with the session cookie
+needs that session's CSRF token; cross-origin posts are refused; logout and disabling end the session."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from app.api.auth import SESSION_COOKIE
+from app.web import forms
+from app.web.pages import SECTIONS
+from tests.api.conftest import TINY, ClientFactory
+
+PASSWORD = "correct horse battery staple"
+
+
+def _browser(client: Any) -> Any:
+    """A client of the same app with no token: it has only what a browser has, cookies."""
+    return type(client)(client.app, raise_server_exceptions=False, base_url="http://testserver")
+
+
+def _hidden(html: str, name: str) -> str:
+    match = re.search(rf'name="{name}" value="([^"]*)"', html)
+    assert match, f"no hidden {name} field"
+    return match.group(1)
+
+
+def _login(browser: Any, name: str = "alice", password: str = PASSWORD, next_url: str = "/") -> Any:
+    page = browser.get(f"/login?next={next_url}")
+    return browser.post(
+        "/login",
+        data={"csrf_token": _hidden(page.text, "csrf_token"), "next": next_url, "name": name, "password": password},
+        follow_redirects=False,
+    )
+
+
+def _form(csrf: str | None, **changes: str) -> dict[str, str]:
+    values = forms.defaults(SECTIONS) | {"cluster.num_nodes": "1", "training.global_batch_size": "8"} | changes
+    return values | ({"csrf_token": csrf} if csrf is not None else {})
+
+
+def _setup(admin: Any, role: str = "user") -> Any:
+    admin.app.state.accounts.add_user("alice", role, PASSWORD)
+    return _browser(admin)
+
+
+def test_pages_need_a_login_and_come_back_after_it(make_client: ClientFactory) -> None:
+    with make_client() as admin:
+        pid = admin.post("/plans", json=TINY).json()["id"]
+        browser = _setup(admin)
+        for url in ("/", "/recent", f"/p/{pid}", f"/p/{pid}/memory.svg"):
+            r = browser.get(url, follow_redirects=False)
+            assert r.status_code == 303 and r.headers["location"].startswith("/login?next="), url
+        assert _login(browser, password="wrong password here").status_code == 401
+        r = _login(browser, next_url=f"/p/{pid}")
+        assert r.status_code == 303 and r.headers["location"] == f"/p/{pid}"
+        cookie = r.headers["set-cookie"]
+        assert SESSION_COOKIE in cookie and "HttpOnly" in cookie and "SameSite=lax" in cookie
+        page = browser.get(f"/p/{pid}")
+        assert page.status_code == 200 and "alice (user)" in page.text
+
+
+def test_login_errors_say_nothing_about_which_part_was_wrong(make_client: ClientFactory) -> None:
+    with make_client() as admin:
+        browser = _setup(admin)
+        unknown, wrong = _login(browser, name="mallory"), _login(browser, password="not the password")
+        assert unknown.status_code == wrong.status_code == 401
+        assert "Wrong name or password." in unknown.text and "Wrong name or password." in wrong.text
+
+
+def test_the_login_form_needs_its_own_csrf_value_and_never_redirects_off_site(make_client: ClientFactory) -> None:
+    with make_client() as admin:
+        browser = _setup(admin)
+        forged = browser.post("/login", data={"csrf_token": "x" * 32, "name": "alice", "password": PASSWORD})
+        assert forged.status_code == 403 and SESSION_COOKIE not in forged.headers.get("set-cookie", "")
+        r = _login(browser, next_url="//evil.example/steal")
+        assert r.status_code == 303 and r.headers["location"] == "/"
+
+
+def test_a_form_post_needs_the_sessions_csrf_token(make_client: ClientFactory) -> None:
+    with make_client() as admin:
+        browser = _setup(admin)
+        _login(browser)
+        csrf = _hidden(browser.get("/").text, "csrf_token")
+        for sent in (None, "", "0" * 64):
+            r = browser.post("/", data=_form(sent), follow_redirects=False)
+            assert r.status_code == 403 and r.json()["errors"][0]["field"] == "csrf_token", sent
+        assert admin.get("/plans").json()["total"] == 0
+        r = browser.post("/", data=_form(csrf), follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"].startswith("/p/")
+        stored = admin.get("/plans").json()
+        assert stored["total"] == 1 and stored["items"][0]["owner"] == "alice"
+
+
+def test_cross_origin_posts_are_refused_even_with_the_token(make_client: ClientFactory) -> None:
+    with make_client() as admin:
+        browser = _setup(admin)
+        _login(browser)
+        csrf = _hidden(browser.get("/").text, "csrf_token")
+        for headers in ({"Origin": "https://evil.example"}, {"Origin": "null"}, {"Sec-Fetch-Site": "cross-site"}):
+            r = browser.post("/", data=_form(csrf), headers=headers, follow_redirects=False)
+            assert r.status_code == 403 and r.json()["errors"][0]["field"] == "origin", headers
+            assert browser.delete("/plans/0123456789abcdef", headers=headers).status_code == 403
+        same = browser.post("/", data=_form(csrf), headers={"Origin": "http://testserver"}, follow_redirects=False)
+        assert same.status_code == 303
+        assert admin.get("/plans").json()["total"] == 1
+
+
+def test_a_trusted_origin_may_post(make_client: ClientFactory) -> None:
+    with make_client(trusted_origins="https://planner.example.org") as admin:
+        browser = _setup(admin)
+        _login(browser)
+        csrf = _hidden(browser.get("/").text, "csrf_token")
+        r = browser.post(
+            "/", data=_form(csrf), headers={"Origin": "https://planner.example.org"}, follow_redirects=False
+        )
+        assert r.status_code == 303
+
+
+def test_api_changes_with_the_session_cookie_need_the_csrf_header(make_client: ClientFactory) -> None:
+    with make_client() as admin:
+        browser = _setup(admin)
+        _login(browser)
+        csrf = _hidden(browser.get("/").text, "csrf_token")
+        refused = browser.post("/plans", json=TINY)
+        assert refused.status_code == 403 and refused.json()["errors"][0]["field"] == "x-csrf-token"
+        created = browser.post("/plans", json=TINY, headers={"X-CSRF-Token": csrf})
+        assert created.status_code == 201 and created.json()["owner"] == "alice"
+        pid = created.json()["id"]
+        assert browser.get(f"/plans/{pid}").status_code == 200  # reading needs no token
+        assert browser.delete(f"/plans/{pid}").status_code == 403
+        assert browser.delete(f"/plans/{pid}", headers={"X-CSRF-Token": csrf}).status_code == 204
+
+
+def test_a_read_only_login_may_look_but_not_plan(make_client: ClientFactory) -> None:
+    with make_client() as admin:
+        browser = _setup(admin, role="read-only")
+        _login(browser)
+        page = browser.get("/")
+        r = browser.post("/", data=_form(_hidden(page.text, "csrf_token")), follow_redirects=False)
+        assert r.status_code == 403 and "read-only role" in r.text
+        assert admin.get("/plans").json()["total"] == 0
+
+
+def test_logout_and_disabling_end_the_session(make_client: ClientFactory) -> None:
+    with make_client() as admin:
+        browser = _setup(admin)
+        cookie = _login(browser).cookies[SESSION_COOKIE]
+        csrf = _hidden(browser.get("/").text, "csrf_token")
+        assert browser.post("/logout", data={"csrf_token": "wrong"}).status_code == 403
+        r = browser.post("/logout", data={"csrf_token": csrf}, follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"] == "/login"
+        replay = _browser(admin)
+        replay.cookies.set(SESSION_COOKIE, cookie)
+        assert replay.get("/", follow_redirects=False).status_code == 303  # the old cookie is dead
+        _login(browser)
+        assert browser.get("/", follow_redirects=False).status_code == 200
+        admin.app.state.accounts.set_disabled("alice", True)
+        assert browser.get("/", follow_redirects=False).status_code == 303
+        assert _login(browser).status_code == 401
+
+
+def test_login_attempts_are_rate_limited_per_address(make_client: ClientFactory) -> None:
+    with make_client() as admin:
+        browser = _setup(admin)
+        codes = [_login(browser, password=f"guess number {i}").status_code for i in range(12)]
+        assert codes[:10] == [401] * 10 and codes[10:] == [429, 429]
+        assert _login(browser).status_code == 429  # even the right password waits
