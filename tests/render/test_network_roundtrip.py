@@ -1,0 +1,319 @@
+"""Issue 12, defect 7: the trained network is the one named. For each preset family, a released model's
+config.json goes through the Hugging Face import, a plan and megatron_args.txt, and what megatron-core builds from
+those flags (TransformerConfig / MLATransformerConfig, the RoPE module) equals what transformers builds from the
+same config.json: widths, norm epsilon, init std, QK norm, QKV bias, the MoE router, and the RoPE frequencies
+(transformers' own ROPE_INIT_FUNCTIONS against megatron-core's RotaryEmbedding / YarnRotaryEmbedding).
+
+The config.json values are those of the released checkpoints (model cards / config.json on the Hugging Face hub);
+transformers' config classes fill every key they omit with that model type's default, as `from_pretrained` would.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from megatron_check import Flags, args_file_words, build_core_config, check_rotary
+from render_cases import fixed_result
+from test_megatron_args import check_megatron
+
+from app.planner import catalog
+from app.planner.hf_import import from_hf_config
+from app.planner.specs import ModelSpec
+from app.render import render
+
+transformers = pytest.importorskip("transformers")
+
+LLAMA31_8B = {
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14336,
+    "vocab_size": 128256,
+    "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 500000.0,
+    "rope_scaling": {
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+        "rope_type": "llama3",
+    },
+    "tie_word_embeddings": False,
+    "hidden_act": "silu",
+    "initializer_range": 0.02,
+}
+LLAMA2_7B = {
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "intermediate_size": 11008,
+    "vocab_size": 32000,
+    "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-5,
+    "tie_word_embeddings": False,
+}
+MIXTRAL = {
+    "model_type": "mixtral",
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14336,
+    "vocab_size": 32000,
+    "max_position_embeddings": 32768,
+    "num_local_experts": 8,
+    "num_experts_per_tok": 2,
+    "rope_theta": 1e6,
+    "rms_norm_eps": 1e-5,
+    "router_aux_loss_coef": 0.02,
+    "tie_word_embeddings": False,
+}
+QWEN2_MOE = {
+    "model_type": "qwen2_moe",
+    "hidden_size": 3584,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 28,
+    "num_key_value_heads": 4,
+    "intermediate_size": 18944,
+    "moe_intermediate_size": 2560,
+    "shared_expert_intermediate_size": 20480,
+    "num_experts": 64,
+    "num_experts_per_tok": 8,
+    "vocab_size": 151936,
+    "max_position_embeddings": 131072,
+    "rope_theta": 1e6,
+    "rms_norm_eps": 1e-6,
+    "norm_topk_prob": False,
+    "router_aux_loss_coef": 0.001,
+    "tie_word_embeddings": False,
+}
+QWEN3_MOE = {
+    "model_type": "qwen3_moe",
+    "hidden_size": 2048,
+    "num_hidden_layers": 48,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "intermediate_size": 6144,
+    "moe_intermediate_size": 768,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "vocab_size": 151936,
+    "max_position_embeddings": 40960,
+    "rope_theta": 1e6,
+    "rms_norm_eps": 1e-6,
+    "norm_topk_prob": True,
+    "router_aux_loss_coef": 0.001,
+    "tie_word_embeddings": False,
+}
+DEEPSEEK_V3 = {
+    "model_type": "deepseek_v3",
+    "hidden_size": 7168,
+    "num_hidden_layers": 61,
+    "num_attention_heads": 128,
+    "num_key_value_heads": 128,
+    "intermediate_size": 18432,
+    "moe_intermediate_size": 2048,
+    "n_routed_experts": 256,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 8,
+    "first_k_dense_replace": 3,
+    "n_group": 8,
+    "topk_group": 4,
+    "routed_scaling_factor": 2.5,
+    "norm_topk_prob": True,
+    "q_lora_rank": 1536,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "vocab_size": 129280,
+    "max_position_embeddings": 163840,
+    "rope_theta": 10000,
+    "rms_norm_eps": 1e-6,
+    "initializer_range": 0.006,
+    "tie_word_embeddings": False,
+    "rope_scaling": {
+        "type": "yarn",
+        "factor": 40,
+        "original_max_position_embeddings": 4096,
+        "beta_fast": 32,
+        "beta_slow": 1,
+        "mscale": 1.0,
+        "mscale_all_dim": 1.0,
+    },
+}
+GPT2 = {"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "n_positions": 1024, "vocab_size": 50257}
+FAMILIES = {
+    "llama-2": (LLAMA2_7B, "llama-2-7b"),
+    "llama-3.1": (LLAMA31_8B, "llama-3-8b-128k"),
+    "mixtral": (MIXTRAL, "mixtral-8x7b"),
+    "qwen2-moe": (QWEN2_MOE, "qwen2-57b-a14b"),
+    "qwen3-moe": (QWEN3_MOE, "qwen3-30b-a3b"),
+    "deepseek-v3": (DEEPSEEK_V3, None),
+    "gpt2": (GPT2, None),
+}
+NETWORK = (
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_query_groups",
+    "ffn_hidden_size",
+    "vocab_size",
+    "rotary_base",
+    "rope_scaling",
+    "norm_epsilon",
+    "init_method_std",
+    "qk_layernorm",
+    "add_qkv_bias",
+    "num_experts",
+    "moe_router_topk",
+    "moe_ffn_hidden_size",
+    "moe_shared_expert_intermediate_size",
+    "moe_router_pre_softmax",
+    "moe_aux_loss_coeff",
+    "moe_shared_expert_gate",
+    "kv_channels",
+)
+
+
+def hf(cfg: dict[str, Any]) -> Any:
+    """transformers' config for this config.json (defaults filled as from_pretrained would)."""
+    return transformers.AutoConfig.for_model(cfg["model_type"], **{k: v for k, v in cfg.items() if k != "model_type"})
+
+
+def planned(cfg: dict[str, Any]) -> tuple[ModelSpec, Flags, Any]:
+    """config.json -> a plan -> megatron_args.txt (two layers so that it is quick; the rest as released)."""
+    fields = {**from_hf_config(cfg), "num_layers": 4 if cfg["model_type"] != "deepseek_v3" else 5, "seq_length": 4096}
+    if cfg["model_type"] == "deepseek_v3":
+        fields["moe_first_dense_layers"] = 1
+    moe = "num_experts" in fields
+    par = {"tp": 2, "dp": 4, "ep": 4 if moe else 1, "sequence_parallel": True, "distributed_optimizer": True}
+    req = {
+        "model": fields,
+        "cluster": {"num_nodes": 1, "gpus_per_node": 8, "gpu": "H100-SXM"},
+        "training": {"global_batch_size": 64, "framework": "megatron"},
+    }
+    result = fixed_result(req, par)
+    arts = render(result)
+    check_megatron(arts)
+    fl = Flags(args_file_words(arts.files["megatron_args.txt"]))
+    return result.model, fl, build_core_config(fl)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_config_json_to_megatron_builds_the_same_network(family: str, megatron_core: Any) -> None:
+    cfg, _preset = FAMILIES[family]
+    h, (model, fl, core) = hf(cfg), planned(cfg)
+    assert core.hidden_size == h.hidden_size and core.num_attention_heads == h.num_attention_heads
+    assert core.init_method_std == h.initializer_range
+    eps = getattr(h, "rms_norm_eps", None) or getattr(h, "layer_norm_epsilon", None)
+    assert core.layernorm_epsilon == pytest.approx(eps)
+    kind = cfg["model_type"]
+    assert core.qk_layernorm == (kind.startswith("qwen3") or kind == "deepseek_v3")
+    assert core.add_qkv_bias == kind.startswith("qwen2")
+    if getattr(h, "num_key_value_heads", None) and kind != "deepseek_v3":
+        assert (core.num_query_groups or core.num_attention_heads) == h.num_key_value_heads
+    if kind in ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v3"):
+        assert core.moe_router_topk == h.num_experts_per_tok
+        assert core.moe_aux_loss_coeff == pytest.approx(getattr(h, "router_aux_loss_coef", 1e-4))
+        # Mixtral renormalises its top-k softmax (Megatron's default); Qwen-MoE follows norm_topk_prob
+        assert core.moe_router_pre_softmax == (kind == "deepseek_v3" or not getattr(h, "norm_topk_prob", True))
+    if kind == "deepseek_v3":
+        assert core.moe_router_score_function == "sigmoid" and core.moe_router_enable_expert_bias
+        assert (core.moe_router_num_groups, core.moe_router_group_topk) == (h.n_group, h.topk_group)
+        assert core.moe_router_topk_scaling_factor == h.routed_scaling_factor
+        assert (core.q_lora_rank, core.kv_lora_rank, core.qk_head_dim, core.qk_pos_emb_head_dim, core.v_head_dim) == (
+            h.q_lora_rank,
+            h.kv_lora_rank,
+            h.qk_nope_head_dim,
+            h.qk_rope_head_dim,
+            h.v_head_dim,
+        )
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f != "gpt2"])
+def test_rope_frequencies_are_the_released_models(family: str, megatron_core: Any) -> None:
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    cfg, _preset = FAMILIES[family]
+    h, (_model, fl, core) = hf(cfg), planned(cfg)
+    scaling = getattr(h, "rope_scaling", None) or {}
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    theirs, _attention_scale = ROPE_INIT_FUNCTIONS[kind](h, "cpu")
+    if cfg["model_type"] == "deepseek_v3":  # MLA: megatron-core's YaRN frequencies (YarnRotaryEmbedding.get_emb)
+        ours = yarn_inv_freq(core)
+    else:
+        ours = check_rotary(fl).inv_freq
+    torch.testing.assert_close(ours.float(), theirs.float(), rtol=1e-5, atol=0)
+
+
+def yarn_inv_freq(core: Any) -> torch.Tensor:
+    """The inverse frequencies YarnRotaryEmbedding.get_emb computes (its own module functions; get_emb itself
+    moves them to CUDA)."""
+    from megatron.core.models.common.embeddings import yarn_rotary_pos_embedding as yarn
+
+    dim, base = core.qk_pos_emb_head_dim, core.rotary_base
+    extra = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+    inter = extra / core.rotary_scaling_factor
+    low, high = yarn._yarn_find_correction_range(
+        core.beta_fast, core.beta_slow, dim, base, core.original_max_position_embeddings, True
+    )
+    mask = 1.0 - yarn._yarn_linear_ramp_mask(low, high, dim // 2, device="cpu").to(dtype=torch.float32)
+    return inter * (1 - mask) + extra * mask
+
+
+def test_the_check_can_fail(megatron_core: Any) -> None:
+    """Megatron's default base (10000) is not Llama-3.1's: the frequencies differ."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    _model, fl, _core = planned(LLAMA31_8B)
+    fl.items["--rotary-base"] = ("10000",)
+    theirs, _ = ROPE_INIT_FUNCTIONS["llama3"](hf(LLAMA31_8B), "cpu")
+    assert not torch.allclose(check_rotary(fl).inv_freq, theirs)
+
+
+@pytest.mark.parametrize("family", [f for f, (_c, p) in FAMILIES.items() if p])
+def test_presets_are_the_released_config(family: str) -> None:
+    cfg, preset = FAMILIES[family]
+    imported = ModelSpec(**{**from_hf_config(cfg), "seq_length": catalog.model_fields(preset)["seq_length"]})
+    ours = ModelSpec(**catalog.model_fields(preset))
+    assert {k: getattr(imported, k) for k in NETWORK} == {k: getattr(ours, k) for k in NETWORK}
+
+
+def test_what_megatron_cannot_build_is_refused() -> None:
+    neox = {
+        "model_type": "gpt_neox",
+        "hidden_size": 512,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 8,
+        "intermediate_size": 2048,
+        "vocab_size": 50432,
+        "max_position_embeddings": 2048,
+    }
+    req = {
+        "model": {"hf_config": neox},
+        "cluster": {"num_nodes": 1, "gpus_per_node": 8, "gpu": "H100-SXM"},
+        "training": {"global_batch_size": 64, "framework": "megatron"},
+    }
+    with pytest.raises(ValueError, match="model.parallel_residual"):
+        render(fixed_result(req, {"tp": 1, "dp": 8}))
+    with pytest.raises(ValueError, match="sliding_window"):
+        from_hf_config({**LLAMA2_7B, "model_type": "mistral", "sliding_window": 1024})
+    with pytest.raises(ValueError, match="rope_scaling type 'linear' is not supported"):
+        from_hf_config({**LLAMA2_7B, "rope_scaling": {"type": "linear", "factor": 2.0}})
+    odd = {**LLAMA31_8B, "rope_scaling": {**LLAMA31_8B["rope_scaling"], "high_freq_factor": 2.0}}
+    req = {
+        "model": {"hf_config": odd, "num_layers": 2, "seq_length": 4096},
+        "cluster": {"num_nodes": 1, "gpus_per_node": 8, "gpu": "H100-SXM"},
+        "training": {"global_batch_size": 64, "framework": "megatron"},
+    }
+    with pytest.raises(ValueError, match=r"llama3 scaling fixes high_freq_factor\(2.0\) != 4.0"):
+        render(fixed_result(req, {"tp": 1, "dp": 8}))
