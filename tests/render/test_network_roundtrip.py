@@ -211,7 +211,7 @@ def planned(cfg: dict[str, Any]) -> tuple[ModelSpec, Flags, Any]:
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_config_json_to_megatron_builds_the_same_network(family: str, megatron_core: Any) -> None:
     cfg, _preset = FAMILIES[family]
-    h, (model, fl, core) = hf(cfg), planned(cfg)
+    h, (_model, _fl, core) = hf(cfg), planned(cfg)
     assert core.hidden_size == h.hidden_size and core.num_attention_heads == h.num_attention_heads
     assert core.init_method_std == h.initializer_range
     eps = getattr(h, "rms_norm_eps", None) or getattr(h, "layer_norm_epsilon", None)
@@ -248,10 +248,8 @@ def test_rope_frequencies_are_the_released_models(family: str, megatron_core: An
     scaling = getattr(h, "rope_scaling", None) or {}
     kind = scaling.get("rope_type", scaling.get("type", "default"))
     theirs, _attention_scale = ROPE_INIT_FUNCTIONS[kind](h, "cpu")
-    if cfg["model_type"] == "deepseek_v3":  # MLA: megatron-core's YaRN frequencies (YarnRotaryEmbedding.get_emb)
-        ours = yarn_inv_freq(core)
-    else:
-        ours = check_rotary(fl).inv_freq
+    # MLA: megatron-core's YaRN frequencies (YarnRotaryEmbedding.get_emb); else GPTModel's RotaryEmbedding
+    ours = yarn_inv_freq(core) if cfg["model_type"] == "deepseek_v3" else check_rotary(fl).inv_freq
     torch.testing.assert_close(ours.float(), theirs.float(), rtol=1e-5, atol=0)
 
 
@@ -303,7 +301,7 @@ def test_what_megatron_cannot_build_is_refused() -> None:
         "cluster": {"num_nodes": 1, "gpus_per_node": 8, "gpu": "H100-SXM"},
         "training": {"global_batch_size": 64, "framework": "megatron"},
     }
-    with pytest.raises(ValueError, match="model.parallel_residual"):
+    with pytest.raises(ValueError, match=r"model\.parallel_residual"):
         render(fixed_result(req, {"tp": 1, "dp": 8}))
     with pytest.raises(ValueError, match="sliding_window"):
         from_hf_config({**LLAMA2_7B, "model_type": "mistral", "sliding_window": 1024})
