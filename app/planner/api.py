@@ -74,7 +74,7 @@ def plan(request: PlanRequest) -> PlanResult:
     cluster, notes = apply_profile(request.cluster, training)
     start = time.perf_counter()
     deadline = start + training.search_time_limit_s
-    state = SearchState()
+    state = SearchState(keep=training.max_plans if training.objective == "throughput" else 0)
     _search(model, cluster, training, deadline, offload=False, state=state)
     if not state.found and training.framework != "megatron" and not state.truncated:
         _search(model, cluster, training, deadline, offload=True, state=state)
@@ -97,6 +97,7 @@ def plan(request: PlanRequest) -> PlanResult:
             candidates=state.candidates,
             evaluated=state.evaluated,
             feasible=len(state.found),
+            skipped=state.skipped,
             seconds=time.perf_counter() - start,
             truncated=state.truncated,
         ),
@@ -128,7 +129,7 @@ def _time_best(
     for bound, _i, f in bounded:
         if len(best) >= training.max_plans and bound > -best[0]:
             break
-        t = time_estimate(model, cluster, training, f.par)
+        t = f.time or time_estimate(model, cluster, training, f.par)
         timed.append((f, t))
         heapq.heappush(best, -t.step_s)
         if len(best) > training.max_plans:

@@ -8,7 +8,7 @@ from app.planner.memory import memory_estimate, stage_params
 from app.planner.pipeline import pipeline_time
 from app.planner.results import Estimate, MemoryEstimate, TimeEstimate
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
-from app.planner.step import StageTime, dp_exposed, optimizer_times, stage_time
+from app.planner.step import StageTime, dp_exposed, layer_floor, optimizer_times, stage_time
 
 FLOPS_DEFINITION = (
     "Model FLOPs as Megatron-LM's num_floating_point_operations: 6 x (forward FLOPs per token) x tokens, "
@@ -76,17 +76,18 @@ def time_estimate(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
 
 
 def step_lower_bound(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig) -> float:
-    """A cheap bound below `time_estimate(...).step_s`: the pipeline time of the layers' and output layer's device
-    compute alone (cached per layer), no communication, host, engine or optimizer time."""
+    """A cheap bound below `time_estimate(...).step_s`: the pipeline time of the layers' compute and exposed
+    TP/CP/EP communication without recomputation (cached per layer) and the output layer's compute; no
+    recomputation, sharding, host, engine, data-parallel or optimizer time."""
     m = max(1, num_microbatches(training, par))
     costs = training.software.generation(cluster.gpu.generation)
-    dense_lt = compute.layer_time(model, par, training, cluster.gpu, costs, False)
-    moe_lt = compute.layer_time(model, par, training, cluster.gpu, costs, True) if model.is_moe else dense_lt
+    dense_s = layer_floor(model, cluster, training, par, False)
+    moe_s = layer_floor(model, cluster, training, par, True) if model.is_moe else dense_s
     shapes = stage_shapes(model, training, par)
     kinds = stage_layer_kinds(model, training, par)
     per_stage = []
     for shape, (dense, moe) in zip(shapes, kinds, strict=True):
-        t = dense * (dense_lt.fwd + dense_lt.bwd) + moe * (moe_lt.fwd + moe_lt.bwd)
+        t = dense * dense_s + moe * moe_s
         if shape.loss:
             fwd, bwd = compute.output_layer_time(model, par, training, cluster.gpu, costs)
             t += fwd + bwd

@@ -17,6 +17,7 @@ Layer split over the stages, as the stacks do it:
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -42,6 +43,11 @@ class StageShape:
 
 def parse_layout(layout: str, pp: int) -> list[StageShape]:
     """Megatron's layout string as per-rank stage shapes; raises ValueError naming what is wrong."""
+    return list(_parse_layout(layout, pp))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_layout(layout: str, pp: int) -> tuple[StageShape, ...]:
     text = layout.replace(",", "").replace(" ", "")
     for pattern in (r"\(([^()]+)\)\*(\d+)", r"(.)\*(\d+)"):
         while re.search(pattern, text):
@@ -67,7 +73,7 @@ def parse_layout(layout: str, pp: int) -> list[StageShape]:
                 mtp=sum(s.count("m") for s in mine),
             )
         )
-    return out
+    return tuple(out)
 
 
 def layout_vpp(layout: str, pp: int) -> int:

@@ -141,6 +141,11 @@ class SearchStats(Result):
     feasible: int
     seconds: float
     truncated: bool = Field(False, description="True when the search time cap stopped the search.")
+    skipped: int = Field(
+        0,
+        description="Candidates never examined: a bound on their step (compute alone) already exceeded the last "
+        "ranked plan's step, so none could enter the ranking (throughput objective).",
+    )
 
 
 class PlanResult(Result):

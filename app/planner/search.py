@@ -4,17 +4,25 @@ Candidates are the product of small generators over placements (TP, CP and its c
 layer split, EP, expert TP), the sharding options of the stack, and micro-batch sizes. Each is checked against the
 rules and against memory; for every placement and micro-batch size only the cheapest recomputation that fits is
 kept, since more recomputation only adds work. Rejected candidates keep their reason.
+
+For the throughput objective the search is a branch and bound: every placement gets a lower bound on its step
+(the pipeline time of its layers' compute alone, at each micro-batch size), placements are explored from the
+smallest bound up, each plan found is timed, and the search stops once the next bound exceeds the `max_plans`-th
+best step found: nothing left could enter the ranking. Those placements are counted as skipped, not rejected.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from app.planner import rules, space
+from app.planner.estimate import step_lower_bound, time_estimate
 from app.planner.memory import peak_memory, static_bytes
+from app.planner.results import TimeEstimate
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 
 
@@ -84,6 +92,7 @@ class Found:
     par: ParallelConfig
     world: int
     peak_bytes: float
+    time: TimeEstimate | None = None  # timed during a bounded search
 
 
 @dataclass
@@ -92,7 +101,22 @@ class SearchState:
     found: list[Found] = field(default_factory=list)
     candidates: int = 0
     evaluated: int = 0
+    skipped: int = 0  # candidates a bounded search never needed to look at
     truncated: bool = False
+    keep: int = 0  # bounded search: how many best steps to keep (0: not bounded)
+    best: list[float] = field(default_factory=list)  # max-heap (negated) of the `keep` shortest steps found
+
+    def bar(self) -> float:
+        """The step a placement's lower bound must beat to matter (infinite until `keep` plans are timed)."""
+        return -self.best[0] if self.keep and len(self.best) >= self.keep else float("inf")
+
+    def add(self, found: Found, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> None:
+        if self.keep:
+            found.time = time_estimate(model, cluster, training, found.par)
+            heapq.heappush(self.best, -found.time.step_s)
+            if len(self.best) > self.keep:
+                heapq.heappop(self.best)
+        self.found.append(found)
 
 
 def make_config(
@@ -136,7 +160,9 @@ def make_config(
         **overlap,
         **sharding,
     )
-    return ParallelConfig(**fields)  # type: ignore[arg-type]
+    fields["schedule"] = "interleaved" if pl.vpp > 1 else "1f1b"
+    # the generators produce only valid values: skip pydantic's validation (a third of the search's time)
+    return ParallelConfig.trusted(**fields)
 
 
 def search_world(
@@ -155,6 +181,8 @@ def search_world(
         limit=_upper_factor(cluster, training),
         runtime=cluster.gpu.efficiency.runtime_overhead_bytes,
     )
+    bounded = bool(state.keep)
+    queue: list[tuple[float, int, _Work]] = []
     for pl in placements(model, cluster, training, world):
         per_replica = max(training.global_batch_size // pl.dp, 1)
         shardings = space.sharding_options(training, pl.dp, pl.cp, pl.pp, offload)
@@ -162,28 +190,74 @@ def search_world(
         sizes = space.mbs_options(model, training, per_replica, pl.cp)
         if not shardings or not _placement_ok(model, cluster, training, world, pl, shardings, sizes, levels, state):
             continue
-        # shardings run from the least to the most memory-saving, each slower at the same micro-batch and
-        # recomputation: a later one is tried only where it can fit with less recomputation than the earlier needed
-        needed: dict[int, int] = {}
-        for sharding in shardings:
-            if sizes and not _states_fit(model, cluster, training, pl, sizes, levels, sharding, state, budget):
+        work = _Work(pl, shardings, levels, sizes)
+        if not bounded:
+            if not _explore(model, cluster, training, world, work, state, budget, deadline):
+                return
+            continue
+        for mbs in sizes:
+            probe = make_config(model, cluster, training, pl, mbs, levels[0], shardings[0])
+            work.bounds[mbs] = step_lower_bound(model, cluster, training, probe)
+        queue.append((min(work.bounds.values(), default=0.0), len(queue), work))
+    queue.sort(key=lambda item: item[:2])
+    for k, (bound, _seq, work) in enumerate(queue):
+        if bound > state.bar():
+            state.skipped += sum(len(w.shardings) * len(w.sizes) * len(w.levels) for _b, _s, w in queue[k:])
+            return
+        if not _explore(model, cluster, training, world, work, state, budget, deadline):
+            return
+
+
+@dataclass
+class _Work:
+    """One placement's candidates: its shardings, recomputation levels, micro-batch sizes (and their bounds)."""
+
+    pl: Placement
+    shardings: list[dict[str, object]]
+    levels: list[space.Recompute]
+    sizes: list[int]
+    bounds: dict[int, float] = field(default_factory=dict)
+
+
+def _explore(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    world: int,
+    work: _Work,
+    state: SearchState,
+    budget: _Budget,
+    deadline: float,
+) -> bool:
+    """Every sharding, micro-batch size and (by bisection) recomputation of one placement; False when the time
+    cap stopped it."""
+    pl, levels, sizes = work.pl, work.levels, work.sizes
+    # shardings run from the least to the most memory-saving, each slower at the same micro-batch and
+    # recomputation: a later one is tried only where it can fit with less recomputation than the earlier needed
+    needed: dict[int, int] = {}
+    for sharding in work.shardings:
+        if sizes and not _states_fit(model, cluster, training, pl, sizes, levels, sharding, state, budget):
+            continue
+        for i, mbs in enumerate(sizes):
+            if time.perf_counter() > deadline:
+                state.truncated = True
+                return False
+            cheaper = levels[: needed[mbs]] if mbs in needed else levels
+            if not cheaper:
                 continue
-            for i, mbs in enumerate(sizes):
-                if time.perf_counter() > deadline:
-                    state.truncated = True
-                    return
-                cheaper = levels[: needed[mbs]] if mbs in needed else levels
-                if not cheaper:
-                    continue
-                found = _try_recompute(model, cluster, training, world, pl, mbs, sharding, cheaper, state, budget)
-                if found is not None and found >= 0:
-                    needed[mbs] = min(needed.get(mbs, len(levels)), found)
-                if found == -1 and mbs not in needed:
-                    # activation memory never shrinks with a larger micro-batch: every larger one runs out too
-                    rest = (len(sizes) - i - 1) * len(levels)
-                    state.candidates += rest
-                    state.rejected.counts["out_of_memory"] = state.rejected.counts.get("out_of_memory", 0) + rest
-                    break
+            if work.bounds.get(mbs, 0.0) > state.bar():
+                state.skipped += len(cheaper)
+                continue
+            found = _try_recompute(model, cluster, training, world, pl, mbs, sharding, cheaper, state, budget)
+            if found is not None and found >= 0:
+                needed[mbs] = min(needed.get(mbs, len(levels)), found)
+            if found == -1 and mbs not in needed:
+                # activation memory never shrinks with a larger micro-batch: every larger one runs out too
+                rest = (len(sizes) - i - 1) * len(levels)
+                state.candidates += rest
+                state.rejected.counts["out_of_memory"] = state.rejected.counts.get("out_of_memory", 0) + rest
+                break
+    return True
 
 
 def _states_fit(
@@ -294,7 +368,7 @@ def _try_recompute(
     if fits[0] is None or fits[len(levels) - 1] is None:
         return None  # out of host memory
     if isinstance(fits[0], Found):
-        state.found.append(fits[0])
+        state.add(fits[0], model, cluster, training)
         return 0
     if not fits[len(levels) - 1]:
         return -1
@@ -308,7 +382,7 @@ def _try_recompute(
         else:
             lo = mid
     assert isinstance(best, Found)
-    state.found.append(best)
+    state.add(best, model, cluster, training)
     return hi
 
 

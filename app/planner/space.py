@@ -30,6 +30,7 @@ MAX_MICROBATCH_TOKENS = 262_144  # no micro-batch larger than this many tokens p
 CP_MIN_SEQ = 4096
 CP_MIN_CHUNK = 2048  # tokens per CP rank below which ring attention's chunks are too short to hide the exchange
 MAX_CP = 32
+MAX_TP_IN_DOMAIN = 8  # NVIDIA's GB200 recipes run TP up to 8 across trays of one NVL72 domain (Nemotron-4 340B)
 
 
 def divisors(n: int) -> list[int]:
@@ -43,7 +44,10 @@ def tp_options(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -
     if not training.software.can.tensor_parallel:
         return [1]
     domain = cluster.nvlink_domain
-    limit = 2 * cluster.gpus_per_node if training.allow_tp_across_nodes else min(domain, cluster.gpus_per_node)
+    if domain > cluster.gpus_per_node:  # NVLink across trays (GB200 NVL72): TP up to 8 anywhere in the domain
+        limit = min(domain, MAX_TP_IN_DOMAIN)
+    else:
+        limit = 2 * cluster.gpus_per_node if training.allow_tp_across_nodes else min(domain, cluster.gpus_per_node)
     return [t for t in divisors(limit) if model.num_attention_heads % t == 0]
 
 
@@ -69,8 +73,12 @@ def cp_comm_options(
     can = training.software.can.context_parallel
     pinned = training.pinned.cp_comm_type
     out: list[tuple[str, tuple[int, int] | None]] = [("p2p", None)] if "p2p" in can else []
+    if "all_gather" in can:  # Llama 3's and torchtitan's CP: gather K and V, attend the local queries
+        out.append(("all_gather", None))
     inner = max(1, min(cp, cluster.nvlink_domain // tp))
     heads = model.num_attention_heads // tp
+    if inner == cp and heads % cp == 0 and "a2a" in can:  # Ulysses inside an NVLink domain
+        out.append(("a2a", None))
     if 1 < inner < cp and cp % inner == 0 and heads % inner == 0 and "a2a+p2p" in can:
         out.append(("a2a+p2p", (inner, cp // inner)))
     if pinned:
@@ -86,13 +94,10 @@ def pp_options(model: ModelSpec, training: TrainingSpec, rest: int) -> list[int]
     return [p for p in divisors(rest) if p <= model.num_layers]
 
 
-BUBBLE_ENOUGH = 0.005  # interleaving beyond the factor that brings the ideal bubble under 0.5% only adds traffic
-
-
 def vpp_options(model: ModelSpec, training: TrainingSpec, pp: int, microbatches: int) -> list[int]:
-    """Every interleaving factor that divides the layers per stage (counting the embedding and loss as layers
-    too, where the layer count needs them to divide), up to the first that brings the ideal bubble
-    `(p - 1) / (v m)` under 0.5%: a larger factor only adds pipeline traffic and in-flight activations."""
+    """Every interleaving factor that divides the layers per stage, counting the embedding and the loss as layers
+    too where that makes a count (NVIDIA runs 5, 7, 12, 14, 47). A larger factor shrinks the bubble and adds
+    pipeline traffic and in-flight activations; the step model weighs both."""
     if training.pinned.vpp:
         return [training.pinned.vpp]
     if pp == 1 or not training.software.can.interleaving:
@@ -102,12 +107,7 @@ def vpp_options(model: ModelSpec, training: TrainingSpec, pp: int, microbatches:
     factors = {1}
     for n in counts:
         factors |= {v for v in divisors(n) if 1 < v <= n}
-    out = []
-    for v in sorted(factors):
-        out.append(v)
-        if (pp - 1) / (v * max(microbatches, 1)) <= BUBBLE_ENOUGH:
-            break
-    return out
+    return sorted(factors)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +140,14 @@ def split_options(model: ModelSpec, training: TrainingSpec, pp: int, vpp: int) -
         layout = _layout(L, pp, vpp)
         if layout:
             out.append(Split(layout=layout))
+    if vpp > 1:
+        known = {o.layout for o in out}
+        if even:
+            known.add(layout_string([L // S] * S))
+        if (L + 2) % S == 0 and not even:
+            n = (L + 2) // S
+            known.add(layout_string([n - 1] + [n] * (S - 2) + [n - 1]))
+        out += [Split(layout=x) for x in _lighter_ends(L, pp, vpp) if x not in known]
     return out
 
 
@@ -182,6 +190,53 @@ def _layout(L: int, pp: int, vpp: int) -> str | None:
                 last = (f"t*{b}" if b > 1 else "t" * b) + "L"
                 return f"{first}|{middle}{last}"
     return None
+
+
+def _lighter_ends(L: int, pp: int, vpp: int) -> list[str]:
+    """Layout strings with interleaving whose first virtual stage (with the embedding) and last (with the loss)
+    hold `k_E` and `k_L` layers fewer than the others, the difference spread one layer each over middle ranks,
+    evenly spaced, in their last chunk: NVIDIA's hand-written layouts (Llama-3 70B PP8 x VP5: `Et*2|...,t*3|...
+    tL`; Kimi-K2 and DeepSeek-V3 PP16 x VP2 and PP8 x VP4: `Et|(tt|)*30L`)."""
+    S = pp * vpp
+    out: list[str] = []
+    for c in sorted({L // S, -(-L // S)}):
+        for k_e, k_l in ((0, 1), (1, 1), (1, 2)):
+            if c < max(k_e, k_l, 1):
+                continue
+            counts = [c] * S
+            counts[0] -= k_e
+            counts[-1] -= k_l
+            rest = L - sum(counts)
+            if abs(rest) > pp - 2 or (c == 0 and rest < 0):
+                continue
+            for i in range(abs(rest)):
+                rank = 1 + (i + 1) * (pp - 1) // (abs(rest) + 1)
+                counts[(vpp - 1) * pp + min(rank, pp - 2)] += 1 if rest > 0 else -1
+            if min(counts[1:-1]) < 1 or sum(counts) != L:
+                continue
+            text = layout_string(counts)
+            if text not in out:
+                out.append(text)
+    return out
+
+
+def layout_string(counts: list[int]) -> str:
+    """Megatron's --pipeline-model-parallel-layout for per-virtual-stage layer counts: E first, L last, runs of
+    equal stages folded (`(t*2|)*34`)."""
+
+    def chunk(n: int) -> str:
+        return f"t*{n}" if n > 1 else "t" * n
+
+    middle = [chunk(n) for n in counts[1:-1]]
+    parts: list[str] = []
+    i = 0
+    while i < len(middle):
+        j = i
+        while j < len(middle) and middle[j] == middle[i]:
+            j += 1
+        parts.append(f"({middle[i]}|)*{j - i}" if j - i > 1 else f"{middle[i]}|")
+        i = j
+    return f"E{chunk(counts[0])}|{''.join(parts)}{chunk(counts[-1])}L"
 
 
 def etp_options(model: ModelSpec, training: TrainingSpec, tp: int) -> list[int | None]:

@@ -552,6 +552,27 @@ class ParallelConfig(Frozen):
         copy.__pydantic_private__ = {"_layer_key": None, "_state_key": None}
         return copy
 
+    @classmethod
+    def trusted(cls, **fields: Any) -> ParallelConfig:
+        """A config from values the search's own generators produced (valid by construction, schedule included),
+        without pydantic's validation: the search builds tens of thousands per request."""
+        obj = cls.__new__(cls)
+        values = {**_PARALLEL_DEFAULTS, **fields}
+        object.__setattr__(obj, "__dict__", values)
+        object.__setattr__(obj, "__pydantic_fields_set__", set(fields))
+        object.__setattr__(obj, "__pydantic_extra__", None)
+        object.__setattr__(obj, "__pydantic_private__", {"_layer_key": None, "_state_key": None})
+        return obj
+
+    def __eq__(self, other: object) -> bool:
+        """Equal fields are equal layouts (the cached keys are not part of the value)."""
+        if not isinstance(other, ParallelConfig):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.__dict__.values()))
+
     tp: int = Field(1, ge=1, description="Tensor-parallel size.")
     pp: int = Field(1, ge=1, description="Pipeline-parallel size.")
     vpp: int = Field(1, ge=1, description="Virtual pipeline stages per rank (1 = no interleaving).")
@@ -663,6 +684,7 @@ class ParallelConfig(Frozen):
         return cached  # type: ignore[no-any-return]
 
 
+_PARALLEL_DEFAULTS = {name: f.get_default(call_default_factory=True) for name, f in ParallelConfig.model_fields.items()}
 # Fields a single layer's memory and time cannot depend on (pipeline position and data-parallel replication).
 _NOT_LAYER_FIELDS = frozenset(
     {

@@ -204,6 +204,17 @@ def _layer_part(
     )
 
 
+def layer_floor(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, moe: bool) -> float:
+    """One layer's micro-batch time that no recomputation, sharding, host or pipeline choice can remove: its compute
+    and its exposed TP, CP and EP communication without recomputation (cached per layer; a search bound)."""
+
+    def floor() -> float:
+        part = _layer_part(model, cluster, training, par, moe, 0.0)
+        return part.compute + part.tp_comm + part.cp_comm + part.ep_comm
+
+    return model.memo(("layer_floor", par.layer_fields, moe), floor, cluster, training)
+
+
 def stage_time(
     model: ModelSpec,
     cluster: ClusterSpec,
