@@ -34,6 +34,11 @@ def flag(name: str, *values: object) -> Flag:
     return Flag(name, tuple(num(v) for v in values))
 
 
+def flag_name(word: str) -> str:
+    """The flag a word sets: `--lr` for both `--lr` and `--lr=0.1` (so a repeat is caught either way)."""
+    return word.split("=", 1)[0] if word.startswith("--") else word
+
+
 def group_words(words: tuple[str, ...]) -> list[Flag]:
     """Free command-line words as flags: each `--name` with the words that follow it."""
     out: list[Flag] = []

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.render.facts import Facts
-from app.render.flags import Flag, flag, group_words
-from app.render.megatron_args import recompute_flags
+from app.render.flags import Flag, flag, flag_name, group_words
+from app.render.megatron_args import recompute_flags, save_interval
 from app.render.megatron_model import model_flags
 from app.render.slurm import srun_cpu_words
 from app.render.words import Line, Var, Word
@@ -67,13 +67,13 @@ def trainer_flags(f: Facts, config_path: Word) -> list[tuple[str, tuple[Word, ..
         flags += [
             flag("--save", o.checkpoint_dir),
             flag("--load", o.checkpoint_dir),
-            flag("--save-interval", o.save_interval),
+            flag("--save-interval", save_interval(f)),
         ]
     out: list[tuple[str, tuple[Word, ...]]] = [(fl.name, fl.values) for fl in flags]
     out.append(("--deepspeed_config", (config_path,)))
     names = {name for name, _ in out}
     for fl in group_words(o.extra_args):
-        if fl.name in names:
+        if flag_name(fl.name) in names:
             raise ValueError(
                 f"extra_args: {fl.name} is already set by the plan; change the plan or the render "
                 f"options instead of repeating it"

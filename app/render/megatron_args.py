@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from app.render.deepspeed_config import LossScale, deepspeed_decision
 from app.render.facts import Facts
-from app.render.flags import Flag, Section, flag, group_words
+from app.render.flags import Flag, Section, flag, flag_name, group_words
 from app.render.megatron_model import fusion_flags, model_flags, moe_flags
 from app.render.megatron_parallel import parallel_flags
 from app.render.slurm import exit_duration_minutes
@@ -91,8 +91,12 @@ def runtime_flags(f: Facts) -> list[Flag]:
 
 
 def save_interval(f: Facts) -> int:
-    """Steps between checkpoints: the render option."""
-    return f.options.save_interval
+    """Steps between checkpoints: the render option when it is given, else the plan's interval (Daly's optimum for
+    the cluster's MTBF and the checkpoint's save time, app/planner/goodput.py)."""
+    checkpoint = f.plan.checkpoint
+    if "save_interval" in f.options.model_fields_set or checkpoint is None:
+        return f.options.save_interval
+    return checkpoint.interval_steps
 
 
 def schedule_flags(f: Facts) -> list[Flag]:
@@ -202,10 +206,10 @@ def _refuse_duplicates(secs: list[Section]) -> None:
     seen: set[str] = set()
     for sec in secs:
         for fl in sec.flags:
-            if fl.name in seen:
+            if flag_name(fl.name) in seen:
                 where = "extra_args" if sec.title.startswith("extra") else sec.title
                 raise ValueError(
                     f"{where}: {fl.name} is already set by the plan; change the plan or the render "
                     f"options instead of repeating it"
                 )
-            seen.add(fl.name)
+            seen.add(flag_name(fl.name))

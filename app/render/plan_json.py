@@ -12,7 +12,7 @@ import json
 from app.render import launch
 from app.render.facts import Facts
 from app.render.flags import argv
-from app.render.megatron_args import sections
+from app.render.megatron_args import save_interval, sections
 from app.render.words import Word
 from launcher import spec
 
@@ -48,11 +48,20 @@ def _files(f: Facts, files: dict[str, str]) -> dict[str, str]:
 
 
 def _prediction(f: Facts) -> spec.Prediction:
-    est = f.plan.estimate
+    """The planner's numbers: `launcher bench` compares them with a run, the launcher's watchdog scales its
+    timeouts by the step's upper bound and the checkpoint's save and load times."""
+    est, cp = f.plan.estimate, f.plan.checkpoint
+    interval = est.time.step_interval
     return spec.Prediction(
         tokens_per_s=est.time.tokens_per_s,
         step_s=est.time.step_s,
         peak_memory_bytes=tuple(s.total_bytes for s in est.memory.stages),
+        step_s_high=max(interval.high, est.time.step_s) if interval else None,
+        checkpoint_save_s=cp.save_s if cp else None,
+        checkpoint_load_s=cp.load_s if cp else None,
+        checkpoint_bytes=cp.size_bytes if cp else None,
+        checkpoint_interval_steps=save_interval(f) if f.options.checkpoint_dir else None,
+        goodput=cp.goodput if cp else None,
     )
 
 
