@@ -13,7 +13,7 @@ from app.render import launch
 from app.render.facts import Facts
 from app.render.flags import argv
 from app.render.megatron_args import save_interval, sections
-from app.render.words import Word
+from app.render.words import Word, comment
 from launcher import spec
 
 RUN_DIR = "{run_dir}"
@@ -90,7 +90,7 @@ def _model(f: Facts) -> spec.Model | None:
 def _hardware(f: Facts) -> spec.Hardware:
     c, gpu = f.cluster, f.cluster.gpu
     return spec.Hardware(
-        name=gpu.name,
+        name=comment(gpu.name),
         memory_bytes=gpu.memory_bytes,
         bf16_TFLOPs=gpu.bf16_TFLOPs,
         fp16_TFLOPs=gpu.fp16_TFLOPs,
@@ -167,7 +167,7 @@ def build_plan(f: Facts, files: dict[str, str]) -> spec.Plan:
         hardware=_hardware(f),
         strategy=_strategy(f),
         meta={
-            "summary": f.summary,
+            "summary": comment(f.summary),
             "framework": f.framework,
             "stack": f.training.stack or f.framework,
             "planner_version": f.planner_version,

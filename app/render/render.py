@@ -29,7 +29,7 @@ from app.render.options import RenderOptions
 from app.render.plan_json import plan_json
 from app.render.slurm import signal_seconds
 from app.render.support import EXAMPLE_TRAINER
-from app.render.words import Word, flat, shell_line, shell_word
+from app.render.words import Word, comment, flat, shell_line, shell_word
 from launcher.spec import PlanError
 
 TEMPLATES = TEMPLATES_DIR
@@ -57,13 +57,6 @@ class Artifacts(BaseModel):
 
     files: dict[str, str] = Field(description="File name -> text, only the files that apply to the framework.")
     notes: list[str] = Field(default_factory=list, description="Choices made or limits met while rendering.")
-
-
-def comment(text: object) -> str:
-    """Free text inside a one-line comment (shell, YAML): every character that is not printable becomes a space:
-    newlines, but also U+2028, U+2029 and U+0085, which YAML reads as line breaks, and control or format
-    characters. Names are refused at validation already; this is the second line."""
-    return "".join(c if c.isprintable() else " " for c in str(text))
 
 
 def yaml_block_safe(text: str) -> bool:

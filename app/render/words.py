@@ -49,3 +49,10 @@ def resolve(word: Word, values: dict[str, str]) -> str:
 
 def flat(lines: list[Line]) -> list[Word]:
     return [w for line in lines for w in line]
+
+
+def comment(text: object) -> str:
+    """Free text inside a one-line comment (shell, YAML) or a label: every character that is not printable
+    becomes a space: newlines, but also U+2028, U+2029 and U+0085, which YAML reads as line breaks, and control or
+    format characters. Model names are refused at validation already; this is the second line."""
+    return "".join(c if c.isprintable() else " " for c in str(text))
