@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from app.planner import EstimateRequest, PlanRequest, estimate, plan
 from app.planner.errors import FieldError, field_errors
 from app.planner.explain import describe
-from app.planner.results import Estimate, PlanResult
+from app.planner.results import CheckpointPlan, Estimate, PlanResult
 
 GiB = 2**30
 
@@ -78,6 +78,14 @@ def format_estimate(est: Estimate) -> str:
     return "\n".join(lines)
 
 
+def format_checkpoint(cp: CheckpointPlan) -> str:
+    return (
+        f"every {cp.interval_steps:,} steps ({cp.interval_s / 3600:.2f} h), save {cp.save_s:.0f} s of "
+        f"{cp.size_bytes / GiB:,.0f} GiB, MTBF {cp.mtbf_s / 3600:,.1f} h ({cp.mtbf_source}): "
+        f"expected goodput {_pct(cp.goodput)}"
+    )
+
+
 def format_plan(result: PlanResult) -> str:
     m, c = result.model, result.cluster
     lines = [
@@ -99,6 +107,8 @@ def format_plan(result: PlanResult) -> str:
                 f"{_pct(t.mfu):>6} {_pct(t.bubble_fraction):>6}"
             )
         lines.append("why #1: " + "; ".join(result.plans[0].why))
+        if result.plans[0].checkpoint:
+            lines.append("checkpoint #1: " + format_checkpoint(result.plans[0].checkpoint))
     for s in result.suggestions:
         lines.append(f"* {s}")
     if result.rejected:

@@ -1,0 +1,51 @@
+"""The checkpoint interval and the expected goodput of a plan are shown where a plan is: the CLI's table, the API's
+JSON (Plan.checkpoint) and the web page of the plan."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from app.cli import main
+from tests.api.conftest import SMALL
+
+
+def stored_plan(web: Any) -> tuple[str, dict[str, Any]]:
+    r = web.post("/plans", json=SMALL)
+    assert r.status_code == 201, r.text
+    return r.json()["id"], r.json()["result"]
+
+
+def test_the_api_returns_interval_and_goodput_per_plan(web: Any) -> None:
+    _, result = stored_plan(web)
+    for p in result["plans"]:
+        cp = p["checkpoint"]
+        assert cp["interval_steps"] >= 1 and 0.9 < cp["goodput"] < 1.0
+        assert cp["interval_s"] == cp["interval_steps"] * p["estimate"]["time"]["step_s"]
+        assert cp["mtbf_source"].startswith("default:") and cp["size_bytes"] == 14 * result["num_parameters"]
+
+
+def test_the_page_shows_interval_and_goodput(web: Any) -> None:
+    pid, result = stored_plan(web)
+    cp = result["plans"][0]["checkpoint"]
+    page = web.get(f"/p/{pid}")
+    assert page.status_code == 200
+    assert f"checkpoint every {cp['interval_steps']} steps" in page.text and ">goodput<" in page.text
+    assert f"{100 * cp['goodput']:.1f}%" in page.text or f"{100 * cp['goodput']:.0f}%" in page.text
+
+
+def test_the_cli_prints_interval_and_goodput_of_the_chosen_plan(tmp_path: Path) -> None:
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({**SMALL, "cluster": {**SMALL["cluster"], "mtbf_hours": 5.0}}))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["plan", str(request)]) == 0
+    line = next(x for x in out.getvalue().splitlines() if x.startswith("checkpoint #1: "))
+    assert "MTBF 5.0 h (cluster.mtbf_hours)" in line and "expected goodput" in line
+    with contextlib.redirect_stdout(out := io.StringIO()):
+        assert main(["plan", str(request), "--json"]) == 0
+    chosen = json.loads(out.getvalue())["plans"][0]["checkpoint"]
+    assert f"every {chosen['interval_steps']:,} steps" in line
