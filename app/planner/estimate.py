@@ -8,7 +8,7 @@ from app.planner.memory import memory_estimate, stage_params
 from app.planner.pipeline import pipeline_time
 from app.planner.results import Estimate, MemoryEstimate, TimeEstimate
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
-from app.planner.step import StageTime, dp_exposed, layer_floor, optimizer_times, stage_time
+from app.planner.step import StageTime, dp_exposed, layer_floor, optimizer_times, stage_recompute_floor, stage_time
 
 FLOPS_DEFINITION = (
     "Model FLOPs as Megatron-LM's num_floating_point_operations: 6 x (forward FLOPs per token) x tokens, "
@@ -75,24 +75,60 @@ def time_estimate(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     )
 
 
-def step_lower_bound(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig) -> float:
+def step_lower_bound(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, recompute: bool = False
+) -> float:
     """A cheap bound below `time_estimate(...).step_s`: the pipeline time of the layers' compute and exposed
     TP/CP/EP communication without recomputation (cached per layer) and the output layer's compute; no
-    recomputation, sharding, host, engine, data-parallel or optimizer time."""
+    sharding, host, engine, data-parallel or optimizer time, and recomputation only with `recompute`."""
     m = max(1, num_microbatches(training, par))
+    return pipeline_time(_stage_floors(model, cluster, training, par, recompute), par, m).total_s
+
+
+def lower_bounds(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, probes: list[ParallelConfig]
+) -> list[float]:
+    """`step_lower_bound` of configs that differ only in the micro-batch size (one placement): the stage
+    structure is read once."""
+    if not probes:
+        return []
+    first = probes[0]
+    shapes = stage_shapes(model, training, first)
+    kinds = stage_layer_kinds(model, training, first)
+    costs = training.software.generation(cluster.gpu.generation)
+    out = []
+    for par in probes:
+        dense_s = layer_floor(model, cluster, training, par, False)
+        moe_s = layer_floor(model, cluster, training, par, True) if model.is_moe else dense_s
+        loss_fwd, loss_bwd = compute.output_layer_time(model, par, training, cluster.gpu, costs)
+        per_stage = [
+            (dense * dense_s + moe * moe_s + (loss_fwd + loss_bwd if shape.loss else 0.0), 1)
+            for shape, (dense, moe) in zip(shapes, kinds, strict=True)
+        ]
+        out.append(pipeline_time(per_stage, par, max(1, num_microbatches(training, par))).total_s)
+    return out
+
+
+def _stage_floors(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, recompute: bool = False
+) -> list[tuple[float, int]]:
     costs = training.software.generation(cluster.gpu.generation)
     dense_s = layer_floor(model, cluster, training, par, False)
     moe_s = layer_floor(model, cluster, training, par, True) if model.is_moe else dense_s
     shapes = stage_shapes(model, training, par)
     kinds = stage_layer_kinds(model, training, par)
     per_stage = []
+    redo = recompute and par.recompute != "none"
     for shape, (dense, moe) in zip(shapes, kinds, strict=True):
         t = dense * dense_s + moe * moe_s
+        if redo:
+            t += dense * stage_recompute_floor(model, cluster, training, par, shape, False) if dense else 0.0
+            t += moe * stage_recompute_floor(model, cluster, training, par, shape, True) if moe else 0.0
         if shape.loss:
             fwd, bwd = compute.output_layer_time(model, par, training, cluster.gpu, costs)
             t += fwd + bwd
         per_stage.append((t, 1))
-    return pipeline_time(per_stage, par, m).total_s
+    return per_stage
 
 
 def _breakdown(slow: StageTime, m: int, bubble: float, dp: float, opt: float, offload: float) -> dict[str, float]:

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from app.planner import rules, space
-from app.planner.estimate import step_lower_bound, time_estimate
+from app.planner.estimate import lower_bounds, step_lower_bound, time_estimate
 from app.planner.memory import peak_memory, static_bytes
 from app.planner.results import TimeEstimate
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
@@ -37,6 +37,42 @@ class Placement:
     etp: int | None = None
     split: space.Split = field(default_factory=space.Split)
     cp_comm: tuple[str, tuple[int, int] | None] = ("p2p", None)
+    _fields: dict[str, dict[str, object]] = field(default_factory=dict, repr=False, compare=False)
+
+    def fields(
+        self, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, recompute: str
+    ) -> dict[str, object]:
+        """The ParallelConfig fields the placement fixes, with its overlaps (which depend on full recompute)."""
+        cached = self._fields.get(recompute)
+        if cached is not None:
+            return cached
+        sp = self.tp > 1 and training.software.can.sequence_parallel
+        if training.pinned.sequence_parallel is not None:
+            sp = training.pinned.sequence_parallel
+        overlap = space.overlap_options(model, training, cluster, self.tp, self.ep, self.pp, self.vpp, recompute)
+        if not sp:
+            overlap["tp_comm_overlap"] = False
+        out: dict[str, object] = dict(
+            tp=self.tp,
+            pp=self.pp,
+            vpp=self.vpp,
+            dp=self.dp,
+            cp=self.cp,
+            ep=self.ep,
+            etp=self.etp,
+            sequence_parallel=sp,
+            first_stage_layers=self.split.first,
+            last_stage_layers=self.split.last,
+            account_for_embedding_in_pipeline_split=self.split.account,
+            account_for_loss_in_pipeline_split=self.split.account,
+            pipeline_layout=self.split.layout,
+            cp_comm_type=self.cp_comm[0],
+            hierarchical_cp_sizes=self.cp_comm[1],
+            schedule="interleaved" if self.vpp > 1 else "1f1b",
+            **overlap,
+        )
+        self._fields[recompute] = out
+        return out
 
 
 def placements(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, world: int) -> Iterator[Placement]:
@@ -112,6 +148,9 @@ class SearchState:
 
     def add(self, found: Found, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> None:
         if self.keep:
+            if step_lower_bound(model, cluster, training, found.par, recompute=True) > self.bar():
+                self.skipped += 1  # its recomputation alone puts it behind the ranked plans
+                return
             found.time = time_estimate(model, cluster, training, found.par)
             heapq.heappush(self.best, -found.time.step_s)
             if len(self.best) > self.keep:
@@ -128,41 +167,19 @@ def make_config(
     rc: space.Recompute,
     sharding: dict[str, object],
 ) -> ParallelConfig:
-    sp = pl.tp > 1 and training.software.can.sequence_parallel
-    if training.pinned.sequence_parallel is not None:
-        sp = training.pinned.sequence_parallel
-    overlap = space.overlap_options(model, training, cluster, pl.tp, pl.ep, pl.pp, pl.vpp, rc.recompute)
-    if not sp:
-        overlap["tp_comm_overlap"] = False
+    base = pl.fields(model, cluster, training, rc.recompute)
     dist = bool(sharding.get("distributed_optimizer", False))
-    fields = dict(
-        tp=pl.tp,
-        pp=pl.pp,
-        vpp=pl.vpp,
-        dp=pl.dp,
-        cp=pl.cp,
-        ep=pl.ep,
-        etp=pl.etp,
+    # the generators produce only valid values: skip pydantic's validation (a third of the search's time)
+    return ParallelConfig.trusted(
+        **base,
         micro_batch_size=mbs,
         recompute=rc.recompute,
         recompute_modules=rc.modules,
         recompute_method=rc.method,
         recompute_num_layers=rc.layers,
-        sequence_parallel=sp,
-        first_stage_layers=pl.split.first,
-        last_stage_layers=pl.split.last,
-        account_for_embedding_in_pipeline_split=pl.split.account,
-        account_for_loss_in_pipeline_split=pl.split.account,
-        pipeline_layout=pl.split.layout,
-        cp_comm_type=pl.cp_comm[0],
-        hierarchical_cp_sizes=pl.cp_comm[1],
         fp8_param_gather=space.fp8_param_gather(training, dist),
-        **overlap,
         **sharding,
     )
-    fields["schedule"] = "interleaved" if pl.vpp > 1 else "1f1b"
-    # the generators produce only valid values: skip pydantic's validation (a third of the search's time)
-    return ParallelConfig.trusted(**fields)
 
 
 def search_world(
@@ -195,9 +212,8 @@ def search_world(
             if not _explore(model, cluster, training, world, work, state, budget, deadline):
                 return
             continue
-        for mbs in sizes:
-            probe = make_config(model, cluster, training, pl, mbs, levels[0], shardings[0])
-            work.bounds[mbs] = step_lower_bound(model, cluster, training, probe)
+        probes = [make_config(model, cluster, training, pl, mbs, levels[0], shardings[0]) for mbs in sizes]
+        work.bounds = dict(zip(sizes, lower_bounds(model, cluster, training, probes), strict=True))
         queue.append((min(work.bounds.values(), default=0.0), len(queue), work))
     queue.sort(key=lambda item: item[:2])
     for k, (bound, _seq, work) in enumerate(queue):

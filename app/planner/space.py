@@ -73,11 +73,12 @@ def cp_comm_options(
     can = training.software.can.context_parallel
     pinned = training.pinned.cp_comm_type
     out: list[tuple[str, tuple[int, int] | None]] = [("p2p", None)] if "p2p" in can else []
-    if "all_gather" in can:  # Llama 3's and torchtitan's CP: gather K and V, attend the local queries
+    gqa = (model.num_query_groups or model.num_attention_heads) < model.num_attention_heads
+    if gqa and "all_gather" in can:  # Llama 3's CP: with few K/V heads, gathering K and V is cheap
         out.append(("all_gather", None))
     inner = max(1, min(cp, cluster.nvlink_domain // tp))
     heads = model.num_attention_heads // tp
-    if inner == cp and heads % cp == 0 and "a2a" in can:  # Ulysses inside an NVLink domain
+    if pinned == "a2a" and heads % cp == 0:  # Ulysses: only when asked (NVIDIA's recipes run p2p / a2a+p2p)
         out.append(("a2a", None))
     if 1 < inner < cp and cp % inner == 0 and heads % inner == 0 and "a2a+p2p" in can:
         out.append(("a2a+p2p", (inner, cp // inner)))
@@ -102,8 +103,10 @@ def vpp_options(model: ModelSpec, training: TrainingSpec, pp: int, microbatches:
         return [training.pinned.vpp]
     if pp == 1 or not training.software.can.interleaving:
         return [1]
-    per_stage = max(model.num_layers // pp, 1)
-    counts = {model.num_layers // pp, (model.num_layers + 2) // pp} if model.num_layers % pp else {per_stage}
+    L = model.num_layers
+    per_stage = max(L // pp, 1)
+    # uneven counts: the layers per stage rounded down and up, with and without the embedding and loss as layers
+    counts = {L // pp, -(-L // pp), (L + 2) // pp, -(-(L + 2) // pp)} if L % pp else {per_stage}
     factors = {1}
     for n in counts:
         factors |= {v for v in divisors(n) if 1 < v <= n}
@@ -198,24 +201,24 @@ def _lighter_ends(L: int, pp: int, vpp: int) -> list[str]:
     evenly spaced, in their last chunk: NVIDIA's hand-written layouts (Llama-3 70B PP8 x VP5: `Et*2|...,t*3|...
     tL`; Kimi-K2 and DeepSeek-V3 PP16 x VP2 and PP8 x VP4: `Et|(tt|)*30L`)."""
     S = pp * vpp
-    out: list[str] = []
+    options = []
     for c in sorted({L // S, -(-L // S)}):
         for k_e, k_l in ((0, 1), (1, 1), (1, 2)):
-            if c < max(k_e, k_l, 1):
-                continue
+            rest = L - (c * S - k_e - k_l)
+            if c >= max(k_e, k_l, 1) and abs(rest) <= pp - 2:
+                options.append((abs(rest), c, k_e, k_l, rest))
+    out: list[str] = []
+    fewest = min((o[0] for o in options), default=0)
+    for _moved, c, k_e, k_l, rest in options:
+        if _moved == fewest:  # the most balanced: the fewest layers moved onto middle ranks
             counts = [c] * S
             counts[0] -= k_e
             counts[-1] -= k_l
-            rest = L - sum(counts)
-            if abs(rest) > pp - 2 or (c == 0 and rest < 0):
-                continue
             for i in range(abs(rest)):
-                rank = 1 + (i + 1) * (pp - 1) // (abs(rest) + 1)
-                counts[(vpp - 1) * pp + min(rank, pp - 2)] += 1 if rest > 0 else -1
-            if min(counts[1:-1]) < 1 or sum(counts) != L:
-                continue
+                rank = min(max((i + 1) * pp // (abs(rest) + 1) - 1, 1), pp - 2)
+                counts[(vpp - 1) * pp + rank] += 1 if rest > 0 else -1
             text = layout_string(counts)
-            if text not in out:
+            if min(counts[1:-1]) >= 1 and sum(counts) == L and text not in out:
                 out.append(text)
     return out
 

@@ -215,6 +215,20 @@ def layer_floor(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, 
     return model.memo(("layer_floor", par.layer_fields, moe), floor, cluster, training)
 
 
+def stage_recompute_floor(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, shape: StageShape, moe: bool
+) -> float:
+    """One layer's recomputation time on a stage (its share of fully recomputed layers, or the selective modules),
+    cached per layer and share: what a plan's recomputation adds to `layer_floor`."""
+    fraction = _recomputed_fraction(par, shape) if shape.layers else 0.0
+    return model.memo(
+        ("recompute_floor", par.layer_fields, moe, fraction),
+        lambda: _layer_part(model, cluster, training, par, moe, fraction).recompute,
+        cluster,
+        training,
+    )
+
+
 def stage_time(
     model: ModelSpec,
     cluster: ClusterSpec,
