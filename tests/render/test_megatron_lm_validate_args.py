@@ -69,3 +69,33 @@ def test_megatron_lm_accepts_every_rendered_argument_set(arguments: Any, all_ren
         assert args.sequence_parallel == (par.sequence_parallel and par.tp > 1), label
         checked += 1
     assert checked >= 20
+
+
+def test_megatron_lm_accepts_every_new_dimension(arguments: Any, megatron_core: Any) -> None:
+    """Issue 10: the layout strings, embedding/loss accounting, recompute methods and modules, hierarchical CP,
+    bf16 gradient reduction, FP8 recipes and primary weights, TP overlap and Megatron-FSDP, as rendered."""
+    from test_megatron_features import DIMENSIONS, rendered
+
+    for name, (model, par, nodes, _expected) in DIMENSIONS.items():
+        precision = "fp8" if "fp8_recipe" in par else "bf16"
+        _fl, arts = rendered(model, par, nodes=nodes, precision=precision)
+        world, env = world_and_env(arts)
+        try:
+            args = validate(arguments, args_file_words(arts.files["megatron_args.txt"]), world, env)
+        except BaseException as exc:  # validate_args asserts; argparse exits
+            raise AssertionError(f"{name}: {exc!r}") from exc
+        assert args.data_parallel_size == par.get("dp", 1), name
+
+
+def test_megatron_lm_accepts_every_model_family(arguments: Any, megatron_core: Any) -> None:
+    """Defect 7: the released configs of every preset family, as rendered (RoPE base and scaling, QK norm, QKV
+    bias, router, MLA's YaRN)."""
+    from test_network_roundtrip import FAMILIES, planned_arts
+
+    for family, (cfg, _preset) in FAMILIES.items():
+        arts = planned_arts(cfg)
+        world, env = world_and_env(arts)
+        try:
+            validate(arguments, args_file_words(arts.files["megatron_args.txt"]), world, env)
+        except BaseException as exc:
+            raise AssertionError(f"{family}: {exc!r}") from exc

@@ -190,7 +190,15 @@ def hf(cfg: dict[str, Any]) -> Any:
 
 
 def planned(cfg: dict[str, Any]) -> tuple[ModelSpec, Flags, Any]:
-    """config.json -> a plan -> megatron_args.txt (two layers so that it is quick; the rest as released)."""
+    """config.json -> a plan -> megatron_args.txt -> megatron-core's config."""
+    arts = planned_arts(cfg)
+    check_megatron(arts)
+    fl = Flags(args_file_words(arts.files["megatron_args.txt"]))
+    return ModelSpec(**from_hf_config(cfg)), fl, build_core_config(fl)
+
+
+def planned_arts(cfg: dict[str, Any]) -> Any:
+    """config.json -> a plan -> its files (four or five layers so that it is quick; the rest as released)."""
     fields = {**from_hf_config(cfg), "num_layers": 4 if cfg["model_type"] != "deepseek_v3" else 5, "seq_length": 4096}
     if cfg["model_type"] == "deepseek_v3":
         fields["moe_first_dense_layers"] = 1
@@ -201,11 +209,7 @@ def planned(cfg: dict[str, Any]) -> tuple[ModelSpec, Flags, Any]:
         "cluster": {"num_nodes": 1, "gpus_per_node": 8, "gpu": "H100-SXM"},
         "training": {"global_batch_size": 64, "framework": "megatron"},
     }
-    result = fixed_result(req, par)
-    arts = render(result)
-    check_megatron(arts)
-    fl = Flags(args_file_words(arts.files["megatron_args.txt"]))
-    return result.model, fl, build_core_config(fl)
+    return render(fixed_result(req, par))
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
