@@ -5,7 +5,9 @@ The numbers themselves live in ``data/gpus.json`` with a source for each; nothin
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from app.planner.network import check_label
 
 
 class Efficiency(BaseModel):
@@ -62,6 +64,16 @@ class GPUSpec(BaseModel):
     pcie_GBps: float = Field(ge=0.01, le=10_000, description="Achievable pinned host-device copy bandwidth, GB/s.")
     efficiency: Efficiency = Field(description="Efficiency constants of this generation.")
     source: str = Field("", description="Datasheet references.")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return check_label("gpu.name", v, 100)  # shown in every file's header (issue 15: no YAML line breaks)
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, v: str) -> str:
+        return check_label("gpu.source", v, 1000)
 
     @model_validator(mode="after")
     def _check(self) -> GPUSpec:

@@ -77,7 +77,7 @@ def _model(f: Facts) -> spec.Model | None:
         num_attention_heads=m.num_attention_heads,
         vocab_size=m.vocab_size,
         seq_length=m.seq_length,
-        name=m.name,
+        name=comment(m.name),
         num_query_groups=m.num_query_groups,
         ffn_hidden_size=m.ffn_hidden_size,
         swiglu=m.swiglu,
