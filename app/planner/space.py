@@ -332,6 +332,8 @@ def recompute_options(model: ModelSpec, training: TrainingSpec, layers_per_chunk
         selective.append(("layernorm", "moe_act"))
     if model.multi_latent_attention and "mla_up_proj" in can:
         selective.append(("mla_up_proj",))
+    if model.is_moe and model.multi_latent_attention and model.moe_first_dense_layers and "mlp" in can:
+        selective.append(("mla_up_proj", "mlp"))  # DeepSeek-V3 / Kimi-K2 recipes: the leading dense layers' MLP
     if "mlp" in can:
         mlp = ("moe",) if model.is_moe else ("mlp",)
         selective.append(("mla_up_proj", *mlp) if model.multi_latent_attention else mlp)

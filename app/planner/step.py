@@ -204,7 +204,9 @@ def _layer_part(
     )
 
 
-def layer_floor(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, moe: bool) -> float:
+def layer_floor(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, moe: bool
+) -> float:
     """One layer's micro-batch time that no recomputation, sharding, host or pipeline choice can remove: its compute
     and its exposed TP, CP and EP communication without recomputation (cached per layer; a search bound)."""
 
