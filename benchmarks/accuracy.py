@@ -5,6 +5,9 @@
     python benchmarks/accuracy.py --json              # machine-readable
     python benchmarks/accuracy.py --write-residuals   # refresh app/planner/data/residuals.json (intervals)
 
+The MosaicML FSDP rows are also evaluated as Megatron-FSDP and as DeepSpeed ZeRO-3 would run them
+(validation.fully_sharded_mappings), with how many of them each mode's model calls infeasible.
+
 Each row is evaluated with `estimate` on the stack that ran it (app/planner/validation.py says how each row's
 unstated settings were chosen, from the run's own source). Reported per family: rows, how many the planner calls
 infeasible (a measured run that really ran must be feasible: the target is 0), step-time error (median, p90, max
@@ -147,8 +150,15 @@ def main() -> int:
     runs, skipped = validation.load()
     rows = evaluate_runs(runs)
     families = {f: [r for r in rows if r["family"] == f] for f in validation.FAMILIES}
+    sharded = {
+        mode: evaluate_runs(
+            [validation.fully_sharded_mappings(r)[mode] for r in runs if r.family == "llm-foundry-a100"]
+        )
+        for mode in validation.SHARDED_MAPPINGS
+    }
     report = {
         "families": {f: summarise(rs) for f, rs in families.items() if rs},
+        "fully_sharded": {mode: summarise(rs) for mode, rs in sharded.items() if rs},
         "overall": summarise(rows),
         "rows": rows,
         "skipped": skipped,
@@ -190,6 +200,13 @@ def _print(report: dict[str, Any], families: dict[str, list[dict[str, Any]]], ev
         for r in shown:
             flag = "" if r["feasible"] else "  INFEASIBLE: " + "; ".join(r["reasons"])[:160]
             print(f"  {fam:<17} {100 * r['error']:>+6.1f}%  {r['measured_s']:>9.3f}s measured  {r['name']}{flag}")
+    print("MosaicML FSDP rows evaluated as the other fully sharded modes (errors against the FSDP run's step):")
+    for mode, s in report["fully_sharded"].items():
+        label = "llm-foundry rows " + validation.SHARDED_MAPPINGS[mode]
+        print(
+            f"  {label:<56} {s['rows']:>4} {s['infeasible']:>7} {100 * s['median']:>6.1f}% {100 * s['p90']:>5.1f}% "
+            f"{100 * s['max']:>5.1f}% {100 * s['bias']:>+5.1f}%"
+        )
     mem = [r for r in report["rows"] if "memory_error" in r]
     if mem:
         print("reserved memory, predicted vs measured (H200 rows):")

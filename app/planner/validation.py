@@ -31,7 +31,7 @@ is a fact about that stack or model taken from its own source (cited below), nev
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -269,6 +269,42 @@ def _llm_foundry(r: dict[str, Any]) -> MeasuredRun:
     return MeasuredRun(
         r["name"], "llm-foundry-a100", model, cluster, training, parallel, step, None, None, "tokens/s per GPU"
     )
+
+
+SHARDED_MAPPINGS = {
+    "megatron-fsdp": "as Megatron-FSDP optim_grads_params (megatron-core, Ampere)",
+    "deepspeed-zero3": "as DeepSpeed ZeRO-3 of a Hugging Face model",
+}
+
+
+def fully_sharded_mappings(run: MeasuredRun) -> dict[str, MeasuredRun]:
+    """A MosaicML FSDP row (FULL_SHARD over every GPU) as the two other fully sharded modes would run it: the same
+    model, cluster, batch, micro-batch and recomputation under Megatron-FSDP (`optim_grads_params` over DP, fp32
+    main grads unless the row reduced in bf16) and under DeepSpeed ZeRO-3. Megatron-core has no ALiBi: the
+    mapping uses RoPE, whose cost is of the same order (an element-wise rotation of q and k). The measured step is
+    the FSDP run's: the errors say how far each mode's model is from what FSDP achieved, the infeasible count
+    whether the planner would let the run happen at all."""
+    out = {}
+    p = run.parallel
+    rope = run.model.model_copy(update={"position_embedding_type": "rope"})
+    megatron = TrainingSpec(
+        global_batch_size=run.training.global_batch_size,
+        precision="bf16",
+        framework="megatron",
+        grad_reduce_dtype=run.training.reduce_dtype,
+    )
+    par = ParallelConfig(
+        dp=p.dp,
+        micro_batch_size=p.micro_batch_size,
+        recompute=p.recompute,
+        distributed_optimizer=True,
+        megatron_fsdp="optim_grads_params",
+    )
+    out["megatron-fsdp"] = replace(run, model=rope, training=megatron, parallel=par)
+    deepspeed = TrainingSpec(global_batch_size=run.training.global_batch_size, precision="bf16", framework="deepspeed")
+    zero3 = ParallelConfig(dp=p.dp, micro_batch_size=p.micro_batch_size, recompute=p.recompute, zero_stage=3)
+    out["deepspeed-zero3"] = replace(run, training=deepspeed, parallel=zero3)
+    return out
 
 
 def tinyllama() -> ModelSpec:

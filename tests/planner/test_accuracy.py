@@ -84,3 +84,27 @@ def test_activation_memory_of_korthikanti_figure_1() -> None:
     assert len(acts) == 8
     for a in acts:
         assert abs(a["error"]) < 0.002, a["name"]
+
+
+def test_fsdp_rows_as_megatron_fsdp_and_zero3() -> None:
+    """Issue 16: the MosaicML FSDP rows as Megatron-FSDP and as DeepSpeed ZeRO-3 would run them. Every mapped
+    layout obeys every rule; those refused run out of memory (Megatron keeps more activations per token than MPT's
+    fused layer, and a Hugging Face model in eager mode more still), never fewer with Megatron-FSDP than FSDP."""
+    runs, _ = validation.load()
+    foundry = [r for r in runs if r.family == "llm-foundry-a100"]
+    accuracy = _accuracy()
+    for mode in validation.SHARDED_MAPPINGS:
+        mapped = accuracy.evaluate_runs([validation.fully_sharded_mappings(r)[mode] for r in foundry])
+        assert len(mapped) == len(foundry)
+        refused = [m for m in mapped if not m["feasible"]]
+        assert all(reason.startswith("stage ") for m in refused for reason in m["reasons"]), refused[:1]
+        summary = accuracy.summarise(mapped)
+        assert summary["median"] < 0.15
+    fsdp = accuracy.summarise(accuracy.evaluate_runs(foundry))
+    megatron = accuracy.summarise(
+        accuracy.evaluate_runs([validation.fully_sharded_mappings(r)["megatron-fsdp"] for r in foundry])
+    )
+    zero3 = accuracy.summarise(
+        accuracy.evaluate_runs([validation.fully_sharded_mappings(r)["deepspeed-zero3"] for r in foundry])
+    )
+    assert fsdp["infeasible"] <= megatron["infeasible"] < zero3["infeasible"]
