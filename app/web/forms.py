@@ -1,119 +1,88 @@
-"""The form's fields, built from the planner's specs (their Field descriptions are the help text), and the two
-conversions: submitted form -> request dict (what POST /plans takes), stored request -> form values."""
+"""The plan form, section by section, generated from the specs (app/web/fields.py), and the two conversions:
+submitted form -> request dict (what POST /plans takes), resolved request -> form values.
+
+Every field of ModelSpec, ClusterSpec (the GPU's numbers included), TrainingSpec, ParallelPins and RenderOptions
+is in the form, so "edit and re-plan" gives back the request it started from (tests/web/test_forms.py checks the
+round trip for every preset, config.json imports and custom GPUs).
+"""
 
 from __future__ import annotations
 
 import json
-import types
-import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from annotated_types import Ge, Gt, Le, Lt
 from pydantic import BaseModel
 
 from app.planner import catalog
 from app.planner.errors import FieldError
-from app.planner.results import PlanResult
-from app.planner.specs import ClusterSpec, ModelSpec, ParallelPins, TrainingSpec
+from app.planner.gpu import Efficiency, GPUSpec
+from app.planner.specs import ClusterSpec, ModelSpec, ParallelPins, PlanRequest, TrainingSpec
 from app.render import RenderOptions
+from app.web.fields import BadValue, FormField, spec_field, spec_fields, to_value, values_of
 from app.web.presets import cluster_presets
 
-Kind = Literal["int", "float", "bool", "tristate", "select", "text", "list", "textarea", "file"]
-
-# Short labels; the help under each field is the spec's own description.
-LABELS = {
-    "name": "Name", "num_layers": "Layers", "hidden_size": "Hidden size", "num_attention_heads": "Attention heads",
-    "num_query_groups": "KV heads (GQA)", "ffn_hidden_size": "FFN size", "vocab_size": "Vocabulary",
-    "seq_length": "Sequence length", "swiglu": "SwiGLU", "untie_embeddings_and_output_weights": "Untied embeddings",
-    "position_embedding_type": "Position embedding", "normalization": "Normalization", "num_experts": "Experts",
-    "moe_router_topk": "Experts per token", "moe_ffn_hidden_size": "Expert FFN size",
-    "num_nodes": "Nodes", "gpus_per_node": "GPUs per node", "gpu": "GPU", "intra_node_GBps": "Intra-node GB/s",
-    "inter_node_GBps": "Inter-node GB/s", "nics": "NIC names", "socket_ifname": "Socket interface",
-    "cpu_memory_GiB": "CPU memory GiB", "global_batch_size": "Global batch", "precision": "Precision",
-    "framework": "Framework", "objective": "Rank by", "memory_headroom": "Memory headroom",
-    "train_tokens": "Training tokens", "max_plans": "Plans to show", "search_time_limit_s": "Search time cap (s)",
-    "flash_attention": "Flash attention", "overlap_grad_reduce": "Overlap grad reduce",
-    "overlap_p2p_comm": "Overlap PP sends", "allow_tp_across_nodes": "TP across nodes", "tp": "TP", "pp": "PP",
-    "vpp": "Virtual PP", "dp": "DP", "cp": "CP", "ep": "EP", "zero_stage": "ZeRO stage",
-    "distributed_optimizer": "Distributed optimizer", "micro_batch_size": "Micro-batch", "recompute": "Recompute",
-    "sequence_parallel": "Sequence parallel", "job_name": "Job name", "master_addr": "Head node address",
-    "master_port": "Rendezvous port", "workdir": "Working directory", "entrypoint": "Training script",
-    "data_path": "Dataset path", "tokenizer_type": "Tokenizer", "tokenizer_model": "Tokenizer model",
-    "checkpoint_dir": "Checkpoints", "train_iters": "Training steps", "lr": "Learning rate",
-    "container_image": "Container image", "k8s_namespace": "Kubernetes namespace", "slurm_partition": "Slurm partition",
-    "slurm_account": "Slurm account", "slurm_time_limit": "Slurm time limit", "nccl_algo": "NCCL algorithm",
-    "extra_args": "Extra arguments",
-}
-MODEL_DIMS = ("name", "num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "ffn_hidden_size",
-              "vocab_size", "seq_length", "swiglu", "untie_embeddings_and_output_weights", "position_embedding_type",
-              "normalization", "num_experts", "moe_router_topk", "moe_ffn_hidden_size")
-CLUSTER_CUSTOM = ("gpus_per_node", "gpu", "intra_node_GBps", "inter_node_GBps", "nics", "socket_ifname",
-                  "cpu_memory_GiB")
-TRAINING_MAIN = ("global_batch_size", "precision", "framework", "objective", "memory_headroom", "train_tokens",
-                 "max_plans", "search_time_limit_s")
-TRAINING_MORE = ("flash_attention", "overlap_grad_reduce", "overlap_p2p_comm", "allow_tp_across_nodes")
-PINS = ("tp", "pp", "vpp", "dp", "cp", "ep", "zero_stage", "micro_batch_size", "recompute", "distributed_optimizer",
-        "sequence_parallel", "num_nodes")
-RENDER = ("job_name", "master_addr", "master_port", "workdir", "entrypoint", "data_path", "tokenizer_type",
-          "tokenizer_model", "checkpoint_dir", "train_iters", "lr", "container_image", "k8s_namespace",
-          "slurm_partition", "slurm_account", "slurm_time_limit", "nccl_algo", "extra_args")
 MODES = {"model_mode": ("preset", "dims", "hf"), "cluster_mode": ("preset", "custom")}
+# Which fields show first in each section; the rest sit under "more". Order and presence come from the specs.
+MODEL_MAIN = (
+    "name",
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_query_groups",
+    "kv_channels",
+    "ffn_hidden_size",
+    "vocab_size",
+    "seq_length",
+    "swiglu",
+    "untie_embeddings_and_output_weights",
+    "position_embedding_type",
+    "normalization",
+    "num_experts",
+    "moe_router_topk",
+    "moe_ffn_hidden_size",
+    "moe_shared_expert_intermediate_size",
+    "moe_first_dense_layers",
+)
+TRAINING_MAIN = (
+    "global_batch_size",
+    "precision",
+    "framework",
+    "objective",
+    "memory_headroom",
+    "train_tokens",
+    "max_plans",
+    "search_time_limit_s",
+)
+PINS_MAIN = (
+    "tp",
+    "pp",
+    "vpp",
+    "dp",
+    "cp",
+    "ep",
+    "zero_stage",
+    "micro_batch_size",
+    "recompute",
+    "distributed_optimizer",
+    "sequence_parallel",
+    "num_nodes",
+)
+RENDER_MAIN = ("job_name", "master_addr", "workdir", "entrypoint", "data_path", "checkpoint_dir", "train_iters")
+# Dimensions mode starts from a Llama-style block: RoPE + RMSNorm + SwiGLU (a "34B" is 34B with it, 20B without).
+DIMS_DEFAULTS = {"swiglu": "true", "untie_embeddings_and_output_weights": "true"}
+DEFAULT_GBS = "512"
 
 
-@dataclass(frozen=True)
-class FormField:
-    name: str  # the input's name: the request's dotted path (cluster.num_nodes), or a form-only name (preset.name)
-    label: str
-    help: str
-    kind: Kind
-    options: tuple[tuple[str, str], ...] = ()  # (value, label) for selects
-    default: str = ""
-    attrs: dict[str, str] = field(default_factory=dict)  # min/max/step/required for <input>
-    spec_default: str | None = None  # the spec's own default: a value equal to it is left out of the request
+class FormError(Exception):
+    def __init__(self, errors: list[FieldError]) -> None:
+        super().__init__("; ".join(map(str, errors)))
+        self.errors = errors
 
 
-def _unwrap(annotation: Any) -> tuple[Any, bool]:
-    """(inner type, optional?) of `X | None`."""
-    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        return args[0], len(args) < len(typing.get_args(annotation))
-    return annotation, False
-
-
-def _kind(inner: Any, optional: bool) -> tuple[Kind, tuple[tuple[str, str], ...]]:
-    if typing.get_origin(inner) is Literal:
-        values = tuple((str(v), str(v)) for v in typing.get_args(inner))
-        return "select", ((("", "search"),) if optional else ()) + values
-    if inner is bool:
-        return ("tristate", (("", "search"), ("true", "yes"), ("false", "no"))) if optional else ("bool", ())
-    if typing.get_origin(inner) is tuple:
-        return "list", ()
-    return {int: "int", float: "float"}.get(inner, "text"), ()  # type: ignore[return-value]
-
-
-def spec_field(model: type[BaseModel], name: str, prefix: str, **overrides: Any) -> FormField:
-    """A form field from a spec field: type, bounds, default and help all come from the spec."""
-    info = model.model_fields[name]
-    inner, optional = _unwrap(info.annotation)
-    kind, options = _kind(inner, optional)
-    attrs: dict[str, str] = {}
-    for meta in info.metadata:
-        if isinstance(meta, (Ge, Gt)):
-            attrs["min"] = str(meta.ge if isinstance(meta, Ge) else meta.gt)
-        elif isinstance(meta, (Le, Lt)):
-            attrs["max"] = str(meta.le if isinstance(meta, Le) else meta.lt)
-    if kind == "float":
-        attrs["step"] = "any"
-    if info.is_required():
-        attrs["required"] = "required"
-    default = "" if info.is_required() or info.default is None or kind == "list" else info.default
-    default = ("true" if default else "") if kind == "bool" else str(default)
-    fields = {"name": f"{prefix}.{name}", "label": LABELS.get(name, name), "help": info.description or "",
-              "kind": kind, "options": options, "default": default, "attrs": attrs,
-              "spec_default": None if info.is_required() else default}
-    return FormField(**{**fields, **overrides})
+def _split(fields: list[FormField], main: tuple[str, ...], prefix: str) -> tuple[list[FormField], list[FormField]]:
+    first = [f for f in fields if f.name.removeprefix(prefix) in main]
+    return first, [f for f in fields if f not in first]
 
 
 def _preset_options() -> tuple[tuple[str, str], ...]:
@@ -124,37 +93,102 @@ def _preset_options() -> tuple[tuple[str, str], ...]:
     return tuple(rows)
 
 
+def _stack_options() -> tuple[tuple[str, str], ...]:
+    from app.planner import stack
+
+    return ("", "the framework's usual stack"), *((s.name, s.label) for s in stack.stacks())
+
+
 def build_fields() -> dict[str, list[FormField]]:
     """The form, section by section."""
     seq_help = ModelSpec.model_fields["seq_length"].description or ""
     gpus = tuple((g.name, f"{g.name} ({g.memory_bytes / 2**30:.0f} GiB)") for g in catalog.gpus())
     presets = tuple((p.name, p.label) for p in cluster_presets())
-    seq_label = "Sequence length (override)"
+    dims = spec_fields(ModelSpec, "model", overrides={k: {"default": v} for k, v in DIMS_DEFAULTS.items()})
+    dims_main, dims_more = _split(dims, MODEL_MAIN, "model.")
+    training = spec_fields(
+        TrainingSpec,
+        "training",
+        skip=("pinned",),
+        overrides={
+            "global_batch_size": {"default": DEFAULT_GBS},
+            "stack": {"kind": "select", "options": _stack_options()},
+        },
+    )
+    training_main, training_more = _split(training, TRAINING_MAIN, "training.")
+    pins = spec_fields(ParallelPins, "training.pinned", empty="search")
+    pins_main, pins_more = _split(pins, PINS_MAIN, "training.pinned.")
+    render = spec_fields(RenderOptions, "render")
+    render_main, render_more = _split(render, RENDER_MAIN, "render.")
+    cluster = spec_fields(ClusterSpec, "cluster", skip=("num_nodes", "gpu"))
     return {
         "model_preset": [
-            FormField("preset.name", "Model preset", "A published model shape (GET /catalog/models).", "select",
-                      _preset_options(), "llama-2-7b", {"required": "required"}),
-            FormField("preset.seq_length", seq_label, seq_help, "int", attrs={"min": "1"}),
+            FormField(
+                "preset.name",
+                "Model preset",
+                "A published model shape (GET /catalog/models).",
+                "select",
+                _preset_options(),
+                "llama-2-7b",
+                {"required": "required"},
+            ),
+            FormField("preset.seq_length", "Sequence length (override)", seq_help, "int", attrs={"min": "1"}),
         ],
-        "model_dims": [spec_field(ModelSpec, n, "model") for n in MODEL_DIMS],
+        "model_dims": dims_main,
+        "model_dims_more": dims_more,
         "model_hf": [
-            FormField("hf.config", "config.json", "A Hugging Face config.json (Llama, Mistral, Mixtral, Qwen2/3, "
-                      "GPT-2, GPT-NeoX); read here, never fetched.", "file",
-                      attrs={"accept": ".json,application/json"}),
+            FormField(
+                "hf.config",
+                "config.json",
+                "A Hugging Face config.json (Llama, Mistral, Mixtral, Qwen2/3, "
+                "DeepSeek-V3, Kimi K2, GPT-2, GPT-NeoX); read here, never fetched.",
+                "file",
+                attrs={"accept": ".json,application/json"},
+            ),
             FormField("hf.config_text", "…or paste it", "The file's JSON text.", "textarea"),
-            FormField("hf.seq_length", seq_label, seq_help, "int", attrs={"min": "1"}),
+            FormField(
+                "hf.seq_length",
+                "Training sequence length",
+                seq_help + " Required: config.json only gives "
+                "the longest context the model supports (max_position_embeddings).",
+                "int",
+                attrs={"min": "1", "required": "required"},
+            ),
+            FormField("hf.name", "Name", "A label for the plan (default: config.json's _name_or_path).", "text"),
         ],
         "cluster_common": [spec_field(ClusterSpec, "num_nodes", "cluster", default="2")],
-        "cluster_preset": [FormField("cluster_preset", "Node type", "Typical nodes: GPUs, fabric and NICs.",
-                                     "select", presets, presets[0][0] if presets else "")],
-        "cluster_custom": [spec_field(ClusterSpec, n, "cluster", **({"kind": "select", "options": gpus,
-                                                                     "default": "H100-SXM"} if n == "gpu" else {}))
-                           for n in CLUSTER_CUSTOM],
-        "training": [spec_field(TrainingSpec, n, "training", **({"default": "512"} if n == "global_batch_size" else {}))
-                     for n in TRAINING_MAIN],
-        "training_more": [spec_field(TrainingSpec, n, "training") for n in TRAINING_MORE],
-        "pins": [spec_field(ParallelPins, n, "training.pinned") for n in PINS],
-        "render": [spec_field(RenderOptions, n, "render") for n in RENDER],
+        "cluster_preset": [
+            FormField(
+                "cluster_preset",
+                "Node type",
+                "Typical nodes: GPUs, fabric and NICs.",
+                "select",
+                presets,
+                presets[0][0] if presets else "",
+            )
+        ],
+        "cluster_custom": [
+            spec_field(
+                ClusterSpec,
+                "gpu",
+                "cluster",
+                kind="select",
+                options=gpus,
+                default="H100-SXM",
+                help="A catalogue GPU; change its numbers below.",
+            ),
+            *cluster,
+        ],
+        "gpu_overrides": spec_fields(
+            GPUSpec, "cluster.gpu", skip=("efficiency",), blank_defaults=True, empty="catalogue"
+        )
+        + spec_fields(Efficiency, "cluster.gpu.efficiency", blank_defaults=True, empty="catalogue"),
+        "training": training_main,
+        "training_more": training_more,
+        "pins": pins_main,
+        "pins_more": pins_more,
+        "render": render_main,
+        "render_more": render_more,
     }
 
 
@@ -169,6 +203,7 @@ def defaults(sections: dict[str, list[FormField]]) -> dict[str, str]:
 
 # -- form -> request ---------------------------------------------------------------------------------------------
 
+
 def _put(target: dict[str, Any], dotted: str, value: Any) -> None:
     *parents, leaf = dotted.split(".")
     for part in parents:
@@ -176,27 +211,17 @@ def _put(target: dict[str, Any], dotted: str, value: Any) -> None:
     target[leaf] = value
 
 
-def _value(f: FormField, raw: str) -> Any:
-    if f.kind == "bool":
-        return raw in ("true", "on", "1")
-    if f.kind == "list":
-        return [part for part in raw.replace(",", " ").split() if part]
-    try:  # numbers as numbers (the spec derives defaults from them); text that is no number goes to the spec as is,
-        if f.kind == "int":  # which names the field and says why
-            return int(raw)
-        if f.kind == "float":
-            return float(raw)
-    except ValueError:
-        pass
-    return raw
-
-
-def _section_values(fields: list[FormField], form: Mapping[str, str], target: dict[str, Any], prefix: str) -> None:
+def _section_values(
+    fields: list[FormField], form: Mapping[str, str], target: dict[str, Any], prefix: str, errors: list[FieldError]
+) -> None:
     for f in fields:
         raw = form.get(f.name, "").strip()
         if raw == f.spec_default or (raw == "" and f.kind != "bool"):
             continue  # left as the spec has it (an unchecked box is sent as nothing: False, unless that's the default)
-        _put(target, f.name.removeprefix(prefix), _value(f, raw))
+        try:
+            _put(target, f.name.removeprefix(prefix), to_value(f, raw))
+        except BadValue as exc:
+            errors.append(FieldError(f.name, str(exc)))
 
 
 def _hf_config(form: Mapping[str, str], upload: bytes | None) -> dict[str, Any]:
@@ -206,38 +231,70 @@ def _hf_config(form: Mapping[str, str], upload: bytes | None) -> dict[str, Any]:
     try:
         config = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise FormError([FieldError("hf.config", f"not valid JSON: line {exc.lineno} column {exc.colno}: "
-                                    f"{exc.msg}")]) from None
+        raise FormError(
+            [FieldError("hf.config", f"not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}")]
+        ) from None
     if not isinstance(config, dict):
         raise FormError([FieldError("hf.config", "config.json must hold a JSON object")])
     return config
 
 
-class FormError(Exception):
-    def __init__(self, errors: list[FieldError]) -> None:
-        super().__init__("; ".join(map(str, errors)))
-        self.errors = errors
+def _hf_model(
+    sections: dict[str, list[FormField]], form: Mapping[str, str], upload: bytes | None, errors: list[FieldError]
+) -> dict[str, Any]:
+    config = _hf_config(form, upload)
+    model: dict[str, Any] = {"hf_config": config}
+    fields = {f.name: f for f in sections["model_hf"]}
+    seq = form.get("hf.seq_length", "").strip()
+    if not seq:
+        longest = config.get("max_position_embeddings") or config.get("n_positions")
+        errors.append(
+            FieldError(
+                "hf.seq_length",
+                "give the sequence length to train at: config.json says only "
+                f"how long a context the model supports (max_position_embeddings = {longest})",
+            )
+        )
+    else:
+        model["seq_length"] = to_value(fields["hf.seq_length"], seq)
+    name = form.get("hf.name", "").strip()
+    if name:
+        model["name"] = name
+    return model
 
 
-def _model(sections: dict[str, list[FormField]], form: Mapping[str, str], upload: bytes | None) -> Any:
+def _model(
+    sections: dict[str, list[FormField]], form: Mapping[str, str], upload: bytes | None, errors: list[FieldError]
+) -> Any:
     mode = form.get("model_mode", "preset")
     if mode == "dims":
         model: dict[str, Any] = {}
-        _section_values(sections["model_dims"], form, model, "model.")
+        _section_values(sections["model_dims"] + sections["model_dims_more"], form, model, "model.", errors)
         return model
-    key = "hf" if mode == "hf" else "preset"
-    seq_field = next(f for f in sections[f"model_{key}"] if f.name == f"{key}.seq_length")
+    if mode == "hf":
+        return _hf_model(sections, form, upload, errors)
+    seq_field = sections["model_preset"][1]
     seq = form.get(seq_field.name, "").strip()
-    model = {"hf_config": _hf_config(form, upload)} if mode == "hf" else {"preset": form.get("preset.name", "")}
-    return {**model, "seq_length": _value(seq_field, seq)} if seq else (model["preset"] if mode == "preset" else model)
+    name = form.get("preset.name", "")
+    return {"preset": name, "seq_length": to_value(seq_field, seq)} if seq else name
 
 
-def _cluster(sections: dict[str, list[FormField]], form: Mapping[str, str]) -> dict[str, Any]:
+def _gpu(sections: dict[str, list[FormField]], form: Mapping[str, str], errors: list[FieldError]) -> Any:
+    name = form.get("cluster.gpu", "").strip()
+    overrides: dict[str, Any] = {}
+    _section_values(sections["gpu_overrides"], form, overrides, "cluster.gpu.", errors)
+    if isinstance(overrides.get("efficiency"), dict) and name in {g.name for g in catalog.gpus()}:
+        base = catalog.gpu(name).efficiency.model_dump()  # the catalogue's constants, with the ones given replaced
+        overrides["efficiency"] = {**base, **overrides["efficiency"]}
+    return {"preset": name, **overrides} if overrides else name
+
+
+def _cluster(sections: dict[str, list[FormField]], form: Mapping[str, str], errors: list[FieldError]) -> dict[str, Any]:
     cluster: dict[str, Any] = {}
-    _section_values(sections["cluster_common"], form, cluster, "cluster.")
+    _section_values(sections["cluster_common"], form, cluster, "cluster.", errors)
     if form.get("cluster_mode", "preset") == "custom":
-        _section_values(sections["cluster_custom"], form, cluster, "cluster.")
-        return cluster
+        _section_values(sections["cluster_custom"][1:], form, cluster, "cluster.", errors)
+        return {**cluster, "gpu": _gpu(sections, form, errors)}
     presets = {p.name: p for p in cluster_presets()}
     chosen = presets.get(form.get("cluster_preset", ""))
     if chosen is None:
@@ -250,12 +307,19 @@ def to_request(sections: dict[str, list[FormField]], form: Mapping[str, str], up
     for key, allowed in MODES.items():
         if form.get(key, allowed[0]) not in allowed:
             raise FormError([FieldError(key, f"must be one of {', '.join(allowed)}")])
+    errors: list[FieldError] = []
     training: dict[str, Any] = {}
-    for name in ("training", "training_more", "pins"):
-        _section_values(sections[name], form, training, "training.")
-    request = {"model": _model(sections, form, upload), "cluster": _cluster(sections, form), "training": training}
+    for name in ("training", "training_more", "pins", "pins_more"):
+        _section_values(sections[name], form, training, "training.", errors)
+    request = {
+        "model": _model(sections, form, upload, errors),
+        "cluster": _cluster(sections, form, errors),
+        "training": training,
+    }
     render: dict[str, Any] = {}
-    _section_values(sections["render"], form, render, "render.")
+    _section_values(sections["render"] + sections["render_more"], form, render, "render.", errors)
+    if errors:
+        raise FormError(errors)
     return {**request, "render": render} if render else request
 
 
@@ -264,45 +328,62 @@ def error_field(error: FieldError, form: Mapping[str, str]) -> str:
     name, mode = error.field, form.get("model_mode", "preset")
     if (name == "model" or name.startswith("model.")) and mode in ("preset", "hf"):
         whole = "hf.config" if mode == "hf" else "preset.name"
-        return f"{mode}.seq_length" if name == "model.seq_length" else whole
+        if name == "model.seq_length":
+            return f"{mode}.seq_length"
+        return "hf.name" if (mode, name) == ("hf", "model.name") else whole
     if name.startswith("cluster.") and form.get("cluster_mode", "preset") == "preset":
         return name if name == "cluster.num_nodes" else "cluster_preset"
     return name
 
 
-# -- stored request -> form --------------------------------------------------------------------------------------
-
-def _flat(prefix: str, spec: BaseModel, names: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for n in names:
-        v = getattr(spec, n)
-        if isinstance(v, bool):  # a checkbox is "" when off; a search/yes/no select says "false"
-            tristate = _unwrap(type(spec).model_fields[n].annotation)[1]
-            out[f"{prefix}.{n}"] = "true" if v else ("false" if tristate else "")
-        elif isinstance(v, tuple):
-            out[f"{prefix}.{n}"] = " ".join(v)
-        else:
-            out[f"{prefix}.{n}"] = "" if v is None else str(v)
-    return out
+# -- resolved request -> form ------------------------------------------------------------------------------------
 
 
-def from_stored(sections: dict[str, list[FormField]], request: dict[str, Any], result: PlanResult) -> dict[str, str]:
-    """Form values that reproduce a stored request (the resolved specs, keeping the preset choice)."""
+def _gpu_values(sections: dict[str, list[FormField]], gpu: GPUSpec) -> dict[str, str]:
+    """The catalogue GPU it is (or the closest by name) and every number that differs from it."""
+    names = {g.name: g for g in catalog.gpus()}
+    base = names.get(gpu.name) or next(
+        (g for g in names.values() if g.generation == gpu.generation), next(iter(names.values()))
+    )
+    mine, theirs = gpu.model_dump(), base.model_dump()
+    differ: dict[str, Any] = {k: v for k, v in mine.items() if k != "efficiency" and v != theirs[k]}
+    differ.update({f"efficiency.{k}": v for k, v in mine["efficiency"].items() if v != theirs["efficiency"][k]})
+    values = values_of(sections["gpu_overrides"], differ, "cluster.gpu.")
+    return {"cluster.gpu": base.name, **values}
+
+
+def _defaults_without(sections: dict[str, list[FormField]], names: tuple[str, ...]) -> dict[str, str]:
+    """The empty form with the given sections blank (a stored request says every value of them)."""
     values = defaults(sections)
-    model = request.get("model")
+    for name in names:
+        values.update({f.name: "" for f in sections[name]})
+    return values
+
+
+def from_request(sections: dict[str, list[FormField]], raw: Mapping[str, Any], resolved: PlanRequest) -> dict[str, str]:
+    """Form values that reproduce a request: `raw` as it was sent (which preset, render options), `resolved`
+    its specs. A bare preset stays a preset; any other model is written out field by field."""
+    values = _defaults_without(sections, ("model_dims", "model_dims_more"))
+    model = raw.get("model")
     preset = model if isinstance(model, str) else model.get("preset") if isinstance(model, dict) else None
-    if isinstance(preset, str):
+    extra = set(model) - {"preset", "seq_length"} if isinstance(model, dict) else set()
+    if isinstance(preset, str) and not extra:
         seq = model.get("seq_length", "") if isinstance(model, dict) else ""
         values.update({"model_mode": "preset", "preset.name": preset, "preset.seq_length": str(seq)})
     else:
-        values.update({"model_mode": "dims", **_flat("model", result.model, MODEL_DIMS)})
-    cluster = _flat("cluster", result.cluster, ("num_nodes", *CLUSTER_CUSTOM[2:]))
-    values.update({"cluster_mode": "custom", **cluster, "cluster.gpus_per_node": str(result.cluster.gpus_per_node),
-                   "cluster.gpu": result.cluster.gpu.name})
-    values.update(_flat("training", result.training, TRAINING_MAIN + TRAINING_MORE))
-    values.update(_flat("training.pinned", result.training.pinned, PINS))
-    render = request.get("render")
-    if isinstance(render, dict):
-        values.update({f"render.{k}": " ".join(v) if isinstance(v, list) else str(v) for k, v in render.items()
-                       if k in RENDER and v is not None})
+        values["model_mode"] = "dims"
+        values.update(values_of(sections["model_dims"] + sections["model_dims_more"], resolved.model, "model."))
+    values["cluster_mode"] = "custom"
+    values.update(values_of(sections["cluster_common"] + sections["cluster_custom"][1:], resolved.cluster, "cluster."))
+    values.update(_gpu_values(sections, resolved.cluster.gpu))
+    values.update(values_of(sections["training"] + sections["training_more"], resolved.training, "training."))
+    values.update(values_of(sections["pins"] + sections["pins_more"], resolved.training.pinned, "training.pinned."))
+    render = raw.get("render")
+    if isinstance(render, Mapping):
+        options = RenderOptions.model_validate(render)
+        values.update(values_of(sections["render"] + sections["render_more"], options, "render."))
     return values
+
+
+def dump(spec: BaseModel) -> dict[str, Any]:
+    return spec.model_dump(mode="json")

@@ -22,8 +22,12 @@ class ClusterPreset:
     source: str
 
     def cluster_fields(self) -> dict[str, Any]:
-        return {"gpu": self.gpu, "gpus_per_node": self.gpus_per_node, "inter_node_GBps": self.nic_gbit / 8,
-                "nics": list(self.nics)}
+        return {
+            "gpu": self.gpu,
+            "gpus_per_node": self.gpus_per_node,
+            "inter_node_GBps": self.nic_gbit / 8,
+            "nics": list(self.nics),
+        }
 
 
 def _mlx5(n: int) -> tuple[str, ...]:
@@ -33,16 +37,58 @@ def _mlx5(n: int) -> tuple[str, ...]:
 @cache
 def cluster_presets() -> tuple[ClusterPreset, ...]:
     return (
-        ClusterPreset("dgx-h100", "DGX H100 / HGX H100: 8 × H100 SXM, 8 × 400 Gb/s InfiniBand", "H100-SXM", 8,
-                      400, _mlx5(8), "NVIDIA DGX H100 datasheet: 8x ConnectX-7 400 Gb/s (compute fabric)"),
-        ClusterPreset("hgx-h200", "HGX H200: 8 × H200, 8 × 400 Gb/s InfiniBand", "H200", 8, 400, _mlx5(8),
-                      "NVIDIA HGX H200 reference: 8x ConnectX-7 400 Gb/s"),
-        ClusterPreset("dgx-b200", "DGX B200: 8 × B200, 8 × 400 Gb/s InfiniBand", "B200", 8, 400, _mlx5(8),
-                      "NVIDIA DGX B200 datasheet: 8x ConnectX-7 400 Gb/s (compute fabric)"),
-        ClusterPreset("dgx-a100", "DGX A100: 8 × A100 80GB, 8 × 200 Gb/s HDR InfiniBand", "A100-80GB", 8, 200,
-                      _mlx5(8), "NVIDIA DGX A100 datasheet: 8x ConnectX-6 200 Gb/s HDR (compute fabric)"),
-        ClusterPreset("a100-40gb-hdr", "A100 40GB nodes: 8 × A100 40GB, 8 × 200 Gb/s HDR", "A100-40GB", 8, 200,
-                      _mlx5(8), "DGX A100 (40 GB) datasheet: 8x ConnectX-6 200 Gb/s HDR"),
-        ClusterPreset("mi300x", "MI300X platform: 8 × MI300X, 8 × 400 Gb/s", "MI300X", 8, 400, (),
-                      "AMD Instinct MI300X platform: 8 GPUs, one 400 Gb/s NIC per GPU (NIC names vary: fill them in)"),
+        ClusterPreset(
+            "dgx-h100",
+            "DGX H100 / HGX H100: 8 × H100 SXM, 8 × 400 Gb/s InfiniBand",
+            "H100-SXM",
+            8,
+            400,
+            _mlx5(8),
+            "NVIDIA DGX H100 datasheet: 8x ConnectX-7 400 Gb/s (compute fabric)",
+        ),
+        ClusterPreset(
+            "hgx-h200",
+            "HGX H200: 8 × H200, 8 × 400 Gb/s InfiniBand",
+            "H200",
+            8,
+            400,
+            _mlx5(8),
+            "NVIDIA HGX H200 reference: 8x ConnectX-7 400 Gb/s",
+        ),
+        ClusterPreset(
+            "dgx-b200",
+            "DGX B200: 8 × B200, 8 × 400 Gb/s InfiniBand",
+            "B200",
+            8,
+            400,
+            _mlx5(8),
+            "NVIDIA DGX B200 datasheet: 8x ConnectX-7 400 Gb/s (compute fabric)",
+        ),
+        ClusterPreset(
+            "dgx-a100",
+            "DGX A100: 8 × A100 80GB, 8 × 200 Gb/s HDR InfiniBand",
+            "A100-80GB",
+            8,
+            200,
+            _mlx5(8),
+            "NVIDIA DGX A100 datasheet: 8x ConnectX-6 200 Gb/s HDR (compute fabric)",
+        ),
+        ClusterPreset(
+            "a100-40gb-hdr",
+            "A100 40GB nodes: 8 × A100 40GB, 8 × 200 Gb/s HDR",
+            "A100-40GB",
+            8,
+            200,
+            _mlx5(8),
+            "DGX A100 (40 GB) datasheet: 8x ConnectX-6 200 Gb/s HDR",
+        ),
+        ClusterPreset(
+            "mi300x",
+            "MI300X platform: 8 × MI300X, 8 × 400 Gb/s",
+            "MI300X",
+            8,
+            400,
+            (),
+            "AMD Instinct MI300X platform: 8 GPUs, one 400 Gb/s NIC per GPU (NIC names vary: fill them in)",
+        ),
     )

@@ -6,35 +6,29 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import RedirectResponse, Response
 
-from app.api.auth import CSRF_FIELD, AuthError, Principal, csrf_ok
+from app.api.auth import CSRF_FIELD, Principal
 from app.api.deps import CacheDep, FormDep, PageViewerDep, SettingsDep, StoreDep, TemplatesDep, WorkDep
 from app.api.jsonbody import BodyError, check_tree, parse_json
 from app.api.plans import PlanId, Rank
-from app.api.service import InputError, NotFound, check_rank, create_plan, get_plan, plan_artifacts
+from app.api.service import InputError, NotFound, check_rank, create_plan, get_plan, parse_plan_request, plan_artifacts
 from app.planner import __version__
 from app.planner.errors import FieldError
 from app.store import PlanStore
-from app.web import forms
+from app.web import forms, whatif
+from app.web import prefs as prefs_mod
+from app.web.lists import router as lists_router
 from app.web.login import router as login_router
-from app.web.pages import SECTIONS, chart_for, form_context, result_context, svg
+from app.web.pages import SECTIONS, Check, check_of, form_context, svg
+from app.web.prefs import Prefs
+from app.web.respond import HTML, PrefsDep, compressed, html, require_csrf
+from app.web.result import chart_for, result_context
 from app.web.templates import WebTemplates
 
 router = APIRouter(include_in_schema=False)
 router.include_router(login_router)
-
-# No scripts at all; styles only from our own stylesheet; forms post only here.
-CSP = (
-    "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; base-uri 'none'; "
-    "frame-ancestors 'none'"
-)
-
-
-def html(content: str, status_code: int = 200) -> HTMLResponse:
-    return HTMLResponse(
-        content, status_code=status_code, headers={"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff"}
-    )
+router.include_router(lists_router)
 
 
 def _form_page(
@@ -42,28 +36,34 @@ def _form_page(
     store: PlanStore,
     request: Request,
     viewer: Principal,
+    prefs: Prefs,
     values: dict[str, str],
     errors: list[FieldError],
     status_code: int = 200,
-) -> HTMLResponse:
+    check: Check | None = None,
+) -> Response:
     recent, _total = store.page(8, 0)
-    context = form_context(values, errors, recent, str(request.base_url), viewer)
-    return html(templates.render("index.html", **context), status_code)
+    context = form_context(values, errors, recent, str(request.base_url), viewer, prefs, check)
+    return html(request, templates.render("index.html", **context, self_url="/"), status_code)
 
 
-def _not_found(templates: WebTemplates, message: str, viewer: Principal) -> HTMLResponse:
-    return html(templates.render("not_found.html", message=message, planner_version=__version__, viewer=viewer), 404)
+def not_found(request: Request, templates: WebTemplates, message: str, viewer: Principal, prefs: Prefs) -> Response:
+    page = templates.render(
+        "not_found.html", message=message, planner_version=__version__, viewer=viewer, prefs=prefs, self_url="/"
+    )
+    return html(request, page, 404)
 
 
-@router.get("/", response_class=HTMLResponse)
+@router.get("/", response_class=HTML)
 def form_page(
     request: Request,
     store: StoreDep,
     settings: SettingsDep,
     templates: TemplatesDep,
     viewer: PageViewerDep,
+    prefs: PrefsDep,
     from_id: Annotated[str | None, Query(alias="from", pattern=r"^[0-9a-f]{16}$")] = None,
-) -> HTMLResponse:
+) -> Response:
     """The empty form, or (?from=<id>) the form filled with a stored plan's request."""
     values = forms.defaults(SECTIONS)
     cap_field = "training.search_time_limit_s"  # offer no more than this service allows
@@ -71,9 +71,9 @@ def form_page(
     if from_id:
         record = store.get(from_id)
         if record is None:
-            return _not_found(templates, f"No stored plan with id {from_id}.", viewer)
-        values = forms.from_stored(SECTIONS, record.request, record.result)
-    return _form_page(templates, store, request, viewer, values, [])
+            return not_found(request, templates, f"No stored plan with id {from_id}.", viewer, prefs)
+        values = whatif.stored_values(record)
+    return _form_page(templates, store, request, viewer, prefs, values, [])
 
 
 def _form_request(form: Mapping[str, str], upload: bytes | None) -> dict[str, Any]:
@@ -90,7 +90,42 @@ def _form_request(form: Mapping[str, str], upload: bytes | None) -> dict[str, An
     return raw
 
 
-@router.post("/", response_class=HTMLResponse)
+def _checked_values(form: Any, viewer: Principal) -> dict[str, str]:
+    """The submitted values once the session's CSRF token is checked (a config.json upload kept as pasted text)."""
+    require_csrf(viewer, form.values.get(CSRF_FIELD))
+    values = {k: v for k, v in form.values.items() if k != CSRF_FIELD}
+    if form.upload is not None:
+        values["hf.config_text"] = form.upload.decode("utf-8", errors="replace")
+    return values
+
+
+def _plan_and_show(
+    request: Request,
+    values: dict[str, str],
+    upload: bytes | None,
+    upload_error: FieldError | None,
+    store: PlanStore,
+    work: Any,
+    cache: Any,
+    templates: WebTemplates,
+    viewer: Principal,
+    prefs: Prefs,
+) -> Response:
+    """Search and store, then 303 to the permalink; on bad input, the form again with every value kept."""
+    if not viewer.may("write"):
+        problem = FieldError("", f"{viewer.name} has the {viewer.role} role: it may read plans, not create them")
+        return _form_page(templates, store, request, viewer, prefs, values, [problem], 403)
+    try:
+        if upload_error:
+            raise forms.FormError([upload_error])
+        raw = _form_request(values, upload)
+        created = create_plan(store, raw, work, cache, viewer.name)
+    except (forms.FormError, InputError) as exc:
+        return _form_page(templates, store, request, viewer, prefs, values, exc.errors, 422)
+    return RedirectResponse(f"/p/{created.record.id}", status_code=303)
+
+
+@router.post("/", response_class=HTML)
 def submit_form(
     request: Request,
     form: FormDep,
@@ -99,90 +134,110 @@ def submit_form(
     cache: CacheDep,
     templates: TemplatesDep,
     viewer: PageViewerDep,
+    prefs: PrefsDep,
 ) -> Response:
     """Search and store, then show the result (303 to its permalink); on bad input, the form again with each
-    message beside its field and every value kept (a config.json upload is kept as pasted text). Needs the
-    user or admin role, and the session's CSRF token."""
-    if not csrf_ok(viewer, form.values.get(CSRF_FIELD)):
-        raise AuthError(
-            403,
-            "the form's CSRF token is missing or not this session's: reload the page and submit again",
-            field=CSRF_FIELD,
-        )
-    values = {k: v for k, v in form.values.items() if k != CSRF_FIELD}
-    if form.upload is not None:
-        values["hf.config_text"] = form.upload.decode("utf-8", errors="replace")
-    if not viewer.may("write"):
-        problem = FieldError("", f"{viewer.name} has the {viewer.role} role: it may read plans, not create them")
-        return _form_page(templates, store, request, viewer, values, [problem], 403)
+    message beside its field and every value kept. Needs the user or admin role, and the session's CSRF token."""
+    values = _checked_values(form, viewer)
+    return _plan_and_show(request, values, form.upload, form.upload_error, store, work, cache, templates, viewer, prefs)
+
+
+@router.post("/check", response_class=HTML)
+def check_form(
+    request: Request, form: FormDep, store: StoreDep, templates: TemplatesDep, viewer: PageViewerDep, prefs: PrefsDep
+) -> Response:
+    """The form again with the model it describes: parameter count and dimensions, no search (read role is enough)."""
+    values = _checked_values(form, viewer)
     try:
         if form.upload_error:
             raise forms.FormError([form.upload_error])
         raw = _form_request(values, form.upload)
-        created = create_plan(store, raw, work, cache, viewer.name)
+        parsed, _options = parse_plan_request(raw)
     except (forms.FormError, InputError) as exc:
-        return _form_page(templates, store, request, viewer, values, exc.errors, 422)
-    return RedirectResponse(f"/p/{created.record.id}", status_code=303)
+        return _form_page(templates, store, request, viewer, prefs, values, exc.errors, 422)
+    return _form_page(templates, store, request, viewer, prefs, values, [], check=check_of(parsed.model, []))
 
 
-@router.get("/p/{plan_id}", response_class=HTMLResponse)
+@router.post("/whatif", response_class=HTML)
+def what_if(
+    request: Request,
+    form: FormDep,
+    store: StoreDep,
+    work: WorkDep,
+    cache: CacheDep,
+    templates: TemplatesDep,
+    viewer: PageViewerDep,
+    prefs: PrefsDep,
+) -> Response:
+    """A stored plan's request with the posted fields changed, planned again (quick controls, suggestions)."""
+    values = _checked_values(form, viewer)
+    plan_id = values.pop("whatif.from", "")
+    record = store.get(plan_id) if len(plan_id) == 16 else None
+    if record is None:
+        return not_found(request, templates, f"No stored plan with id {plan_id!r} to change.", viewer, prefs)
+    changed = whatif.apply(record, values)
+    return _plan_and_show(request, changed, None, None, store, work, cache, templates, viewer, prefs)
+
+
+@router.get("/p/{plan_id}", response_class=HTML)
 def result_page(
-    plan_id: PlanId, store: StoreDep, templates: TemplatesDep, viewer: PageViewerDep, rank: Rank = 1
-) -> HTMLResponse:
-    """A stored plan for people: the permalink. ?rank=N shows the N-th plan's charts and files."""
+    request: Request,
+    plan_id: PlanId,
+    store: StoreDep,
+    templates: TemplatesDep,
+    viewer: PageViewerDep,
+    prefs: PrefsDep,
+    rank: Rank = 1,
+) -> Response:
+    """A stored plan for people: the permalink. ?rank=N shows the N-th plan's charts and files; ?tokens= and
+    ?price= (per GPU-hour) add the time to train and the cost of every ranked plan."""
     try:
         record = get_plan(store, plan_id)
         files = sorted(plan_artifacts(store, record, rank)) if record.result.plans else []
     except NotFound as exc:
-        return _not_found(templates, exc.error.message, viewer)
-    context = result_context(templates, record, rank, files)
-    return html(templates.render("result.html", **context, viewer=viewer))
+        return not_found(request, templates, exc.error.message, viewer, prefs)
+    query = {k: request.query_params.get(k, "")[:64] for k in ("tokens", "price")}
+    context = result_context(templates, record, rank, files, prefs, query)
+    csrf = viewer.csrf_token if viewer.via == "session" else ""
+    return html(request, templates.render("result.html", **context, viewer=viewer, csrf_token=csrf))
 
 
 @router.get("/p/{plan_id}/{chart}.svg")
 def chart_svg(
+    request: Request,
     plan_id: PlanId,
     chart: Annotated[str, Path(pattern="^(memory|pipeline|steps)$")],
     store: StoreDep,
     templates: TemplatesDep,
     viewer: PageViewerDep,
+    prefs: PrefsDep,
     rank: Rank = 1,
 ) -> Response:
     """One chart as a standalone SVG, to paste into a ticket or a wiki."""
     record = get_plan(store, plan_id)
     check_rank(record, rank)
-    drawn = chart_for(chart, record, rank)
+    drawn = chart_for(chart, record, rank, prefs)
     if drawn is None:
         raise NotFound(f"no chart {chart!r}", "chart")
-    return Response(str(svg(templates, drawn)), media_type="image/svg+xml")
+    return compressed(request, str(svg(templates, drawn)).encode(), "image/svg+xml")
 
 
-@router.get("/recent", response_class=HTMLResponse)
-def recent_page(
-    store: StoreDep,
-    settings: SettingsDep,
-    templates: TemplatesDep,
-    viewer: PageViewerDep,
-    offset: Annotated[int, Query(ge=0, le=10**12)] = 0,
-) -> HTMLResponse:
-    size = settings.default_page_size
-    items, total = store.page(size, offset)
-    return html(
-        templates.render(
-            "recent.html",
-            items=items,
-            total=total,
-            offset=offset,
-            planner_version=__version__,
-            viewer=viewer,
-            prev_offset=max(0, offset - size) if offset > 0 else None,
-            next_offset=offset + size if offset + size < total else None,
-        )
-    )
+@router.get("/prefs")
+def set_prefs(
+    prefs: PrefsDep,
+    units: Annotated[str | None, Query(max_length=8)] = None,
+    theme: Annotated[str | None, Query(max_length=8)] = None,
+    back: Annotated[str | None, Query(max_length=2000)] = None,
+) -> Response:
+    """Change the units (GiB, GB) or the theme (system, light, dark) and go back to the page (a link, no script)."""
+    new = prefs_mod.changed(prefs, units, theme)
+    response = RedirectResponse(prefs_mod.safe_back(back), status_code=303)
+    response.set_cookie(prefs_mod.COOKIE, new.cookie, max_age=365 * 86400, samesite="lax", httponly=True)
+    return response
 
 
 @router.get("/static/style.css")
-def stylesheet(templates: TemplatesDep) -> Response:
-    return Response(
-        templates.static("style.css"), media_type="text/css", headers={"Cache-Control": "public, max-age=300"}
+def stylesheet(request: Request, templates: TemplatesDep) -> Response:
+    return compressed(
+        request, templates.static("style.css").encode(), "text/css", headers={"Cache-Control": "public, max-age=300"}
     )

@@ -1,14 +1,20 @@
-"""Pipeline schedules to draw: Megatron-LM's 1F1B and interleaved 1F1B, simulated op by op.
+"""A plan's pipeline schedule, op by op, for the chart: the order of each rank's forward (F) and backward (B) passes
+is the planner's own (app/planner/pipeline.py schedule_slots, Megatron's 1F1B and interleaved 1F1B), and each stage
+takes its own time (app/planner/step.py stage_time over the plan's stage shapes), so uneven stages are drawn uneven.
 
-Each GPU runs its forward (F) and backward (B) passes in the order Megatron's schedules give them
-(megatron/core/pipeline_parallel/schedules.py: forward_backward_pipelining_without_interleaving and
-..._with_interleaving); an op starts when its GPU is free and its input has arrived (F of the previous virtual
-stage, B of the next one). Idle time between ops is the pipeline bubble.
+An op starts when its GPU is free and its input has arrived (F of the previous virtual stage, B of the next one);
+idle time between ops is the pipeline bubble.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from app.planner.layout import stage_layer_kinds, stage_shapes
+from app.planner.pipeline import in_flight, schedule_slots
+from app.planner.results import Plan
+from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
+from app.planner.step import stage_time
 
 
 @dataclass(frozen=True)
@@ -21,31 +27,50 @@ class Op:
     end: float
 
 
-def _order(stage: int, pp: int, vpp: int, m: int) -> list[tuple[str, int, int]]:
-    """(kind, microbatch, chunk) in the order stage `stage` runs them."""
-    total = m * vpp
+@dataclass(frozen=True)
+class StageTiming:
+    """One micro-batch on one pipeline rank: forward and backward seconds, split over its model chunks by their
+    layers, and the micro-batches of activations it holds at its peak."""
 
-    def fwd(k: int) -> tuple[str, int, int]:
-        return "F", (k // (pp * vpp)) * pp + k % pp, (k // pp) % vpp
-
-    def bwd(k: int) -> tuple[str, int, int]:
-        return "B", (k // (pp * vpp)) * pp + k % pp, vpp - 1 - (k // pp) % vpp
-
-    # warm-up forwards before the first backward (schedules.py: num_warmup_microbatches)
-    warmup = min(pp - stage - 1, m) if vpp == 1 else min((pp - stage - 1) * 2 + (vpp - 1) * pp, total)
-    order = [fwd(k) for k in range(warmup)]
-    for i in range(total - warmup):
-        order += [fwd(warmup + i), bwd(i)]
-    order += [bwd(k) for k in range(total - warmup, total)]
-    return order
+    forward_s: float
+    backward_s: float
+    chunk_share: tuple[float, ...]  # fraction of the rank's time in each chunk (sums to 1)
+    in_flight: float
+    layers: int
 
 
-def simulate(pp: int, vpp: int, m: int, f: float = 1.0, b: float = 2.0) -> list[Op]:
-    """Every op of one step. `f`, `b`: forward and backward time of one micro-batch through a whole stage
-    (a chunk takes 1/vpp of it). Interleaving needs m % pp == 0, as in Megatron."""
-    if vpp > 1 and m % pp:
-        raise ValueError(f"interleaved schedule needs num_microbatches({m}) % pp({pp}) == 0")
-    orders = [_order(s, pp, vpp, m) for s in range(pp)]
+def stage_timing(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, plan: Plan) -> list[StageTiming]:
+    """Each rank's own times from the planner's cost model (the same stage_time the step estimate sums)."""
+    par = plan.parallel
+    shapes = stage_shapes(model, training, par)
+    kinds = stage_layer_kinds(model, training, par)
+    out = []
+    for rank, (shape, (dense, moe)) in enumerate(zip(shapes, kinds, strict=True)):
+        t = stage_time(model, cluster, training, par, shape, dense, moe)
+        split = t.fwd + t.bwd
+        forward = t.total * t.fwd / split if split > 0 else t.total / 3
+        layers = max(1, shape.layers)
+        share = (
+            tuple(c / layers for c in shape.chunks)
+            if shape.layers
+            else tuple(1 / len(shape.chunks) for _ in shape.chunks)
+        )
+        out.append(
+            StageTiming(
+                forward, t.total - forward, share, in_flight(par, rank, plan.layout.num_microbatches), shape.layers
+            )
+        )
+    return out
+
+
+def simulate(par: ParallelConfig, microbatches: int, timing: list[StageTiming]) -> list[Op]:
+    """Every op of one step of `microbatches` micro-batches. Interleaving needs microbatches % pp == 0."""
+    pp, vpp = par.pp, par.vpp
+    if vpp > 1 and microbatches % pp:
+        raise ValueError(f"interleaved schedule needs num_microbatches({microbatches}) % pp({pp}) == 0")
+    if len(timing) != pp:
+        raise ValueError(f"{len(timing)} stage timings for pp({pp}) stages")
+    orders = schedule_slots(par, microbatches)
     pos, free = [0] * pp, [0.0] * pp
     done: dict[tuple[str, int, int], float] = {}  # (kind, virtual stage, microbatch) -> end time
     last_v = pp * vpp - 1
@@ -58,21 +83,20 @@ def simulate(pp: int, vpp: int, m: int, f: float = 1.0, b: float = 2.0) -> list[
             kind, mb, chunk = orders[s][pos[s]]
             v = chunk * pp + s
             dep = ("F", v - 1, mb) if kind == "F" else (("B", v + 1, mb) if v < last_v else ("F", v, mb))
-            if kind == "F" and v == 0:
-                ready: float | None = 0.0
-            else:
-                ready = done.get(dep)
+            ready = 0.0 if kind == "F" and v == 0 else done.get(dep)
             if ready is None:
                 continue
             start = max(free[s], ready)
-            end = start + (f if kind == "F" else b) / vpp
+            t = timing[s]
+            share = t.chunk_share[chunk] if chunk < len(t.chunk_share) else 1 / vpp
+            end = start + (t.forward_s if kind == "F" else t.backward_s) * share
             done[(kind, v, mb)] = end
             free[s] = end
             ops.append(Op(s, kind, mb, chunk, start, end))
             pos[s] += 1
             progressed = True
         if not progressed:
-            raise RuntimeError(f"schedule deadlock: pp={pp} vpp={vpp} m={m}")
+            raise RuntimeError(f"schedule deadlock: pp={pp} vpp={vpp} m={microbatches}")
     return ops
 
 

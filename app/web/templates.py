@@ -7,6 +7,8 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from app.web.prefs import Prefs
+
 GiB = 2**30
 
 
@@ -35,6 +37,15 @@ def seconds(value: float) -> str:
     return f"{value / 86400:.1f} days"
 
 
+def days(value: float) -> str:
+    """Days for people: hours below two days."""
+    return f"{24 * value:,.1f} h" if value < 2 else f"{value:,.1f} days"
+
+
+def money(value: float) -> str:
+    return f"{value:,.0f}" if value >= 100 else f"{value:,.2f}"
+
+
 def coord(value: float) -> str:
     """An SVG coordinate: one decimal is plenty, and keeps the output stable."""
     text = f"{value:.1f}"
@@ -51,9 +62,18 @@ class WebTemplates:
         if not (web / "base.html").is_file():
             raise ValueError(f"TRAINPLAN_TEMPLATES_DIR: {templates_dir} has no web/base.html")
         self.dir = web
-        self.env = Environment(loader=FileSystemLoader(str(web)), autoescape=True, undefined=StrictUndefined,
-                               trim_blocks=True, lstrip_blocks=True, auto_reload=False)
-        self.env.filters.update(gib=gib, pct=pct, num=num, seconds=seconds, params=params, n=coord)
+        self.env = Environment(
+            loader=FileSystemLoader(str(web)),
+            autoescape=True,
+            undefined=StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+            auto_reload=False,
+        )
+        self.env.filters.update(
+            gib=gib, pct=pct, num=num, seconds=seconds, params=params, n=coord, days=days, money=money
+        )
+        self.env.globals["default_prefs"] = Prefs()
 
     def render(self, name: str, **context: Any) -> str:
         return self.env.get_template(name).render(**context)

@@ -15,15 +15,18 @@ PLAN_FORM = {"preset.name": "llama-2-7b", "cluster.num_nodes": "2", "training.gl
 
 
 def submit(web: Any, values: dict[str, str], files: dict[str, Any] | None = None) -> Any:
-    return web.post("/", data=form(**{k.replace(".", "__"): v for k, v in values.items()}), files=files,
-                    follow_redirects=False)
+    return web.post(
+        "/", data=form(**{k.replace(".", "__"): v for k, v in values.items()}), files=files, follow_redirects=False
+    )
 
 
 def test_form_has_every_section_with_spec_help(web: Any) -> None:
     r = web.get("/")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
-    assert "script-src" not in r.headers["content-security-policy"] and "default-src 'none'" in r.headers[
-        "content-security-policy"]
+    assert (
+        "script-src" not in r.headers["content-security-policy"]
+        and "default-src 'none'" in r.headers["content-security-policy"]
+    )
     assert "<script" not in r.text
     for section in SECTIONS.values():
         for f in section:
@@ -43,8 +46,11 @@ def test_submit_redirects_to_the_permalink_with_charts_and_downloads(web: Any) -
     page = web.get(page_url)
     assert page.status_code == 200
     stored = web.get(f"/plans/{pid}").json()
-    assert stored["request"] == {"model": "llama-2-7b", "cluster": {**stored["request"]["cluster"], "num_nodes": 2},
-                                 "training": {"global_batch_size": 64}}  # defaults are left out
+    assert stored["request"] == {
+        "model": "llama-2-7b",
+        "cluster": {**stored["request"]["cluster"], "num_nodes": 2},
+        "training": {"global_batch_size": 64},
+    }  # defaults are left out
     drawn = {ET.fromstring(s).get("id") for s in svgs(page.text)}
     assert {"memory-chart", "pipeline-chart", "step-chart"} <= drawn
     rows = page.text.count('<tr class="selected">') + page.text.count("<tr>\n        <td>")
@@ -79,6 +85,7 @@ def test_bad_value_is_shown_beside_its_field_with_values_kept(web: Any) -> None:
     _, pinned = element(r.text, "field-training.pinned.tp")
     assert pinned[0][1]["value"] == "3"
     assert "<details open>" in r.text  # the pins section is opened because a pin is set
+    assert 'id="field-training.pinned.pp"' in r.text
     assert web.get("/plans").json()["total"] == 0
 
 
@@ -90,16 +97,16 @@ def test_model_errors_in_preset_mode_are_shown_at_the_preset(web: Any) -> None:
 
 def test_config_json_upload(web: Any) -> None:
     files = {"hf.config": ("config.json", json.dumps(LLAMA_CONFIG).encode(), "application/json")}
-    r = submit(web, {**PLAN_FORM, "model_mode": "hf"}, files)
+    r = submit(web, {**PLAN_FORM, "model_mode": "hf", "hf.seq_length": "2048"}, files)
     assert r.status_code == 303, element(r.text, "field-hf.config")[0] if r.status_code == 422 else r.text
     stored = web.get("/plans/" + r.headers["location"].rsplit("/", 1)[1]).json()
-    assert stored["request"]["model"] == {"hf_config": LLAMA_CONFIG}
+    assert stored["request"]["model"] == {"hf_config": LLAMA_CONFIG, "seq_length": 2048}
     assert stored["result"]["model"]["num_query_groups"] == 4
 
 
 def test_bad_upload_keeps_the_text_and_says_why(web: Any) -> None:
     files = {"hf.config": ("config.json", b'{"model_type": "llama"}', "application/json")}
-    r = submit(web, {**PLAN_FORM, "model_mode": "hf"}, files)
+    r = submit(web, {**PLAN_FORM, "model_mode": "hf", "hf.seq_length": "2048"}, files)
     assert r.status_code == 422
     text, _ = element(r.text, "field-hf.config")
     assert "lacks 'hidden_size'" in text
@@ -108,7 +115,7 @@ def test_bad_upload_keeps_the_text_and_says_why(web: Any) -> None:
 
 def element_html(html: str, element_id: str) -> str:
     start = html.index(f'id="{element_id}"')
-    return html[start:html.index("</textarea>", start)]
+    return html[start : html.index("</textarea>", start)]
 
 
 def test_upload_over_the_limit(tmp_path: Any) -> None:
@@ -143,8 +150,11 @@ def test_recent_page_and_standalone_charts(web: Any) -> None:
 
 
 def test_nothing_fits_page(web: Any) -> None:
-    body = {"model": "llama-2-70b", "cluster": {"num_nodes": 1, "gpus_per_node": 1, "gpu": "A100-40GB"},
-            "training": {"global_batch_size": 8}}
+    body = {
+        "model": "llama-2-70b",
+        "cluster": {"num_nodes": 1, "gpus_per_node": 1, "gpu": "A100-40GB"},
+        "training": {"global_batch_size": 8},
+    }
     created = web.post("/plans", json=body).json()
     page = web.get(f"/p/{created['id']}")
     assert page.status_code == 200 and "Nothing fits" in page.text and "Rejected candidates" in page.text
@@ -159,3 +169,4 @@ def test_unknown_plan_page_is_a_404_page(web: Any) -> None:
 def test_stylesheet(web: Any) -> None:
     r = web.get("/static/style.css")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/css") and ".mode-panel" in r.text
+    assert r.headers.get("content-encoding") == "gzip"  # httpx asks for gzip and unpacks it

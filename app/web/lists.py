@@ -1,0 +1,212 @@
+"""The plan list (search, filter by model / GPU / owner, CSV, delete) and the side-by-side comparison."""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from typing import Annotated
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import RedirectResponse, Response
+
+from app.api.auth import CSRF_FIELD, AuthError
+from app.api.deps import FormDep, PageViewerDep, SettingsDep, StoreDep, TemplatesDep
+from app.planner import __version__
+from app.store import NotOwner, PlanStore
+from app.store.plans import PlanSummaryRecord
+from app.web.compare import MAX_PLANS, compare_context, parse_refs
+from app.web.respond import HTML, PrefsDep, compressed, html, require_csrf
+
+router = APIRouter(include_in_schema=False)
+SCAN = 2000  # the list filters the newest plans this many at most (the store pages by time)
+Text = Annotated[str, Query(max_length=100)]
+
+
+@dataclass(frozen=True)
+class Filters:
+    q: str = ""
+    model: str = ""
+    gpu: str = ""
+    owner: str = ""
+
+    def keep(self, r: PlanSummaryRecord) -> bool:
+        text = " ".join(str(x) for x in (r.id, r.model_name, r.gpu_name, r.best_summary or "", r.owner or "")).lower()
+        return (
+            (not self.q or all(word in text for word in self.q.lower().split()))
+            and (not self.model or r.model_name == self.model)
+            and (not self.gpu or r.gpu_name == self.gpu)
+            and (not self.owner or r.owner == self.owner)
+        )
+
+    def query(self, **more: object) -> str:
+        fields = {
+            k: v for k, v in (("q", self.q), ("model", self.model), ("gpu", self.gpu), ("owner", self.owner)) if v
+        }
+        return urlencode({**fields, **{k: v for k, v in more.items() if v}})
+
+
+def _filtered(store: PlanStore, filters: Filters) -> tuple[list[PlanSummaryRecord], list[PlanSummaryRecord], int]:
+    """(matching rows, all scanned rows, total stored)."""
+    scanned, total = store.page(SCAN, 0)
+    return [r for r in scanned if filters.keep(r)], scanned, total
+
+
+@router.get("/recent", response_class=HTML)
+def recent_page(
+    request: Request,
+    store: StoreDep,
+    settings: SettingsDep,
+    templates: TemplatesDep,
+    viewer: PageViewerDep,
+    prefs: PrefsDep,
+    q: Text = "",
+    model: Text = "",
+    gpu: Text = "",
+    owner: Text = "",
+    offset: Annotated[int, Query(ge=0, le=10**12)] = 0,
+    deleted: Annotated[str, Query(max_length=16)] = "",
+) -> Response:
+    filters = Filters(q.strip(), model, gpu, owner)
+    matching, scanned, total = _filtered(store, filters)
+    size = settings.default_page_size
+    items = matching[offset : offset + size]
+    page = templates.render(
+        "recent.html",
+        items=items,
+        total=total,
+        matching=len(matching),
+        scanned=len(scanned),
+        offset=offset,
+        filters=filters,
+        models=sorted({r.model_name for r in scanned}),
+        gpus=sorted({r.gpu_name for r in scanned}),
+        owners=sorted({r.owner for r in scanned if r.owner}),
+        planner_version=__version__,
+        viewer=viewer,
+        prefs=prefs,
+        deleted=deleted,
+        max_compare=MAX_PLANS,
+        csrf_token=viewer.csrf_token if viewer.via == "session" else "",
+        csv_url="/recent.csv?" + filters.query(),
+        self_url="/recent?" + filters.query(offset=offset),
+        prev_url="/recent?" + filters.query(offset=max(0, offset - size)) if offset > 0 else None,
+        next_url="/recent?" + filters.query(offset=offset + size) if offset + size < len(matching) else None,
+    )
+    return html(request, page)
+
+
+CSV_COLUMNS = (
+    "id",
+    "created_at",
+    "owner",
+    "model",
+    "parameters",
+    "gpu",
+    "gpus",
+    "plans",
+    "chosen_plan",
+    "tokens_per_s",
+    "time_capped",
+    "planner_version",
+)
+
+
+@router.get("/recent.csv")
+def recent_csv(
+    request: Request,
+    store: StoreDep,
+    viewer: PageViewerDep,
+    q: Text = "",
+    model: Text = "",
+    gpu: Text = "",
+    owner: Text = "",
+) -> Response:
+    """The filtered plan list as CSV (one row per stored plan)."""
+    matching, _scanned, _total = _filtered(store, Filters(q.strip(), model, gpu, owner))
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for r in matching:
+        writer.writerow(
+            [
+                r.id,
+                r.created_at.isoformat(),
+                r.owner or "",
+                _cell(r.model_name),
+                r.num_parameters,
+                r.gpu_name,
+                r.num_gpus,
+                r.num_plans,
+                _cell(r.best_summary or ""),
+                f"{r.best_tokens_per_s:.1f}" if r.best_tokens_per_s else "",
+                r.truncated,
+                r.planner_version,
+            ]
+        )
+    return compressed(
+        request,
+        out.getvalue().encode(),
+        "text/csv; charset=utf-8",
+        headers={"Content-Disposition": 'attachment; filename="trainplan-plans.csv"'},
+    )
+
+
+def _cell(text: str) -> str:
+    """A spreadsheet opens cells starting with = + - @ as formulas: quote them out."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+@router.post("/p/{plan_id}/delete")
+def delete_plan(
+    request: Request,
+    plan_id: Annotated[str, Path(pattern=r"^[0-9a-f]{16}$")],
+    form: FormDep,
+    store: StoreDep,
+    templates: TemplatesDep,
+    viewer: PageViewerDep,
+    prefs: PrefsDep,
+) -> Response:
+    """A user deletes their own plans, an admin any (audited by the store), with the session's CSRF token."""
+    require_csrf(viewer, form.values.get(CSRF_FIELD))
+    if not viewer.may("write"):
+        raise AuthError(403, f"{viewer.name} has the {viewer.role} role: it may read plans, not delete them")
+    try:
+        found = store.delete(plan_id, actor=viewer.name, only_owner=None if viewer.may("admin") else viewer.name)
+    except NotOwner as exc:
+        raise AuthError(403, f"{exc}: only its owner or an admin may delete it", field="id") from None
+    if not found:
+        page = templates.render(
+            "not_found.html",
+            message=f"No stored plan with id {plan_id}.",
+            planner_version=__version__,
+            viewer=viewer,
+            prefs=prefs,
+            self_url="/recent",
+        )
+        return html(request, page, 404)
+    return RedirectResponse(f"/recent?deleted={plan_id}", status_code=303)
+
+
+@router.get("/compare", response_class=HTML)
+def compare_page(
+    request: Request,
+    store: StoreDep,
+    templates: TemplatesDep,
+    viewer: PageViewerDep,
+    prefs: PrefsDep,
+    p: Annotated[list[str] | None, Query(max_length=40)] = None,
+) -> Response:
+    """2-4 plans side by side (?p=<id>:<rank>&p=...): numbers with deltas, memory on one axis, step times,
+    schedules and a diff of the rendered files."""
+    refs, errors = parse_refs(p or [])
+    context = compare_context(templates, store, refs, errors, prefs)
+    page = templates.render(
+        "compare.html",
+        **context,
+        viewer=viewer,
+        planner_version=__version__,
+        self_url=str(request.url.path) + ("?" + request.url.query if request.url.query else ""),
+    )
+    return html(request, page, 200 if not context["errors"] else 422)

@@ -1,0 +1,145 @@
+"""What-if without retyping: a stored plan's request as form values, with a few of them changed, planned again.
+
+The quick controls on a result page and every "would fit" suggestion post the changed fields to POST /whatif; the
+rest of the request is the stored one, through the same form round trip as "Edit and re-plan" (forms.from_request),
+so nothing else changes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from app.planner.results import PlanResult
+from app.planner.specs import PlanRequest
+from app.store import PlanRecord
+from app.web import forms
+from app.web.fields import FormField
+from app.web.pages import SECTIONS
+
+SEQ = "whatif.seq_length"  # the model's sequence length, whichever way the model was given
+CLEAR_PINS = "whatif.clear_pins"
+CONTROL_NAMES = (
+    "cluster.num_nodes",
+    "cluster.gpu",
+    "training.global_batch_size",
+    SEQ,
+    "training.precision",
+    "training.framework",
+    "training.objective",
+    "training.pinned.tp",
+    "training.pinned.pp",
+    "training.pinned.vpp",
+    "training.pinned.cp",
+    "training.pinned.ep",
+    "training.pinned.zero_stage",
+    "training.pinned.micro_batch_size",
+    "training.pinned.recompute",
+)
+_FIELDS = {f.name: f for f in forms.all_fields(SECTIONS)}
+
+
+@dataclass(frozen=True)
+class Action:
+    """A one-click re-plan: a label and the form fields it changes."""
+
+    label: str
+    fields: tuple[tuple[str, str], ...]
+
+
+def resolved(result: PlanResult) -> PlanRequest:
+    return PlanRequest(model=result.model, cluster=result.cluster, training=result.training)
+
+
+def stored_values(record: PlanRecord) -> dict[str, str]:
+    """The form values of a stored plan's request (what "Edit and re-plan" shows)."""
+    return forms.from_request(SECTIONS, record.request, resolved(record.result))
+
+
+def _seq_field(values: Mapping[str, str]) -> str:
+    return "preset.seq_length" if values.get("model_mode") == "preset" else "model.seq_length"
+
+
+def controls(record: PlanRecord) -> list[tuple[FormField, str]]:
+    """The quick controls, each with the stored request's value."""
+    values = stored_values(record)
+    out = []
+    for name in CONTROL_NAMES:
+        if name == SEQ:
+            f = _FIELDS["model.seq_length"]
+            out.append(
+                (FormField(SEQ, "Sequence length", f.help, "int", attrs=f.attrs), str(record.result.model.seq_length))
+            )
+        else:
+            out.append((_FIELDS[name], values.get(name, "")))
+    return out
+
+
+def apply(record: PlanRecord, changes: Mapping[str, str]) -> dict[str, str]:
+    """The stored request's form values with `changes` (quick controls, a suggestion's fields) applied."""
+    values = stored_values(record)
+    if changes.get(CLEAR_PINS):
+        values.update({f.name: "" for f in SECTIONS["pins"] + SECTIONS["pins_more"]})
+    for name, value in changes.items():
+        if name == SEQ:
+            if value.strip():
+                values[_seq_field(values)] = value
+        elif name in _FIELDS:
+            values[name] = value
+    if values.get("cluster.gpu") != stored_values(record).get("cluster.gpu"):
+        values.update({f.name: "" for f in SECTIONS["gpu_overrides"]})  # another GPU: its own catalogue numbers
+    return values
+
+
+# The planner's suggestions are sentences (app/planner/suggest.py); the changes they name are read back here. The
+# planner returning them as data (field -> value) would make this table unnecessary.
+_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^(\d+) nodes \(.*\) would fit.*\(with ZeRO offload\)$"), "offload_nodes"),
+    (re.compile(r"^(\d+) nodes \(.*\) would fit"), "nodes"),
+    (re.compile(r"^framework ([a-z-]+) with ZeRO offload would fit"), "framework_offload"),
+    (re.compile(r"^seq_length (\d+) \(instead of \d+\) would fit"), "seq"),
+    (re.compile(r"^without your pinned .*fits"), "unpin"),
+)
+
+
+def _action(text: str, kind: str, value: str) -> Action:
+    changes: dict[str, tuple[tuple[str, str], ...]] = {
+        "nodes": (("cluster.num_nodes", value), (CLEAR_PINS, "1")),
+        "offload_nodes": (
+            ("cluster.num_nodes", value),
+            ("training.pinned.offload_optimizer", "cpu"),
+            (CLEAR_PINS, "1"),
+        ),
+        "framework_offload": (
+            ("training.framework", value),
+            (CLEAR_PINS, "1"),
+            ("training.pinned.offload_optimizer", "cpu"),
+        ),
+        "seq": ((SEQ, value), (CLEAR_PINS, "1")),
+        "unpin": ((CLEAR_PINS, "1"),),
+    }
+    labels = {
+        "nodes": f"Plan on {value} nodes",
+        "offload_nodes": f"Plan on {value} nodes with CPU offload",
+        "framework_offload": f"Plan with {value} and CPU offload",
+        "seq": f"Plan at {value} tokens",
+        "unpin": "Plan without the pins",
+    }
+    return Action(labels[kind], changes[kind])
+
+
+def suggestion_actions(result: PlanResult) -> list[tuple[str, Action | None]]:
+    """Each suggestion with the re-plan it proposes (None when it proposes none)."""
+    out: list[tuple[str, Action | None]] = []
+    for text in result.suggestions:
+        for part in text.split("; "):
+            for pattern, kind in _PATTERNS:
+                match = pattern.match(part)
+                if match:
+                    out.append((part, _action(part, kind, match.group(1) if match.groups() else "")))
+                    break
+            else:
+                if not part.startswith("no plan fits"):
+                    out.append((part, None))
+    return out
