@@ -14,10 +14,11 @@
    whose measured speed is compared with the fastest measured configuration (run too if outside the grid).
 4. OUT/table.txt, OUT/table.md and OUT/summary.json: predicted vs measured, the error of each, four targets.
 
-Memory is compared like with like. The planner's peak (`StageMemory.total_bytes`) is what the allocator holds
-x (1 + allocator_fragmentation) + runtime_overhead_bytes (CUDA context, workspaces: outside the allocator).
-"allocated" strips both and is compared with torch.cuda.max_memory_allocated; "reserved" keeps the
-fragmentation allowance and is compared with torch.cuda.max_memory_reserved. On CPU the trainer reports max
+Memory is compared like with like. The planner predicts, per stage, the allocated peak
+(`StageMemory.allocated_bytes`, compared with torch.cuda.max_memory_allocated), the reserved peak (allocated x
+(1 + the stack's allocator fragmentation) + its slack, data/stacks.json; compared with
+torch.cuda.max_memory_reserved) and the total (reserved + runtime_overhead_bytes: CUDA context and workspaces,
+outside the allocator). On CPU the trainer reports max
 RSS, which is not comparable: the smoke run shows it and leaves the memory target n/a.
 """
 
@@ -137,11 +138,11 @@ def suite_for(args: argparse.Namespace) -> Suite:
 
 # Predictions ---------------------------------------------------------------------------------------------------
 def allocator_prediction(stage: StageMemory, eff: Efficiency) -> tuple[float, float]:
-    """(allocated, reserved) bytes from the planner's stage peak: total = allocated x (1 + fragmentation) +
-    runtime overhead (app/planner/memory.py stage_parts), so reserved = total - overhead, allocated = reserved /
-    (1 + fragmentation)."""
-    reserved = float(stage.total_bytes - eff.runtime_overhead_bytes)
-    return reserved / (1 + eff.allocator_fragmentation), reserved
+    """(allocated, reserved) bytes of the planner's stage peak, as torch reports them (max_memory_allocated,
+    max_memory_reserved): reserved = allocated x (1 + the stack's fragmentation) + its slack; the total adds the
+    runtime overhead outside the allocator (app/planner/memory.py stage_parts)."""
+    del eff  # the stack's allocator constants are already in the stage's figures
+    return float(stage.allocated_bytes), float(stage.reserved_bytes)
 
 
 def request_for(suite: Suite, model: str, cluster: dict[str, Any]) -> PlanRequest:
