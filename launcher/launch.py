@@ -131,5 +131,29 @@ def show(args: argparse.Namespace) -> int:
                 f"{pr.tokens_per_s or '-'} tokens/s, step {pr.step_s or '-'} s, peak memory GiB per stage: {mem}",
             )
         )
+        if pr.checkpoint_save_s is not None or pr.checkpoint_interval_steps is not None:
+            rows.append(("checkpoint", checkpoint_summary(pr)))
+    rows.append(("watchdog", watchdog_summary(plan)))
     print(table(("section", "summary"), rows))
     return 0
+
+
+def checkpoint_summary(pr: spec.Prediction) -> str:
+    size = "-" if pr.checkpoint_bytes is None else f"{pr.checkpoint_bytes / 2**30:.1f} GiB"
+    goodput = "-" if pr.goodput is None else f"{100 * pr.goodput:.1f} %"
+    return (
+        f"every {pr.checkpoint_interval_steps or '-'} steps, {size}, save {pr.checkpoint_save_s or '-'} s, "
+        f"load {pr.checkpoint_load_s or '-'} s; expected goodput {goodput}"
+    )
+
+
+def watchdog_summary(plan: spec.Plan) -> str:
+    limits = Limits.from_plan(plan)
+    if limits is None:
+        return "off (watchdog.enabled is false)"
+    step = limits.step_timeout(None)
+    steps = f"a step may take {step[0]:.3g} s ({step[1]})" if step else "step timeout from the first observed steps"
+    return (
+        f"{steps}; first step {limits.first_step_s:.3g} s; checkpoint save {limits.checkpoint_s:.3g} s; "
+        f"straggler at {limits.straggler_factor:g} x the other ranks for {limits.straggler_steps} heartbeats"
+    )

@@ -1,0 +1,147 @@
+"""The watchdog's arithmetic and judgements (launcher/watchdog.py) on real heartbeat files (examples/heartbeat.py
+writes them) and real processes; the guardian (launcher/guardian.py) with a real SIGKILLed parent."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, launcher_env, wait_for
+from heartbeat import Heartbeat
+from make_plan import tiny_plan
+
+from launcher import procs
+from launcher.guardian import TOKEN_ENV
+from launcher.sections import Prediction, Watchdog
+from launcher.watchdog import STEP_HIGH_FACTOR, Limits, ProgressWatch
+
+
+def limits(**prediction: float) -> Limits:
+    plan = replace(tiny_plan(), prediction=Prediction(**prediction), watchdog=Watchdog(floor_s=2.0, startup_s=10.0))
+    found = Limits.from_plan(plan)
+    assert found is not None
+    return found
+
+
+def test_timeouts_come_from_the_prediction() -> None:
+    lim = limits(step_s=1.0, step_s_high=1.5, checkpoint_save_s=4.0, checkpoint_load_s=3.0)
+    assert lim.step_timeout(None) == (2 * 1.5 + 2.0, "2 x 1.5 s predicted step upper bound + 2 s floor")
+    assert lim.step_timeout(1.0)[0] == 5.0 and lim.step_timeout(4.0)[0] == 2 * 4.0 + 2.0  # observed only lengthens
+    assert lim.first_step_s == 10.0 + 2 * (3.0 + 1.5) + 2.0
+    assert lim.checkpoint_s == 2 * 4.0 + 2.0
+    assert lim.poll_s == pytest.approx(0.5)  # a tenth of the 5 s step timeout
+    assert limits(step_s=1.0).step_high_s == STEP_HIGH_FACTOR * 1.0  # no interval: the documented factor
+    assert limits().step_timeout(None) is None and limits().checkpoint_s == 1800.0
+    off = replace(tiny_plan(), watchdog=Watchdog(enabled=False))
+    assert Limits.from_plan(off) is None
+
+
+@pytest.fixture
+def sleepers() -> Iterator[list[procs.Worker]]:
+    """Two real processes standing in for ranks 0 and 1 (their pids are what the heartbeats name)."""
+    popens = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(2)]
+    yield [procs.Worker(p.pid, rank, rank, 0) for rank, p in enumerate(popens)]
+    for p in popens:
+        p.kill()
+        p.wait()
+
+
+def beats(directory: Path, workers: list[procs.Worker]) -> list[Heartbeat]:
+    out = []
+    for w in workers:
+        hb = Heartbeat(str(directory), w.rank)
+        hb.beat(pid=w.pid)
+        out.append(hb)
+    return out
+
+
+def test_a_stopped_rank_is_named_once_it_is_past_the_step_timeout(tmp_path: Path, sleepers) -> None:  # type: ignore[no-untyped-def]
+    events: list[str] = []
+    watch = ProgressWatch(limits(step_s=0.2, step_s_high=0.25), tmp_path, 0, lambda m, echo=True: events.append(m))
+    hbs, t = beats(tmp_path, sleepers), 1000.0
+    assert watch.poll(sleepers, t) is None  # first heartbeats: start phase, 10 s + ... allowed
+    for step in range(1, 4):
+        t += 0.2
+        for hb in hbs:
+            hb.beat(phase="train", step=step, step_s=0.2, compute_s=0.1)
+        assert watch.poll(sleepers, t) is None
+    os.kill(sleepers[1].pid, signal.SIGSTOP)
+    wait_for(lambda: procs.state(sleepers[1].pid) == "T", 5, "the stop")
+    assert watch.poll(sleepers, t + 2.49) is None  # 2 x 0.25 + 2 = 2.5 s
+    hang = watch.poll(sleepers, t + 2.51)
+    assert hang is not None and [c.rank for c in hang.culprits] == [1] and hang.culprits[0].stopped
+    assert "rank 1 (pid" in hang.describe() and "last completed step 3" in hang.describe()
+    assert "2 x 0.25 s predicted step upper bound + 2 s floor" in hang.describe()
+    assert watch.poll(sleepers, t + 5) is None  # said once per failure
+    os.kill(sleepers[1].pid, signal.SIGCONT)
+
+
+def test_without_a_stopped_rank_the_one_behind_is_named(tmp_path: Path, sleepers) -> None:  # type: ignore[no-untyped-def]
+    watch = ProgressWatch(limits(step_s=0.2, step_s_high=0.25), tmp_path, 3, lambda m, echo=True: None)
+    hbs = beats(tmp_path, sleepers)
+    watch.poll(sleepers, 0.0)
+    hbs[0].beat(phase="train", step=2, step_s=0.2)
+    hbs[1].beat(phase="train", step=1, step_s=0.2)
+    watch.poll(sleepers, 0.1)
+    hang = watch.poll(sleepers, 3.0)
+    assert hang is not None and [c.rank for c in hang.culprits] == [1] and "node 3" in hang.describe()
+
+
+def test_a_straggler_is_reported_once_and_a_slow_job_is_warned_about(tmp_path: Path, sleepers) -> None:  # type: ignore[no-untyped-def]
+    events: list[str] = []
+    watch = ProgressWatch(limits(step_s=0.2, step_s_high=0.25), tmp_path, 0, lambda m, echo=True: events.append(m))
+    hbs = beats(tmp_path, sleepers)
+    for step in range(1, 8):
+        hbs[0].beat(phase="train", step=step, step_s=0.6, compute_s=0.05)
+        hbs[1].beat(phase="train", step=step, step_s=0.6, compute_s=0.5)
+        assert watch.poll(sleepers, step * 0.6) is None
+    stragglers = [e for e in events if e.startswith("straggler: ")]
+    assert len(stragglers) == 1 and stragglers[0].startswith("straggler: rank 1 ")
+    assert "10.0 x the median of the other ranks" in stragglers[0] and "the job goes on" in stragglers[0]
+    assert any("steps take 0.6 s" in e and "above the predicted upper bound 0.25 s" in e for e in events)
+
+
+def test_the_guardian_kills_the_job_when_the_launcher_is_sigkilled(tmp_path: Path) -> None:
+    code = (
+        "import os, subprocess, sys, time\n"
+        "from launcher.guardian import Guardian, TOKEN_ENV\n"
+        "g = Guardian()\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True,\n"
+        "                         env={**os.environ, TOKEN_ENV: g.token})\n"
+        "print(child.pid, g.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT, env=launcher_env()
+    )
+    assert launcher.stdout is not None
+    worker, guardian = map(int, launcher.stdout.readline().split())
+    wait_for(lambda: procs.environ(worker).get(TOKEN_ENV), 5, "the worker's environment", interval=0.05)
+    os.kill(launcher.pid, signal.SIGKILL)
+    launcher.wait()
+    t0 = time.monotonic()
+    wait_for(lambda: procs.state(worker) in (None, "Z"), 10, "the worker to be killed", interval=0.05)
+    assert time.monotonic() - t0 < 5
+    wait_for(lambda: procs.state(guardian) in (None, "Z"), 10, "the guardian to exit", interval=0.05)
+
+
+def test_a_torn_or_foreign_record_reads_as_nothing(tmp_path: Path) -> None:
+    from launcher.heartbeat import read_beat
+
+    hb = Heartbeat(str(tmp_path), 4)
+    hb.beat(phase="train", step=7, step_s=0.5)
+    beat = read_beat(tmp_path, 4)
+    assert beat is not None and (beat.rank, beat.step, beat.phase, beat.step_s) == (4, 7, "train", 0.5)
+    assert (tmp_path / "rank4.json").stat().st_size == 4096  # rewritten in place, never grown
+    raw = (tmp_path / "rank4.json").read_bytes()
+    (tmp_path / "rank4.json").write_bytes(raw[:30] + b" " * (4096 - 30))  # a torn write
+    assert read_beat(tmp_path, 4) is None
+    (tmp_path / "rank4.json").write_text('{"rank": 4, "pid": 1, "seq": 1, "phase": "dancing"}')
+    assert read_beat(tmp_path, 4) is None and read_beat(tmp_path, 5) is None
