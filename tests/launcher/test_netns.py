@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,10 +18,12 @@ from make_plan import tiny_plan
 
 from launcher.profile import OPS, validate
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+# Two namespaces joined by a veth pair, ADDRS on IFNAME (the same name in both, so one GLOO_SOCKET_IFNAME fits)
+from faultlib import ADDRS, IFNAME, netns_unavailable, two_hosts
+
 pytestmark = [pytest.mark.netns, pytest.mark.slow, pytest.mark.timeout(180)]
 
-ADDRS = ("10.231.0.1", "10.231.0.2")
-IFNAME = "tpveth"  # the same name inside both namespaces, so that one plan's GLOO_SOCKET_IFNAME fits both
 FAKE_SSH = """#!/bin/sh
 # ssh test double: run the remote command in the namespace that owns the host's address.
 while [ $# -gt 0 ]; do
@@ -35,64 +36,48 @@ exec ip netns exec "$ns" sh -c "$*"
 """
 
 
-def ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, text=True, timeout=30)
-
-
-def netns_unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root to create network namespaces (CI runs as root)"
-    if shutil.which("ip") is None:
-        return "needs iproute2's `ip` (apt-get install iproute2)"
-    probe = f"tpchk{os.getpid()}"
-    done = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if done.returncode:
-        return f"`ip netns add` does not work here: {done.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return None
-
-
 @pytest.fixture
 def namespaces() -> Iterator[tuple[str, str]]:
     reason = netns_unavailable()
     if reason:
         pytest.skip(reason)
-    tag = os.getpid() % 100000
-    ns = (f"tp{tag}n0", f"tp{tag}n1")
-    veth = (f"tp{tag}va", f"tp{tag}vb")
-    try:
-        for name in ns:
-            ip("netns", "add", name)
-        ip("link", "add", veth[0], "type", "veth", "peer", "name", veth[1])
-        for name, end, addr in zip(ns, veth, ADDRS, strict=True):
-            ip("link", "set", end, "netns", name)
-            ip("-n", name, "link", "set", end, "name", IFNAME)
-            ip("-n", name, "addr", "add", f"{addr}/24", "dev", IFNAME)
-            ip("-n", name, "link", "set", "lo", "up")
-            ip("-n", name, "link", "set", IFNAME, "up")
+    with two_hosts(str(os.getpid() % 100000)) as ns:
         yield ns
-    finally:
-        for name in ns:  # deleting a namespace deletes its end of the veth pair, and with it the pair
-            subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
 def two_node_plan(tmp_path: Path, backend: str = "torchrun") -> Path:
-    plan = tiny_plan("twonode", nodes=2, procs=1, steps=6, hosts=ADDRS, master_addr=ADDRS[0], backend=backend,
-                     master_port=free_port(), env={"GLOO_SOCKET_IFNAME": IFNAME})
+    plan = tiny_plan(
+        "twonode",
+        nodes=2,
+        procs=1,
+        steps=6,
+        hosts=ADDRS,
+        master_addr=ADDRS[0],
+        backend=backend,
+        master_port=free_port(),
+        env={"GLOO_SOCKET_IFNAME": IFNAME},
+    )
     return write_plan(tmp_path, plan)
 
 
 def launcher_in(ns: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-m", "launcher", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                            env=env or launcher_env())
+    return subprocess.Popen(
+        ["ip", "netns", "exec", ns, sys.executable, "-m", "launcher", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+        env=env or launcher_env(),
+    )
 
 
 @pytest.mark.parametrize("backend", ["torchrun", "deepspeed"])
 def test_one_launcher_per_node(tmp_path: Path, namespaces: tuple[str, str], backend: str) -> None:
     plan, run_dir = two_node_plan(tmp_path, backend), tmp_path / "run"
-    procs = [launcher_in(ns, "run", str(plan), "--node-rank", str(k), "--run-dir", str(run_dir))
-             for k, ns in enumerate(namespaces)]
+    procs = [
+        launcher_in(ns, "run", str(plan), "--node-rank", str(k), "--run-dir", str(run_dir))
+        for k, ns in enumerate(namespaces)
+    ]
     outputs = [p.communicate(timeout=150)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
     values = losses(outputs[0])
@@ -110,8 +95,10 @@ def test_head_starts_the_other_node_over_ssh(tmp_path: Path, namespaces: tuple[s
     bin_dir.mkdir()
     (bin_dir / "ssh").write_text(FAKE_SSH)
     (bin_dir / "ssh").chmod(0o755)
-    env = launcher_env(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-                       FAKE_SSH_NETNS=",".join(f"{a}={n}" for a, n in zip(ADDRS, namespaces, strict=True)))
+    env = launcher_env(
+        PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        FAKE_SSH_NETNS=",".join(f"{a}={n}" for a, n in zip(ADDRS, namespaces, strict=True)),
+    )
     proc = launcher_in(namespaces[0], "run", str(plan), "--run-dir", str(run_dir), env=env)
     out = proc.communicate(timeout=150)[0]
     assert proc.returncode == 0, out[-4000:]
@@ -125,8 +112,10 @@ def test_head_starts_the_other_node_over_ssh(tmp_path: Path, namespaces: tuple[s
 
 def test_probe_measures_collectives_across_the_nodes(tmp_path: Path, namespaces: tuple[str, str]) -> None:
     plan, run_dir, out = two_node_plan(tmp_path), tmp_path / "run", tmp_path / "profile.json"
-    procs = [launcher_in(ns, "probe", str(plan), "--node-rank", str(k), "--run-dir", str(run_dir),
-                         "--output", str(out)) for k, ns in enumerate(namespaces)]
+    procs = [
+        launcher_in(ns, "probe", str(plan), "--node-rank", str(k), "--run-dir", str(run_dir), "--output", str(out))
+        for k, ns in enumerate(namespaces)
+    ]
     outputs = [p.communicate(timeout=150)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
     profile = json.loads(out.read_text())
