@@ -1,11 +1,18 @@
-"""Web fixtures: the app on a SQLite file, and a hand-made plan whose charts never change with the cost model."""
+"""Web fixtures: the app on a SQLite file, a hand-made plan whose charts never change with the cost model, and for
+the browser tests uvicorn on a free port with Debian's headless Chromium (one of each per session)."""
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from app.planner.results import Estimate, Layout, MemoryEstimate, Plan, StageMemory, TimeEstimate
@@ -13,6 +20,10 @@ from app.planner.specs import ParallelConfig
 from tests.api.conftest import make_sqlite_client
 
 GiB = 2**30
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking"]
+ROOT = Path(__file__).resolve().parents[2]
+USER, PASSWORD = "alice", "correct horse battery staple"
 
 
 @pytest.fixture
@@ -85,3 +96,77 @@ def synthetic_plan(pp: int = 4, vpp: int = 1, microbatches: int = 8, rank: int =
         estimate=Estimate(feasible=True, reasons=[], memory=memory, time=time),
         why=["because"],
     )
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """uvicorn app.main:app on 127.0.0.1 and a free port, on its own SQLite file."""
+    port = _free_port()
+    db = tmp_path_factory.mktemp("db") / "trainplan.db"
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{db}", "PYTHONPATH": str(ROOT)}
+    made = subprocess.run(
+        [sys.executable, "-m", "app", "users", "add", USER, "--role", "user", "--password-stdin"],
+        input=PASSWORD + "\n",
+        text=True,
+        capture_output=True,
+        cwd=ROOT,
+        env=env,
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stderr
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "app.main:app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(f"{base}/healthz", timeout=2).raise_for_status()
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None and time.monotonic() < deadline, "uvicorn did not start"
+                time.sleep(0.1)
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield chromium
+        chromium.close()
+
+
+def login(page: object, server: str) -> None:
+    """The form is behind the login: / redirects to /login, which comes back to / after the password."""
+    page.goto(f"{server}/")  # type: ignore[attr-defined]
+    assert "/login?next=" in page.url  # type: ignore[attr-defined]
+    page.fill('input[name="name"]', USER)  # type: ignore[attr-defined]
+    page.fill('input[name="password"]', PASSWORD)  # type: ignore[attr-defined]
+    page.click('button[type="submit"]')  # type: ignore[attr-defined]
+    page.wait_for_url(f"{server}/")  # type: ignore[attr-defined]

@@ -1,0 +1,236 @@
+"""What a cluster admin does in a real browser (Debian's headless Chromium against uvicorn and a SQLite file): the
+edit-and-replan round trip, a one-click what-if and the quick controls, comparing plans, time to train and cost, the
+plan list, the min_gpus page and text in a number field. Every page is photographed at 1440 and 390 px and must not
+scroll sideways; axe-core finds no serious or critical violation in light and dark mode."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.web.conftest import CHROMIUM, login
+from tests.web.hf_configs import DATA
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed at /usr/bin/chromium"),
+]
+AXE_DIR = Path(__file__).parent / "axe"
+AXE = AXE_DIR / "node_modules" / "axe-core" / "axe.min.js"
+WIDTHS = (1440, 390)
+
+
+def _axe_source() -> str:
+    """axe-core from npm, installed into tests/web/axe on first use (package.json pins the version)."""
+    if not AXE.exists():
+        npm = shutil.which("npm")
+        if npm is None:
+            pytest.skip("npm is not installed: cannot install axe-core into tests/web/axe")
+        done = subprocess.run(
+            [npm, "install", "--no-audit", "--no-fund"], cwd=AXE_DIR, capture_output=True, text=True, timeout=180
+        )
+        if done.returncode != 0 or not AXE.exists():
+            pytest.skip(f"npm install axe-core failed: {done.stderr[-300:]}")
+    return AXE.read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def page(server: str, browser: Any) -> Iterator[Any]:
+    """One logged-in page for the flows (axe is injected past the page's CSP, which allows no scripts)."""
+    context = browser.new_context(viewport={"width": 1440, "height": 900}, bypass_csp=True, accept_downloads=True)
+    p = context.new_page()
+    login(p, server)
+    yield p
+    context.close()
+
+
+def shots(page: Any, tmp_path: Path, name: str) -> None:
+    """Screenshots at each width; the page must fit without a horizontal scroll bar."""
+    keep = os.environ.get("TRAINPLAN_SCREENSHOTS")
+    for width in WIDTHS:
+        page.set_viewport_size({"width": width, "height": 900})
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        path = tmp_path / f"{name}-{width}.png"
+        page.screenshot(path=str(path), full_page=True)
+        if keep:
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, Path(keep) / path.name)
+        assert overflow <= 0, f"{name} at {width} px scrolls sideways by {overflow} px"
+    page.set_viewport_size({"width": 1440, "height": 900})
+
+
+def submit_plan(page: Any, server: str, **fields: str) -> str:
+    page.goto(f"{server}/")
+    for name, value in fields.items():
+        page.fill(f'[name="{name}"]', value)
+    page.click("button.primary")
+    page.wait_for_url(f"{server}/p/*")
+    return str(page.url)
+
+
+def test_edit_and_replan_gives_back_the_same_model(page: Any, server: str, tmp_path: Path) -> None:
+    """Qwen3-32B from its config.json: 32.76B parameters, and again after Edit and re-plan (it was 30.50B)."""
+    page.goto(f"{server}/")
+    page.check('input[name="model_mode"][value="hf"]', force=True)
+    page.set_input_files('input[name="hf.config"]', str(DATA / "qwen3-32b.config.json"))
+    page.fill('input[name="hf.seq_length"]', "4096")
+    page.fill('input[name="cluster.num_nodes"]', "4")
+    page.fill('input[name="training.global_batch_size"]', "256")
+    page.click("#check-button")  # the model before any search
+    assert "32.76B parameters" in page.inner_text("#check")
+    page.click("button.primary")
+    page.wait_for_url(f"{server}/p/*")
+    first = page.url
+    assert "Qwen/Qwen3-32B" in page.inner_text("h1") and "32.76B parameters" in page.inner_text("h1")
+    shots(page, tmp_path, "result-qwen3")
+    page.click("text=Edit and re-plan")
+    assert page.locator('input[name="model_mode"][value="dims"]').is_checked()
+    assert page.input_value('[name="model.kv_channels"]') == "128"
+    shots(page, tmp_path, "form-edit")
+    page.click("button.primary")
+    page.wait_for_url(f"{server}/p/*")
+    assert page.url != first and "32.76B parameters" in page.inner_text("h1")
+
+
+def test_nothing_fits_then_one_click_replan(page: Any, server: str, tmp_path: Path) -> None:
+    page.goto(f"{server}/")
+    page.select_option('select[name="preset.name"]', "llama-2-70b")
+    page.select_option('select[name="cluster_preset"]', "a100-40gb-hdr")
+    page.fill('input[name="cluster.num_nodes"]', "1")
+    page.fill('input[name="training.global_batch_size"]', "64")
+    page.click("button.primary")
+    page.wait_for_url(f"{server}/p/*")
+    url = page.url
+    assert page.locator("#nothing-fits").is_visible()
+    assert "memory" in page.inner_text("#nothing-fits")
+    shots(page, tmp_path, "nothing-fits")
+    button = page.locator("#suggestions button").first
+    label = button.inner_text()
+    assert label.startswith("Plan on ") and "nodes" in label
+    button.click()
+    page.wait_for_url(f"{server}/p/*")
+    assert page.url != url and page.locator(".chosen").is_visible()
+    nodes = label.split()[2]
+    assert f"Cluster: {nodes} nodes" in page.inner_text(".summary")
+
+
+def test_quick_controls_change_one_thing(page: Any, server: str, tmp_path: Path) -> None:
+    url = submit_plan(page, server, **{"training.global_batch_size": "64"})
+    shots(page, tmp_path, "result")
+    page.fill('#whatif [name="training.global_batch_size"]', "128")
+    page.select_option('#whatif [name="training.precision"]', "fp8")
+    page.click("#whatif-button")
+    page.wait_for_url(f"{server}/p/*")
+    assert page.url != url
+    lead = page.inner_text(".summary .lead")
+    assert "global batch 128" in lead and "fp8" in lead and "llama-2-7b" in page.inner_text("h1")
+
+
+def test_compare_two_ranked_plans(page: Any, server: str, tmp_path: Path) -> None:
+    submit_plan(page, server, **{"training.global_batch_size": "64"})
+    page.click("#compare-button")  # #1 and #2 are checked
+    page.wait_for_url(f"{server}/compare?*")
+    assert page.locator("table.compare th[scope=col]").all_inner_texts()[1:] == ["A", "B"]
+    assert page.locator("#memory-chart-A").is_visible() and page.locator("#memory-chart-B").is_visible()
+    assert page.locator("#pipeline-chart-A, #pipeline-chart-B").count() == 2
+    assert page.locator("#diffs").is_visible()
+    shots(page, tmp_path, "compare")
+
+
+def test_time_to_train_and_cost(page: Any, server: str, tmp_path: Path) -> None:
+    submit_plan(page, server, **{"training.global_batch_size": "64"})
+    page.fill("#in-tokens", "1e12")
+    page.fill("#in-price", "abc")
+    page.click("#cost-button")
+    assert "'abc' is not a number" in page.inner_text("#field-price")
+    assert page.input_value("#in-price") == "abc" and page.input_value("#in-tokens") == "1e12"
+    page.fill("#in-price", "2.5")
+    page.click("#cost-button")
+    row = page.locator("table.cost tbody tr").first.locator("td").all_inner_texts()
+    gpus, hours, cost = int(row[1]), float(row[5].replace(",", "")), float(row[6].replace(",", ""))
+    assert gpus == 16 and cost == pytest.approx(2.5 * hours, rel=0.01)
+    shots(page, tmp_path, "cost")
+
+
+def test_min_gpus_page_says_what_the_plan_uses(page: Any, server: str, tmp_path: Path) -> None:
+    page.goto(f"{server}/")
+    page.fill('input[name="cluster.num_nodes"]', "16")
+    page.fill('input[name="training.global_batch_size"]', "64")
+    page.select_option('select[name="training.objective"]', "min_gpus")
+    page.click("button.primary")
+    page.wait_for_url(f"{server}/p/*")
+    gpus = int(page.locator("table.plans tbody tr").first.locator("td").nth(2).inner_text())
+    assert gpus < 128
+    assert f"this plan uses {gpus} GPUs" in page.inner_text(".summary")
+    assert "trainplan · llama-2-7b on " + str(gpus) in page.title()
+
+
+def test_text_in_a_number_field_is_kept_with_its_error(page: Any, server: str, tmp_path: Path) -> None:
+    page.goto(f"{server}/")
+    page.fill('input[name="cluster.num_nodes"]', "twelve")
+    page.click("button.primary")
+    field = page.locator('[id="field-cluster.num_nodes"]')
+    field.locator(".error").wait_for()
+    assert "valid integer" in field.locator(".error").inner_text() and "twelve" in field.locator(".error").inner_text()
+    assert page.input_value('input[name="cluster.num_nodes"]') == "twelve"
+    shots(page, tmp_path, "form-error")
+
+
+def test_plan_list_search_csv_and_delete(page: Any, server: str, tmp_path: Path) -> None:
+    url = submit_plan(page, server, **{"training.global_batch_size": "32"})
+    pid = url.rsplit("/", 1)[1]
+    page.goto(f"{server}/recent")
+    page.fill("#f-q", pid)
+    page.click("#filter-button")
+    assert page.locator("table.plans tbody tr").count() == 1
+    shots(page, tmp_path, "plans")
+    with page.expect_download() as download:
+        page.click("#csv-link")
+    rows = Path(download.value.path()).read_text().splitlines()
+    assert rows[0].startswith("id,created_at,owner,model") and len(rows) == 2 and rows[1].startswith(pid)
+    page.click(f'button[aria-label="delete plan {pid}"]')
+    page.wait_for_url(f"{server}/recent?deleted={pid}")
+    assert page.request.get(f"{server}/plans/{pid}").status == 404
+
+
+def test_units_and_theme_switches(page: Any, server: str, tmp_path: Path) -> None:
+    submit_plan(page, server, **{"training.global_batch_size": "64"})
+    gib = page.locator("table.plans thead").inner_text()
+    assert "PEAK GIB" in gib.upper()
+    page.click("a.pref >> text=GiB → GB")
+    assert "PEAK GB" in page.locator("table.plans thead").inner_text().upper()
+    page.click("a.pref >> text=theme: system")  # -> light
+    page.click("a.pref >> text=theme: light")  # -> dark
+    assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+    background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert background == "rgb(18, 21, 27)"
+    shots(page, tmp_path, "result-dark")
+    page.click("a.pref >> text=theme: dark")  # -> system again
+    page.click("a.pref >> text=GB → GiB")
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_axe_finds_no_serious_violation(page: Any, server: str, theme: str) -> None:
+    source = _axe_source()
+    page.goto(f"{server}/prefs?theme={theme}&back=/")
+    url = submit_plan(page, server, **{"training.global_batch_size": "64"})
+    pid = url.rsplit("/", 1)[1]
+    found = {}
+    for path in ("/", f"/p/{pid}", f"/compare?p={pid}:1&p={pid}:2", "/recent", "/p/0123456789abcdef"):
+        page.goto(f"{server}{path}")
+        page.add_script_tag(content=source)
+        result = page.evaluate("async () => await axe.run(document, {resultTypes: ['violations']})")
+        bad = [
+            (v["id"], v["impact"], [n["target"] for n in v["nodes"][:3]])
+            for v in result["violations"]
+            if v["impact"] in ("serious", "critical")
+        ]
+        found[path] = bad
+    page.goto(f"{server}/prefs?theme=system&back=/")
+    assert {path: bad for path, bad in found.items() if bad} == {}
