@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from app.planner import EstimateRequest
+from app.planner import EstimateRequest, PlanRequest
 from app.planner.errors import FieldError
 from app.planner.specs import ModelSpec
 
@@ -107,4 +107,24 @@ def layout_errors(request: EstimateRequest) -> list[FieldError]:
         if value > limit:
             field = name if "*" not in name else "parallel"
             errors.append(FieldError(field, f"{name}({value}) > {other}({limit}): {why}"))
+    return errors
+
+
+def pin_errors(request: PlanRequest) -> list[FieldError]:
+    """Pinned sizes must fit the GPUs the search may use: each one, and their product."""
+    pins, cluster = request.training.pinned, request.cluster
+    gpus = (pins.num_nodes or cluster.num_nodes) * cluster.gpus_per_node
+    where = "training.pinned.num_nodes x cluster.gpus_per_node" if pins.num_nodes else "the cluster's GPUs"
+    sizes = {name: getattr(pins, name) for name in ("tp", "pp", "dp", "cp")}
+    errors = [
+        FieldError(f"training.pinned.{name}", f"training.pinned.{name}({value}) > {where}({gpus})")
+        for name, value in sizes.items()
+        if value is not None and value > gpus
+    ]
+    product = 1
+    for value in sizes.values():
+        product *= value or 1
+    if not errors and product > gpus:
+        named = " * ".join(f"{n}({v})" for n, v in sizes.items() if v is not None)
+        errors.append(FieldError("training.pinned", f"{named} = {product} > {where}({gpus})"))
     return errors

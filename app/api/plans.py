@@ -28,7 +28,13 @@ router = APIRouter(prefix="/plans", tags=["plans"])
 
 PlanId = Annotated[str, Path(pattern=r"^[0-9a-f]{16}$", description="A stored plan's id.")]
 Rank = Annotated[int, Query(ge=1, le=1000, description="Which ranked plan (1 = the chosen one).")]
-ArtifactName = Annotated[str, Path(description="One of: " + ", ".join(arts.ARTIFACT_NAMES))]
+# The schema lists the names; an unknown one is still a 404 that lists them (not a bare 422).
+ArtifactName = Annotated[
+    str,
+    Path(
+        description="One of: " + ", ".join(arts.ARTIFACT_NAMES), json_schema_extra={"enum": list(arts.ARTIFACT_NAMES)}
+    ),
+]
 ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorBody}, 422: {"model": ErrorBody}, **AUTH_ERRORS}
 CREATE_ERRORS: dict[int | str, dict[str, Any]] = {
     **ERRORS,

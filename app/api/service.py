@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from app.api.artifacts import render_files
-from app.api.bounds import layout_errors, model_size_errors
+from app.api.bounds import layout_errors, model_size_errors, pin_errors
 from app.api.compute import ComputeError, PlannerPool
 from app.planner import EstimateRequest, PlanRequest, __version__
 from app.planner.errors import FieldError, field_errors
@@ -85,7 +85,7 @@ def parse_plan_request(data: Mapping[str, Any]) -> tuple[PlanRequest, RenderOpti
         raise InputError(field_errors(exc) + errors) from None
     except (TypeError, KeyError, AttributeError, OverflowError) as exc:  # a config.json value of an odd type
         raise InputError([_unreadable_model(exc), *errors]) from None
-    errors += model_size_errors(request.model)
+    errors += model_size_errors(request.model) + pin_errors(request)
     if errors:
         raise InputError(errors)
     return request, options

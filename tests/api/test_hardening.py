@@ -219,6 +219,22 @@ def test_impossible_layouts_are_refused_before_any_work(
     assert (field if "*" not in field else "parallel") in errors and words in r.json()["detail"], errors
 
 
+@pytest.mark.parametrize(
+    ("pinned", "field", "words"),
+    [
+        ({"cp": 137110}, "training.pinned.cp", "training.pinned.cp(137110) > the cluster's GPUs(2)"),
+        ({"tp": 2, "pp": 2}, "training.pinned", "tp(2) * pp(2) = 4 > the cluster's GPUs(2)"),
+        ({"num_nodes": 1, "dp": 4}, "training.pinned.dp", "training.pinned.num_nodes x cluster.gpus_per_node(2)"),
+    ],
+)
+def test_pins_larger_than_the_cluster_are_refused(
+    sqlite_client: Any, pinned: dict[str, Any], field: str, words: str
+) -> None:
+    """A pinned cp of 137,110 on a small cluster once crashed the search (ZeroDivisionError, a 500)."""
+    r = sqlite_client.post("/plans", json=_with("training.pinned", pinned))
+    assert r.status_code == 422 and field in _errors(r) and words in r.json()["detail"], r.text[:400]
+
+
 BIG_PIPELINE = {
     "model": {
         "name": "deep",
