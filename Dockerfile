@@ -1,8 +1,11 @@
 # trainplan service: REST API + web form over the planner and the renderer.
 # No torch and no DeepSpeed in here: those live on the training nodes. Build from the repository root:
 #   docker build -t trainplan .
-#   docker run -p 8000:8000 -v trainplan-var:/app/var trainplan            # SQLite in the volume
-#   docker run -p 8000:8000 -e DATABASE_URL=postgresql+psycopg://u:p@db:5432/trainplan trainplan
+#   docker run -p 127.0.0.1:8000:8000 -v trainplan-var:/app/var trainplan            # SQLite in the volume
+#   docker run -p 127.0.0.1:8000:8000 -e DATABASE_URL=postgresql+psycopg://u:p@db:5432/trainplan trainplan
+# Inside the container the server listens on 0.0.0.0 (the only way a published port reaches it); publish it on
+# the host's loopback as above, and put a TLS proxy in front for other machines. The first start on an empty
+# database prints an admin login and token to the log (docker logs).
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -29,6 +32,7 @@ USER 10001:10001
 ENV TRAINPLAN_HOST=0.0.0.0 \
     TRAINPLAN_PORT=8000 \
     TRAINPLAN_WORKERS=1 \
+    TRAINPLAN_SQLITE_SYNCHRONOUS=FULL \
     TRAINPLAN_TEMPLATES_DIR=/app/templates \
     DATABASE_URL=sqlite:////app/var/trainplan.db
 

@@ -30,8 +30,9 @@ def dockerfile() -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
     text = (ROOT / "Dockerfile").read_text()
     text = re.sub(r"\\\n", " ", "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#")))
-    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1].strip()) for line in text.splitlines()
-            if line.strip()]
+    return [
+        (line.split(None, 1)[0].upper(), line.split(None, 1)[1].strip()) for line in text.splitlines() if line.strip()
+    ]
 
 
 def instructions(kind: str) -> list[str]:
@@ -74,8 +75,12 @@ def test_runs_as_a_non_root_user() -> None:
 
 def test_environment_ports_and_command_match_the_settings() -> None:
     env = docker_env()
-    assert set(env) - {"PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "PIP_NO_CACHE_DIR",
-                       "PIP_DISABLE_PIP_VERSION_CHECK"} <= set(ENV_NAMES.values())
+    assert set(env) - {
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONUNBUFFERED",
+        "PIP_NO_CACHE_DIR",
+        "PIP_DISABLE_PIP_VERSION_CHECK",
+    } <= set(ENV_NAMES.values())
     settings = Settings.from_env(env)  # every value parses
     assert instructions("EXPOSE") == [str(settings.port)] and settings.host == "0.0.0.0"
     assert normalize_url(settings.database_url).database == "/app/var/trainplan.db"
@@ -97,13 +102,26 @@ def test_the_healthcheck_command_passes_against_a_running_service(tmp_path: Path
     argv = json.loads(check.split("CMD", 1)[1])
     assert argv[:2] == ["python", "-c"]
     port = _free_port()
-    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'h.db'}", "TRAINPLAN_PORT": str(port),
-           "PYTHONPATH": str(ROOT)}
-    server = subprocess.Popen([sys.executable, "-m", "app", "serve"], cwd=tmp_path, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'h.db'}",
+        "TRAINPLAN_PORT": str(port),
+        "PYTHONPATH": str(ROOT),
+    }
+    server = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
-        down = subprocess.run([sys.executable, "-c", argv[2]], env={**env, "TRAINPLAN_PORT": str(_free_port())},
-                              capture_output=True, timeout=30)
+        down = subprocess.run(
+            [sys.executable, "-c", argv[2]],
+            env={**env, "TRAINPLAN_PORT": str(_free_port())},
+            capture_output=True,
+            timeout=30,
+        )
         assert down.returncode != 0  # nothing listens there: unhealthy
         deadline = time.monotonic() + 30
         while True:
@@ -139,6 +157,10 @@ def test_kubernetes_deployment_service_and_postgres_agree() -> None:
     assert env["TRAINPLAN_HOST"]["value"] == "0.0.0.0"
     Settings.from_env({k: e["value"] for k, e in env.items() if "value" in e})
     assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"]
+    assert service["spec"]["type"] == "ClusterIP"  # inside the cluster only
+    assert env["TRAINPLAN_WORKERS"]["value"] == "1"
+    limit = container["resources"]["limits"]["cpu"]
+    assert env["TRAINPLAN_PLANNER_PROCESSES"]["value"] == limit  # the pod's cores, not the node's
     for probe in ("readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert str(pod["spec"]["securityContext"]["runAsUser"]) == instructions("USER")[-1].split(":")[0]
@@ -170,10 +192,31 @@ def test_compose_app_and_database_agree() -> None:
     env = app["environment"]
     assert set(env) <= set(ENV_NAMES.values())
     settings = Settings.from_env({k: str(v) for k, v in env.items()})
-    _host_port, container_port = app["ports"][0].split(":")
-    assert int(container_port) == settings.port
+    host_ip, _host_port, container_port = app["ports"][0].split(":")
+    assert int(container_port) == settings.port and host_ip == "127.0.0.1"  # the host's loopback only
+    assert "ports" not in db  # the database is not published at all
+    assert settings.workers == 1
     url = normalize_url(settings.database_url)
     assert url.host == "db" and url.username == db["environment"]["POSTGRES_USER"]
     assert url.password == db["environment"]["POSTGRES_PASSWORD"] and url.database == db["environment"]["POSTGRES_DB"]
     assert app["depends_on"]["db"]["condition"] == "service_healthy" and "healthcheck" in db
     assert any(v.endswith(":/app/var") for v in app["volumes"])
+
+
+def test_network_policies_let_only_trainplan_reach_the_database() -> None:
+    objs = _k8s()
+    app_policy, db_policy = objs[("NetworkPolicy", "trainplan")], objs[("NetworkPolicy", "trainplan-postgres")]
+    app_labels = objs[("Deployment", "trainplan")]["spec"]["template"]["metadata"]["labels"]
+    db_labels = objs[("StatefulSet", "trainplan-postgres")]["spec"]["template"]["metadata"]["labels"]
+    assert app_policy["spec"]["podSelector"]["matchLabels"].items() <= app_labels.items()
+    assert db_policy["spec"]["podSelector"]["matchLabels"].items() <= db_labels.items()
+    (rule,) = db_policy["spec"]["ingress"]
+    assert rule["from"] == [{"podSelector": {"matchLabels": app_policy["spec"]["podSelector"]["matchLabels"]}}]
+    assert rule["ports"] == [{"port": "postgres"}]
+    assert app_policy["spec"]["ingress"][0]["from"] == [{"podSelector": {}}]  # this namespace only
+
+
+def test_docker_examples_publish_on_loopback() -> None:
+    text = (ROOT / "Dockerfile").read_text() + (ROOT / "docs" / "service.md").read_text()
+    runs = re.findall(r"docker run (-p \S+)", text)
+    assert runs and all(r.startswith("-p 127.0.0.1:") for r in runs), runs
