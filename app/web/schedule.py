@@ -78,23 +78,22 @@ def simulate(par: ParallelConfig, microbatches: int, timing: list[StageTiming]) 
     while any(pos[s] < len(orders[s]) for s in range(pp)):
         progressed = False
         for s in range(pp):
-            if pos[s] == len(orders[s]):
-                continue
-            kind, mb, chunk = orders[s][pos[s]]
-            v = chunk * pp + s
-            dep = ("F", v - 1, mb) if kind == "F" else (("B", v + 1, mb) if v < last_v else ("F", v, mb))
-            ready = 0.0 if kind == "F" and v == 0 else done.get(dep)
-            if ready is None:
-                continue
-            start = max(free[s], ready)
-            t = timing[s]
-            share = t.chunk_share[chunk] if chunk < len(t.chunk_share) else 1 / vpp
-            end = start + (t.forward_s if kind == "F" else t.backward_s) * share
-            done[(kind, v, mb)] = end
-            free[s] = end
-            ops.append(Op(s, kind, mb, chunk, start, end))
-            pos[s] += 1
-            progressed = True
+            while pos[s] < len(orders[s]):  # run this rank as far as its inputs allow (times do not depend on when)
+                kind, mb, chunk = orders[s][pos[s]]
+                v = chunk * pp + s
+                dep = ("F", v - 1, mb) if kind == "F" else (("B", v + 1, mb) if v < last_v else ("F", v, mb))
+                ready = 0.0 if kind == "F" and v == 0 else done.get(dep)
+                if ready is None:
+                    break
+                start = max(free[s], ready)
+                t = timing[s]
+                share = t.chunk_share[chunk] if chunk < len(t.chunk_share) else 1 / vpp
+                end = start + (t.forward_s if kind == "F" else t.backward_s) * share
+                done[(kind, v, mb)] = end
+                free[s] = end
+                ops.append(Op(s, kind, mb, chunk, start, end))
+                pos[s] += 1
+                progressed = True
         if not progressed:
             raise RuntimeError(f"schedule deadlock: pp={pp} vpp={vpp} m={microbatches}")
     return ops

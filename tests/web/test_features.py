@@ -1,0 +1,198 @@
+"""The result page's numbers (GPUs used, dimensions, intervals, cost), compare, what-if, the plan list and the display
+preferences, through the app on a SQLite file (the browser tests click through the same pages)."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import re
+from typing import Any
+
+import httpx
+import pytest
+from markupsafe import escape
+
+from app.planner.specs import ParallelConfig
+from app.web.cost import plan_cost
+from app.web.prefs import parse, safe_back
+from app.web.whatif import suggestion_actions
+from tests.api.conftest import SMALL, auth, login_token
+from tests.web.conftest import synthetic_plan
+
+MIN_GPUS = {
+    **SMALL,
+    "cluster": {**SMALL["cluster"], "num_nodes": 16},
+    "training": {"global_batch_size": 64, "objective": "min_gpus"},
+}
+
+
+def stored(web: Any, body: dict[str, Any]) -> dict[str, Any]:
+    r = web.post("/plans", json=body)
+    assert r.status_code == 201, r.text
+    return dict(r.json())
+
+
+def test_min_gpus_page_counts_the_plans_gpus(web: Any) -> None:
+    created = stored(web, MIN_GPUS)
+    used = created["result"]["plans"][0]["layout"]["world_size"]
+    assert used < 128
+    page = web.get(f"/p/{created['id']}").text
+    assert f"this plan uses {used} GPUs" in page and f"on {used} × H100-SXM</title>" in page
+    assert "(128 GPUs)" in page  # the cluster is still described as it is
+
+
+def test_the_page_shows_every_dimension_and_the_intervals(web: Any) -> None:
+    created = stored(web, SMALL)
+    page = web.get(f"/p/{created['id']}").text
+    assert f"Every dimension of this plan ({len(ParallelConfig.model_fields)})" in page
+    for info in ParallelConfig.model_fields.values():
+        assert str(escape(info.description or "")) in page
+    time = created["result"]["plans"][0]["estimate"]["time"]
+    iv = time["tokens_per_s_interval"]
+    assert f"80% interval {iv['low']:,.0f}–{iv['high']:,.0f} tokens/s, {iv['basis']}" in page
+    assert "measured values lie within" in page and "FLOPs: " in page
+    stats = created["result"]["stats"]
+    assert f"Examined {stats['candidates']:,} candidates" in page
+
+
+def test_cost_is_gpu_hours_times_price_with_the_interval() -> None:
+    plan = synthetic_plan(pp=4)  # 16 GPUs at 1e5 tokens/s, no interval, no goodput
+    cost = plan_cost(plan, tokens=8.64e9, price=2.0)  # 86,400 s = 1 day
+    assert cost.days == pytest.approx(1.0) and cost.gpu_hours == pytest.approx(16 * 24)
+    assert cost.cost == pytest.approx(2.0 * 16 * 24) and cost.days_low is None and cost.wall_days is None
+
+
+@pytest.mark.parametrize(
+    ("query", "words"),
+    [
+        ({"price": "abc", "tokens": "1e12"}, "&#39;abc&#39; is not a number"),
+        ({"price": "-3", "tokens": "1e12"}, "-3 must be greater than 0"),
+        ({"tokens": "1e30"}, "must be greater than 0 and at most 1e+17"),
+    ],
+)
+def test_bad_cost_inputs_are_shown_beside_their_field(web: Any, query: dict[str, str], words: str) -> None:
+    created = stored(web, SMALL)
+    page = web.get(f"/p/{created['id']}", params=query)
+    assert page.status_code == 200 and words in page.text
+    for value in query.values():
+        assert f'value="{value}"' in page.text  # kept as typed
+
+
+def test_cost_rows_for_every_plan(web: Any) -> None:
+    created = stored(web, SMALL)
+    page = web.get(f"/p/{created['id']}", params={"tokens": "1e12", "price": "2.5"}).text
+    table = page[page.index('<table class="cost">') : page.index("</table>", page.index('<table class="cost">'))]
+    assert table.count("<tr") == 1 + len(created["result"]["plans"])
+
+
+def test_compare_refuses_what_it_cannot_compare(web: Any) -> None:
+    created = stored(web, SMALL)
+    pid = created["id"]
+    one = web.get("/compare", params={"p": f"{pid}:1"})
+    assert one.status_code == 422 and "choose 2 to 4 different plans to compare (1 chosen)" in one.text
+    bad = web.get("/compare", params={"p": ["nope", f"{pid}:2"]})
+    assert bad.status_code == 422 and "is not &lt;plan id&gt;:&lt;rank&gt;" in bad.text
+    out = web.get("/compare", params={"p": [f"{pid}:1", f"{pid}:99"]})
+    assert out.status_code == 422 and f"has ranks 1..{len(created['result']['plans'])}, not 99" in out.text
+    good = web.get("/compare", params={"p": [f"{pid}:1", f"{pid}:2"]})
+    assert good.status_code == 200 and 'id="memory-chart-A"' in good.text and 'id="memory-chart-B"' in good.text
+    assert "url(#pipeline-chart-A-bubble)" in good.text and 'id="pipeline-chart-A-bubble"' in good.text
+
+
+def test_what_if_changes_only_what_was_posted(web: Any) -> None:
+    created = stored(web, {**SMALL, "render": {"job_name": "keep-me"}})
+    r = web.post(
+        "/whatif",
+        data={"whatif.from": created["id"], "training.global_batch_size": "128", "whatif.seq_length": "2048"},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303, r.text
+    again = web.get("/plans/" + r.headers["location"].rsplit("/", 1)[1]).json()
+    assert again["result"]["training"]["global_batch_size"] == 128
+    assert again["result"]["model"]["seq_length"] == 2048
+    assert again["result"]["cluster"]["nics"] == SMALL["cluster"]["nics"]  # the rest as stored
+    assert again["request"]["render"] == {"job_name": "keep-me"}
+    missing = web.post("/whatif", data={"whatif.from": "0123456789abcdef"})
+    assert missing.status_code == 404
+
+
+def test_suggestions_become_re_plans() -> None:
+    from app.planner.results import PlanResult
+
+    result = PlanResult.model_construct(
+        suggestions=[
+            "no plan fits x (70.0B parameters) on 8 x A100-40GB with 0% memory headroom",
+            "3 nodes (24 x A100-40GB) would fit: TP8 PP3, 30.1 GiB per GPU; 2 nodes (16 x A100-40GB) would fit: TP8 "
+            "PP2 ZeRO-1, 35.0 GiB per GPU (with ZeRO offload)",
+            "seq_length 2048 (instead of 4096) would fit: TP8",
+            "something else",
+        ]
+    )
+    actions = suggestion_actions(result)
+    assert [a.label if a else None for _text, a in actions] == [
+        "Plan on 3 nodes",
+        "Plan on 2 nodes with CPU offload",
+        "Plan at 2048 tokens",
+        None,
+    ]
+    assert ("cluster.num_nodes", "3") in actions[0][1].fields  # type: ignore[union-attr]
+
+
+def test_plan_list_filters_and_exports_csv(web: Any) -> None:
+    a = stored(web, SMALL)
+    b = stored(web, {**SMALL, "model": "llama-2-13b"})
+    listed = web.get("/recent", params={"model": "llama-2-13b"}).text
+    assert f"/p/{b['id']}" in listed and f"/p/{a['id']}" not in listed
+    searched = web.get("/recent", params={"q": a["id"]}).text
+    assert f"/p/{a['id']}" in searched and f"/p/{b['id']}" not in searched
+    rows = list(csv.reader(io.StringIO(web.get("/recent.csv", params={"gpu": "H100-SXM"}).text)))
+    assert rows[0][:4] == ["id", "created_at", "owner", "model"] and {r[0] for r in rows[1:]} == {a["id"], b["id"]}
+
+
+def test_delete_needs_the_owner_or_an_admin(web: Any) -> None:
+    created = stored(web, SMALL)  # the admin's plan
+    other = httpx.Headers(auth(login_token(web, "bob", "user")))
+    denied = web.post(f"/p/{created['id']}/delete", data={}, headers=dict(other))
+    assert denied.status_code == 403 and web.get(f"/plans/{created['id']}").status_code == 200
+    done = web.post(f"/p/{created['id']}/delete", data={}, follow_redirects=False)
+    assert done.status_code == 303 and web.get(f"/plans/{created['id']}").status_code == 404
+
+
+def test_preferences_cookie_and_safe_back_links(web: Any) -> None:
+    r = web.get("/prefs", params={"units": "GB", "theme": "dark", "back": "/recent"}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/recent"
+    assert "tp_prefs=GB.dark" in r.headers["set-cookie"]
+    web.cookies.set("tp_prefs", "GB.dark")
+    page = web.get("/").text
+    web.cookies.delete("tp_prefs")
+    assert '<html lang="en" data-theme="dark">' in page
+    for hostile in ("https://evil.example/", "//evil.example", "/\\evil", ""):
+        assert safe_back(hostile) == "/"
+    assert parse("bogus.<script>") == parse(None)
+
+
+def test_pages_are_gzipped_when_asked(web: Any) -> None:
+    created = stored(web, SMALL)
+    raw = web.get(f"/p/{created['id']}", headers={"Accept-Encoding": "identity"})
+    packed = web.build_request("GET", f"/p/{created['id']}", headers={"Accept-Encoding": "gzip"})
+    sent = web.send(packed, stream=True)
+    body = b"".join(sent.iter_raw())
+    assert sent.headers["content-encoding"] == "gzip" and "content-encoding" not in raw.headers
+    assert gzip.decompress(body) == raw.content and len(body) * 4 < len(raw.content)
+
+
+def test_check_counts_parameters_without_a_search(web: Any) -> None:
+    before = web.get("/plans").json()["total"]
+    r = web.post(
+        "/check",
+        data={
+            "model_mode": "preset",
+            "preset.name": "llama-2-70b",
+            "cluster_preset": "dgx-h100",
+            "cluster.num_nodes": "2",
+            "training.global_batch_size": "64",
+        },
+    )
+    assert r.status_code == 200 and re.search(r"llama-2-70b: 68\.9\dB parameters", r.text)
+    assert web.get("/plans").json()["total"] == before
