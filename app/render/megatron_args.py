@@ -147,10 +147,12 @@ def data_flags(f: Facts) -> list[Flag]:
                 "data_path: Megatron-DeepSpeed has no mock data; give the tokenized dataset's path "
                 "and its tokenizer_type"
             )
+        # NullTokenizer adds its end-of-document token to --vocab-size (tokenizer.py _NullTokenizer.vocab_size):
+        # V - 1 gives the model's V rows, which the vocabulary divisor then leaves unpadded.
         return [
             flag("--mock-data"),
             flag("--tokenizer-type", "NullTokenizer"),
-            flag("--vocab-size", f.model.vocab_size),
+            flag("--vocab-size", f.model.vocab_size - 1),
             *mask,
         ]
     out = [flag("--data-path", o.data_path), flag("--split", "949,50,1")]

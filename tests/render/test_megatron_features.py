@@ -248,3 +248,20 @@ def test_what_megatron_deepspeed_cannot_run_is_refused() -> None:
     ):
         with pytest.raises(ValueError, match=match):
             rendered("llama-2-7b", par, framework="megatron-deepspeed", **DATA)
+
+
+def test_megatron_builds_exactly_the_named_vocabulary(all_rendered) -> None:
+    """Megatron-LM pads the tokenizer's vocabulary to a multiple of make_vocab_size_divisible_by x TP
+    (tokenizer.py `_vocab_size_with_padding`), and NullTokenizer adds an end-of-document token to --vocab-size
+    (`_NullTokenizer.vocab_size`); the rendered flags give exactly the model's rows (the optional Megatron-LM test
+    runs Megatron's own build_tokenizer for the same check)."""
+    checked = 0
+    for label, result, _rank, arts in all_rendered:
+        if result.training.framework != "megatron":
+            continue
+        fl = Flags(args_file_words(arts.files["megatron_args.txt"]))
+        multiple = fl.int("--make-vocab-size-divisible-by") * fl.int("--tensor-model-parallel-size")
+        tokens = fl.int("--vocab-size") + 1  # NullTokenizer's EOD
+        assert -(-tokens // multiple) * multiple == result.model.vocab_size, label
+        checked += 1
+    assert checked >= 20

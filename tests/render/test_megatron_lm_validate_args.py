@@ -99,3 +99,20 @@ def test_megatron_lm_accepts_every_model_family(arguments: Any, megatron_core: A
             validate(arguments, args_file_words(arts.files["megatron_args.txt"]), world, env)
         except BaseException as exc:
             raise AssertionError(f"{family}: {exc!r}") from exc
+
+
+def test_megatron_lm_builds_exactly_the_models_vocabulary(arguments: Any, all_rendered) -> None:
+    """Megatron's own tokenizer and padding (build_tokenizer -> _vocab_size_with_padding) give the embedding
+    exactly the model's vocab_size rows: NullTokenizer's extra EOD token and the TP padding are accounted for."""
+    from megatron.training.tokenizer.tokenizer import build_tokenizer
+
+    checked = 0
+    for label, result, _rank, arts in all_rendered:
+        if result.training.framework != "megatron" or "--mock-data" not in arts.files["megatron_args.txt"]:
+            continue
+        world, env = world_and_env(arts)
+        args = validate(arguments, args_file_words(arts.files["megatron_args.txt"]), world, env)
+        build_tokenizer(args)
+        assert args.padded_vocab_size == result.model.vocab_size, label
+        checked += 1
+    assert checked >= 10
