@@ -146,6 +146,19 @@ def differences(expert: Any, best: Any) -> str:
     return "; ".join(parts)
 
 
+def measured_vs_predicted(r: dict[str, Any], req: PlanRequest, expert: Any) -> dict[str, Any]:
+    """Where the source publishes a throughput for this layout: the planner's prediction of it (tokens/s per GPU,
+    else model TFLOP/s per GPU) — runs outside the validation set (other stacks, Blackwell, MoE)."""
+    measured = r.get("measured") or {}
+    world = req.cluster.world_size
+    if measured.get("tokens_per_s_per_gpu"):
+        ours = expert.time.tokens_per_s / world
+        return {"measured": measured["tokens_per_s_per_gpu"], "predicted": ours, "unit": "tokens/s/GPU"}
+    if measured.get("tflops_per_gpu") and "bloom" not in r["name"]:  # BLOOM's figure counts the recompute
+        return {"measured": measured["tflops_per_gpu"], "predicted": expert.time.tflops_per_gpu, "unit": "TFLOP/s/GPU"}
+    return {}
+
+
 def generated(req: PlanRequest, par: ParallelConfig) -> tuple[bool, str]:
     """Whether the search's generators produce the experts' placement, layer split, micro-batch and recompute."""
     m, c, t = req.model, req.cluster, req.training
@@ -213,6 +226,7 @@ def check(r: dict[str, Any]) -> dict[str, Any]:
     row["within"] = best is not None and best.estimate.time.step_s <= expert.time.step_s * (1 + TOLERANCE)
     row["best_faster_by"] = (expert.time.step_s / best.estimate.time.step_s - 1) if best else None
     row["differences"] = differences(expert, best) if best else ""
+    row.update(measured_vs_predicted(r, req, expert))
     return row
 
 
@@ -233,6 +247,10 @@ def main() -> int:
         faster = r["best_faster_by"]
         line = f"  {flags} {r['name']:<52} expert {r['expert_step_s']:>8.2f}s  #1 {r['best_step_s'] or 0:>8.2f}s"
         print(line + (f"  (#1 {100 * faster:+.1f}% faster)" if faster is not None else "  (no plan)"))
+        if r.get("measured"):
+            err = r["predicted"] / r["measured"] - 1
+            pub, ours = f"{r['measured']:,.0f} {r['unit']}", f"{r['predicted']:,.0f}"
+            print(f"      published {pub}, predicted {ours} ({100 * err:+.0f}%)")
         if r["completed"]:
             print(f"      unstated, completed: {r['completed']} -> {r['expert_layout']}")
         if not r["feasible"]:
@@ -242,6 +260,11 @@ def main() -> int:
         if faster and faster > TOLERANCE:
             print(f"      #1 {r['best_layout']}: saves {r['differences']}")
     n = len(ok)
+    published = [r for r in ok if r.get("measured") and r["feasible"]]
+    if published:
+        errs = sorted(abs(r["predicted"] / r["measured"] - 1) for r in published)
+        print(f"published throughput of {len(published)} feasible expert layouts: median |error| "
+              f"{100 * errs[len(errs) // 2]:.0f}%, max {100 * errs[-1]:.0f}%")  # fmt: skip
     print(
         f"{len(rows)} recipes, {n} expressible: feasible {sum(r['feasible'] for r in ok)}/{n}, generated "
         f"{sum(r['generated'] for r in ok)}/{n}, #1 within {100 * TOLERANCE:.0f}% {sum(r['within'] for r in ok)}/{n}"
