@@ -103,11 +103,15 @@ def offload(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, dead
             }
         )
         found = _best(model, cluster, trial, cluster.world_size, True, deadline)
-        if found is not None:
-            return (
-                f"framework {framework} with ZeRO offload would fit on this cluster: {describe(found.par)}, "
-                f"{found.peak_bytes / GiB:.1f} GiB per GPU (slower: the optimizer runs on the CPU)"
-            )
+        if found is None:
+            continue
+        plan = f"{describe(found.par)}, {found.peak_bytes / GiB:.1f} GiB per GPU"
+        if "none" in (found.par.offload_optimizer,) and found.par.offload_param == "none":
+            return f"framework {framework} would fit on this cluster: {plan}"
+        return (
+            f"framework {framework} with ZeRO offload would fit on this cluster: {plan} "
+            f"(slower: the optimizer runs on the CPU)"
+        )
     return None
 
 
@@ -138,9 +142,12 @@ def suggestions(request: PlanRequest, state: SearchState) -> list[str]:
     """What would fit. More nodes, offload and shorter sequences are tried without the pinned dimensions."""
     model, cluster, training = request.model, request.cluster, request.training
     deadline = time.perf_counter() + BUDGET_S
+    headroom = f" with {100 * training.memory_headroom:.0f}% memory headroom" if training.memory_headroom else ""
+    causes = sorted(state.rejected.counts.items(), key=lambda kv: -kv[1])
+    cause = f": {causes[0][1]} of {state.candidates} candidates fail {causes[0][0]}" if causes else ""
     out = [
         f"no plan fits {model.name} ({model.num_parameters / 1e9:.1f}B parameters) on "
-        f"{cluster.world_size} x {cluster.gpu.name} with {100 * training.memory_headroom:.0f}% memory headroom"
+        f"{cluster.world_size} x {cluster.gpu.name}{headroom}{cause}"
     ]
     closest = _closest(state)
     if closest:

@@ -98,6 +98,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^(\d+) nodes \(.*\) would fit.*\(with ZeRO offload\)$"), "offload_nodes"),
     (re.compile(r"^(\d+) nodes \(.*\) would fit"), "nodes"),
     (re.compile(r"^framework ([a-z-]+) with ZeRO offload would fit"), "framework_offload"),
+    (re.compile(r"^framework ([a-z-]+) would fit"), "framework"),
     (re.compile(r"^seq_length (\d+) \(instead of \d+\) would fit"), "seq"),
     (re.compile(r"^without your pinned .*fits"), "unpin"),
 )
@@ -116,6 +117,7 @@ def _action(text: str, kind: str, value: str) -> Action:
             (CLEAR_PINS, "1"),
             ("training.pinned.offload_optimizer", "cpu"),
         ),
+        "framework": (("training.framework", value), (CLEAR_PINS, "1")),
         "seq": ((SEQ, value), (CLEAR_PINS, "1")),
         "unpin": ((CLEAR_PINS, "1"),),
     }
@@ -123,6 +125,7 @@ def _action(text: str, kind: str, value: str) -> Action:
         "nodes": f"Plan on {value} nodes",
         "offload_nodes": f"Plan on {value} nodes with CPU offload",
         "framework_offload": f"Plan with {value} and CPU offload",
+        "framework": f"Plan with {value}",
         "seq": f"Plan at {value} tokens",
         "unpin": "Plan without the pins",
     }

@@ -126,6 +126,7 @@ def test_suggestions_become_re_plans() -> None:
             "3 nodes (24 x A100-40GB) would fit: TP8 PP3, 30.1 GiB per GPU; 2 nodes (16 x A100-40GB) would fit: TP8 "
             "PP2 ZeRO-1, 35.0 GiB per GPU (with ZeRO offload)",
             "seq_length 2048 (instead of 4096) would fit: TP8",
+            "framework deepspeed would fit on this cluster: DP8 ZeRO-3 mbs1, 30.0 GiB per GPU",
             "something else",
         ]
     )
@@ -134,6 +135,7 @@ def test_suggestions_become_re_plans() -> None:
         "Plan on 3 nodes",
         "Plan on 2 nodes with CPU offload",
         "Plan at 2048 tokens",
+        "Plan with deepspeed",
         None,
     ]
     assert ("cluster.num_nodes", "3") in actions[0][1].fields  # type: ignore[union-attr]
