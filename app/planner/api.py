@@ -76,7 +76,7 @@ def plan(request: PlanRequest) -> PlanResult:
     deadline = start + training.search_time_limit_s
     state = SearchState(keep=training.max_plans if training.objective == "throughput" else 0)
     _search(model, cluster, training, deadline, offload=False, state=state)
-    if not state.found and training.framework != "megatron" and not state.truncated:
+    if not state.found and training.software.can.offload and not state.truncated:
         _search(model, cluster, training, deadline, offload=True, state=state)
     timed = _time_best(model, cluster, training, state.found)
     plans = _plans(model, cluster, training, timed[: training.max_plans], len(state.found))

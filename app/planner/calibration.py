@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from app.planner import catalog
-from app.planner.profile import IN_TRAINING_GEMM_FRACTION, Constant
+from app.planner.profile import Constant
 from app.planner.specs import ClusterSpec, TrainingSpec
 
 
@@ -30,8 +29,9 @@ def apply_profile(cluster: ClusterSpec, training: TrainingSpec) -> tuple[Cluster
     precision = "bf16" if training.precision == "fp8" else training.precision
     tflops = profile.gemm_tflops(precision)
     if tflops is not None and _device_matches(cluster):
-        measured = min(1.0, tflops * 1e12 / cluster.gpu.peak_flops(precision))
-        gpu_update["gemm"] = measured * IN_TRAINING_GEMM_FRACTION
+        # the probe times an isolated GEMM: it replaces the catalogue's isolated rate; the stack's share of it in
+        # training (data/stacks.json gemm_fraction) still applies
+        gpu_update["gemm"] = min(1.0, tflops * 1e12 / cluster.gpu.peak_flops(precision))
     elif tflops is not None:
         notes.append(f"profile device {profile.device.name!r} is not a {cluster.gpu.name}: GEMM rate not applied")
     for scope, field, efficiency in (
@@ -68,23 +68,34 @@ def constants(cluster: ClusterSpec, training: TrainingSpec) -> list[Constant]:
     )
     intra = measured and profile is not None and profile.busbw("intra_node") is not None
     inter = measured and profile is not None and profile.busbw("inter_node") is not None
-    framework = []
-    if training.framework != "megatron":
-        overhead = catalog.framework_constant("deepspeed_pipeline_engine", "microbatch_overhead_s")
-        framework.append(
+    software = training.software
+    costs = software.generation(cluster.gpu.generation)
+    evidence = f"data/stacks.json {software.name} x {cluster.gpu.generation}: {costs.evidence}"
+    stack = [
+        Constant(name=f"{software.label}: share of the isolated GEMM rate kept in training",
+                 value=costs.gemm_fraction, unit="", source=evidence),
+        Constant(name=f"{software.label}: host time per dispatched operator",
+                 value=costs.host_op_s * 1e6, unit="us", source=evidence),
+        Constant(name=f"{software.label}: host time per optimizer step",
+                 value=costs.host_step_s * 1e3, unit="ms", source=evidence),
+        Constant(name=f"{software.label}: overlapped communication still exposed",
+                 value=costs.overlap_contention, unit="", source=evidence),
+    ]  # fmt: skip
+    if software.costs.pipeline_microbatch_overhead_s:
+        stack.append(
             Constant(
-                name="DeepSpeed PipelineEngine overhead per micro-batch (with PP)",
-                value=overhead * 1e3,
+                name=f"{software.label}: pipeline engine overhead per micro-batch",
+                value=software.costs.pipeline_microbatch_overhead_s * 1e3,
                 unit="ms",
-                source="data/frameworks.json (fitted on the BLOOM and MT-NLG runs)",
+                source=f"data/stacks.json {software.name} (BLOOM and MT-NLG runs)",
             )
         )
     hardware = [
         Constant(
             name="GEMM throughput in training",
-            value=cluster.gpu.peak_flops(precision) * eff.gemm / 1e12,
+            value=cluster.gpu.peak_flops(precision) * eff.gemm * costs.gemm_fraction / 1e12,
             unit="TFLOP/s",
-            source=src(gemm_measured),
+            source=f"{src(gemm_measured)} (isolated GEMM) x the stack's share",
         ),
         Constant(
             name="intra-node bus bandwidth",
@@ -111,4 +122,4 @@ def constants(cluster: ClusterSpec, training: TrainingSpec) -> list[Constant]:
             source=src(measured and profile is not None and profile.cpu_adam is not None),
         ),
     ]
-    return framework + hardware
+    return stack + hardware

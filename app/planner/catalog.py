@@ -60,15 +60,6 @@ def generation_evidence() -> dict[str, str]:
 
 
 @cache
-def framework_constant(section: str, key: str) -> float:
-    """A per-framework constant from data/frameworks.json (each with its evidence there)."""
-    return float(load_data("frameworks.json")[section][key])
-
-
-def framework_evidence() -> dict[str, str]:
-    return {k: v["evidence"] for k, v in load_data("frameworks.json").items() if not k.startswith("_")}
-
-
 def model_fields(name: str) -> dict[str, Any]:
     """The ModelSpec fields of a preset (case-insensitive name), without its published sizes."""
     row = _lookup("model preset", name, _models())

@@ -1,7 +1,7 @@
 """Cluster profiles measured by `python -m launcher probe` (format: docs/cluster-profile.md), and their use.
 
-A profile replaces catalogue figures with measured ones: the GEMM rate (kept at the fraction of an isolated GEMM
-that training keeps, `IN_TRAINING_GEMM_FRACTION`), NCCL bus bandwidth inside and across nodes (large messages),
+A profile replaces catalogue figures with measured ones: the isolated GEMM rate (each stack keeps its own share of
+it in training, data/stacks.json `gemm_fraction`), NCCL bus bandwidth inside and across nodes (large messages),
 pinned host-device copy bandwidth and CPU Adam throughput. Every result lists the constants it used and where
 each came from.
 """
@@ -12,9 +12,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-# Published A100 Megatron runs keep 0.72 of peak in their GEMMs (calibrated, benchmarks/accuracy.py) where an
-# isolated cuBLAS GEMM of the same shapes reaches about 0.85: training keeps 0.85 of the isolated rate.
-IN_TRAINING_GEMM_FRACTION = 0.85
 LARGE_MESSAGE_BYTES = 32 * 2**20  # bus bandwidth is read on the plateau of large messages
 
 

@@ -78,7 +78,7 @@ def _fewest_nodes(
 def more_nodes(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, deadline: float) -> str | None:
     """The fewest nodes that fit without offload, and with ZeRO offload where the framework has it."""
     hints = [_fewest_nodes(model, cluster, training, False, deadline)]
-    if training.framework != "megatron":
+    if training.software.can.offload:
         with_offload = _fewest_nodes(model, cluster, training, True, deadline)
         if with_offload and with_offload != hints[0]:
             hints.append(with_offload + " (with ZeRO offload)")
@@ -120,7 +120,7 @@ def shorter_sequence(model: ModelSpec, cluster: ClusterSpec, training: TrainingS
     while seq > 512:
         seq //= 2
         shorter = model.model_copy(update={"seq_length": seq})
-        found = _best(shorter, cluster, training, cluster.world_size, training.framework != "megatron", deadline)
+        found = _best(shorter, cluster, training, cluster.world_size, training.software.can.offload, deadline)
         if found is not None:
             return f"seq_length {seq} (instead of {model.seq_length}) would fit: {describe(found.par)}"
     return None
@@ -131,7 +131,7 @@ def without_pins(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     if not pins:
         return None
     free = training.model_copy(update={"pinned": ParallelPins()})
-    found = _best(model, cluster, free, cluster.world_size, training.framework != "megatron", deadline)
+    found = _best(model, cluster, free, cluster.world_size, training.software.can.offload, deadline)
     fixed = ", ".join(f"{k}={v}" for k, v in pins.items())
     if found is None:
         return f"even without your pinned {fixed}, nothing fits on this cluster"

@@ -160,7 +160,6 @@ def result_context(
     result = record.result
     plan = result.plans[rank - 1] if result.plans else None
     gpu = result.cluster.gpu
-    costs = catalog.framework_evidence()
     context: dict[str, Any] = {
         "record": record,
         "result": result,
@@ -178,9 +177,7 @@ def result_context(
         "efficiency": gpu.efficiency,
         "software": result.training.software,
         "evidence": catalog.generation_evidence().get(gpu.generation, "not documented"),
-        "framework_evidence": costs.get("deepspeed_pipeline_engine", "")
-        if result.training.framework == "megatron-deepspeed"
-        else "",
+        "stack_evidence": result.training.software.generation(gpu.generation).evidence,
         "other_help": StageMemory.model_fields["other_bytes"].description or "",
         "measured_error": measured_error(result),
         "model_dims": model_dims(result.model),
