@@ -82,7 +82,12 @@ def worker_sigkill(work: Path) -> Outcome:
     t0 = time.time()
     os.kill(pid, signal.SIGKILL)
     detected = run.wait_event(r"died first: rank 1", 30, t0)
-    return _restarted("worker SIGKILL (torchrun restarts it)", run, t0, detected, run.finish())
+    out = _restarted("worker SIGKILL (torchrun restarts it)", run, t0, detected, run.finish())
+    out.checks["the agent's restart seen"] = (
+        run.event(r"worker group restarted by the agent \(restart 1 of at most 1\)") is not None
+    )
+    out.checks["rank 1 named"] = f"rank 1 (local_rank 1, pid {pid}, node 0) killed by signal 9 (SIGKILL)" in detected[1]
+    return out
 
 
 def agent_sigkill(work: Path) -> Outcome:
@@ -270,6 +275,7 @@ def deepspeed_rank_sigkill(work: Path) -> Outcome:
     detected = run.wait_event(r"died first: rank 1", 30, t0)
     code = run.finish()
     said = run.event(r"is DeepSpeed's for a rank killed by signal 9")
+    failed = run.event(r"^job failed: exit code 137")
     return Outcome(
         "rank SIGKILL under the deepspeed backend",
         detected[0] - t0,
@@ -278,7 +284,7 @@ def deepspeed_rank_sigkill(work: Path) -> Outcome:
         run.orphans(),
         code,
         said[1] if said else detected[1],
-        {"exit 137 (not 247)": code == 137},
+        {"exit 137 (not 247)": code == 137, "summary says so": failed is not None},
     )
 
 
