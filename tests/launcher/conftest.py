@@ -49,16 +49,33 @@ def launcher_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def run_launcher(*args: str, timeout: float = 180, cwd: Path | None = None, env: dict[str, str] | None = None,
-                 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PYTHON, "-m", "launcher", *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=cwd or ROOT, env=env or launcher_env())
+def run_launcher(
+    *args: str,
+    timeout: float = 180,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PYTHON, "-m", "launcher", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd or ROOT,
+        env=env or launcher_env(),
+    )
 
 
-def start_launcher(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
-                   prefix: tuple[str, ...] = ()) -> subprocess.Popen[str]:
-    return subprocess.Popen([*prefix, PYTHON, "-m", "launcher", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, cwd=cwd or ROOT, env=env or launcher_env())
+def start_launcher(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, prefix: tuple[str, ...] = ()
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*prefix, PYTHON, "-m", "launcher", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=cwd or ROOT,
+        env=env or launcher_env(),
+    )
 
 
 def processes_mentioning(marker: str) -> list[tuple[int, str]]:

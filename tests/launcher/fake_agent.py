@@ -39,11 +39,15 @@ def main() -> int:
             print("flaky agent: failing this time", flush=True)
             return 5
     if mode == "orphan":  # a grandchild that escapes its parent (double fork), as stray helpers do
-        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "escaped-orphan", tag],
-                         start_new_session=True)
+        subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(600)", "escaped-orphan", tag], start_new_session=True
+        )
     procs = [
-        subprocess.Popen([sys.executable, "-c", WORKER, mode, tag], start_new_session=True,
-                         env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r)})
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, mode, tag],
+            start_new_session=True,
+            env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r)},
+        )
         for r in range(n)
     ]
 

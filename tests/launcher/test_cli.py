@@ -22,8 +22,7 @@ def test_help_lists_the_verbs() -> None:
 
 def test_dry_run_prints_every_command_and_its_environment_and_creates_nothing(tmp_path: Path) -> None:
     a, b = foreign_addresses(2)
-    plan = tiny_plan(nodes=2, procs=2, hosts=(a, b), master_addr=a,
-                     env={"NCCL_SOCKET_IFNAME": "eth0"})
+    plan = tiny_plan(nodes=2, procs=2, hosts=(a, b), master_addr=a, env={"NCCL_SOCKET_IFNAME": "eth0"})
     path = write_plan(tmp_path, plan)
     run_dir = tmp_path / "run"
     done = run_launcher("dry-run", str(path), "--run-dir", str(run_dir), "--", "--lr", "0.5")
@@ -77,8 +76,9 @@ def test_inconsistent_numbers_are_refused(tmp_path: Path) -> None:
 
 def test_plan_inconsistent_with_the_machine_is_refused(tmp_path: Path) -> None:
     plan = tiny_plan()
-    plan = replace(plan, world=World(gpus_per_node=1024, accelerator="cuda"),
-                   parallel=Parallel(dp=1024, global_batch_size=1024))
+    plan = replace(
+        plan, world=World(gpus_per_node=1024, accelerator="cuda"), parallel=Parallel(dp=1024, global_batch_size=1024)
+    )
     err = refused(tmp_path, json.dumps(plan.to_dict()))
     assert "refusing to start" in err and "world.gpus_per_node(1024) but this node exposes" in err
 
@@ -88,7 +88,8 @@ def test_missing_entrypoint_and_bad_node_rank_are_refused(tmp_path: Path) -> Non
     err = refused(tmp_path, json.dumps(plan.to_dict()))
     assert "entrypoint.script" in err and "no_such_train.py does not exist" in err
     assert "--node-rank 5 is out of range for world.num_nodes(1)" in refused(
-        tmp_path, json.dumps(tiny_plan().to_dict()), "--node-rank", "5")
+        tmp_path, json.dumps(tiny_plan().to_dict()), "--node-rank", "5"
+    )
 
 
 def test_busy_rendezvous_port_is_refused(tmp_path: Path) -> None:

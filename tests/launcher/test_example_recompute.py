@@ -27,8 +27,18 @@ from torch.utils._pytree import tree_flatten  # noqa: E402
 from train_gpt import parse_args  # noqa: E402
 
 SEQ, MBS, HIDDEN = 128, 4, 64
-MODEL = ["--num-layers", "2", "--hidden-size", "8", "--num-attention-heads", "2", "--seq-length", "4",
-         "--vocab-size", "8"]
+MODEL = [
+    "--num-layers",
+    "2",
+    "--hidden-size",
+    "8",
+    "--num-attention-heads",
+    "2",
+    "--seq-length",
+    "4",
+    "--vocab-size",
+    "8",
+]
 
 
 class LiveBytes(TorchDispatchMode):
@@ -45,8 +55,9 @@ class LiveBytes(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
-        inputs = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0]
-                  if isinstance(t, torch.Tensor)}
+        inputs = {
+            t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)
+        }
         for t in tree_flatten(out)[0]:
             if not isinstance(t, torch.Tensor):
                 continue
@@ -64,8 +75,15 @@ class LiveBytes(TorchDispatchMode):
 def measure(layers: int, recompute: Recompute | None) -> tuple[int, int, dict[str, Any]]:
     """(bytes kept for backward after the forward, peak bytes over forward + backward, gradients)."""
     torch.manual_seed(0)
-    cfg = GPTConfig(num_layers=layers, hidden_size=HIDDEN, num_attention_heads=4, num_query_groups=2,
-                    vocab_size=128, seq_length=SEQ, swiglu=True)
+    cfg = GPTConfig(
+        num_layers=layers,
+        hidden_size=HIDDEN,
+        num_attention_heads=4,
+        num_query_groups=2,
+        vocab_size=128,
+        seq_length=SEQ,
+        swiglu=True,
+    )
     model = GPT(cfg, recompute)
     tokens, labels = SyntheticTokens(128, SEQ, seed=1).batch(0, 0, 0, MBS)
     with LiveBytes() as mem:
@@ -86,17 +104,20 @@ def test_segments_follow_megatron_uniform_and_block() -> None:
 
 
 def test_megatron_flags_are_read_and_checked_as_megatron_does() -> None:
-    args = parse_args([*MODEL, "--recompute-granularity", "full", "--recompute-method", "block",
-                       "--recompute-num-layers", "2"])
+    args = parse_args(
+        [*MODEL, "--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "2"]
+    )
     assert args.recompute == Recompute("block", 2) and args.ignored == []
     assert parse_args([*MODEL, "--recompute-granularity", "selective"]).recompute is None  # documented no-op
     assert parse_args([*MODEL, "--recompute-activations"]).recompute is None
     assert parse_args(MODEL).recompute is None
-    for wrong in (["--recompute-granularity", "full"],  # Megatron requires the method and the layer count
-                  ["--recompute-granularity", "full", "--recompute-method", "uniform"],
-                  ["--recompute-granularity", "selective", "--recompute-method", "uniform"],
-                  ["--recompute-num-layers", "1"],
-                  ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "0"]):
+    for wrong in (
+        ["--recompute-granularity", "full"],  # Megatron requires the method and the layer count
+        ["--recompute-granularity", "full", "--recompute-method", "uniform"],
+        ["--recompute-granularity", "selective", "--recompute-method", "uniform"],
+        ["--recompute-num-layers", "1"],
+        ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "0"],
+    ):
         with pytest.raises(SystemExit):
             parse_args([*MODEL, *wrong])
 
@@ -149,19 +170,62 @@ def test_fused_attention_keeps_no_scores_so_selective_has_nothing_to_drop() -> N
 def test_a_full_recompute_run_trains_under_zero_3(tmp_path: Path) -> None:
     """One gloo process through deepspeed.initialize, ZeRO-3 (parameters gathered again by its hooks in the
     recomputation), bf16, with the flags the renderer writes; the loss falls."""
-    (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 3}, "bf16": {"enabled": true}, '
-                                      '"gradient_clipping": 1.0, "optimizer": {"type": "AdamW", "params": '
-                                      '{"lr": 0.003}}, "activation_checkpointing": {"partition_activations": '
-                                      'false, "contiguous_memory_optimization": false, "cpu_checkpointing": false}}')
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1",
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "OMP_NUM_THREADS": "1"}
+    (tmp_path / "ds.json").write_text(
+        '{"zero_optimization": {"stage": 3}, "bf16": {"enabled": true}, '
+        '"gradient_clipping": 1.0, "optimizer": {"type": "AdamW", "params": '
+        '{"lr": 0.003}}, "activation_checkpointing": {"partition_activations": '
+        'false, "contiguous_memory_optimization": false, "cpu_checkpointing": false}}'
+    )
+    env = {
+        **os.environ,
+        "DS_ACCELERATOR": "cpu",
+        "RANK": "0",
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
+        "OMP_NUM_THREADS": "1",
+    }
     done = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "train_gpt.py"), "--num-layers", "2", "--hidden-size", "64",
-         "--num-attention-heads", "4", "--num-query-groups", "2", "--seq-length", "32", "--vocab-size", "256",
-         "--swiglu", "--micro-batch-size", "4", "--global-batch-size", "8", "--train-iters", "12",
-         "--deepspeed_config", str(tmp_path / "ds.json"), "--recompute-granularity", "full",
-         "--recompute-method", "uniform", "--recompute-num-layers", "1", "--metrics-dir", str(tmp_path / "m")],
-        capture_output=True, text=True, timeout=110, env=env, cwd=tmp_path)
+        [
+            sys.executable,
+            str(ROOT / "examples" / "train_gpt.py"),
+            "--num-layers",
+            "2",
+            "--hidden-size",
+            "64",
+            "--num-attention-heads",
+            "4",
+            "--num-query-groups",
+            "2",
+            "--seq-length",
+            "32",
+            "--vocab-size",
+            "256",
+            "--swiglu",
+            "--micro-batch-size",
+            "4",
+            "--global-batch-size",
+            "8",
+            "--train-iters",
+            "12",
+            "--deepspeed_config",
+            str(tmp_path / "ds.json"),
+            "--recompute-granularity",
+            "full",
+            "--recompute-method",
+            "uniform",
+            "--recompute-num-layers",
+            "1",
+            "--metrics-dir",
+            str(tmp_path / "m"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=110,
+        env=env,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "recompute full (uniform, 1 layer(s) per segment)" in done.stdout
     seen = losses(done.stdout)

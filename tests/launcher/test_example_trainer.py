@@ -22,11 +22,14 @@ def expected_parameters(cfg: GPTConfig) -> int:
     return cfg.vocab_size * h + pos + cfg.num_layers * layer + norm + head
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"swiglu": True, "num_query_groups": 2},
-    {"normalization": "LayerNorm", "position_embedding_type": "learned_absolute"},
-    {"untie_embeddings_and_output_weights": True, "ffn_hidden_size": 96},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"swiglu": True, "num_query_groups": 2},
+        {"normalization": "LayerNorm", "position_embedding_type": "learned_absolute"},
+        {"untie_embeddings_and_output_weights": True, "ffn_hidden_size": 96},
+    ],
+)
 def test_model_runs_and_has_megatron_shapes(kwargs: dict[str, object]) -> None:
     cfg = GPTConfig(num_layers=2, hidden_size=32, num_attention_heads=4, vocab_size=64, seq_length=16, **kwargs)
     model = GPT(cfg)
@@ -53,9 +56,11 @@ def test_sequences_longer_than_the_cycles_still_follow_the_successor_map() -> No
 
 
 def test_arguments_come_from_a_file_and_the_command_line_wins(tmp_path: Path) -> None:
-    (tmp_path / "args.txt").write_text("# Megatron-style\n--num-layers 3 --hidden-size 64\n"
-                                       "--num-attention-heads 4 --seq-length 32 --vocab-size 128\n"
-                                       "--tensor-model-parallel-size 1 --use-flash-attn --lr-decay-style cosine\n")
+    (tmp_path / "args.txt").write_text(
+        "# Megatron-style\n--num-layers 3 --hidden-size 64\n"
+        "--num-attention-heads 4 --seq-length 32 --vocab-size 128\n"
+        "--tensor-model-parallel-size 1 --use-flash-attn --lr-decay-style cosine\n"
+    )
     args = parse_args(["--args-file", str(tmp_path / "args.txt"), "--num-layers", "5", "--local_rank=1"])
     assert (args.num_layers, args.hidden_size, args.local_rank) == (5, 64, 1)
     assert "--use-flash-attn" in args.ignored
@@ -64,11 +69,30 @@ def test_arguments_come_from_a_file_and_the_command_line_wins(tmp_path: Path) ->
 
 
 def test_ds_config_is_completed_from_the_arguments(tmp_path: Path) -> None:
-    args = parse_args(["--num-layers", "1", "--hidden-size", "8", "--num-attention-heads", "2", "--seq-length",
-                       "4", "--vocab-size", "8", "--micro-batch-size", "2", "--global-batch-size", "16"])
+    args = parse_args(
+        [
+            "--num-layers",
+            "1",
+            "--hidden-size",
+            "8",
+            "--num-attention-heads",
+            "2",
+            "--seq-length",
+            "4",
+            "--vocab-size",
+            "8",
+            "--micro-batch-size",
+            "2",
+            "--global-batch-size",
+            "16",
+        ]
+    )
     cfg = ds_config(args, world=4, on_cuda=False)
     assert (cfg["train_batch_size"], cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"]) == (
-        16, 2, 2)
+        16,
+        2,
+        2,
+    )
     (tmp_path / "ds.json").write_text('{"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}')
     args.deepspeed_config = str(tmp_path / "ds.json")
     cfg = ds_config(args, world=4, on_cuda=False)

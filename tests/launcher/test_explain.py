@@ -32,11 +32,14 @@ Root Cause (first observed failure):
 
 def test_torchrun_root_cause() -> None:
     report = agent_report(TORCHRUN)
-    assert report == ("torchrun reports rank 5 (local_rank 1, pid 3663, host node3) exitcode -9: "
-                      "Signal 9 (SIGKILL) received by PID 3663")
+    assert report == (
+        "torchrun reports rank 5 (local_rank 1, pid 3663, host node3) exitcode -9: "
+        "Signal 9 (SIGKILL) received by PID 3663"
+    )
 
 
 def test_deepspeed_return_code_and_silence() -> None:
     assert agent_report("[ERROR] [launch.py:325:sigkill_handler] ['python'] exits with return code = -9") == (
-        "deepspeed reports a rank exited with return code -9")
+        "deepspeed reports a rank exited with return code -9"
+    )
     assert agent_report("all good\n") is None

@@ -48,8 +48,9 @@ bad = sorted(m for m in sys.modules if m.split(".")[0] in {HEAVY!r})
 assert not bad, bad
 print("clean", len(sys.modules))
 """
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=launcher_env(),
-                          cwd=ROOT, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=launcher_env(), cwd=ROOT, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("clean")
 
@@ -64,7 +65,8 @@ def test_main_module_help_starts_without_heavy_imports() -> None:
         "    assert e.code == 0\n"
         "assert 'torch' not in sys.modules and 'app' not in sys.modules\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=launcher_env(),
-                          cwd=ROOT, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=launcher_env(), cwd=ROOT, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert "run" in done.stdout and "preflight" in done.stdout and "probe" in done.stdout

@@ -20,8 +20,9 @@ def test_plan_env_checks() -> None:
     ifname = sorted(os.listdir("/sys/class/net"))[0]
     ok = check_plan_env({"NCCL_SOCKET_IFNAME": ifname, "NCCL_DEBUG": "INFO"})
     assert [c.status for c in ok] == ["ok"]
-    bad = check_plan_env({"NCCL_SOCKET_IFNAME": "=nosuchnic9", "NCCL_IB_DISABLE": "yes", "NCCL_DEBGU": "INFO",
-                          "NCCL_DEBUG": "LOUD"})
+    bad = check_plan_env(
+        {"NCCL_SOCKET_IFNAME": "=nosuchnic9", "NCCL_IB_DISABLE": "yes", "NCCL_DEBGU": "INFO", "NCCL_DEBUG": "LOUD"}
+    )
     text = " | ".join(f"{c.status}: {c.detail}" for c in bad)
     assert "warn: NCCL_DEBGU is not an NCCL variable" in text
     assert "warn: NCCL_IB_DISABLE='yes' should be 0 or 1" in text

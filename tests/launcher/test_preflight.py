@@ -29,8 +29,14 @@ def test_preflight_fails_unreachable_hosts_without_contacting_them(tmp_path: Pat
     (fake / "ssh").write_text("#!/bin/sh\necho 'ssh: connect to host port 22: Connection refused' >&2\nexit 255\n")
     (fake / "ssh").chmod(0o755)
     hosts = foreign_addresses(2)
-    plan = tiny_plan(nodes=2, procs=1, hosts=hosts, master_addr=hosts[0],
-                     env={"NCCL_SOCKET_IFNAME": "=nosuchnic9"}, accelerator="cuda")
+    plan = tiny_plan(
+        nodes=2,
+        procs=1,
+        hosts=hosts,
+        master_addr=hosts[0],
+        env={"NCCL_SOCKET_IFNAME": "=nosuchnic9"},
+        accelerator="cuda",
+    )
     env = launcher_env(PATH=f"{fake}{os.pathsep}{os.environ['PATH']}")
     done = run_launcher("preflight", str(write_plan(tmp_path, plan)), env=env)
     assert done.returncode == 1

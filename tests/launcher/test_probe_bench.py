@@ -18,8 +18,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
 def test_probe_without_a_plan_writes_a_valid_profile(tmp_path: Path) -> None:
     out = tmp_path / "profile.json"
-    done = run_launcher("probe", "--nodes", "1", "--gpus-per-node", "2", "--run-dir", str(tmp_path / "run"),
-                        "--output", str(out), cwd=tmp_path)
+    done = run_launcher(
+        "probe",
+        "--nodes",
+        "1",
+        "--gpus-per-node",
+        "2",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--output",
+        str(out),
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "probe: gemm fp32" in done.stdout and "probe: CPU AdamW" in done.stdout  # progress, live
     profile = json.loads(out.read_text())
@@ -38,8 +48,12 @@ def test_probe_without_a_plan_writes_a_valid_profile(tmp_path: Path) -> None:
 
 
 def test_probe_with_a_plan_compares_with_its_catalogue(tmp_path: Path) -> None:
-    plan = replace(tiny_plan(), hardware=Hardware(name="cpu", bf16_TFLOPs=1.0, fp16_TFLOPs=1.0,
-                                                  intra_node_GBps=10.0, cpu_adam_params_per_s=1e9))
+    plan = replace(
+        tiny_plan(),
+        hardware=Hardware(
+            name="cpu", bf16_TFLOPs=1.0, fp16_TFLOPs=1.0, intra_node_GBps=10.0, cpu_adam_params_per_s=1e9
+        ),
+    )
     done = run_launcher("probe", str(write_plan(tmp_path, plan)), "--run-dir", str(tmp_path / "run"))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     table = {line.split("  ")[0]: line.split() for line in done.stdout.splitlines() if line.startswith(("GEMM", "CPU"))}
@@ -53,11 +67,22 @@ def test_probe_with_a_plan_compares_with_its_catalogue(tmp_path: Path) -> None:
 
 
 def test_bench_reports_measured_next_to_predicted(tmp_path: Path) -> None:
-    plan = replace(tiny_plan(), prediction=Prediction(tokens_per_s=5000.0, step_s=0.0256,
-                                                      peak_memory_bytes=(300 * 2**20,)))
+    plan = replace(
+        tiny_plan(), prediction=Prediction(tokens_per_s=5000.0, step_s=0.0256, peak_memory_bytes=(300 * 2**20,))
+    )
     out = tmp_path / "bench.json"
-    done = run_launcher("bench", str(write_plan(tmp_path, plan)), "--steps", "6", "--warmup", "2",
-                        "--run-dir", str(tmp_path / "run"), "--output", str(out))
+    done = run_launcher(
+        "bench",
+        str(write_plan(tmp_path, plan)),
+        "--steps",
+        "6",
+        "--warmup",
+        "2",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--output",
+        str(out),
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["steps"] == 6 and report["memory_kind"] == "cpu_max_rss" and "max RSS" in report["note"]

@@ -15,14 +15,19 @@ SLEEPER = "import time; time.sleep(30)"
 
 def test_workers_are_the_topmost_descendants_with_rank() -> None:
     # parent (no RANK) -> worker (RANK=3) -> its child (inherits RANK=3, not a worker)
-    code = ("import os, subprocess, sys, time\n"
-            f"c = subprocess.Popen([sys.executable, '-c', {SLEEPER!r}])\n"
-            "time.sleep(30)\n")
-    parent = subprocess.Popen([sys.executable, "-c",
-                               f"import os, subprocess, sys, time\n"
-                               f"subprocess.Popen([sys.executable, '-c', {code!r}], "
-                               f"env={{**os.environ, 'RANK': '3', 'LOCAL_RANK': '1'}})\n"
-                               f"time.sleep(30)\n"])
+    code = (
+        f"import os, subprocess, sys, time\nc = subprocess.Popen([sys.executable, '-c', {SLEEPER!r}])\ntime.sleep(30)\n"
+    )
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import os, subprocess, sys, time\n"
+            f"subprocess.Popen([sys.executable, '-c', {code!r}], "
+            f"env={{**os.environ, 'RANK': '3', 'LOCAL_RANK': '1'}})\n"
+            f"time.sleep(30)\n",
+        ]
+    )
     try:
         deadline = time.monotonic() + 10
         while len(procs.descendants(parent.pid)) < 2 and time.monotonic() < deadline:

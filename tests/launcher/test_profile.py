@@ -11,18 +11,46 @@ from launcher.profile import make_profile, summary_rows, validate
 from launcher.spec import Hardware
 
 RAW = {
-    "device": {"name": "NVIDIA H200", "memory_bytes": 150_000_000_000, "backend": "nccl", "torch": "2.13.0",
-               "cuda": "13.0"},
+    "device": {
+        "name": "NVIDIA H200",
+        "memory_bytes": 150_000_000_000,
+        "backend": "nccl",
+        "torch": "2.13.0",
+        "cuda": "13.0",
+    },
     "hosts": ["n0", "n1"],
-    "gemm": [{"precision": "bf16", "m": 4096, "n": 4096, "k": 4096, "tflops": 700.0},
-             {"precision": "bf16", "m": 4096, "n": 4096, "k": 128, "tflops": 300.0}],
+    "gemm": [
+        {"precision": "bf16", "m": 4096, "n": 4096, "k": 4096, "tflops": 700.0},
+        {"precision": "bf16", "m": 4096, "n": 4096, "k": 128, "tflops": 300.0},
+    ],
     "collectives": [
-        {"op": "all_reduce", "scope": "intra_node", "ranks": 8, "bytes": 2**20, "time_s": 1e-4,
-         "algbw_GBps": 10.5, "busbw_GBps": 18.4},
-        {"op": "all_reduce", "scope": "intra_node", "ranks": 8, "bytes": 2**30, "time_s": 3e-3,
-         "algbw_GBps": 357.9, "busbw_GBps": 626.3},
-        {"op": "send_recv", "scope": "inter_node", "ranks": 16, "bytes": 2**30, "time_s": 0.03,
-         "algbw_GBps": 35.8, "busbw_GBps": 35.8},
+        {
+            "op": "all_reduce",
+            "scope": "intra_node",
+            "ranks": 8,
+            "bytes": 2**20,
+            "time_s": 1e-4,
+            "algbw_GBps": 10.5,
+            "busbw_GBps": 18.4,
+        },
+        {
+            "op": "all_reduce",
+            "scope": "intra_node",
+            "ranks": 8,
+            "bytes": 2**30,
+            "time_s": 3e-3,
+            "algbw_GBps": 357.9,
+            "busbw_GBps": 626.3,
+        },
+        {
+            "op": "send_recv",
+            "scope": "inter_node",
+            "ranks": 16,
+            "bytes": 2**30,
+            "time_s": 0.03,
+            "algbw_GBps": 35.8,
+            "busbw_GBps": 35.8,
+        },
     ],
     "host_to_device": {"h2d_GBps": 50.0, "d2h_GBps": 48.0},
     "cpu_adam": {"params_per_s": 2e9, "threads": 16},
@@ -31,8 +59,19 @@ RAW = {
 
 def test_make_profile_has_exactly_the_documented_keys() -> None:
     profile = make_profile(RAW, 2, 8, [])
-    assert list(profile) == ["schema_version", "kind", "created", "num_nodes", "gpus_per_node", "hosts", "device",
-                             "gemm", "collectives", "host_to_device", "cpu_adam"]
+    assert list(profile) == [
+        "schema_version",
+        "kind",
+        "created",
+        "num_nodes",
+        "gpus_per_node",
+        "hosts",
+        "device",
+        "gemm",
+        "collectives",
+        "host_to_device",
+        "cpu_adam",
+    ]
     assert profile["kind"] == "trainplan.cluster_profile" and profile["hosts"] == ["n0", "n1"]
     validate(profile)
 
@@ -58,8 +97,14 @@ def test_validate_refuses_bad_profiles(path: tuple[object, ...], value: object, 
 
 
 def test_summary_compares_with_the_catalogue() -> None:
-    hw = Hardware(name="H200", bf16_TFLOPs=989.0, intra_node_GBps=450.0, inter_node_GBps=50.0,
-                  host_to_device_GBps=55.0, cpu_adam_params_per_s=1e9)
+    hw = Hardware(
+        name="H200",
+        bf16_TFLOPs=989.0,
+        intra_node_GBps=450.0,
+        inter_node_GBps=50.0,
+        host_to_device_GBps=55.0,
+        cpu_adam_params_per_s=1e9,
+    )
     rows = {r[0]: r for r in summary_rows(make_profile(copy.deepcopy(RAW), 2, 8, []), hw)}
     assert rows["GEMM bf16 (best shape)"][1:] == ("700 TFLOP/s", "989 TFLOP/s", "0.71")
     assert rows[f"all_reduce intra_node busbw @ {2**30} B"][3] == f"{626.3 / 450:.2f}"

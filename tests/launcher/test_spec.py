@@ -17,7 +17,8 @@ from launcher.spec import Entrypoint, Job, Parallel, Plan, PlanError, World
 
 def minimal(**world: object) -> dict[str, object]:
     return {
-        "schema_version": 1, "kind": "trainplan.plan",
+        "schema_version": 1,
+        "kind": "trainplan.plan",
         "job": {"name": "t"},
         "world": {"num_nodes": 1, "gpus_per_node": 2, **world},
         "parallel": {"dp": 2, "global_batch_size": 4},
@@ -61,10 +62,14 @@ def test_world_size_mismatch_names_both_products() -> None:
         ({"world": {"num_nodes": 1, "gpus_per_node": "2"}}, "world.gpus_per_node: expected an integer, got '2'"),
         ({"world": {"num_nodes": 1, "gpus": 2}}, "world: unknown field(s) 'gpus'"),
         ({"job": {}}, "job: missing required field(s) 'name'"),
-        ({"parallel": {"dp": 2, "global_batch_size": 6, "micro_batch_size": 2}},
-         "parallel.global_batch_size(6) is not a multiple of micro_batch_size(2) * dp(2) = 4"),
-        ({"parallel": {"dp": 2, "global_batch_size": 8, "gradient_accumulation_steps": 3}},
-         "parallel.global_batch_size(8) != micro_batch_size(1) * gradient_accumulation_steps(3) * dp(2) = 6"),
+        (
+            {"parallel": {"dp": 2, "global_batch_size": 6, "micro_batch_size": 2}},
+            "parallel.global_batch_size(6) is not a multiple of micro_batch_size(2) * dp(2) = 4",
+        ),
+        (
+            {"parallel": {"dp": 2, "global_batch_size": 8, "gradient_accumulation_steps": 3}},
+            "parallel.global_batch_size(8) != micro_batch_size(1) * gradient_accumulation_steps(3) * dp(2) = 6",
+        ),
         ({"entrypoint": {"script": "t.py", "args": ["{rundir}/x"]}}, "unknown placeholder {rundir}"),
         ({"env": {"RANK": "0"}}, "env.RANK is set by the launcher"),
         ({"env": {"NCCL_DEBUG": 1}}, "env.NCCL_DEBUG: expected a string"),
@@ -76,8 +81,10 @@ def test_world_size_mismatch_names_both_products() -> None:
         ({"job": {"name": "bad name"}}, "job.name: 'bad name' is not a plain name"),
         ({"prediction": {"peak_memory_bytes": [1, 2, 3]}}, "prediction.peak_memory_bytes has 3 values"),
         ({"parallel": {"dp": 2, "global_batch_size": 4, "etp": 0}}, "parallel.etp(0) must be >= 1"),
-        ({"parallel": {"dp": 2, "global_batch_size": 4, "ep": 4}},
-         "parallel.tp(1) * cp(1) * dp(2) = 2 is not a multiple of etp(1) * ep(4) = 4"),
+        (
+            {"parallel": {"dp": 2, "global_batch_size": 4, "ep": 4}},
+            "parallel.tp(1) * cp(1) * dp(2) = 2 is not a multiple of etp(1) * ep(4) = 4",
+        ),
     ],
 )
 def test_refusals_name_the_field(change: dict[str, object], message: str) -> None:
@@ -97,8 +104,11 @@ def test_malformed_json_names_line_and_column(tmp_path: Path) -> None:
 def test_constructed_from_python_validates_too() -> None:
     with pytest.raises(PlanError, match=r"world.gpus_per_node\(0\) must be >= 1"):
         World(gpus_per_node=0)
-    with pytest.raises(PlanError, match=r"parallel\.tp\(1\) \* cp\(1\) \* dp\(3\) = 3 is not a multiple of "
-                                         r"etp\(1\) \* ep\(2\) = 2"):
+    with pytest.raises(
+        PlanError,
+        match=r"parallel\.tp\(1\) \* cp\(1\) \* dp\(3\) = 3 is not a multiple of "
+        r"etp\(1\) \* ep\(2\) = 2",
+    ):
         Parallel(dp=3, global_batch_size=3, ep=2)
     job = Job(name="x", numa_binding=True)  # type: ignore[arg-type]
     assert job.numa_binding == "node"  # the documented boolean alias
@@ -106,8 +116,12 @@ def test_constructed_from_python_validates_too() -> None:
 
 @settings(deadline=None)  # timings on a shared CI machine are noisy
 @given(
-    nodes=st.integers(1, 4), per_node=st.integers(1, 8), tp=st.sampled_from([1, 2, 4]),
-    pp=st.sampled_from([1, 2]), mbs=st.integers(1, 4), gas=st.integers(1, 4),
+    nodes=st.integers(1, 4),
+    per_node=st.integers(1, 8),
+    tp=st.sampled_from([1, 2, 4]),
+    pp=st.sampled_from([1, 2]),
+    mbs=st.integers(1, 4),
+    gas=st.integers(1, 4),
 )
 def test_consistent_plans_round_trip_and_inconsistent_ones_are_refused(
     nodes: int, per_node: int, tp: int, pp: int, mbs: int, gas: int
@@ -132,8 +146,11 @@ def test_expert_parallelism_is_carved_out_of_tp_cp_dp_with_expert_tp() -> None:
     assert (p.etp, p.world_size) == (1, 8)
     assert Parallel(tp=2, dp=4, ep=4, global_batch_size=8).etp == 2  # default: ETP = TP, 8 = 2 * 4
     assert Parallel(tp=1, cp=2, dp=2, ep=4, global_batch_size=4).etp == 1  # EP over DP x CP, as before
-    with pytest.raises(PlanError, match=r"tp\(4\) \* cp\(1\) \* dp\(2\) = 8 is not a multiple of "
-                                         r"etp\(4\) \* ep\(4\) = 16"):
+    with pytest.raises(
+        PlanError,
+        match=r"tp\(4\) \* cp\(1\) \* dp\(2\) = 8 is not a multiple of "
+        r"etp\(4\) \* ep\(4\) = 16",
+    ):
         Parallel(tp=4, dp=2, ep=4, global_batch_size=8)  # ETP = TP leaves no room for EP 4
     with pytest.raises(PlanError, match=r"= 4 is not a multiple of etp\(3\) \* ep\(1\) = 3"):
         Parallel(tp=2, dp=2, etp=3, global_batch_size=2)
