@@ -49,13 +49,33 @@ from app.planner.layout import make_layout  # noqa: E402
 from app.planner.results import Estimate, Plan, PlanResult, SearchStats, StageMemory  # noqa: E402
 from app.render import RenderOptions, render, write_artifacts  # noqa: E402
 
-LLAMA_1B = {"name": "llama-1.1b", "num_layers": 22, "hidden_size": 2048, "num_attention_heads": 32,
-            "num_query_groups": 4, "ffn_hidden_size": 5632, "vocab_size": 32000, "seq_length": 2048, "swiglu": True,
-            "untie_embeddings_and_output_weights": True, "normalization": "RMSNorm", "position_embedding_type": "rope"}
+LLAMA_1B = {
+    "name": "llama-1.1b",
+    "num_layers": 22,
+    "hidden_size": 2048,
+    "num_attention_heads": 32,
+    "num_query_groups": 4,
+    "ffn_hidden_size": 5632,
+    "vocab_size": 32000,
+    "seq_length": 2048,
+    "swiglu": True,
+    "untie_embeddings_and_output_weights": True,
+    "normalization": "RMSNorm",
+    "position_embedding_type": "rope",
+}
 LLAMA_7B = {"preset": "llama-2-7b", "name": "llama-2-7b", "seq_length": 2048}  # the 1.1B grid's sequence length
-TINY_A = {"name": "tiny-a", "num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "num_query_groups": 2,
-          "ffn_hidden_size": 128, "vocab_size": 256, "seq_length": 32, "swiglu": True,
-          "untie_embeddings_and_output_weights": True}
+TINY_A = {
+    "name": "tiny-a",
+    "num_layers": 2,
+    "hidden_size": 64,
+    "num_attention_heads": 4,
+    "num_query_groups": 2,
+    "ffn_hidden_size": 128,
+    "vocab_size": 256,
+    "seq_length": 32,
+    "swiglu": True,
+    "untie_embeddings_and_output_weights": True,
+}
 TINY_B = {**TINY_A, "name": "tiny-b", "num_layers": 3}
 OOM_PATTERNS = ("torch.OutOfMemoryError", "CUDA out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED")
 REPORT_RESERVE_S = 10.0  # kept back from the budget for the table
@@ -82,8 +102,13 @@ class Config:
         return re.sub(r"[^a-z0-9-]+", "-", self.label.lower())[:40].strip("-")
 
     def parallel(self) -> ParallelConfig:
-        return ParallelConfig(dp=1, zero_stage=self.zero_stage, micro_batch_size=self.micro_batch_size,
-                              recompute=self.recompute, offload_optimizer=self.offload_optimizer)
+        return ParallelConfig(
+            dp=1,
+            zero_stage=self.zero_stage,
+            micro_batch_size=self.micro_batch_size,
+            recompute=self.recompute,
+            offload_optimizer=self.offload_optimizer,
+        )
 
 
 @dataclass(frozen=True)
@@ -119,21 +144,40 @@ def suite_for(args: argparse.Namespace) -> Suite:
         configs: tuple[Config, ...] = (Config("tiny-a", 1, 2, "full"), Config("tiny-a", 3, 4, "none"))
         timeout_s, min_start_s = {"tiny-a": 90.0, "tiny-b": 90.0}, {"tiny-a": 10.0, "tiny-b": 10.0}
         offload_timeout_s = 90.0
-        notes: tuple[str, ...] = ("CPU smoke run: predictions are for the planner's GPU, measurements are CPU "
-                                  "processes (max RSS, gloo); only the code paths are checked",)
+        notes: tuple[str, ...] = (
+            "CPU smoke run: predictions are for the planner's GPU, measurements are CPU "
+            "processes (max RSS, gloo); only the code paths are checked",
+        )
     else:
         models, pair_model, gbs, pair_mbs = {"llama-1.1b": LLAMA_1B, "llama-2-7b": LLAMA_7B}, "llama-2-7b", 16, 1
         zeros, sizes = ([1, 2, 3], [1, 4, 8, 16]) if args.full_grid else (args.zero, args.mbs)
         configs = grid("llama-1.1b", zeros, sizes, ["none", "full"])
         timeout_s, min_start_s = {"llama-1.1b": 150.0, "llama-2-7b": 240.0}, {"llama-1.1b": 40.0, "llama-2-7b": 60.0}
         offload_timeout_s, notes = 300.0, ()
-    pair: tuple[Config, ...] = () if args.skip_pair else (
-        Config(pair_model, 3, pair_mbs, "full", role="pair"), Config(pair_model, 3, pair_mbs, "full", "cpu", "pair"))
+    pair: tuple[Config, ...] = (
+        ()
+        if args.skip_pair
+        else (
+            Config(pair_model, 3, pair_mbs, "full", role="pair"),
+            Config(pair_model, 3, pair_mbs, "full", "cpu", "pair"),
+        )
+    )
     if args.skip_offload:
         pair = tuple(c for c in pair if c.offload_optimizer == "none")
-    return Suite(models=models, grid=configs, pair=pair, global_batch_size=gbs, steps=args.steps, warmup=args.warmup,
-                 accelerator="cpu" if args.cpu else "cuda", gpu=args.gpu, timeout_s=timeout_s, min_start_s=min_start_s,
-                 offload_timeout_s=offload_timeout_s, extra_notes=notes)
+    return Suite(
+        models=models,
+        grid=configs,
+        pair=pair,
+        global_batch_size=gbs,
+        steps=args.steps,
+        warmup=args.warmup,
+        accelerator="cpu" if args.cpu else "cuda",
+        gpu=args.gpu,
+        timeout_s=timeout_s,
+        min_start_s=min_start_s,
+        offload_timeout_s=offload_timeout_s,
+        extra_notes=notes,
+    )
 
 
 # Predictions ---------------------------------------------------------------------------------------------------
@@ -146,8 +190,13 @@ def allocator_prediction(stage: StageMemory, eff: Efficiency) -> tuple[float, fl
 
 
 def request_for(suite: Suite, model: str, cluster: dict[str, Any]) -> PlanRequest:
-    training = {"global_batch_size": suite.global_batch_size, "framework": "deepspeed", "precision": "bf16",
-                "objective": "throughput", "max_plans": 1}
+    training = {
+        "global_batch_size": suite.global_batch_size,
+        "framework": "deepspeed",
+        "precision": "bf16",
+        "objective": "throughput",
+        "max_plans": 1,
+    }
     return PlanRequest(model=suite.models[model], cluster=cluster, training=training)
 
 
@@ -155,21 +204,41 @@ def pinned_result(req: PlanRequest, par: ParallelConfig) -> tuple[PlanResult, Es
     """The planner's estimate of exactly `par` (with the measured profile), as a one-plan result to render."""
     est = estimate(EstimateRequest(model=req.model, cluster=req.cluster, training=req.training, parallel=par))
     cluster, notes = apply_profile(req.cluster, req.training)
-    one = Plan(rank=1, parallel=par, layout=make_layout(req.model, cluster, req.training, par), estimate=est,
-               why=["pinned by benchmarks/gpu_validation.py"], notes=[])
-    result = PlanResult(planner_version=__version__, model=req.model, cluster=cluster, training=req.training,
-                        num_parameters=req.model.num_parameters, num_active_parameters=req.model.num_active_parameters,
-                        plans=[one], rejected=[], notes=notes,
-                        stats=SearchStats(candidates=1, evaluated=1, feasible=int(est.feasible), seconds=0.0))
+    one = Plan(
+        rank=1,
+        parallel=par,
+        layout=make_layout(req.model, cluster, req.training, par),
+        estimate=est,
+        why=["pinned by benchmarks/gpu_validation.py"],
+        notes=[],
+    )
+    result = PlanResult(
+        planner_version=__version__,
+        model=req.model,
+        cluster=cluster,
+        training=req.training,
+        num_parameters=req.model.num_parameters,
+        num_active_parameters=req.model.num_active_parameters,
+        plans=[one],
+        rejected=[],
+        notes=notes,
+        stats=SearchStats(candidates=1, evaluated=1, feasible=int(est.feasible), seconds=0.0),
+    )
     return result, est
 
 
 def predicted(est: Estimate, eff: Efficiency) -> Record:
     stage = est.memory.stages[est.memory.peak_stage]
     allocated, reserved = allocator_prediction(stage, eff)
-    return {"predicted_fits": est.feasible, "predicted_reasons": est.reasons, "predicted_allocated_bytes": allocated,
-            "predicted_reserved_bytes": reserved, "predicted_total_bytes": stage.total_bytes,
-            "predicted_tokens_per_s": est.time.tokens_per_s, "predicted_step_s": est.time.step_s}
+    return {
+        "predicted_fits": est.feasible,
+        "predicted_reasons": est.reasons,
+        "predicted_allocated_bytes": allocated,
+        "predicted_reserved_bytes": reserved,
+        "predicted_total_bytes": stage.total_bytes,
+        "predicted_tokens_per_s": est.time.tokens_per_s,
+        "predicted_step_s": est.time.step_s,
+    }
 
 
 def planner_choice(suite: Suite, cluster: dict[str, Any]) -> Config | None:
@@ -225,8 +294,21 @@ def bench(plan_json: Path, work: Path, suite: Suite, timeout_s: float) -> Record
     """`launcher bench` in its own process group; status ok | oom | failed | timeout and what it measured."""
     run_dir, log_path = work / "run", work / "launcher.out"
     work.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "launcher", "bench", str(plan_json), "--steps", str(suite.steps), "--warmup",
-            str(suite.warmup), "--run-dir", str(run_dir), "--output", str(work / "bench.json")]
+    argv = [
+        sys.executable,
+        "-m",
+        "launcher",
+        "bench",
+        str(plan_json),
+        "--steps",
+        str(suite.steps),
+        "--warmup",
+        str(suite.warmup),
+        "--run-dir",
+        str(run_dir),
+        "--output",
+        str(work / "bench.json"),
+    ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
     with log_path.open("wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env, start_new_session=True)
@@ -246,10 +328,14 @@ def bench(plan_json: Path, work: Path, suite: Suite, timeout_s: float) -> Record
 
 def measured(bench_json: Path, rank0_json: Path) -> Record:
     report, metrics = json.loads(bench_json.read_text()), json.loads(rank0_json.read_text())
-    return {"measured_allocated_bytes": report["peak_memory"][0]["measured_bytes"],
-            "measured_reserved_bytes": metrics.get("peak_reserved_bytes"), "memory_kind": report["memory_kind"],
-            "measured_tokens_per_s": report["tokens_per_s"]["measured"],
-            "measured_step_s": report["step_s"]["measured"], "measured_recompute": metrics.get("recompute")}
+    return {
+        "measured_allocated_bytes": report["peak_memory"][0]["measured_bytes"],
+        "measured_reserved_bytes": metrics.get("peak_reserved_bytes"),
+        "memory_kind": report["memory_kind"],
+        "measured_tokens_per_s": report["tokens_per_s"]["measured"],
+        "measured_step_s": report["step_s"]["measured"],
+        "measured_recompute": metrics.get("recompute"),
+    }
 
 
 def validate(cfg: Config, suite: Suite, cluster: dict[str, Any], out: Path, timeout_s: float) -> Record:
@@ -258,8 +344,9 @@ def validate(cfg: Config, suite: Suite, cluster: dict[str, Any], out: Path, time
     result, est = pinned_result(req, cfg.parallel())
     work = out / "runs" / cfg.label
     work.mkdir(parents=True, exist_ok=True)
-    options = RenderOptions(job_name=cfg.job_name, workdir=str(ROOT), accelerator=suite.accelerator,
-                            train_iters=suite.steps, log_interval=1)
+    options = RenderOptions(
+        job_name=cfg.job_name, workdir=str(ROOT), accelerator=suite.accelerator, train_iters=suite.steps, log_interval=1
+    )
     arts = render(result, 1, options)
     write_artifacts(arts, work / "files")
     rec = {**predicted(est, result.cluster.gpu.efficiency), "plan_json": str(work / "files" / "plan.json")}
@@ -267,8 +354,10 @@ def validate(cfg: Config, suite: Suite, cluster: dict[str, Any], out: Path, time
         return {**rec, "status": "failed", "detail": "; ".join(arts.notes) or "no plan.json rendered"}
     ran = bench(work / "files" / "plan.json", work, suite, timeout_s)
     if ran["status"] == "ok" and not str(ran["measured_recompute"]).startswith(cfg.recompute):
-        ran.update(status="failed", detail=f"the trainer recomputed {ran['measured_recompute']!r}, the plan says "
-                                           f"{cfg.recompute}")
+        ran.update(
+            status="failed",
+            detail=f"the trainer recomputed {ran['measured_recompute']!r}, the plan says {cfg.recompute}",
+        )
     return {**rec, **ran}
 
 
@@ -285,21 +374,31 @@ def needed_s(cfg: Config, suite: Suite) -> float:
     return suite.min_start_s[cfg.model] * (2 if cfg.offload_optimizer != "none" else 1)
 
 
-def run_all(configs: list[Config], suite: Suite, runner: Runner, results: Path, budget_s: float,
-            clock: Callable[[], float] = time.monotonic) -> list[Record]:
+def run_all(
+    configs: list[Config],
+    suite: Suite,
+    runner: Runner,
+    results: Path,
+    budget_s: float,
+    clock: Callable[[], float] = time.monotonic,
+) -> list[Record]:
     """Each configuration within what is left of the budget, keeping back what the pair's later runs need to
     start; one JSON line per configuration as it finishes."""
     start, records = clock(), []
     for i, cfg in enumerate(configs):
-        later_pair = sum(needed_s(c, suite) for c in configs[i + 1:] if c.role == "pair")
+        later_pair = sum(needed_s(c, suite) for c in configs[i + 1 :] if c.role == "pair")
         left = budget_s - (clock() - start) - REPORT_RESERVE_S - later_pair
         need, t0 = needed_s(cfg, suite), clock()
         if left < need:
-            rec = {**base_record(cfg), "status": "skipped",
-                   "detail": f"time budget: {left:.0f} s left for it, needs {need:.0f} s"}
+            rec = {
+                **base_record(cfg),
+                "status": "skipped",
+                "detail": f"time budget: {left:.0f} s left for it, needs {need:.0f} s",
+            }
         else:
-            limit = min(suite.offload_timeout_s if cfg.offload_optimizer != "none" else suite.timeout_s[cfg.model],
-                        left)
+            limit = min(
+                suite.offload_timeout_s if cfg.offload_optimizer != "none" else suite.timeout_s[cfg.model], left
+            )
             try:
                 rec = {**base_record(cfg), **runner(cfg, limit)}
             except Exception as exc:  # a planner or renderer refusal is a result too
@@ -316,16 +415,30 @@ def progress(rec: Record) -> str:
     head = f"{rec['label']}: {rec['status']} in {rec['wall_s']:.0f} s"
     if rec["status"] != "ok":
         return f"{head} ({rec.get('detail', '')})"
-    return (f"{head}; tokens/s {rec['measured_tokens_per_s']:.4g} (predicted {rec['predicted_tokens_per_s']:.4g}), "
-            f"peak {size(rec['measured_allocated_bytes'])} ({rec['memory_kind']}; predicted allocated "
-            f"{size(rec['predicted_allocated_bytes'])})")
+    return (
+        f"{head}; tokens/s {rec['measured_tokens_per_s']:.4g} (predicted {rec['predicted_tokens_per_s']:.4g}), "
+        f"peak {size(rec['measured_allocated_bytes'])} ({rec['memory_kind']}; predicted allocated "
+        f"{size(rec['predicted_allocated_bytes'])})"
+    )
 
 
 # Entry point ---------------------------------------------------------------------------------------------------
 def probe(out: Path, timeout_s: float) -> dict[str, Any] | None:
     """The cluster profile of this machine, or None (the planner then uses its catalogue) if the probe fails."""
-    argv = [sys.executable, "-m", "launcher", "probe", "--nodes", "1", "--gpus-per-node", "1", "--run-dir",
-            str(out / "probe"), "--output", str(out / "cluster_profile.json")]
+    argv = [
+        sys.executable,
+        "-m",
+        "launcher",
+        "probe",
+        "--nodes",
+        "1",
+        "--gpus-per-node",
+        "1",
+        "--run-dir",
+        str(out / "probe"),
+        "--output",
+        str(out / "cluster_profile.json"),
+    ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, cwd=ROOT, env=env)
@@ -334,8 +447,10 @@ def probe(out: Path, timeout_s: float) -> dict[str, Any] | None:
         return None
     (out / "probe.out").write_text(done.stdout + done.stderr)
     if done.returncode != 0:
-        print(f"[gpu_validation] probe failed ({failure_detail(done.stdout + done.stderr)}); catalogue figures used",
-              flush=True)
+        print(
+            f"[gpu_validation] probe failed ({failure_detail(done.stdout + done.stderr)}); catalogue figures used",
+            flush=True,
+        )
         return None
     return json.loads((out / "cluster_profile.json").read_text())  # type: ignore[no-any-return]
 
@@ -395,8 +510,10 @@ def main(argv: list[str] | None = None) -> int:
     cluster = {"num_nodes": 1, "gpus_per_node": 1, "gpu": suite.gpu, "cpu_memory_GiB": host, "profile": profile}
     chosen = planner_choice(suite, cluster)
     configs = run_order(suite, chosen)
-    print(f"[gpu_validation] {len(configs)} configuration(s); planner's choice: "
-          f"{chosen.label if chosen else 'none'}", flush=True)
+    print(
+        f"[gpu_validation] {len(configs)} configuration(s); planner's choice: {chosen.label if chosen else 'none'}",
+        flush=True,
+    )
 
     def runner(cfg: Config, limit: float) -> Record:
         return validate(cfg, suite, cluster, out, limit)
@@ -407,13 +524,26 @@ def main(argv: list[str] | None = None) -> int:
     text, md = report(records, summary, header_lines(suite, profile, host, chosen))
     (out / "table.txt").write_text(text + "\n")
     (out / "table.md").write_text(md + "\n")
-    (out / "summary.json").write_text(json.dumps({"targets": TARGETS, "summary": summary, "suite": {
-        "steps": suite.steps, "warmup": suite.warmup, "global_batch_size": suite.global_batch_size,
-        "accelerator": suite.accelerator, "chosen": chosen.label if chosen else None}}, indent=1) + "\n")
+    (out / "summary.json").write_text(
+        json.dumps(
+            {
+                "targets": TARGETS,
+                "summary": summary,
+                "suite": {
+                    "steps": suite.steps,
+                    "warmup": suite.warmup,
+                    "global_batch_size": suite.global_batch_size,
+                    "accelerator": suite.accelerator,
+                    "chosen": chosen.label if chosen else None,
+                },
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     print("\n" + text, flush=True)
     return 0
 
 
 if __name__ == "__main__":
     sys.exit(main())
-

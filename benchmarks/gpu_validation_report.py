@@ -37,11 +37,22 @@ def chosen_vs_best(records: list[Record], chosen: str | None, model: str) -> Rec
     best = max(ran, key=lambda r: r["measured_tokens_per_s"])
     mine = next((r for r in ran if r["label"] == chosen), None)
     if mine is None:
-        return {"pass": False, "chosen": chosen, "best": best["label"], "ratio": None, "fastest": False,
-                "detail": "the planner's choice has no measurement"}
+        return {
+            "pass": False,
+            "chosen": chosen,
+            "best": best["label"],
+            "ratio": None,
+            "fastest": False,
+            "detail": "the planner's choice has no measurement",
+        }
     ratio = mine["measured_tokens_per_s"] / best["measured_tokens_per_s"]
-    return {"pass": ratio >= TARGETS["chosen_ratio"], "chosen": chosen, "best": best["label"], "ratio": ratio,
-            "fastest": mine is best}
+    return {
+        "pass": ratio >= TARGETS["chosen_ratio"],
+        "chosen": chosen,
+        "best": best["label"],
+        "ratio": ratio,
+        "fastest": mine is best,
+    }
 
 
 def summarise(records: list[Record], chosen: str | None, grid_model: str) -> Record:
@@ -50,12 +61,19 @@ def summarise(records: list[Record], chosen: str | None, grid_model: str) -> Rec
     oom_fits = [r["label"] for r in records if r.get("predicted_fits") and r["status"] == "oom"]
     return {
         "memory": within(on_gpu, "predicted_allocated_bytes", "measured_allocated_bytes", TARGETS["memory_pct"]),
-        "memory_reserved": within([r for r in on_gpu if r["measured_reserved_bytes"] is not None],
-                                  "predicted_reserved_bytes", "measured_reserved_bytes", TARGETS["memory_pct"]),
+        "memory_reserved": within(
+            [r for r in on_gpu if r["measured_reserved_bytes"] is not None],
+            "predicted_reserved_bytes",
+            "measured_reserved_bytes",
+            TARGETS["memory_pct"],
+        ),
         "tokens_per_s": within(ok, "predicted_tokens_per_s", "measured_tokens_per_s", TARGETS["tokens_pct"]),
         "chosen": chosen_vs_best(records, chosen, grid_model),
-        "no_fit_oom": {"pass": not oom_fits, "violations": oom_fits,
-                       "predicted_no_fit": [r["label"] for r in records if r.get("predicted_fits") is False]},
+        "no_fit_oom": {
+            "pass": not oom_fits,
+            "violations": oom_fits,
+            "predicted_no_fit": [r["label"] for r in records if r.get("predicted_fits") is False],
+        },
         "statuses": {s: sum(r["status"] == s for r in records) for s in sorted({r["status"] for r in records})},
     }
 
@@ -68,27 +86,49 @@ def summary_lines(s: Record) -> list[str]:
     def share(t: Record, what: str, limit: float) -> str:
         if not t["n"]:
             return f"{what} within {limit:g} %: n/a (no comparable measurement)"
-        return (f"{what} within {limit:g} %: {verdict(t['pass'])} {t['within']}/{t['n']} "
-                f"(worst {t['worst_pct']:+.1f} %: {t['worst']})")
+        return (
+            f"{what} within {limit:g} %: {verdict(t['pass'])} {t['within']}/{t['n']} "
+            f"(worst {t['worst_pct']:+.1f} %: {t['worst']})"
+        )
 
     c, f = s["chosen"], s["no_fit_oom"]
     if c["ratio"] is not None:
-        chosen = (f"planner's choice {c['chosen']}: {c['ratio']:.3f} of the fastest measured ({c['best']}); "
-                  f"fastest: {'yes' if c['fastest'] else 'no'}: {verdict(c['pass'])} (target >= "
-                  f"{TARGETS['chosen_ratio']})")
+        chosen = (
+            f"planner's choice {c['chosen']}: {c['ratio']:.3f} of the fastest measured ({c['best']}); "
+            f"fastest: {'yes' if c['fastest'] else 'no'}: {verdict(c['pass'])} (target >= "
+            f"{TARGETS['chosen_ratio']})"
+        )
     else:
         chosen = f"planner's choice {c['chosen']}: {verdict(c['pass'])} ({c.get('detail', 'nothing measured')})"
-    oom = (f"no plan predicted to fit ran out of memory: {verdict(f['pass'])}"
-           + (f" (violations: {', '.join(f['violations'])})" if f["violations"] else "")
-           + (f"; predicted not to fit: {', '.join(f['predicted_no_fit'])}" if f["predicted_no_fit"] else ""))
-    return [share(s["memory"], "peak memory (allocated)", TARGETS["memory_pct"]),
-            share(s["memory_reserved"], "peak memory (reserved, for information)", TARGETS["memory_pct"]),
-            share(s["tokens_per_s"], "tokens/s", TARGETS["tokens_pct"]), chosen, oom,
-            "runs: " + ", ".join(f"{n} {k}" for k, n in s["statuses"].items())]
+    oom = (
+        f"no plan predicted to fit ran out of memory: {verdict(f['pass'])}"
+        + (f" (violations: {', '.join(f['violations'])})" if f["violations"] else "")
+        + (f"; predicted not to fit: {', '.join(f['predicted_no_fit'])}" if f["predicted_no_fit"] else "")
+    )
+    return [
+        share(s["memory"], "peak memory (allocated)", TARGETS["memory_pct"]),
+        share(s["memory_reserved"], "peak memory (reserved, for information)", TARGETS["memory_pct"]),
+        share(s["tokens_per_s"], "tokens/s", TARGETS["tokens_pct"]),
+        chosen,
+        oom,
+        "runs: " + ", ".join(f"{n} {k}" for k, n in s["statuses"].items()),
+    ]
 
 
-COLUMNS = ("config", "fits", "status", "alloc pred", "alloc meas", "err", "resv pred", "resv meas", "err",
-           "tok/s pred", "tok/s meas", "err")
+COLUMNS = (
+    "config",
+    "fits",
+    "status",
+    "alloc pred",
+    "alloc meas",
+    "err",
+    "resv pred",
+    "resv meas",
+    "err",
+    "tok/s pred",
+    "tok/s meas",
+    "err",
+)
 
 
 def size(value: float | None) -> str:
@@ -108,12 +148,20 @@ def row(r: Record) -> tuple[str, ...]:
     measured_alloc = size(g("measured_allocated_bytes"))
     if g("memory_kind") not in (None, "cuda_max_memory_allocated"):  # CPU: max RSS, not an allocator figure
         alloc_err, measured_alloc = "n/c", f"{measured_alloc} RSS"
-    return (r["label"] + (" *" if r["role"] == "planner" else ""), fits, r["status"],
-            size(g("predicted_allocated_bytes")), measured_alloc, alloc_err,
-            size(g("predicted_reserved_bytes")), size(g("measured_reserved_bytes")),
-            error_pct(g("predicted_reserved_bytes"), g("measured_reserved_bytes")),
-            count(g("predicted_tokens_per_s")), count(g("measured_tokens_per_s")),
-            error_pct(g("predicted_tokens_per_s"), g("measured_tokens_per_s")))
+    return (
+        r["label"] + (" *" if r["role"] == "planner" else ""),
+        fits,
+        r["status"],
+        size(g("predicted_allocated_bytes")),
+        measured_alloc,
+        alloc_err,
+        size(g("predicted_reserved_bytes")),
+        size(g("measured_reserved_bytes")),
+        error_pct(g("predicted_reserved_bytes"), g("measured_reserved_bytes")),
+        count(g("predicted_tokens_per_s")),
+        count(g("measured_tokens_per_s")),
+        error_pct(g("predicted_tokens_per_s"), g("measured_tokens_per_s")),
+    )
 
 
 def rows(records: list[Record]) -> list[tuple[str, ...]]:
@@ -129,6 +177,7 @@ def report(records: list[Record], summary: Record, header: list[str]) -> tuple[s
     """(plain text, markdown) of the header, the table and the summary lines."""
     lines = summary_lines(summary)
     text = "\n".join([*header, "", table(COLUMNS, rows(records)), "", *lines])
-    md = "\n".join([*(f"- {h}" for h in header), "", markdown(COLUMNS, rows(records)), "",
-                    *(f"- {ln}" for ln in lines)])
+    md = "\n".join(
+        [*(f"- {h}" for h in header), "", markdown(COLUMNS, rows(records)), "", *(f"- {ln}" for ln in lines)]
+    )
     return text, md

@@ -22,24 +22,43 @@ from app.planner.memory import stage_parts  # noqa: E402
 H200 = {"num_nodes": 1, "gpus_per_node": 1, "gpu": "H200", "cpu_memory_GiB": 125}
 
 
-def record(label: str, *, status: str = "ok", fits: bool = True, alloc: tuple[float, float] = (10.0, 10.0),
-           tokens: tuple[float, float] = (100.0, 100.0), model: str = "m", role: str = "grid",
-           kind: str = "cuda_max_memory_allocated") -> dict[str, Any]:
+def record(
+    label: str,
+    *,
+    status: str = "ok",
+    fits: bool = True,
+    alloc: tuple[float, float] = (10.0, 10.0),
+    tokens: tuple[float, float] = (100.0, 100.0),
+    model: str = "m",
+    role: str = "grid",
+    kind: str = "cuda_max_memory_allocated",
+) -> dict[str, Any]:
     """A results.jsonl line; alloc and tokens are (predicted, measured), memory in GiB."""
     ran = status == "ok"
-    return {"label": label, "model": model, "role": role, "status": status, "predicted_fits": fits,
-            "predicted_allocated_bytes": alloc[0] * 2**30, "predicted_reserved_bytes": alloc[0] * 1.05 * 2**30,
-            "predicted_tokens_per_s": tokens[0], "memory_kind": kind if ran else None,
-            "measured_allocated_bytes": alloc[1] * 2**30 if ran else None,
-            "measured_reserved_bytes": alloc[1] * 1.1 * 2**30 if ran and kind.startswith("cuda") else None,
-            "measured_tokens_per_s": tokens[1] if ran else None}
+    return {
+        "label": label,
+        "model": model,
+        "role": role,
+        "status": status,
+        "predicted_fits": fits,
+        "predicted_allocated_bytes": alloc[0] * 2**30,
+        "predicted_reserved_bytes": alloc[0] * 1.05 * 2**30,
+        "predicted_tokens_per_s": tokens[0],
+        "memory_kind": kind if ran else None,
+        "measured_allocated_bytes": alloc[1] * 2**30 if ran else None,
+        "measured_reserved_bytes": alloc[1] * 1.1 * 2**30 if ran and kind.startswith("cuda") else None,
+        "measured_tokens_per_s": tokens[1] if ran else None,
+    }
 
 
-@pytest.mark.parametrize("par", [
-    {"dp": 1, "zero_stage": 1, "micro_batch_size": 4, "recompute": "none"},
-    {"dp": 1, "zero_stage": 3, "micro_batch_size": 16, "recompute": "full"},
-    {"dp": 1, "zero_stage": 3, "micro_batch_size": 1, "recompute": "full", "offload_optimizer": "cpu"},
-])
+@pytest.mark.parametrize(
+    "par",
+    [
+        {"dp": 1, "zero_stage": 1, "micro_batch_size": 4, "recompute": "none"},
+        {"dp": 1, "zero_stage": 3, "micro_batch_size": 16, "recompute": "full"},
+        {"dp": 1, "zero_stage": 3, "micro_batch_size": 1, "recompute": "full", "offload_optimizer": "cpu"},
+    ],
+)
 def test_allocated_prediction_is_states_activations_and_buckets_only(par: dict[str, Any]) -> None:
     """The allocated peak compared with torch's is the planner's weights + grads + optimizer + activations (or the
     step's temporaries) + buckets/gathered parameters; reserved adds the stack's fragmentation and slack; the total
@@ -47,8 +66,9 @@ def test_allocated_prediction_is_states_activations_and_buckets_only(par: dict[s
     args = gv.parse_args([])
     suite = gv.suite_for(args)
     req = gv.request_for(suite, "llama-1.1b", H200)
-    cfg = gv.Config("llama-1.1b", par["zero_stage"], par["micro_batch_size"], par["recompute"],
-                    par.get("offload_optimizer", "none"))
+    cfg = gv.Config(
+        "llama-1.1b", par["zero_stage"], par["micro_batch_size"], par["recompute"], par.get("offload_optimizer", "none")
+    )
     result, est = gv.pinned_result(req, cfg.parallel())
     eff = result.cluster.gpu.efficiency
     stage = est.memory.stages[0]
@@ -57,8 +77,9 @@ def test_allocated_prediction_is_states_activations_and_buckets_only(par: dict[s
     p = stage_parts(req.model, result.cluster, req.training, cfg.parallel(), shape, req.model.num_layers, 0, 0)
     assert allocated == pytest.approx(p.allocated, rel=1e-8)
     costs = req.training.software.generation(result.cluster.gpu.generation)
-    assert reserved == pytest.approx(allocated * (1 + costs.allocator_fragmentation) + costs.allocator_slack_bytes,
-                                     rel=1e-8)
+    assert reserved == pytest.approx(
+        allocated * (1 + costs.allocator_fragmentation) + costs.allocator_slack_bytes, rel=1e-8
+    )
     assert stage.total_bytes - reserved == pytest.approx(eff.runtime_overhead_bytes, abs=2)
     if p.phase == "backward":
         states = p.weights + p.grads + p.optimizer
@@ -71,15 +92,23 @@ def test_error_is_measured_minus_predicted_over_predicted() -> None:
     assert rep.pct(100.0, 110.0) == pytest.approx(10.0)
     assert rep.pct(200.0, 150.0) == pytest.approx(-25.0)
     assert rep.pct(None, 1.0) is None and rep.pct(0.0, 1.0) is None and rep.pct(1.0, None) is None
-    t = rep.within([record("a", alloc=(10, 10.5)), record("b", alloc=(10, 8.8))],
-                   "predicted_allocated_bytes", "measured_allocated_bytes", 10.0)
+    t = rep.within(
+        [record("a", alloc=(10, 10.5)), record("b", alloc=(10, 8.8))],
+        "predicted_allocated_bytes",
+        "measured_allocated_bytes",
+        10.0,
+    )
     assert (t["pass"], t["n"], t["within"], t["worst"]) == (False, 2, 1, "b")
     assert t["worst_pct"] == pytest.approx(-12.0)
 
 
 def test_a_plan_predicted_to_fit_that_ran_out_of_memory_fails_the_target() -> None:
-    records = [record("fit-ok"), record("fit-oom", status="oom"), record("nofit-oom", status="oom", fits=False),
-               record("nofit-ran", fits=False)]
+    records = [
+        record("fit-ok"),
+        record("fit-oom", status="oom"),
+        record("nofit-oom", status="oom", fits=False),
+        record("nofit-ran", fits=False),
+    ]
     s = rep.summarise(records, "fit-ok", "m")
     assert s["no_fit_oom"]["pass"] is False and s["no_fit_oom"]["violations"] == ["fit-oom"]
     assert s["no_fit_oom"]["predicted_no_fit"] == ["nofit-oom", "nofit-ran"]
@@ -90,8 +119,12 @@ def test_a_plan_predicted_to_fit_that_ran_out_of_memory_fails_the_target() -> No
 
 
 def test_chosen_against_the_fastest_measured() -> None:
-    grid = [record("slow", tokens=(100, 90)), record("best", tokens=(100, 100)), record("near", tokens=(100, 97.5)),
-            record("other-model", tokens=(1, 500), model="x")]
+    grid = [
+        record("slow", tokens=(100, 90)),
+        record("best", tokens=(100, 100)),
+        record("near", tokens=(100, 97.5)),
+        record("other-model", tokens=(1, 500), model="x"),
+    ]
     best = rep.chosen_vs_best(grid, "best", "m")
     assert (best["pass"], best["fastest"], best["ratio"], best["best"]) == (True, True, 1.0, "best")
     near = rep.chosen_vs_best(grid, "near", "m")
@@ -119,8 +152,11 @@ def test_memory_target_compares_allocator_figures_only() -> None:
 
 
 def test_table_has_a_row_per_configuration_and_the_targets(tmp_path: Path) -> None:
-    records = [record("a", alloc=(40, 41), tokens=(70_000, 66_000)), record("b", status="oom"),
-               record("c", status="skipped", role="planner")]
+    records = [
+        record("a", alloc=(40, 41), tokens=(70_000, 66_000)),
+        record("b", status="oom"),
+        record("c", status="skipped", role="planner"),
+    ]
     records[2]["predicted_fits"] = None
     text, md = rep.report(records, rep.summarise(records, "c", "m"), ["date: today", "hardware: test"])
     lines = text.splitlines()
@@ -136,14 +172,21 @@ def test_table_has_a_row_per_configuration_and_the_targets(tmp_path: Path) -> No
 TORCHRUN_TAIL = "exitcode  : 1 (pid: 7425)\nerror_file: <N/A>\nlauncher: job finished: exit code 1"
 
 
-@pytest.mark.parametrize(("text", "status", "detail"), [
-    ("Traceback ...\n[default0]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
-     "RuntimeError: later noise\n" + TORCHRUN_TAIL, "oom", "[default0]:torch.OutOfMemoryError: CUDA out of memory"),
-    ("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate", "oom", "RuntimeError: CUDA"),
-    ("Traceback\nValueError: bad config\n" + TORCHRUN_TAIL, "failed", "ValueError: bad config"),
-    ("torch.distributed.elastic...: exitcode: -9 (Signal 9 (SIGKILL) received by PID 7)", "failed", "exitcode: -9"),
-    ("just some output", "failed", "just some output"),
-])
+@pytest.mark.parametrize(
+    ("text", "status", "detail"),
+    [
+        (
+            "Traceback ...\n[default0]:torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+            "RuntimeError: later noise\n" + TORCHRUN_TAIL,
+            "oom",
+            "[default0]:torch.OutOfMemoryError: CUDA out of memory",
+        ),
+        ("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate", "oom", "RuntimeError: CUDA"),
+        ("Traceback\nValueError: bad config\n" + TORCHRUN_TAIL, "failed", "ValueError: bad config"),
+        ("torch.distributed.elastic...: exitcode: -9 (Signal 9 (SIGKILL) received by PID 7)", "failed", "exitcode: -9"),
+        ("just some output", "failed", "just some output"),
+    ],
+)
 def test_failures_are_read_from_the_output(text: str, status: str, detail: str) -> None:
     assert gv.classify_failure(text) == status
     assert gv.failure_detail(text).startswith(detail) or detail in gv.failure_detail(text)
@@ -152,8 +195,10 @@ def test_failures_are_read_from_the_output(text: str, status: str, detail: str) 
 
 def test_order_puts_the_planners_choice_after_the_grid_and_offload_last() -> None:
     suite = gv.suite_for(gv.parse_args([]))
-    assert len(suite.grid) == 12 and {c.label for c in suite.grid} >= {"llama-1.1b-z1-mbs1-rcoff",
-                                                                       "llama-1.1b-z3-mbs16-rcon"}
+    assert len(suite.grid) == 12 and {c.label for c in suite.grid} >= {
+        "llama-1.1b-z1-mbs1-rcoff",
+        "llama-1.1b-z3-mbs16-rcon",
+    }
     in_grid = gv.Config("llama-1.1b", 3, 16, "none", role="planner")
     order = gv.run_order(suite, in_grid)
     assert len(order) == 14 and order[-1].label == "llama-2-7b-z3-mbs1-rcon-offload"
@@ -217,8 +262,9 @@ def test_the_loop_keeps_to_its_budget_and_keeps_room_for_the_pair(tmp_path: Path
     assert limits[-1] == 400.0 - 6 * 40.0 - gv.REPORT_RESERVE_S  # the offload run: the rest
 
 
-def test_a_run_that_did_not_recompute_as_planned_is_not_a_measurement(tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_run_that_did_not_recompute_as_planned_is_not_a_measurement(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """validate renders the pinned plan (the recompute flags reach plan.json) and refuses a run whose trainer
     reports another recomputation."""
     suite = gv.suite_for(gv.parse_args([]))
@@ -241,11 +287,15 @@ def test_a_run_that_did_not_recompute_as_planned_is_not_a_measurement(tmp_path: 
 def test_every_gpu_configuration_renders_a_plan_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The full grid, the pair and a planner pick outside the grid all get through the planner and the renderer
     (job names, recompute and offload flags) before any GPU time is spent."""
+
     def fake_bench(plan_json: Path, work: Path, suite: gv.Suite, timeout_s: float) -> dict[str, Any]:
         args = json.loads(plan_json.read_text())["entrypoint"]["args"]
         flag = "--recompute-granularity"
-        return {"status": "ok", "detail": "", "measured_recompute": args[args.index(flag) + 1] if flag in args
-                else "none"}
+        return {
+            "status": "ok",
+            "detail": "",
+            "measured_recompute": args[args.index(flag) + 1] if flag in args else "none",
+        }
 
     monkeypatch.setattr(gv, "bench", fake_bench)
     suite = gv.suite_for(gv.parse_args(["--full-grid"]))
@@ -262,14 +312,27 @@ def test_every_gpu_configuration_renders_a_plan_json(tmp_path: Path, monkeypatch
         args = train_gpt.parse_args([a.replace("{run_dir}", str(tmp_path)) for a in plan["entrypoint"]["args"]])
         assert args.ignored == [] and (args.micro_batch_size, args.global_batch_size) == (cfg.micro_batch_size, 16)
         assert (args.recompute is not None) == (cfg.recompute == "full")
-        shape = (args.num_layers, args.hidden_size, args.num_attention_heads, args.num_query_groups,
-                 args.ffn_hidden_size, args.vocab_size, args.seq_length, args.swiglu,
-                 args.untie_embeddings_and_output_weights, args.normalization, args.position_embedding_type)
-        assert shape == ((22, 2048, 32, 4, 5632, 32000, 2048, True, True, "RMSNorm", "rope")
-                         if cfg.model == "llama-1.1b" else
-                         (32, 4096, 32, None, 11008, 32000, 2048, True, True, "RMSNorm", "rope")), cfg.label  # MHA
-    offload = json.loads((Path(by_label["llama-2-7b-z3-mbs1-rcon-offload"]["plan_json"]).parent
-                          / "ds_config.json").read_text())
+        shape = (
+            args.num_layers,
+            args.hidden_size,
+            args.num_attention_heads,
+            args.num_query_groups,
+            args.ffn_hidden_size,
+            args.vocab_size,
+            args.seq_length,
+            args.swiglu,
+            args.untie_embeddings_and_output_weights,
+            args.normalization,
+            args.position_embedding_type,
+        )
+        assert shape == (
+            (22, 2048, 32, 4, 5632, 32000, 2048, True, True, "RMSNorm", "rope")
+            if cfg.model == "llama-1.1b"
+            else (32, 4096, 32, None, 11008, 32000, 2048, True, True, "RMSNorm", "rope")
+        ), cfg.label  # MHA
+    offload = json.loads(
+        (Path(by_label["llama-2-7b-z3-mbs1-rcon-offload"]["plan_json"]).parent / "ds_config.json").read_text()
+    )
     assert offload["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
     # 7B ZeRO-3 on one H200: 100 GiB of states + the step's temporaries, 124 GiB predicted (127 at the interval's
     # upper end) of 140.4 GiB; the offloaded twin keeps the fp32 states on the host
