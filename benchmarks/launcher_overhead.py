@@ -3,8 +3,10 @@
 The same 2-process CPU job (examples/train_gpt.py, tiny GPT, gloo) is started by bare `torchrun` and by
 `python -m launcher run plan.json`, alternately, several runs each. From rank 0's metrics file (wall-clock
 time of each step) it prints the median time from start to the end of the first training step and the
-median step time after warm-up, for both, and their ratios. Targets: at most 150 ms more to the first step,
-step-time ratio within 1 %. It also times `python -m launcher --help` (target: under 150 ms).
+median step time after warm-up, for both, and their ratios, and the CPU time the top process itself used (the
+launcher; bare torchrun's agent) as a share of one core: what the launcher takes from the job, a figure the
+machine's noise moves little. Targets: at most 150 ms more to the first step, step-time ratio within 1 %. It
+also times `python -m launcher --help` (target: under 150 ms).
 
     python benchmarks/launcher_overhead.py [--runs 5] [--steps 40]
 """
@@ -34,8 +36,9 @@ WARMUP_STEPS = 3
 # What both ways start from; the launcher passes PYTHONPATH on to the workers, so bare torchrun gets it too.
 CALLER_ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 # Big enough that a step is compute (tens of ms on one core per rank), small enough to start in seconds.
-MODEL = Model(name="bench-gpt", num_layers=4, hidden_size=128, num_attention_heads=4, vocab_size=512,
-              seq_length=128, swiglu=True)
+MODEL = Model(
+    name="bench-gpt", num_layers=4, hidden_size=128, num_attention_heads=4, vocab_size=512, seq_length=128, swiglu=True
+)
 
 
 def bare_torchrun(plan: Plan, plan_path: Path, run_dir: Path) -> tuple[list[str], dict[str, str]]:
@@ -44,31 +47,67 @@ def bare_torchrun(plan: Plan, plan_path: Path, run_dir: Path) -> tuple[list[str]
     for name, text in plan.files.items():
         (run_dir / name).write_text(text)
     ctx = make_context(plan, plan_path, run_dir=str(run_dir), caller_env=CALLER_ENV)
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-            "--nproc-per-node", str(plan.world.gpus_per_node), *ctx.script_argv(0),
-            "--metrics-dir", str(run_dir / "metrics")]
+    argv = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes",
+        "1",
+        "--nproc-per-node",
+        str(plan.world.gpus_per_node),
+        *ctx.script_argv(0),
+        "--metrics-dir",
+        str(run_dir / "metrics"),
+    ]
     return argv, ctx.worker_env(0)
 
 
 def via_launcher(plan: Plan, plan_path: Path, run_dir: Path) -> tuple[list[str], dict[str, str]]:
-    argv = [sys.executable, "-m", "launcher", "run", str(plan_path), "--run-dir", str(run_dir), "--",
-            "--metrics-dir", str(run_dir / "metrics")]
+    argv = [
+        sys.executable,
+        "-m",
+        "launcher",
+        "run",
+        str(plan_path),
+        "--run-dir",
+        str(run_dir),
+        "--",
+        "--metrics-dir",
+        str(run_dir / "metrics"),
+    ]
     return argv, CALLER_ENV
 
 
-def one_run(argv: list[str], env: dict[str, str], run_dir: Path, cwd: Path) -> tuple[float, float]:
-    """(seconds from start to the end of step 1, median step time after warm-up), from rank 0's metrics."""
+def own_cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) the process itself has used, not its children's."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def one_run(argv: list[str], env: dict[str, str], run_dir: Path, cwd: Path) -> tuple[float, float, float, float]:
+    """(seconds from start to the end of step 1, median step time after warm-up, from rank 0's metrics; CPU
+    seconds of the top process itself, the launcher or bare torchrun's agent, sampled until it exits; wall s)."""
     started = time.time()
-    done = subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if done.returncode:
-        raise SystemExit(f"run failed ({done.returncode}): {' '.join(argv)}\n{done.stderr[-2000:]}")
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    cpu = 0.0
+    while proc.poll() is None:
+        cpu = own_cpu_s(proc.pid) or cpu
+        time.sleep(0.1)
+    wall = time.time() - started
+    if proc.returncode:
+        raise SystemExit(f"run failed ({proc.returncode}): {' '.join(argv)}\n{proc.stderr.read()[-2000:]}")  # type: ignore[union-attr]
     metrics = json.loads((run_dir / "metrics" / "rank0.json").read_text())
     steps = metrics["steps"]
-    return steps[0]["time"] - started, statistics.median(s["step_s"] for s in steps[WARMUP_STEPS:])
+    return steps[0]["time"] - started, statistics.median(s["step_s"] for s in steps[WARMUP_STEPS:]), cpu, wall
 
 
 def help_startup_s(repeats: int) -> tuple[float, float]:
     """Median wall time of `python -m launcher --help`, and of `python -c pass` for reference."""
+
     def timed(argv: list[str]) -> float:
         t0 = time.perf_counter()
         subprocess.run(argv, env=CALLER_ENV, cwd=ROOT, stdout=subprocess.DEVNULL, check=True)
@@ -88,28 +127,41 @@ def main() -> int:
     plan = tiny_plan("overhead", procs=2, steps=args.steps, model=MODEL, mbs=2)
     plan_path = work / "plan.json"
     dump(plan, plan_path)
-    results: dict[str, list[tuple[float, float]]] = {"torchrun": [], "launcher": []}
+    results: dict[str, list[tuple[float, float, float, float]]] = {"torchrun": [], "launcher": []}
     for i in range(args.runs):
         for way in ("torchrun", "launcher") if i % 2 == 0 else ("launcher", "torchrun"):
             run_dir = work / f"{way}-{i}"
             build = bare_torchrun if way == "torchrun" else via_launcher
             argv, env = build(plan, plan_path, run_dir)
             results[way].append(one_run(argv, env, run_dir, cwd=work))  # the plan's directory, for both
-            first, step = results[way][-1]
-            print(f"run {i + 1} {way:8s}: first step after {first * 1e3:7.0f} ms, median step {step * 1e3:6.2f} ms",
-                  flush=True)
+            first, step, cpu, wall = results[way][-1]
+            print(
+                f"run {i + 1} {way:8s}: first step after {first * 1e3:7.0f} ms, median step {step * 1e3:6.2f} ms, "
+                f"top process CPU {cpu * 1e3:5.0f} ms in {wall:5.1f} s",
+                flush=True,
+            )
     first = {w: statistics.median(r[0] for r in rs) for w, rs in results.items()}
     step = {w: statistics.median(r[1] for r in rs) for w, rs in results.items()}
+    cpu = {w: statistics.median(r[2] / r[3] for r in rs) for w, rs in results.items()}
     help_s, python_s = help_startup_s(11)
     print(f"\n2 processes, {args.steps} steps, {args.runs} runs each (alternating), medians:")
-    print(f"  time to first step   torchrun {first['torchrun'] * 1e3:7.0f} ms   launcher "
-          f"{first['launcher'] * 1e3:7.0f} ms   difference {(first['launcher'] - first['torchrun']) * 1e3:+6.0f} ms"
-          f"   ratio {first['launcher'] / first['torchrun']:.3f}   (target: <= +150 ms)")
-    print(f"  step time            torchrun {step['torchrun'] * 1e3:7.2f} ms   launcher "
-          f"{step['launcher'] * 1e3:7.2f} ms   ratio {step['launcher'] / step['torchrun']:.3f}"
-          f"   (target: within 1 %)")
-    print(f"  python -m launcher --help: {help_s * 1e3:.0f} ms (python -c pass: {python_s * 1e3:.0f} ms; "
-          f"target < 150 ms)")
+    print(
+        f"  time to first step   torchrun {first['torchrun'] * 1e3:7.0f} ms   launcher "
+        f"{first['launcher'] * 1e3:7.0f} ms   difference {(first['launcher'] - first['torchrun']) * 1e3:+6.0f} ms"
+        f"   ratio {first['launcher'] / first['torchrun']:.3f}   (target: <= +150 ms)"
+    )
+    print(
+        f"  step time            torchrun {step['torchrun'] * 1e3:7.2f} ms   launcher "
+        f"{step['launcher'] * 1e3:7.2f} ms   ratio {step['launcher'] / step['torchrun']:.3f}"
+        f"   (target: within 1 %)"
+    )
+    print(
+        f"  own CPU of the top process (share of one core over the run): torchrun's agent {100 * cpu['torchrun']:.2f} %"
+        f"   launcher {100 * cpu['launcher']:.2f} % (plus the same agent below it)"
+    )
+    print(
+        f"  python -m launcher --help: {help_s * 1e3:.0f} ms (python -c pass: {python_s * 1e3:.0f} ms; target < 150 ms)"
+    )
     print(f"  runs kept in {work}")
     return 0
 
