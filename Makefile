@@ -26,6 +26,7 @@ test: $(VENV)/.test
 
 lint: $(VENV)/.test
 	$(VENV)/bin/ruff check app launcher tests benchmarks examples
+	$(VENV)/bin/ruff format --check app launcher tests benchmarks examples
 	$(VENV)/bin/mypy app launcher
 
 # Planner accuracy and speed (seconds); the service and launcher benchmarks start real processes (minutes).
