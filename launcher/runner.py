@@ -196,7 +196,11 @@ class Runner:
             )
             if self.policy.limits and command.node_rank not in self.progress:
                 self.progress[command.node_rank] = ProgressWatch(
-                    self.policy.limits, self.policy.run_dir / HEARTBEAT_DIR, command.node_rank, self.log
+                    self.policy.limits,
+                    self.policy.run_dir / HEARTBEAT_DIR,
+                    command.node_rank,
+                    self.log,
+                    Path(command.log).parent,
                 )
         follower = Follower(command.follow, self.console) if command.follow and command.console else None
         running = Running(command, popen, os.pidfd_open(popen.pid), log, watch, follower)

@@ -27,8 +27,10 @@ from pathlib import Path
 
 from launcher import procs
 from launcher.heartbeat import Beat, read_beat
+from launcher.logprogress import LogProgress
 from launcher.spec import Plan, Watchdog
 
+MEGATRON_LOG_INTERVAL = 100  # megatron/training/arguments.py: --log-interval's default
 STEP_HIGH_FACTOR = 1.25  # step_s -> upper bound when the plan carries no interval (README: max error 10 %)
 DEFAULT_CHECKPOINT_S = 1800.0
 WINDOW = 20  # recent steps kept per rank
@@ -45,6 +47,7 @@ class Limits:
     straggler_factor: float
     straggler_steps: int
     stack_traces: bool
+    log_interval: int = MEGATRON_LOG_INTERVAL  # steps per training log line, for progress read from logs
 
     @classmethod
     def from_plan(cls, plan: Plan) -> Limits | None:
@@ -69,27 +72,40 @@ class Limits:
             straggler_factor=wd.straggler_factor,
             straggler_steps=wd.straggler_steps,
             stack_traces=wd.stack_traces,
+            log_interval=_log_interval(plan.entrypoint.args),
         )
 
     @property
     def first_step_s(self) -> float:
         return self.startup_s + self.k * (self.load_s + (self.step_high_s or 0.0)) + self.floor_s
 
-    def step_timeout(self, observed_s: float | None) -> tuple[float, str] | None:
-        """(seconds, how they were derived) for one step; None without a prediction or an observed step."""
+    def step_timeout(self, observed_s: float | None, steps: int = 1) -> tuple[float, str] | None:
+        """(seconds, how they were derived) for `steps` steps (1 per heartbeat, log_interval per log line); None
+        without a prediction or an observed step."""
         predicted, seen = self.step_high_s or 0.0, observed_s or 0.0
         if not predicted and not seen:
             return None
+        per = "" if steps == 1 else f" x {steps} steps per log line"
         if predicted >= seen:
-            how = f"{self.k:g} x {predicted:.3g} s predicted step upper bound + {self.floor_s:g} s floor"
+            how = f"{self.k:g} x {predicted:.3g} s predicted step upper bound{per} + {self.floor_s:g} s floor"
         else:
-            how = f"{self.k:g} x {seen:.3g} s slowest recent step + {self.floor_s:g} s floor"
-        return self.k * max(predicted, seen) + self.floor_s, how
+            how = f"{self.k:g} x {seen:.3g} s slowest recent step{per} + {self.floor_s:g} s floor"
+        return self.k * max(predicted, seen) * steps + self.floor_s, how
 
     @property
     def poll_s(self) -> float:
         shortest = min(self.floor_s + self.k * (self.step_high_s or 0.0), self.checkpoint_s)
         return min(1.0, max(0.1, shortest / 10))
+
+
+def _log_interval(args: tuple[str, ...]) -> int:
+    for i, word in enumerate(args):
+        value = word.partition("=")[2] if word.startswith("--log-interval=") else None
+        if word == "--log-interval" and i + 1 < len(args):
+            value = args[i + 1]
+        if value is not None and value.isdigit() and int(value) > 0:
+            return int(value)
+    return MEGATRON_LOG_INTERVAL
 
 
 @dataclass
@@ -98,6 +114,7 @@ class Track:
     beat: Beat
     since: float  # monotonic time of this worker's first heartbeat
     changed: float  # ... of its last progress (step or phase)
+    from_log: bool = False  # progress read from its training log, not a heartbeat
     steps: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
     slow: int = 0
     straggler: bool = False
@@ -111,6 +128,7 @@ class Culprit:
     step: int
     phase: str
     stopped: bool
+    from_log: bool = False
 
 
 @dataclass(frozen=True)
@@ -125,7 +143,7 @@ class Hang:
         node = "" if self.node_rank is None else f", node {self.node_rank}"
         who = "; ".join(
             f"rank {c.rank} (pid {c.pid}{node}{', stopped (state T)' if c.stopped else ''}) "
-            f"last completed step {c.step}, in phase {c.phase}"
+            f"last completed step {c.step}{' (from its log)' if c.from_log else ''}, in phase {c.phase}"
             for c in self.culprits
         )
         return f"hang: {who}: no progress for {self.waited_s:.1f} s (timeout {self.timeout_s:.1f} s = {self.how})"
@@ -134,8 +152,16 @@ class Hang:
 class ProgressWatch:
     """Polled by the runner every `limits.poll_s` while the job runs."""
 
-    def __init__(self, limits: Limits, directory: Path, node_rank: int | None, log: Callable[..., None]) -> None:
+    def __init__(
+        self,
+        limits: Limits,
+        directory: Path,
+        node_rank: int | None,
+        log: Callable[..., None],
+        log_dir: Path | None = None,
+    ) -> None:
         self.limits, self.directory, self.node_rank, self.log = limits, directory, node_rank, log
+        self.logs = LogProgress(log_dir) if log_dir else None  # for ranks that write no heartbeat
         self.tracks: dict[int, Track] = {}
         self.fired = False
         self.slow_warned = False
@@ -149,12 +175,14 @@ class ProgressWatch:
         for rank in [r for r, t in self.tracks.items() if live.get(r) != t.worker]:
             del self.tracks[rank]  # gone, or replaced by the agent's restart
         for rank, worker in live.items():
-            beat = read_beat(self.directory, rank)
+            beat, from_log = read_beat(self.directory, rank), False
+            if (beat is None or beat.pid != worker.pid) and self.logs:
+                beat, from_log = self.logs.beat(worker), True
             if beat is None or beat.pid != worker.pid:
                 continue
             track = self.tracks.get(rank)
             if track is None:
-                self.tracks[rank] = Track(worker, beat, now, now)
+                self.tracks[rank] = Track(worker, beat, now, now, from_log)
                 self._first_beat(beat, now)
             elif beat.seq != track.beat.seq:
                 self._update(track, beat, now)
@@ -223,7 +251,7 @@ class ProgressWatch:
             return track.changed, lim.checkpoint_s, "checkpoint timeout"
         if phase == "train":
             observed = max((s for t in self.tracks.values() for s in t.steps), default=None)
-            step = lim.step_timeout(observed)
+            step = lim.step_timeout(observed, lim.log_interval if track.from_log else 1)
             return None if step is None else (track.changed, step[0], step[1])
         return None
 
@@ -240,7 +268,8 @@ class ProgressWatch:
         named = stopped or [o for o in overdue if o[0].beat.step == fewest]
         self.fired = True
         culprits = tuple(
-            Culprit(t.worker.rank, t.worker.pid, t.beat.step, t.beat.phase, bool(stopped)) for t, *_ in named
+            Culprit(t.worker.rank, t.worker.pid, t.beat.step, t.beat.phase, bool(stopped), t.from_log)
+            for t, *_ in named
         )
         _, waited, seconds, how = named[0]
         return Hang(culprits, waited, seconds, how, self.node_rank)

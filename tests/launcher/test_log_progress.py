@@ -1,0 +1,72 @@
+"""The watchdog on a trainer that writes no heartbeat: Megatron-LM's training log line, read from the per-rank
+log torchrun writes, is the progress; the step timeout counts --log-interval steps per line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, launcher_env, processes_mentioning, write_plan
+from make_plan import tiny_plan
+
+from launcher import procs
+from launcher.logprogress import LogProgress
+from launcher.spec import Entrypoint, Prediction, Watchdog
+
+HERE = Path(__file__).resolve().parent
+
+
+def test_the_log_line_becomes_a_heartbeat_only_when_complete(tmp_path: Path) -> None:
+    log = tmp_path / "run-id_x" / "attempt_0" / "1" / "stdout.log"
+    log.parent.mkdir(parents=True)
+    worker = procs.Worker(pid=123, rank=7, local_rank=1, start_ticks=0)
+    progress = LogProgress(tmp_path)
+    assert progress.beat(worker) is None
+    log.write_bytes(
+        b"building model\n [2026] iteration       20/    5000 | consumed samples:  160 | elapsed time per "
+        b"iteration (ms): 1234.5 | lm loss: 9.9 |\n [2026] iteration       40/    5000 | consu"
+    )
+    beat = progress.beat(worker)
+    assert beat is not None and (beat.rank, beat.pid, beat.step, beat.step_s, beat.phase) == (
+        7,
+        123,
+        20,
+        1.2345,
+        "train",
+    )
+    with open(log, "ab") as f:
+        f.write(b"med samples: 320 | elapsed time per iteration (ms): 1000.0 |\n")
+    beat = progress.beat(worker)
+    assert beat is not None and (beat.step, beat.step_s) == (40, 1.0)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_megatron_style_job_that_stops_logging_is_a_hang(tmp_path: Path) -> None:
+    plan = tiny_plan("fake-megatron", steps=100)
+    args = ("--train-iters", "100", "--log-interval", "2", "--step-s", "0.05", "--hang-at", "9", str(tmp_path))
+    plan = replace(
+        plan,
+        entrypoint=Entrypoint(script=str(HERE / "fake_megatron.py"), args=args),
+        prediction=Prediction(step_s=0.05, step_s_high=0.1),
+        watchdog=Watchdog(floor_s=2.0),
+    )
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "launcher", "run", str(write_plan(tmp_path, plan)), "--run-dir", str(run_dir)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=launcher_env(),
+        timeout=100,
+    )
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    log = (run_dir / "launcher.log").read_text()
+    hang = next(line for line in log.splitlines() if " hang: " in line)
+    assert "rank 1 (pid" in hang and "last completed step 8 (from its log)" in hang
+    assert "timeout 2.4 s = 2 x 0.1 s predicted step upper bound x 2 steps per log line + 2 s floor" in hang
+    assert "watchdog killed rank(s) 0, 1" in log and "job failed: exit code 1" in log
+    assert not processes_mentioning(str(tmp_path))
