@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from launcher import procs, stacks
-from launcher.explain import signal_of_negative_exit
+from launcher.explain import agent_report, signal_of_negative_exit
 from launcher.heartbeat import read_beat
 from launcher.watch import WorkerWatch
 from launcher.watchdog import Hang, ProgressWatch
@@ -53,6 +53,28 @@ def job_code(code: int, output: str, watch: WorkerWatch | None, stopping: bool, 
         )
         return 1
     return code
+
+
+def summary(
+    code: int,
+    elapsed_s: float,
+    watched: list[tuple[WorkerWatch | None, str, str]],
+    hang: Hang | None,
+    signalled: int | None,
+) -> str:
+    """The last line a user reads: the exit code, the first cause found (a signal, a hang, the first rank that
+    died, the agent's own report) and where the logs are. `watched`: (worker watch, agent output, agent log)."""
+    if code == 0:
+        return f"job finished: exit code 0 after {elapsed_s:.1f} s"
+    why = [d.describe() for watch, _, _ in watched if watch and (d := watch.first_failure)]
+    reports = [rep for _, output, _ in watched if (rep := agent_report(output))]
+    if hang:
+        why.insert(0, hang.describe())
+    if signalled:
+        why.insert(0, f"stopped by {procs.signal_name(signalled)}")
+    detail = "; ".join(why[:1] + reports[:1]) or "see the logs"
+    logs = sorted({str(Path(log).parent) for _, _, log in watched})
+    return f"job failed: exit code {code} after {elapsed_s:.1f} s; {detail}; logs: {', '.join(logs)}"
 
 
 def requeue(job: str | None, log: Log) -> None:

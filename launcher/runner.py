@@ -26,7 +26,6 @@ from typing import BinaryIO
 from launcher import procs, recovery
 from launcher.command import Command, is_local, launch_argv, with_max_restarts
 from launcher.events import EventLog
-from launcher.explain import agent_report
 from launcher.follow import Follower
 from launcher.guardian import TOKEN_ENV, Guardian
 from launcher.heartbeat import HEARTBEAT_DIR
@@ -398,15 +397,5 @@ class Runner:
         return 128 - rc if rc < 0 else rc
 
     def _summary(self, code: int, elapsed_s: float) -> None:
-        if code == 0:
-            self.log(f"job finished: exit code 0 after {elapsed_s:.1f} s")
-            return
-        why = [d.describe() for r in self.running if r.watch and (d := r.watch.first_failure)]
-        reports = [rep for r in self.running if (rep := agent_report(r.tail.decode(errors="replace")))]
-        if self.hang:
-            why.insert(0, self.hang.describe())
-        if self.signalled:
-            why.insert(0, f"stopped by {procs.signal_name(self.signalled)}")
-        detail = "; ".join(why[:1] + reports[:1]) or "see the logs"
-        logs = sorted({str(Path(r.command.log).parent) for r in self.running})
-        self.log(f"job failed: exit code {code} after {elapsed_s:.1f} s; {detail}; logs: {', '.join(logs)}")
+        watched = [(r.watch, r.tail.decode(errors="replace"), r.command.log) for r in self.running]
+        self.log(recovery.summary(code, elapsed_s, watched, self.hang, self.signalled))
