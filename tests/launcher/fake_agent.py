@@ -1,7 +1,7 @@
 """A stand-in for torchrun in the runner tests (no torch): starts N workers with RANK/LOCAL_RANK in their
 own sessions, as torchrun does, and fails when one of them fails.
 
-    fake_agent.py N MODE [TAG]     MODE: ok | fail1 | hang | orphan | flaky:<marker file>
+    fake_agent.py N MODE [TAG]     MODE: ok | fail1 | hang | orphan | abandon | flaky:<marker file>
 
 TAG is appended to every process's command line, so that a test can find whatever it left behind.
 """
@@ -25,7 +25,7 @@ if mode == "hang":
 if mode == "fail1" and rank == 1:
     time.sleep(0.5)
     sys.exit(3)
-time.sleep(0.5 if mode in ("ok", "orphan") or mode.startswith("flaky") else 600)
+time.sleep(0.5 if mode in ("ok", "orphan") or mode.startswith("flaky") else 600)  # abandon: 600
 """
 
 
@@ -58,6 +58,9 @@ def main() -> int:
         sys.exit(128 + signum)
 
     signal.signal(signal.SIGTERM, stop)
+    if mode == "abandon":  # exits 0 while its workers still run, as DeepSpeed's runner does when launch.py dies
+        time.sleep(0.8)
+        return 0
     while True:
         codes = [p.poll() for p in procs]
         if any(c not in (None, 0) for c in codes):

@@ -141,3 +141,10 @@ def test_signal_to_the_launcher_is_forwarded_then_escalated(tmp_path: Path, sig:
     if sig == signal.SIGTERM:  # the workers ignore SIGTERM: they are SIGKILLed once the grace period is over
         assert "grace period over" in log or "killing 2 leftover process(es)" in log
     assert not processes_mentioning(str(tmp_path))
+
+
+def test_an_agent_that_exits_0_while_its_workers_run_has_not_finished_the_job(tmp_path: Path) -> None:
+    code, _, log = run(tmp_path, [agent(tmp_path, "abandon")], grace_s=1.0)
+    assert code == 1
+    assert "the agent exited with code 0 while rank(s) 0, 1 still run: the job did not finish" in log
+    assert not processes_mentioning(str(tmp_path))
