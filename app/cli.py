@@ -148,11 +148,19 @@ def _accounts(settings: Any = None) -> Any:
 
 def first_admin(settings: Any) -> None:
     """On a database without users: create `admin` with a generated password and say how to log in."""
+    from sqlalchemy.exc import SQLAlchemyError
+
     from app.store import AccountError
     from app.store.hashing import new_password
 
-    accounts = _accounts(settings)
-    if accounts.count_users():
+    try:
+        accounts = _accounts(settings)
+        if accounts.count_users():
+            return
+    except SQLAlchemyError as exc:  # the server's own start reports it (and retries under an orchestrator)
+        print(
+            f"trainplan: cannot check for users yet ({type(exc).__name__}); the server starts anyway", file=sys.stderr
+        )
         return
     password = new_password()
     try:

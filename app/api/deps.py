@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import anyio.from_thread
 from fastapi import Depends, Header, Request
 from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.auth import (
     CSRF_HEADER,
@@ -21,7 +22,7 @@ from app.api.auth import (
     require,
 )
 from app.api.compute import PlannerPool
-from app.api.jsonbody import parse_json_object
+from app.api.jsonbody import BodyError, parse_json_object
 from app.api.middleware import SAFE_METHODS
 from app.api.service import PlanCache, Work
 from app.planner.errors import FieldError
@@ -143,7 +144,12 @@ class SubmittedForm:
 async def _submitted_form(request: Request, settings: SettingsDep) -> SubmittedForm:
     """The multipart form (reading the body is I/O, hence async; the route that uses it is a plain def)."""
     limit = settings.max_upload_bytes
-    async with request.form(max_files=2, max_fields=300, max_part_size=limit) as form:
+    try:
+        form = await request.form(max_files=2, max_fields=300, max_part_size=limit)
+    except StarletteHTTPException as exc:  # the form parser's 400 (a part over the limit, too many fields, ...)
+        status = 413 if "maximum size" in str(exc.detail) else 422
+        raise BodyError([FieldError("", f"the form could not be read: {exc.detail}")], status) from None
+    try:
         values = {k: v for k, v in form.multi_items() if isinstance(v, str)}
         file = form.get(UPLOAD_FIELD)
         upload, error = None, None
@@ -153,6 +159,8 @@ async def _submitted_form(request: Request, settings: SettingsDep) -> SubmittedF
                 error = FieldError(UPLOAD_FIELD, f"the file is larger than the limit of {limit} bytes")
             else:
                 upload = data
+    finally:
+        await form.close()
     return SubmittedForm(values, upload, error)
 
 

@@ -368,3 +368,27 @@ def test_security_headers_on_every_kind_of_response(sqlite_url: str) -> None:
         assert "script-src" not in answers["html"].headers["content-security-policy"]
         assert "cdn.jsdelivr.net" in answers["docs"].headers["content-security-policy"]
         assert answers["405"].status_code == 405 and answers["405"].headers["allow"] == "GET, POST"
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested more than 32 levels"),
+        ('{"model_type": "llama", "hidden_size": NaN}', "NaN is not a number JSON allows"),
+        ('{"model_type": "llama", "hidden_size": 1e400}', "too large"),
+    ],
+)
+def test_the_forms_config_json_is_read_as_strictly(sqlite_client: Any, text: str, words: str) -> None:
+    """Deeply nested form input was a RecursionError (500); it is the form again with the message at its field."""
+    from app.web import forms
+    from app.web.pages import SECTIONS
+
+    values = forms.defaults(SECTIONS) | {"model_mode": "hf", "hf.config_text": text}
+    r = sqlite_client.post("/", data=values, files={"hf.config": ("", b"")})  # multipart, as the page sends it
+    assert r.status_code == 422 and words in r.text
+    urlencoded = sqlite_client.post("/", data=values)  # a body the form parser refuses is still named, never a 400
+    if urlencoded.status_code == 413:  # a field over the parser's part size: a JSON error that says so
+        assert "the form could not be read" in urlencoded.json()["detail"]
+    else:
+        assert urlencoded.status_code == 422 and words in urlencoded.text
+    assert sqlite_client.get("/plans").json()["total"] == 0
