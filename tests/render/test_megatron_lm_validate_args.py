@@ -42,15 +42,20 @@ def arguments() -> Any:
     return arguments
 
 
-def validate(arguments: Any, words: list[str], world: int, env: dict[str, str]) -> Any:
+def arch_of(arts: Any) -> int:
+    """The GPU's compute capability major as the files name it (Blackwell 10, else reported as Hopper 9)."""
+    return 10 if "B200" in arts.files["train.sh"].splitlines()[1] else 9
+
+
+def validate(arguments: Any, words: list[str], world: int, env: dict[str, str], arch: int = 9) -> Any:
     with (
         mock.patch.dict(os.environ, {"WORLD_SIZE": str(world), "RANK": "0", **env}),
         mock.patch.object(sys, "argv", ["pretrain_gpt.py", *words]),
     ):
         args = arguments.parse_args()
         with (
-            mock.patch.object(arguments, "get_device_arch_version", lambda: 9),
-            mock.patch("torch.cuda.get_device_capability", lambda *a: (9, 0)),
+            mock.patch.object(arguments, "get_device_arch_version", lambda: arch),
+            mock.patch("torch.cuda.get_device_capability", lambda *a: (arch, 0)),
         ):
             arguments.validate_args(args, {})
     return args
@@ -62,7 +67,7 @@ def test_megatron_lm_accepts_every_rendered_argument_set(arguments: Any, all_ren
         if result.training.framework != "megatron":
             continue
         world, env = world_and_env(arts)
-        args = validate(arguments, args_file_words(arts.files["megatron_args.txt"]), world, env)
+        args = validate(arguments, args_file_words(arts.files["megatron_args.txt"]), world, env, arch_of(arts))
         par = result.plans[rank - 1].parallel
         assert args.data_parallel_size == par.dp, label
         assert (args.virtual_pipeline_model_parallel_size or 1) == par.vpp, label
@@ -81,7 +86,7 @@ def test_megatron_lm_accepts_every_new_dimension(arguments: Any, megatron_core: 
         _fl, arts = rendered(model, par, nodes=nodes, precision=precision)
         world, env = world_and_env(arts)
         try:
-            args = validate(arguments, args_file_words(arts.files["megatron_args.txt"]), world, env)
+            args = validate(arguments, args_file_words(arts.files["megatron_args.txt"]), world, env, arch_of(arts))
         except BaseException as exc:  # validate_args asserts; argparse exits
             raise AssertionError(f"{name}: {exc!r}") from exc
         assert args.data_parallel_size == par.get("dp", 1), name
@@ -96,7 +101,7 @@ def test_megatron_lm_accepts_every_model_family(arguments: Any, megatron_core: A
         arts = planned_arts(cfg)
         world, env = world_and_env(arts)
         try:
-            validate(arguments, args_file_words(arts.files["megatron_args.txt"]), world, env)
+            validate(arguments, args_file_words(arts.files["megatron_args.txt"]), world, env, arch_of(arts))
         except BaseException as exc:
             raise AssertionError(f"{family}: {exc!r}") from exc
 
@@ -111,7 +116,7 @@ def test_megatron_lm_builds_exactly_the_models_vocabulary(arguments: Any, all_re
         if result.training.framework != "megatron" or "--mock-data" not in arts.files["megatron_args.txt"]:
             continue
         world, env = world_and_env(arts)
-        args = validate(arguments, args_file_words(arts.files["megatron_args.txt"]), world, env)
+        args = validate(arguments, args_file_words(arts.files["megatron_args.txt"]), world, env, arch_of(arts))
         build_tokenizer(args)
         assert args.padded_vocab_size == result.model.vocab_size, label
         checked += 1
