@@ -8,64 +8,11 @@ import pytest
 from pydantic import ValidationError
 
 from app.planner import PlanRequest
-from app.planner.hf_import import from_hf_config
+from app.planner.hf_import import HF_DEFAULTS, from_hf_config
 
-LLAMA2_7B = {
-    "model_type": "llama",
-    "hidden_size": 4096,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 32,
-    "intermediate_size": 11008,
-    "vocab_size": 32000,
-    "max_position_embeddings": 4096,
-    "hidden_act": "silu",
-    "tie_word_embeddings": False,
-    "_name_or_path": "meta-llama/Llama-2-7b-hf",
-}
-MIXTRAL = {
-    "model_type": "mixtral",
-    "hidden_size": 4096,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "intermediate_size": 14336,
-    "vocab_size": 32000,
-    "max_position_embeddings": 32768,
-    "num_local_experts": 8,
-    "num_experts_per_tok": 2,
-}
-QWEN2_MOE = {
-    "model_type": "qwen2_moe",
-    "hidden_size": 3584,
-    "num_hidden_layers": 28,
-    "num_attention_heads": 28,
-    "num_key_value_heads": 4,
-    "intermediate_size": 18944,
-    "moe_intermediate_size": 2560,
-    "shared_expert_intermediate_size": 20480,
-    "num_experts": 64,
-    "num_experts_per_tok": 8,
-    "vocab_size": 151936,
-    "max_position_embeddings": 32768,
-    "tie_word_embeddings": False,
-}
-QWEN3 = {
-    "model_type": "qwen3_moe",
-    "hidden_size": 2048,
-    "num_hidden_layers": 48,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 4,
-    "head_dim": 128,
-    "intermediate_size": 6144,
-    "moe_intermediate_size": 768,
-    "num_experts": 128,
-    "num_experts_per_tok": 8,
-    "vocab_size": 151936,
-    "max_position_embeddings": 40960,
-    "tie_word_embeddings": False,
-}
-GPT2 = {"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "n_positions": 1024, "vocab_size": 50257}
+from .hf_configs import GPT2, LLAMA2_7B, MIXTRAL, QWEN2_MOE
+from .hf_configs import QWEN3_MOE as QWEN3
+
 NEOX = {
     "model_type": "gpt_neox",
     "hidden_size": 6144,
@@ -119,7 +66,7 @@ def test_overrides_win_and_sequence_defaults_to_max_positions() -> None:
 def test_unsupported_and_incomplete_configs_are_refused_clearly() -> None:
     with pytest.raises(
         ValidationError,
-        match="model_type .bert. is not supported; supported: deepseek_v3, gpt2, gpt_neox, kimi_k2, llama",
+        match=r"model_type .bert. is not supported; supported: deepseek_v3, gpt2, gpt_neox, kimi_k2, llama",
     ):
         params({"model_type": "bert", "hidden_size": 768})
     incomplete = {k: v for k, v in LLAMA2_7B.items() if k != "num_hidden_layers"}
@@ -127,3 +74,40 @@ def test_unsupported_and_incomplete_configs_are_refused_clearly() -> None:
         params(incomplete)
     with pytest.raises(ValidationError, match="'hidden_size' must be a positive integer, got -5"):
         params({**LLAMA2_7B, "hidden_size": -5})
+
+
+@pytest.mark.parametrize("kind", sorted(HF_DEFAULTS))
+def test_defaults_of_absent_keys_are_transformers_own(kind: str) -> None:
+    """A config.json that omits a key means that model type's default in transformers' config class."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.AutoConfig.for_model(kind).to_dict()
+    for key, value in HF_DEFAULTS[kind].items():
+        assert cfg.get(key) == value, (kind, key, cfg.get(key))
+
+
+def test_network_fields_are_imported() -> None:
+    from .hf_configs import DEEPSEEK_V3, LLAMA31_8B, QWEN3_MOE
+
+    llama = from_hf_config(LLAMA31_8B)
+    assert llama["rotary_base"] == 500000.0 and llama["rope_scaling"]["type"] == "llama3"
+    assert llama["norm_epsilon"] == 1e-5 and not llama["qk_layernorm"] and not llama["add_qkv_bias"]
+    assert from_hf_config({**LLAMA2_7B, "rms_norm_eps": None})["norm_epsilon"] == 1e-6  # Llama's default
+    qwen2 = from_hf_config(QWEN2_MOE)
+    assert qwen2["add_qkv_bias"] and qwen2["moe_router_pre_softmax"] and qwen2["moe_shared_expert_gate"]
+    qwen3 = from_hf_config(QWEN3_MOE)
+    assert qwen3["qk_layernorm"] and not qwen3["moe_router_pre_softmax"] and qwen3["moe_aux_loss_coeff"] == 0.001
+    ds = from_hf_config(DEEPSEEK_V3)
+    assert ds["multi_latent_attention"] and ds["moe_router_score_function"] == "sigmoid"
+    assert ds["moe_router_enable_expert_bias"] and ds["moe_router_topk_scaling_factor"] == 2.5
+    assert (ds["moe_router_num_groups"], ds["moe_router_group_topk"], ds["moe_first_dense_layers"]) == (8, 4, 3)
+    assert ds["rope_scaling"] == {
+        "type": "yarn",
+        "factor": 40,
+        "original_max_position_embeddings": 4096,
+        "beta_fast": 32,
+        "beta_slow": 1,
+        "mscale": 1.0,
+        "mscale_all_dim": 1.0,
+    }
+    with pytest.raises(ValueError, match="'attention_bias' is true"):
+        from_hf_config({**LLAMA2_7B, "attention_bias": True})
