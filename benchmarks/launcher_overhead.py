@@ -88,9 +88,10 @@ def own_cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def one_run(argv: list[str], env: dict[str, str], run_dir: Path, cwd: Path) -> tuple[float, float, float, float]:
+def one_run(argv: list[str], env: dict[str, str], run_dir: Path, cwd: Path) -> tuple[float, float, float, float, float]:
     """(seconds from start to the end of step 1, median step time after warm-up, from rank 0's metrics; CPU
-    seconds of the top process itself, the launcher or bare torchrun's agent, sampled until it exits; wall s)."""
+    seconds of the top process itself, the launcher or bare torchrun's agent, sampled until it exits; wall s;
+    median CPU seconds rank 0 spent per step, which contention on the machine moves far less than wall time)."""
     started = time.time()
     proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     cpu = 0.0
@@ -102,7 +103,14 @@ def one_run(argv: list[str], env: dict[str, str], run_dir: Path, cwd: Path) -> t
         raise SystemExit(f"run failed ({proc.returncode}): {' '.join(argv)}\n{proc.stderr.read()[-2000:]}")  # type: ignore[union-attr]
     metrics = json.loads((run_dir / "metrics" / "rank0.json").read_text())
     steps = metrics["steps"]
-    return steps[0]["time"] - started, statistics.median(s["step_s"] for s in steps[WARMUP_STEPS:]), cpu, wall
+    kept = steps[WARMUP_STEPS:]
+    return (
+        steps[0]["time"] - started,
+        statistics.median(s["step_s"] for s in kept),
+        cpu,
+        wall,
+        statistics.median(s["cpu_s"] for s in kept),
+    )
 
 
 def help_startup_s(repeats: int) -> tuple[float, float]:
@@ -127,14 +135,14 @@ def main() -> int:
     plan = tiny_plan("overhead", procs=2, steps=args.steps, model=MODEL, mbs=2)
     plan_path = work / "plan.json"
     dump(plan, plan_path)
-    results: dict[str, list[tuple[float, float, float, float]]] = {"torchrun": [], "launcher": []}
+    results: dict[str, list[tuple[float, float, float, float, float]]] = {"torchrun": [], "launcher": []}
     for i in range(args.runs):
         for way in ("torchrun", "launcher") if i % 2 == 0 else ("launcher", "torchrun"):
             run_dir = work / f"{way}-{i}"
             build = bare_torchrun if way == "torchrun" else via_launcher
             argv, env = build(plan, plan_path, run_dir)
             results[way].append(one_run(argv, env, run_dir, cwd=work))  # the plan's directory, for both
-            first, step, cpu, wall = results[way][-1]
+            first, step, cpu, wall, _ = results[way][-1]
             print(
                 f"run {i + 1} {way:8s}: first step after {first * 1e3:7.0f} ms, median step {step * 1e3:6.2f} ms, "
                 f"top process CPU {cpu * 1e3:5.0f} ms in {wall:5.1f} s",
@@ -143,6 +151,7 @@ def main() -> int:
     first = {w: statistics.median(r[0] for r in rs) for w, rs in results.items()}
     step = {w: statistics.median(r[1] for r in rs) for w, rs in results.items()}
     cpu = {w: statistics.median(r[2] / r[3] for r in rs) for w, rs in results.items()}
+    step_cpu = {w: statistics.median(r[4] for r in rs) for w, rs in results.items()}
     help_s, python_s = help_startup_s(11)
     print(f"\n2 processes, {args.steps} steps, {args.runs} runs each (alternating), medians:")
     print(
@@ -154,6 +163,10 @@ def main() -> int:
         f"  step time            torchrun {step['torchrun'] * 1e3:7.2f} ms   launcher "
         f"{step['launcher'] * 1e3:7.2f} ms   ratio {step['launcher'] / step['torchrun']:.3f}"
         f"   (target: within 1 %)"
+    )
+    print(
+        f"  rank 0's CPU per step  torchrun {step_cpu['torchrun'] * 1e3:7.2f} ms   launcher "
+        f"{step_cpu['launcher'] * 1e3:7.2f} ms   ratio {step_cpu['launcher'] / step_cpu['torchrun']:.3f}"
     )
     print(
         f"  own CPU of the top process (share of one core over the run): torchrun's agent {100 * cpu['torchrun']:.2f} %"

@@ -325,12 +325,20 @@ def train(args: argparse.Namespace, heartbeat: Heartbeat, exit_signal: ExitSigna
         torch.cuda.reset_peak_memory_stats(device)
     steps, stopped = [], None
     for step in range(start, args.train_iters):
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         lr = current_lr(engine)
         loss, stop, compute_s = train_step(engine, data, step, gas, device, args, exit_signal.received is not None)
-        step_s = time.perf_counter() - t0
+        step_s, cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
         steps.append(
-            {"step": step + 1, "loss": loss, "lr": lr, "step_s": step_s, "compute_s": compute_s, "time": time.time()}
+            {
+                "step": step + 1,
+                "loss": loss,
+                "lr": lr,
+                "step_s": step_s,
+                "compute_s": compute_s,
+                "cpu_s": cpu_s,
+                "time": time.time(),
+            }
         )
         heartbeat.beat(phase="train", step=step + 1, step_s=step_s, compute_s=compute_s)
         if (step + 1) % args.log_interval == 0 or step + 1 == args.train_iters or stop:
