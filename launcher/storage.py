@@ -21,6 +21,7 @@ from launcher.command import Command
 from launcher.context import LaunchContext
 
 SAVE_FLAGS = ("--save",)
+INTERVAL_FLAGS = ("--save-interval",)
 ARGS_FILE_FLAGS = ("--args-file",)
 
 
@@ -36,14 +37,19 @@ def flag_values(words: list[str], names: tuple[str, ...]) -> list[str]:
     return out
 
 
-def save_dirs(ctx: LaunchContext) -> list[Path]:
-    """The checkpoint directories the job's arguments name, absolute (relative ones: from the working dir)."""
-    node = ctx.nodes()[0]
-    words = ctx.script_argv(node)
+def training_words(ctx: LaunchContext) -> list[str]:
+    """The training script's arguments, with those of an --args-file the plan carries."""
+    words = ctx.script_argv(ctx.nodes()[0])
     for args_file in map(Path, flag_values(words, ARGS_FILE_FLAGS)):
         if args_file.parent == ctx.run_dir and args_file.name in ctx.plan.files:
             with contextlib.suppress(ValueError):
                 words += shlex.split(ctx.plan.files[args_file.name], comments=True)
+    return words
+
+
+def save_dirs(ctx: LaunchContext) -> list[Path]:
+    """The checkpoint directories the job's arguments name, absolute (relative ones: from the working dir)."""
+    words = training_words(ctx)
     found: list[Path] = []
     for value in flag_values(words, SAVE_FLAGS):
         directory = Path(ctx.working_dir) / value
@@ -104,7 +110,18 @@ def check_checkpoint_dirs(ctx: LaunchContext, commands: list[Command]) -> Check:
                 f"{need / 2**30:.1f} GiB (prediction.checkpoint_bytes)",
                 "free space, or save elsewhere: saves will be skipped",
             )
-    return Check("checkpoints", OK, ", ".join(str(d) for d in dirs) + " writable")
+    planned = pred.checkpoint_interval_steps if pred else None
+    given = flag_values(training_words(ctx), INTERVAL_FLAGS)
+    if planned and given and given[-1] != str(planned):  # argparse: the last one wins
+        return Check(
+            "checkpoints",
+            WARN,
+            f"--save-interval {given[-1]}, but the plan's interval is {planned} steps "
+            "(prediction.checkpoint_interval_steps: Daly's optimum for the cluster's MTBF)",
+            "use the plan's interval, or re-plan with the cluster's mtbf_hours / checkpoint_storage_GBps",
+        )
+    every = f", every {given[-1]} steps" if given else ""
+    return Check("checkpoints", OK, ", ".join(str(d) for d in dirs) + f" writable{every}")
 
 
 def check_run_dir(ctx: LaunchContext) -> Check:

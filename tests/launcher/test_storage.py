@@ -62,3 +62,12 @@ def test_run_refuses_and_preflight_fails_on_an_unwritable_checkpoint_dir(tmp_pat
     pre = run_launcher("preflight", str(plan), "--run-dir", str(tmp_path / "run"), cwd=tmp_path)
     assert pre.returncode == 1 and "is not a directory" in pre.stdout
     assert os.path.isfile(tmp_path / "file")
+
+
+def test_a_save_interval_other_than_the_plans_is_warned_about(tmp_path: Path) -> None:
+    plan = replace(tiny_plan(extra_args=("--save-interval", "50")), prediction=Prediction(checkpoint_interval_steps=40))
+    warn = checked(plan, tmp_path)
+    assert warn.status == WARN and "--save-interval 50, but the plan's interval is 40 steps" in warn.detail
+    same = replace(tiny_plan(extra_args=("--save-interval=40",)), prediction=Prediction(checkpoint_interval_steps=40))
+    ok = checked(same, tmp_path)
+    assert ok.status == OK and "every 40 steps" in ok.detail
