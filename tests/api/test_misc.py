@@ -49,8 +49,12 @@ def test_catalog_gpus(sqlite_client: Any) -> None:
 def test_healthz(sqlite_client: Any) -> None:
     r = sqlite_client.get("/healthz")
     assert r.status_code == 200
-    assert r.json() == {"status": "ok", "planner_version": __version__, "renderer_version": "0.1.0",
-                        "database": "sqlite"}
+    assert r.json() == {
+        "status": "ok",
+        "planner_version": __version__,
+        "renderer_version": "0.1.0",
+        "database": "sqlite",
+    }
 
 
 def test_healthz_is_503_when_the_database_is_gone(sqlite_client: Any) -> None:
@@ -64,8 +68,13 @@ def test_healthz_is_503_when_the_database_is_gone(sqlite_client: Any) -> None:
 def test_openapi_documents_bodies_with_the_spec_descriptions(sqlite_client: Any) -> None:
     doc = sqlite_client.get("/openapi.json").json()
     schemas = doc["components"]["schemas"]
-    for model, spec in (("ModelSpec", ModelSpec), ("ClusterSpec", ClusterSpec), ("TrainingSpec", TrainingSpec),
-                        ("ParallelConfig", ParallelConfig), ("RenderOptions", RenderOptions)):
+    for model, spec in (
+        ("ModelSpec", ModelSpec),
+        ("ClusterSpec", ClusterSpec),
+        ("TrainingSpec", TrainingSpec),
+        ("ParallelConfig", ParallelConfig),
+        ("RenderOptions", RenderOptions),
+    ):
         for name, info in spec.model_fields.items():
             if info.description:
                 assert schemas[model]["properties"][name]["description"] == info.description, (model, name)

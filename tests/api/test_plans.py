@@ -154,8 +154,11 @@ def test_plans_survive_a_restart(make_client: ClientFactory) -> None:
 
 
 def test_a_request_that_fits_nowhere_is_stored_with_suggestions(client: Any) -> None:
-    body = {"model": "llama-2-70b", "cluster": {"num_nodes": 1, "gpus_per_node": 1, "gpu": "A100-40GB"},
-            "training": {"global_batch_size": 8}}
+    body = {
+        "model": "llama-2-70b",
+        "cluster": {"num_nodes": 1, "gpus_per_node": 1, "gpu": "A100-40GB"},
+        "training": {"global_batch_size": 8},
+    }
     created = _create(client, body)
     assert created["chosen"] is None and created["summary"] is None
     assert created["result"]["plans"] == []

@@ -25,8 +25,13 @@ def test_defaults_without_environment() -> None:
 
 def test_every_setting_has_one_environment_variable() -> None:
     assert set(ENV_NAMES) == set(Settings.model_fields)
-    env = {"DATABASE_URL": "postgresql+psycopg://u:p@db:5432/tp", "TRAINPLAN_PORT": "9000",
-           "TRAINPLAN_MAX_SEARCH_TIME_S": "2.5", "TRAINPLAN_MAX_BODY_BYTES": "65536", "TRAINPLAN_HOST": ""}
+    env = {
+        "DATABASE_URL": "postgresql+psycopg://u:p@db:5432/tp",
+        "TRAINPLAN_PORT": "9000",
+        "TRAINPLAN_MAX_SEARCH_TIME_S": "2.5",
+        "TRAINPLAN_MAX_BODY_BYTES": "65536",
+        "TRAINPLAN_HOST": "",
+    }
     s = Settings.from_env(env)
     assert s.database_url.endswith("/tp") and s.port == 9000 and s.max_search_time_s == 2.5
     assert s.max_body_bytes == 65536 and s.host == "127.0.0.1"  # empty means unset
@@ -57,8 +62,14 @@ def test_trainplan_serve_creates_var_trainplan_db(tmp_path: Path) -> None:
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL" and not k.startswith("TRAINPLAN_")}
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
-    proc = subprocess.Popen([sys.executable, "-m", "app", "serve", "--port", str(port)], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "serve", "--port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while True:

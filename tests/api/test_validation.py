@@ -34,21 +34,24 @@ def _with(path: str, value: Any, base: dict[str, Any] = TINY) -> dict[str, Any]:
     return body
 
 
-@pytest.mark.parametrize(("path", "value", "field", "words"), [
-    ("cluster.num_nodes", 0, "cluster.num_nodes", "greater than or equal to 1"),
-    ("cluster.num_nodes", "many", "cluster.num_nodes", "valid integer"),
-    ("cluster.gpus_per_node", 1000, "cluster.gpus_per_node", "less than or equal to 256"),
-    ("cluster.gpu", "H900", "cluster.gpu", "unknown gpu"),
-    ("cluster.nics", ["mlx5_0; rm -rf /"], "cluster", "not a plain name"),
-    ("model", "llama-9", "model", "unknown model preset"),
-    ("training.global_batch_size", -1, "training.global_batch_size", "greater than or equal to 1"),
-    ("training.precision", "fp4", "training.precision", "bf16"),
-    ("training.pinned.tp", 0, "training.pinned.tp", "greater than or equal to 1"),
-    ("training.surprise", 1, "training.surprise", "unknown field"),
-    ("training.memory_headroom", 0.9, "training.memory_headroom", "less than or equal to 0.5"),
-    ("render.job_name", "Bad Name!", "render.job_name", "not a job name"),
-    ("render.master_port", 80, "render.master_port", "greater than or equal to 1024"),
-])
+@pytest.mark.parametrize(
+    ("path", "value", "field", "words"),
+    [
+        ("cluster.num_nodes", 0, "cluster.num_nodes", "greater than or equal to 1"),
+        ("cluster.num_nodes", "many", "cluster.num_nodes", "valid integer"),
+        ("cluster.gpus_per_node", 1000, "cluster.gpus_per_node", "less than or equal to 256"),
+        ("cluster.gpu", "H900", "cluster.gpu", "unknown gpu"),
+        ("cluster.nics", ["mlx5_0; rm -rf /"], "cluster", "not a plain name"),
+        ("model", "llama-9", "model", "unknown model preset"),
+        ("training.global_batch_size", -1, "training.global_batch_size", "greater than or equal to 1"),
+        ("training.precision", "fp4", "training.precision", "bf16"),
+        ("training.pinned.tp", 0, "training.pinned.tp", "greater than or equal to 1"),
+        ("training.surprise", 1, "training.surprise", "unknown field"),
+        ("training.memory_headroom", 0.9, "training.memory_headroom", "less than or equal to 0.5"),
+        ("render.job_name", "Bad Name!", "render.job_name", "not a job name"),
+        ("render.master_port", 80, "render.master_port", "greater than or equal to 1024"),
+    ],
+)
 def test_bad_field_is_named_with_its_reason(sqlite_client: Any, path: str, value: Any, field: str, words: str) -> None:
     r = sqlite_client.post("/plans", json=_with(path, value))
     assert r.status_code == 422
@@ -82,12 +85,15 @@ def test_a_planner_value_error_after_validation_is_a_422(sqlite_client: Any) -> 
     assert "training.pinned.num_nodes" in _errors(r)
 
 
-@pytest.mark.parametrize(("content", "words"), [
-    (b"{not json", "not valid JSON"),
-    (b"[1, 2]", "valid dictionary"),
-    (b'"llama"', "valid dictionary"),
-    (b"", "required"),
-])
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b"[1, 2]", "valid dictionary"),
+        (b'"llama"', "valid dictionary"),
+        (b"", "required"),
+    ],
+)
 def test_malformed_bodies(sqlite_client: Any, content: bytes, words: str) -> None:
     r = sqlite_client.post("/plans", content=content, headers={"content-type": "application/json"})
     assert r.status_code == 422
@@ -129,17 +135,42 @@ def test_estimate_errors_name_the_parallel_field(sqlite_client: Any) -> None:
 
 # Any JSON value at any place in a valid request: the answer is a stored plan or a 4xx that names a field.
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-10**6, 10**9) | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**6), 10**9)
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=12),
     lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3),
     max_leaves=6,
 )
-PATHS = ["model", "model.preset", "cluster", "cluster.num_nodes", "cluster.gpus_per_node", "cluster.gpu",
-         "cluster.gpu.memory_bytes", "cluster.nics", "cluster.hosts", "cluster.inter_node_GBps", "training",
-         "training.global_batch_size", "training.precision", "training.framework", "training.objective",
-         "training.pinned", "training.pinned.tp", "training.pinned.pp", "training.pinned.zero_stage",
-         "training.pinned.micro_batch_size", "training.max_plans", "training.search_time_limit_s", "render",
-         "render.job_name", "render.master_addr", "parallel"]
+PATHS = [
+    "model",
+    "model.preset",
+    "cluster",
+    "cluster.num_nodes",
+    "cluster.gpus_per_node",
+    "cluster.gpu",
+    "cluster.gpu.memory_bytes",
+    "cluster.nics",
+    "cluster.hosts",
+    "cluster.inter_node_GBps",
+    "training",
+    "training.global_batch_size",
+    "training.precision",
+    "training.framework",
+    "training.objective",
+    "training.pinned",
+    "training.pinned.tp",
+    "training.pinned.pp",
+    "training.pinned.zero_stage",
+    "training.pinned.micro_batch_size",
+    "training.max_plans",
+    "training.search_time_limit_s",
+    "render",
+    "render.job_name",
+    "render.master_addr",
+    "parallel",
+]
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -159,16 +190,26 @@ def test_fuzzed_requests_never_get_a_500(sqlite_client: Any, changes: list[tuple
 def plausible_requests(draw: st.DrawFn) -> dict[str, Any]:
     """Requests within every spec's ranges: the planner and the renderer must answer all of them."""
     heads = draw(st.sampled_from([1, 2, 4, 8, 12, 16, 32]))
-    model = {"name": "fuzz", "num_layers": draw(st.integers(1, 48)),
-             "hidden_size": heads * draw(st.sampled_from([8, 64, 128])), "num_attention_heads": heads,
-             "vocab_size": draw(st.integers(1, 64000)),
-             "seq_length": draw(st.sampled_from([1, 128, 2048, 4096, 32768])), "swiglu": draw(st.booleans())}
-    cluster = {"num_nodes": draw(st.integers(1, 4)), "gpus_per_node": draw(st.sampled_from([1, 2, 4, 8])),
-               "gpu": draw(st.sampled_from(["A100-40GB", "H100-SXM", "L40S", "MI300X"]))}
-    training = {"global_batch_size": draw(st.integers(1, 512)),
-                "framework": draw(st.sampled_from(["megatron", "deepspeed", "megatron-deepspeed"])),
-                "precision": draw(st.sampled_from(["bf16", "fp16", "fp8"])),
-                "objective": draw(st.sampled_from(["throughput", "min_gpus", "headroom"]))}
+    model = {
+        "name": "fuzz",
+        "num_layers": draw(st.integers(1, 48)),
+        "hidden_size": heads * draw(st.sampled_from([8, 64, 128])),
+        "num_attention_heads": heads,
+        "vocab_size": draw(st.integers(1, 64000)),
+        "seq_length": draw(st.sampled_from([1, 128, 2048, 4096, 32768])),
+        "swiglu": draw(st.booleans()),
+    }
+    cluster = {
+        "num_nodes": draw(st.integers(1, 4)),
+        "gpus_per_node": draw(st.sampled_from([1, 2, 4, 8])),
+        "gpu": draw(st.sampled_from(["A100-40GB", "H100-SXM", "L40S", "MI300X"])),
+    }
+    training = {
+        "global_batch_size": draw(st.integers(1, 512)),
+        "framework": draw(st.sampled_from(["megatron", "deepspeed", "megatron-deepspeed"])),
+        "precision": draw(st.sampled_from(["bf16", "fp16", "fp8"])),
+        "objective": draw(st.sampled_from(["throughput", "min_gpus", "headroom"])),
+    }
     return {"model": model, "cluster": cluster, "training": training}
 
 
