@@ -60,6 +60,7 @@ def run_schemathesis(db_url: str, seconds: int, tmp_path: Path) -> tuple[int, st
                 str(tmp_path),
             ],
             env={**os.environ, "TRAINPLAN_ST_TOKEN": token, "SCHEMATHESIS_HOOKS": str(HERE / "schemathesis_hooks.py")},
+            cwd=tmp_path,  # its .schemathesis/ cache goes there, not into the checkout
             capture_output=True,
             text=True,
             timeout=seconds + 300,
