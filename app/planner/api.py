@@ -27,8 +27,21 @@ def estimate(request: EstimateRequest) -> Estimate:
     return est.model_copy(update={"constants": constants(cluster, request.training)})
 
 
+def _check_pins(cluster: ClusterSpec, training: TrainingSpec) -> None:
+    """Pinned sizes that no part of the cluster holds are an input error, not an empty search."""
+    p = training.pinned
+    sizes = {"tp": p.tp, "pp": p.pp, "dp": p.dp, "cp": p.cp, "ep": p.ep}
+    for name, value in sizes.items():
+        if value is not None and value > cluster.world_size:
+            raise ValueError(f"training.pinned.{name}({value}) > the cluster's {cluster.world_size} GPUs")
+    product = (p.tp or 1) * (p.pp or 1) * (p.dp or 1) * (p.cp or 1)
+    if product > cluster.world_size:
+        raise ValueError(f"training.pinned: tp x pp x dp x cp = {product} > the cluster's {cluster.world_size} GPUs")
+
+
 def world_sizes(cluster: ClusterSpec, training: TrainingSpec) -> list[int]:
     """GPU counts to search: the whole cluster, the pinned node count, or (min_gpus) every size upwards."""
+    _check_pins(cluster, training)
     g = cluster.gpus_per_node
     if training.pinned.num_nodes:
         if training.pinned.num_nodes > cluster.num_nodes:
@@ -55,6 +68,9 @@ def _search(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, deadline: float, offload: bool, state: SearchState
 ) -> None:
     for world in world_sizes(cluster, training):
+        if time.perf_counter() > deadline:
+            state.truncated = True
+            return
         search_world(model, cluster, training, world, state, deadline, offload)
         if state.found and training.objective == "min_gpus":
             return
@@ -80,7 +96,7 @@ def plan(request: PlanRequest) -> PlanResult:
         _search(model, cluster, training, deadline, offload=True, state=state)
     timed = _time_best(model, cluster, training, state.found)
     plans = _plans(model, cluster, training, timed[: training.max_plans], len(state.found))
-    hints = [] if plans else suggestions(request.model_copy(update={"cluster": cluster}), state)
+    hints = [] if plans else suggestions(request.model_copy(update={"cluster": cluster}), state, deadline)
     return PlanResult(
         planner_version=__version__,
         model=model,

@@ -201,6 +201,9 @@ def search_world(
     bounded = bool(state.keep)
     queue: list[tuple[float, int, _Work]] = []
     for pl in placements(model, cluster, training, world):
+        if time.perf_counter() > deadline:
+            state.truncated = True
+            break  # explore what has been bounded so far (the queue is checked against the deadline too)
         per_replica = max(training.global_batch_size // pl.dp, 1)
         shardings = space.sharding_options(training, pl.dp, pl.cp, pl.pp, offload)
         levels = space.recompute_options(model, training, _layers_per_chunk(model, pl))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-from app.planner.estimate import time_estimate
 from app.planner.explain import describe
 from app.planner.search import Found, SearchState, search_world
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelPins, PlanRequest, TrainingSpec
@@ -19,11 +18,12 @@ def _best(
 ) -> Found | None:
     if time.perf_counter() > deadline:
         return None
-    state = SearchState()
+    state = SearchState(keep=1)  # branch and bound for the fastest: each found plan is timed once, as it is found
     search_world(model, cluster, training, world, state, min(time.perf_counter() + SUB_SEARCH_S, deadline), offload)
-    if not state.found:
+    timed = [f for f in state.found if f.time is not None]
+    if not timed:
         return None
-    return max(state.found, key=lambda f: time_estimate(model, cluster, training, f.par).tokens_per_s)
+    return min(timed, key=lambda f: f.time.step_s if f.time else float("inf"))
 
 
 def _closest(state: SearchState) -> str | None:
@@ -138,10 +138,13 @@ def without_pins(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     return f"without your pinned {fixed}: {describe(found.par)} fits, {found.peak_bytes / GiB:.1f} GiB per GPU"
 
 
-def suggestions(request: PlanRequest, state: SearchState) -> list[str]:
-    """What would fit. More nodes, offload and shorter sequences are tried without the pinned dimensions."""
+def suggestions(request: PlanRequest, state: SearchState, until: float | None = None) -> list[str]:
+    """What would fit. More nodes, offload and shorter sequences are tried without the pinned dimensions, for at
+    most BUDGET_S and never past `until` (the request's own search time limit)."""
     model, cluster, training = request.model, request.cluster, request.training
     deadline = time.perf_counter() + BUDGET_S
+    if until is not None:
+        deadline = min(deadline, max(until, time.perf_counter() + 0.2))
     headroom = f" with {100 * training.memory_headroom:.0f}% memory headroom" if training.memory_headroom else ""
     causes = sorted(state.rejected.counts.items(), key=lambda kv: -kv[1])
     cause = f": {causes[0][1]} of {state.candidates} candidates fail {causes[0][0]}" if causes else ""

@@ -210,16 +210,19 @@ def test_a_search_stops_when_its_client_leaves(tmp_path: Path) -> None:
     assert "client closed the connection" in proc.output()
 
 
-def test_a_search_past_its_hard_cap_is_stopped(tmp_path: Path) -> None:
+def test_a_search_stops_at_its_time_limit(tmp_path: Path) -> None:
+    """A min_gpus search over 100,000 node counts of a model that fits none of them: the planner stops at its own
+    time limit (1 s here), suggestions included, and answers; the planner process's hard cap (2 x 1 + 5 s) is never
+    reached (it once was: 97 s for an 8 s limit)."""
     env = _env(f"sqlite:///{tmp_path / 't.db'}", TRAINPLAN_MAX_SEARCH_TIME_S="1", TRAINPLAN_PLANNER_PROCESSES="1")
     token = _token(env)
     with serving(env) as (base, _proc):
         start = time.monotonic()
         r = httpx.post(f"{base}/plans", json=ENDLESS, headers={"Authorization": f"Bearer {token}"}, timeout=60)
         took = time.monotonic() - start
-        assert r.status_code == 422 and "time cap of 7 s" in r.json()["detail"], r.text[:300]
-        assert 6.5 < took < 12, took
-        assert r.json()["errors"][0]["field"] == "training.search_time_limit_s"
+        assert r.status_code == 201, r.text[:300]
+        assert r.json()["chosen"] is None and took < 6.5, took
+        assert r.json()["result"]["stats"]["truncated"] is True
 
 
 def test_an_idempotent_retry_after_kill_9_returns_the_committed_plan(tmp_path: Path) -> None:

@@ -166,3 +166,14 @@ def test_130b_on_one_node_of_a100_40gb_with_tp4_zero2_does_not_fit() -> None:
     text = " ".join(result.suggestions)
     assert "130" in result.suggestions[0] or "131" in result.suggestions[0]
     assert "nodes" in text  # more GPUs would fit, with how many
+
+
+@pytest.mark.parametrize(
+    ("pins", "field"),
+    [({"cp": 137110}, "training.pinned.cp(137110)"), ({"tp": 4, "pp": 4}, "tp x pp x dp x cp = 16")],
+)
+def test_pins_larger_than_the_cluster_are_refused(pins: dict[str, int], field: str) -> None:
+    req = PlanRequest(model="llama-2-7b", cluster={"num_nodes": 1, "gpu": "H100-SXM"},
+                      training={"global_batch_size": 64, "pinned": pins})  # fmt: skip
+    with pytest.raises(ValueError, match=re.escape(field)):
+        plan(req)
