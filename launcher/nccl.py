@@ -9,7 +9,8 @@ import os
 from launcher.checks import FAIL, OK, WARN, Check
 
 # NCCL's documented environment variables (docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html).
-KNOWN = frozenset("""
+KNOWN = frozenset(
+    """
 NCCL_DEBUG NCCL_DEBUG_SUBSYS NCCL_DEBUG_FILE NCCL_DEBUG_TIMESTAMP_FORMAT NCCL_SOCKET_IFNAME NCCL_SOCKET_FAMILY
 NCCL_SOCKET_NTHREADS NCCL_NSOCKS_PERTHREAD NCCL_SOCKET_RETRY_CNT NCCL_SOCKET_RETRY_SLEEP_MSEC NCCL_CROSS_NIC
 NCCL_IB_HCA NCCL_IB_DISABLE NCCL_IB_GID_INDEX NCCL_IB_ADDR_FAMILY NCCL_IB_ADDR_RANGE NCCL_IB_ROCE_VERSION_NUM
@@ -34,10 +35,23 @@ NCCL_CHECK_POINTERS NCCL_COMM_BLOCKING NCCL_CONF_FILE NCCL_HOSTID NCCL_COMM_ID N
 NCCL_SET_THREAD_NAME NCCL_WORK_FIFO_DEPTH NCCL_WORK_FIFO_BYTES NCCL_RUNTIME_CONNECT NCCL_RAS_ENABLE
 NCCL_RAS_ADDR NCCL_RAS_TIMEOUT_FACTOR NCCL_CTA_POLICY NCCL_WIN_ENABLE NCCL_SINGLE_RING_THRESHOLD
 NCCL_TREE_THRESHOLD NCCL_CROSS_NIC NCCL_ASYNC_ERROR_HANDLING NCCL_BLOCKING_WAIT NCCL_IB_SPLIT_DATA_ON_QPS
-""".split())  # noqa: SIM905 (a word list reads better than 150 quoted strings)
-BOOLEAN = ("NCCL_IB_DISABLE", "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_NVLS_ENABLE", "NCCL_CUMEM_ENABLE",
-           "NCCL_PXN_DISABLE", "NCCL_NVB_DISABLE", "NCCL_IGNORE_CPU_AFFINITY", "NCCL_COLLNET_ENABLE",
-           "NCCL_NET_GDR_READ", "NCCL_IB_PCI_RELAXED_ORDERING", "NCCL_CHECKS_DISABLE", "NCCL_RUNTIME_CONNECT")
+""".split()  # noqa: SIM905 (a word list reads better than 150 quoted strings)
+)
+BOOLEAN = (
+    "NCCL_IB_DISABLE",
+    "NCCL_P2P_DISABLE",
+    "NCCL_SHM_DISABLE",
+    "NCCL_NVLS_ENABLE",
+    "NCCL_CUMEM_ENABLE",
+    "NCCL_PXN_DISABLE",
+    "NCCL_NVB_DISABLE",
+    "NCCL_IGNORE_CPU_AFFINITY",
+    "NCCL_COLLNET_ENABLE",
+    "NCCL_NET_GDR_READ",
+    "NCCL_IB_PCI_RELAXED_ORDERING",
+    "NCCL_CHECKS_DISABLE",
+    "NCCL_RUNTIME_CONNECT",
+)
 DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
 
 
@@ -74,14 +88,26 @@ def check_plan_env(env: dict[str, str]) -> list[Check]:
         nics = _listdir("/sys/class/net")
         hit = matches(env["NCCL_SOCKET_IFNAME"], nics)
         status = OK if hit else FAIL
-        out.append(Check("nccl", status, f"NCCL_SOCKET_IFNAME={env['NCCL_SOCKET_IFNAME']} -> "
-                         f"{', '.join(hit) or 'no interface here'} (have {', '.join(nics)})",
-                         "" if hit else "name an interface this node has (ip link)"))
+        out.append(
+            Check(
+                "nccl",
+                status,
+                f"NCCL_SOCKET_IFNAME={env['NCCL_SOCKET_IFNAME']} -> "
+                f"{', '.join(hit) or 'no interface here'} (have {', '.join(nics)})",
+                "" if hit else "name an interface this node has (ip link)",
+            )
+        )
     if "NCCL_IB_HCA" in env:
         hcas = _listdir("/sys/class/infiniband")
         hit = matches(env["NCCL_IB_HCA"], hcas)
-        out.append(Check("nccl", OK if hit else WARN, f"NCCL_IB_HCA={env['NCCL_IB_HCA']} -> "
-                         f"{', '.join(hit) or 'no HCA here'}", "" if hit else "check ibv_devices on this node"))
+        out.append(
+            Check(
+                "nccl",
+                OK if hit else WARN,
+                f"NCCL_IB_HCA={env['NCCL_IB_HCA']} -> {', '.join(hit) or 'no HCA here'}",
+                "" if hit else "check ibv_devices on this node",
+            )
+        )
     return out
 
 
@@ -89,11 +115,23 @@ def check_caller_env(plan_env: dict[str, str], caller_env: dict[str, str]) -> li
     out = []
     for key in sorted(k for k in caller_env if k.startswith("NCCL_")):
         if key not in plan_env:
-            out.append(Check("nccl", WARN, f"{key}={caller_env[key]} is set here but not in the plan: the job "
-                             "will not get it", f"add {key} to the plan's env if the job needs it"))
+            out.append(
+                Check(
+                    "nccl",
+                    WARN,
+                    f"{key}={caller_env[key]} is set here but not in the plan: the job will not get it",
+                    f"add {key} to the plan's env if the job needs it",
+                )
+            )
         elif plan_env[key] != caller_env[key]:
-            out.append(Check("nccl", WARN, f"{key}: the plan says {plan_env[key]!r}, this shell {caller_env[key]!r}; "
-                             "the plan's value is used", ""))
+            out.append(
+                Check(
+                    "nccl",
+                    WARN,
+                    f"{key}: the plan says {plan_env[key]!r}, this shell {caller_env[key]!r}; the plan's value is used",
+                    "",
+                )
+            )
     return out
 
 
