@@ -8,6 +8,7 @@ import time
 from app.planner import __version__
 from app.planner.calibration import apply_profile, constants
 from app.planner.decisions import decide
+from app.planner.errors import InputError
 from app.planner.estimate import evaluate, step_lower_bound, time_estimate
 from app.planner.explain import why
 from app.planner.goodput import checkpoint_plan
@@ -33,10 +34,10 @@ def _check_pins(cluster: ClusterSpec, training: TrainingSpec) -> None:
     sizes = {"tp": p.tp, "pp": p.pp, "dp": p.dp, "cp": p.cp, "ep": p.ep}
     for name, value in sizes.items():
         if value is not None and value > cluster.world_size:
-            raise ValueError(f"training.pinned.{name}({value}) > the cluster's {cluster.world_size} GPUs")
+            raise InputError(f"training.pinned.{name}", f"{value} > the cluster's {cluster.world_size} GPUs")
     product = (p.tp or 1) * (p.pp or 1) * (p.dp or 1) * (p.cp or 1)
     if product > cluster.world_size:
-        raise ValueError(f"training.pinned: tp x pp x dp x cp = {product} > the cluster's {cluster.world_size} GPUs")
+        raise InputError("training.pinned", f"tp x pp x dp x cp = {product} > the cluster's {cluster.world_size} GPUs")
 
 
 def world_sizes(cluster: ClusterSpec, training: TrainingSpec) -> list[int]:
@@ -45,8 +46,8 @@ def world_sizes(cluster: ClusterSpec, training: TrainingSpec) -> list[int]:
     g = cluster.gpus_per_node
     if training.pinned.num_nodes:
         if training.pinned.num_nodes > cluster.num_nodes:
-            raise ValueError(
-                f"training.pinned.num_nodes({training.pinned.num_nodes}) > cluster.num_nodes({cluster.num_nodes})"
+            raise InputError(
+                "training.pinned.num_nodes", f"{training.pinned.num_nodes} > cluster.num_nodes({cluster.num_nodes})"
             )
         return [training.pinned.num_nodes * g]
     if training.objective != "min_gpus":

@@ -41,5 +41,16 @@ def field_errors(exc: ValidationError, prefix: str = "") -> list[FieldError]:
     return out
 
 
+class InputError(ValueError):
+    """A planner input error found past validation (a pin the cluster cannot hold, a layout string that does not
+    parse): `field` is the dotted path of the input at fault, `message` says what is wrong with the numbers."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}" if field else message)
+        self.field, self.message = field, message
+
+
 def value_error(exc: ValueError, field: str = "") -> list[FieldError]:
+    if isinstance(exc, InputError):
+        return [FieldError(exc.field, exc.message)]
     return [FieldError(field, str(exc))]

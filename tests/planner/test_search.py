@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.planner import PlanRequest, plan, rules
+from app.planner.errors import InputError
 from app.planner.estimate import evaluate
 from app.planner.layout import num_microbatches
 
@@ -170,10 +171,14 @@ def test_130b_on_one_node_of_a100_40gb_with_tp4_zero2_does_not_fit() -> None:
 
 @pytest.mark.parametrize(
     ("pins", "field"),
-    [({"cp": 137110}, "training.pinned.cp(137110)"), ({"tp": 4, "pp": 4}, "tp x pp x dp x cp = 16")],
+    [
+        ({"cp": 137110}, "training.pinned.cp: 137110 > the cluster's 8 GPUs"),
+        ({"tp": 4, "pp": 4}, "tp x pp x dp x cp = 16"),
+    ],
 )
 def test_pins_larger_than_the_cluster_are_refused(pins: dict[str, int], field: str) -> None:
     req = PlanRequest(model="llama-2-7b", cluster={"num_nodes": 1, "gpu": "H100-SXM"},
                       training={"global_batch_size": 64, "pinned": pins})  # fmt: skip
-    with pytest.raises(ValueError, match=re.escape(field)):
+    with pytest.raises(InputError, match=re.escape(field)) as caught:
         plan(req)
+    assert caught.value.field.startswith("training.pinned")
