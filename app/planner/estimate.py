@@ -109,12 +109,32 @@ def lower_bounds(
     return out
 
 
+def placement_lower_bound(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, smallest_mbs: int
+) -> float:
+    """A bound below `step_lower_bound` at every micro-batch size from `smallest_mbs` up to `par`'s (the largest),
+    from one evaluation: compute alone per sequence never grows with the micro-batch (`layer_floor`), so the busiest
+    stage runs the replica's sequences at least at `par`'s per-sequence rate, and fill and drain last at least
+    `(p - 1) / v` of the smallest micro-batch at that rate."""
+    per_seq = [t / par.micro_batch_size for t, _n in _stage_floors(model, cluster, training, par, comm=False)]
+    sequences = max(1, num_microbatches(training, par)) * par.micro_batch_size
+    busiest = sequences * max(per_seq)
+    if par.pp == 1:
+        return busiest
+    return busiest + (par.pp - 1) * smallest_mbs * (sum(per_seq) / par.pp) / par.vpp
+
+
 def _stage_floors(
-    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, recompute: bool = False
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    par: ParallelConfig,
+    recompute: bool = False,
+    comm: bool = True,
 ) -> list[tuple[float, int]]:
     costs = training.software.generation(cluster.gpu.generation)
-    dense_s = layer_floor(model, cluster, training, par, False)
-    moe_s = layer_floor(model, cluster, training, par, True) if model.is_moe else dense_s
+    dense_s = layer_floor(model, cluster, training, par, False, comm)
+    moe_s = layer_floor(model, cluster, training, par, True, comm) if model.is_moe else dense_s
     shapes = stage_shapes(model, training, par)
     kinds = stage_layer_kinds(model, training, par)
     per_stage = []

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from app.planner import rules, space
-from app.planner.estimate import lower_bounds, step_lower_bound, time_estimate
+from app.planner.estimate import lower_bounds, placement_lower_bound, step_lower_bound, time_estimate
 from app.planner.memory import peak_memory, static_bytes
 from app.planner.results import TimeEstimate
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
@@ -215,14 +215,22 @@ def search_world(
             if not _explore(model, cluster, training, world, work, state, budget, deadline):
                 return
             continue
-        probes = [make_config(model, cluster, training, pl, mbs, levels[0], shardings[0]) for mbs in sizes]
-        work.bounds = dict(zip(sizes, lower_bounds(model, cluster, training, probes), strict=True))
-        queue.append((min(work.bounds.values(), default=0.0), len(queue), work))
+        bound = 0.0
+        if sizes:  # one evaluation per placement orders the queue; the exact bounds wait until it is popped
+            probe = make_config(model, cluster, training, pl, max(sizes), levels[0], shardings[0])
+            bound = placement_lower_bound(model, cluster, training, probe, min(sizes))
+        queue.append((bound, len(queue), work))
     queue.sort(key=lambda item: item[:2])
     for k, (bound, _seq, work) in enumerate(queue):
         if bound > state.bar():
             state.skipped += sum(len(w.shardings) * len(w.sizes) * len(w.levels) for _b, _s, w in queue[k:])
             return
+        probes = [make_config(model, cluster, training, work.pl, mbs, work.levels[0], work.shardings[0])
+                  for mbs in work.sizes]  # fmt: skip
+        work.bounds = dict(zip(work.sizes, lower_bounds(model, cluster, training, probes), strict=True))
+        if min(work.bounds.values(), default=0.0) > state.bar():
+            state.skipped += len(work.shardings) * len(work.sizes) * len(work.levels)
+            continue
         if not _explore(model, cluster, training, world, work, state, budget, deadline):
             return
 

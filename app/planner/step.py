@@ -205,16 +205,18 @@ def _layer_part(
 
 
 def layer_floor(
-    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, moe: bool
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, moe: bool, comm: bool = True
 ) -> float:
     """One layer's micro-batch time that no recomputation, sharding, host or pipeline choice can remove: its compute
-    and its exposed TP, CP and EP communication without recomputation (cached per layer; a search bound)."""
+    and (with `comm`) its exposed TP, CP and EP communication without recomputation (cached per layer; a search
+    bound). The compute alone never grows per sequence with the micro-batch: every GEMM, attention and element-wise
+    term is linear in the tokens or amortises a fixed cost over them."""
 
     def floor() -> float:
         part = _layer_part(model, cluster, training, par, moe, 0.0)
-        return part.compute + part.tp_comm + part.cp_comm + part.ep_comm
+        return part.compute + (part.tp_comm + part.cp_comm + part.ep_comm if comm else 0.0)
 
-    return model.memo(("layer_floor", par.layer_fields, moe), floor, cluster, training)
+    return model.memo(("layer_floor", par.layer_fields, moe, comm), floor, cluster, training)
 
 
 def stage_recompute_floor(
