@@ -78,7 +78,9 @@ def sbatch_nodes(text: str) -> int:
     return int(match.group(1))
 
 
-NCCL_LIKE = re.compile(r"^(NCCL_|GLOO_|CUDA_DEVICE_MAX_CONNECTIONS$|DS_ACCELERATOR$|TORCH_ELASTIC_SHUTDOWN_TIMEOUT$)")
+NCCL_LIKE = re.compile(
+    r"^(NCCL_|GLOO_|CUDA_DEVICE_MAX_CONNECTIONS$|DS_ACCELERATOR$|TORCH_ELASTIC_SHUTDOWN_TIMEOUT$|PYTORCH_CUDA_ALLOC_CONF$)"
+)
 
 
 def job_env(call: Call) -> dict[str, str]:
