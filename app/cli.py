@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.planner import EstimateRequest, PlanRequest, estimate, plan
-from app.planner.errors import FieldError, field_errors
+from app.planner import estimate, plan
+from app.planner.errors import FieldError, field_errors, value_error
 from app.planner.explain import describe
 from app.planner.results import CheckpointPlan, Estimate, PlanResult
 
@@ -45,8 +45,8 @@ def _fail(errors: list[FieldError]) -> int:
 
 
 def _input_error(exc: ValueError, field: str = "") -> int:
-    """Report bad input (pydantic's errors field by field, any other ValueError as one message); exit code 2."""
-    return _fail(field_errors(exc) if isinstance(exc, ValidationError) else [FieldError(field, str(exc))])
+    """Report bad input (pydantic's errors field by field, the planner's InputError with its field); exit code 2."""
+    return _fail(field_errors(exc) if isinstance(exc, ValidationError) else value_error(exc, field))
 
 
 def _pct(x: float) -> str:
@@ -117,19 +117,44 @@ def format_plan(result: PlanResult) -> str:
     return "\n".join(lines)
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
+def _saved_clusters(name: str) -> Any:
+    """A saved cluster from the service's database (DATABASE_URL), for requests that name one."""
+    from app.service.clusters import lookup
+    from app.settings import Settings
+    from app.store import ClusterStore, PlanStore
+
+    settings = Settings.from_env()
+    store = PlanStore(settings.database_url, settings.sqlite_synchronous)
+    store.init()
     try:
-        result = plan(PlanRequest(**_read_request(args.request)))
-    except ValueError as exc:  # pydantic's ValidationError included
+        return lookup(ClusterStore(store.engine))(name)
+    finally:
+        store.close()
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from app.service.errors import Refused
+    from app.service.requests import parse_plan_request
+
+    try:
+        result = plan(parse_plan_request(_read_request(args.request), _saved_clusters).request)
+    except Refused as exc:  # the same reading as the service's: bodies, presets, config.json, bounds
+        return _fail(exc.errors)
+    except ValueError as exc:  # the planner's own (pydantic's ValidationError, its InputError)
         return _input_error(exc)
     print(result.model_dump_json(indent=2) if args.json else format_plan(result))
     return 0 if result.plans else 1
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
+    from app.service.errors import Refused
+    from app.service.requests import parse_estimate_request
+
     try:
-        est = estimate(EstimateRequest(**_read_request(args.request)))
-    except ValueError as exc:  # pydantic's ValidationError included
+        est = estimate(parse_estimate_request(_read_request(args.request), _saved_clusters))
+    except Refused as exc:
+        return _fail(exc.errors)
+    except ValueError as exc:  # the planner's own (pydantic's ValidationError, its InputError)
         return _input_error(exc)
     print(est.model_dump_json(indent=2) if args.json else format_estimate(est))
     return 0
@@ -235,12 +260,16 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_render(args: argparse.Namespace) -> int:
     """Plan, then write the chosen plan's artifacts (request key 'render' holds the RenderOptions)."""
     from app.render import RenderOptions, render, write_artifacts
+    from app.service.errors import Refused
+    from app.service.requests import parse_plan_request
 
     try:
-        data = _read_request(args.request)
-        options = RenderOptions(**(data.pop("render", None) or {}))
-        result = plan(PlanRequest(**data))
-    except ValueError as exc:  # pydantic's ValidationError included
+        parsed = parse_plan_request(_read_request(args.request), _saved_clusters)
+        options = parsed.options or RenderOptions()
+        result = plan(parsed.request)
+    except Refused as exc:
+        return _fail(exc.errors)
+    except ValueError as exc:  # the planner's own (pydantic's ValidationError, its InputError)
         return _input_error(exc)
     if not result.plans:
         print(format_plan(result))

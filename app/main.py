@@ -10,17 +10,17 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
 
-from app.api import errors, misc_router, openapi, plans_router
-from app.api.auth import RateLimiter
-from app.api.compute import PlannerPool
+from app.api import clusters_router, deadline_router, docs, errors, misc_router, openapi, plans_router
 from app.api.errors import error_response
 from app.api.limits import BodyLimitMiddleware
 from app.api.middleware import OriginCheckMiddleware, SecurityHeadersMiddleware
-from app.api.service import PlanCache
 from app.planner import __version__
 from app.planner.errors import FieldError
+from app.service.auth import RateLimiter
+from app.service.compute import PlannerPool
+from app.service.planning import PlanCache
 from app.settings import Settings
-from app.store import AccountStore, PlanStore
+from app.store import AccountStore, ClusterStore, PlanStore
 from app.web.routes import router as web_router
 from app.web.templates import WebTemplates
 
@@ -46,10 +46,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         pool.close()
         store.close()
 
-    app = FastAPI(title="trainplan", version=__version__, description=DESCRIPTION, lifespan=lifespan)
+    app = FastAPI(
+        title="trainplan",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        docs_url=None,  # served from the installed swagger-ui-bundle's files, not a CDN (app/api/docs.py)
+        redoc_url=None,
+    )
     app.state.settings = settings
     app.state.store = store
     app.state.accounts = AccountStore(store.engine)
+    app.state.clusters = ClusterStore(store.engine)
     app.state.planner_pool = pool
     app.state.rate_limiter = RateLimiter(settings.rate_limit_per_minute, settings.rate_limit_burst)
     app.state.login_limiter = RateLimiter(LOGIN_ATTEMPTS_PER_MINUTE, LOGIN_ATTEMPTS_PER_MINUTE)
@@ -57,6 +65,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.templates = WebTemplates(settings.templates_dir)
     app.include_router(plans_router)
     app.include_router(misc_router)
+    app.include_router(clusters_router)
+    app.include_router(deadline_router)
+    app.include_router(docs.router)
     app.include_router(web_router)
     errors.install(app)
     openapi.install(app, settings.anonymous_read)

@@ -42,6 +42,7 @@ ENV_NAMES: dict[str, str] = {
     "planner_processes": "TRAINPLAN_PLANNER_PROCESSES",
     "planner_memory_mib": "TRAINPLAN_PLANNER_MEMORY_MIB",
     "max_estimate_time_s": "TRAINPLAN_MAX_ESTIMATE_TIME_S",
+    "max_deadline_time_s": "TRAINPLAN_MAX_DEADLINE_TIME_S",
     "max_result_bytes": "TRAINPLAN_MAX_RESULT_BYTES",
     "idempotency_hours": "TRAINPLAN_IDEMPOTENCY_HOURS",
 }
@@ -128,6 +129,9 @@ class Settings(BaseModel):
         description="Address-space limit of each planner process, MiB.",
     )
     max_estimate_time_s: float = Field(5.0, gt=0, le=600, description="Time cap of one POST /estimate.")
+    max_deadline_time_s: float = Field(
+        30.0, gt=0, le=3600, description="Time budget of one cheapest-within-a-deadline search (POST /deadline)."
+    )
     max_result_bytes: int = Field(
         16 * 1024 * KiB,
         ge=64 * KiB,

@@ -181,10 +181,10 @@ async def run_case(base: str, token: str, body: dict[str, Any], n: int, concurre
 
 def in_process_split(body: dict[str, Any], repeat: int = 20) -> dict[str, float]:
     """Median seconds of each step of one POST /plans, called directly (no HTTP, no threads)."""
-    from app.api.artifacts import render_files
     from app.api.plans import stored_plan
-    from app.api.service import parse_plan_request
     from app.planner import plan
+    from app.service.artifacts import render_files
+    from app.service.requests import parse_plan_request
     from app.store import PlanStore
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -193,7 +193,8 @@ def in_process_split(body: dict[str, Any], repeat: int = 20) -> dict[str, float]
         steps: dict[str, list[float]] = {"parse": [], "search": [], "render": [], "store": [], "json": []}
         for _ in range(repeat):
             t0 = time.perf_counter()
-            request, options = parse_plan_request(body)
+            parsed = parse_plan_request(body)
+            request, options = parsed.request, parsed.options
             t1 = time.perf_counter()
             result = plan(request)
             t2 = time.perf_counter()

@@ -12,14 +12,12 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from app.api.auth import AuthError, LoginRequired
-from app.api.jsonbody import BodyError
 from app.api.schemas import ErrorBody, FieldErrorOut
-from app.api.service import InputError, NotFound
 from app.planner.errors import FieldError
+from app.service.auth import AuthError, LoginRequired
+from app.service.errors import NotFound, Refused, error_list
+from app.service.jsonbody import BodyError
 from app.store import NotOwner
-
-_LOCATIONS = ("body", "query", "path", "header", "cookie")
 
 
 def error_response(
@@ -37,29 +35,22 @@ def _retry_after(seconds: int | None) -> dict[str, str]:
 
 
 def request_errors(errors: Iterable[Mapping[str, Any]]) -> list[FieldError]:
-    """FastAPI's own checks (JSON syntax, query and path parameters) as field errors: loc minus its 'body'/'query'."""
+    """FastAPI's own checks (the typed bodies, query and path parameters) as field errors, worded as the planner's
+    field_errors words them; JSON syntax errors say where in the text."""
     out = []
     for err in errors:
-        loc = [str(p) for p in err.get("loc", ())]
-        if loc and loc[0] in _LOCATIONS:
-            loc = loc[1:]
         if err.get("type") == "json_invalid":  # loc holds the position in the text, not a field
             reason = (err.get("ctx") or {}).get("error", "")
-            out.append(FieldError("", f"request body is not valid JSON: {reason} (at character {'.'.join(loc)})"))
-            continue
-        message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-        if not loc and err.get("type") == "dict_type":
-            message = "the request body must be a JSON object (Content-Type: application/json); " + message
-        given = err.get("input")
-        if err.get("type") not in ("missing", "json_invalid") and isinstance(given, (str, int, float)):
-            message = f"{message} (got {given!r})"
-        out.append(FieldError(".".join(loc), message))
+            where = ".".join(str(p) for p in err.get("loc", ())[1:])
+            out.append(FieldError("", f"request body is not valid JSON: {reason} (at character {where})"))
+        else:
+            out += error_list([err])
     return out
 
 
 def install(app: FastAPI) -> None:
-    @app.exception_handler(InputError)
-    def _input(_request: Request, exc: InputError) -> Response:
+    @app.exception_handler(Refused)
+    def _input(_request: Request, exc: Refused) -> Response:
         if exc.status_code == 499:  # the client left: nobody reads this
             return Response(status_code=499)
         return error_response(exc.status_code, exc.errors, headers=_retry_after(exc.retry_after_s))
@@ -77,7 +68,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(NotOwner)
     def _not_owner(_request: Request, exc: NotOwner) -> JSONResponse:
-        return error_response(403, [FieldError("id", f"{exc}; a user deletes only their own plans (admins any)")])
+        field = "id" if exc.kind == "plan" else "name"
+        return error_response(
+            403, [FieldError(field, f"{exc}; a user changes only their own {exc.kind}s (admins any)")]
+        )
 
     @app.exception_handler(LoginRequired)
     def _login(_request: Request, exc: LoginRequired) -> RedirectResponse:

@@ -14,14 +14,16 @@ from urllib.parse import urlsplit
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-# JSON and files: nothing may run or be framed. The docs page (Swagger UI) loads its script from a CDN.
+from app.service.auth import SAFE_METHODS
+
+# JSON and files: nothing may run or be framed. The docs page (Swagger UI) runs this origin's scripts only (served
+# from the installed swagger-ui-bundle-v2, app/api/docs.py); Swagger UI sets inline styles.
 API_CSP = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 DOCS_CSP = (
-    "default-src 'none'; script-src 'unsafe-inline' https://cdn.jsdelivr.net; style-src 'unsafe-inline' "
-    "https://cdn.jsdelivr.net; img-src 'self' data: https://fastapi.tiangolo.com; connect-src 'self'; "
-    "frame-ancestors 'none'; base-uri 'none'"
+    "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 )
-DOCS_PATHS = ("/docs", "/redoc", "/docs/oauth2-redirect")
+DOCS_PATHS = ("/docs",)
 HEADERS = {
     "x-content-type-options": "nosniff",
     "x-frame-options": "DENY",
@@ -31,7 +33,6 @@ HEADERS = {
     "permissions-policy": "camera=(), microphone=(), geolocation=(), interest-cohort=()",
     "cache-control": "no-store",
 }
-SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
 
 
 class SecurityHeadersMiddleware:

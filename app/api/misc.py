@@ -5,18 +5,21 @@ from __future__ import annotations
 from functools import cache
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, Body, HTTPException, Query
 from sqlalchemy.exc import SQLAlchemyError
 
-from app.api.artifacts import renderer_version
-from app.api.deps import AccountsDep, AdminDep, JsonObject, ReaderDep, SettingsDep, StoreDep, WorkDep
-from app.api.openapi import AUTH_ERRORS, EXAMPLE_ESTIMATE, request_body
+from app.api.openapi import AUTH_ERRORS, EXAMPLE_ESTIMATE
+from app.api.routing import StrictJSONRoute
 from app.api.schemas import AuditEntry, AuditPage, ErrorBody, GPUList, Health, Me, ModelPreset
-from app.api.service import run_estimate
-from app.planner import EstimateRequest, ModelSpec, __version__, catalog
+from app.planner import ModelSpec, __version__, catalog
 from app.planner.results import Estimate
+from app.service.artifacts import renderer_version
+from app.service.bodies import EstimateBody
+from app.service.deps import AccountsDep, AdminDep, ClusterLookupDep, ReaderDep, SettingsDep, StoreDep, WorkDep
+from app.service.planning import run_estimate
+from app.service.requests import estimate_request
 
-router = APIRouter()
+router = APIRouter(route_class=StrictJSONRoute)
 
 
 @router.post(
@@ -31,14 +34,20 @@ router = APIRouter()
         503: {"model": ErrorBody},
         **AUTH_ERRORS,
     },
-    openapi_extra=request_body(EstimateRequest, {"fixed": {"summary": "TP4 PP4 DP16", "value": EXAMPLE_ESTIMATE}}),
 )
-def post_estimate(body: JsonObject, work: WorkDep, who: ReaderDep) -> Estimate:
+def post_estimate(
+    body: Annotated[
+        EstimateBody, Body(openapi_examples={"fixed": {"summary": "TP4 PP4 DP16", "value": EXAMPLE_ESTIMATE}})
+    ],
+    clusters: ClusterLookupDep,
+    work: WorkDep,
+    who: ReaderDep,
+) -> Estimate:
     """Memory per pipeline stage and step time of the layout in `parallel`; `feasible` and `reasons` say
     whether it fits. Nothing is stored. A layout larger than its model (pp > layers, tp > heads, ...) is
     refused before any work; the evaluation is capped in time, memory and output and stops when the client
     leaves."""
-    return run_estimate(body, work)
+    return run_estimate(estimate_request(body, clusters), work)
 
 
 @cache

@@ -1,6 +1,5 @@
-"""OpenAPI for the request bodies: the planner's PlanRequest / EstimateRequest schemas (their Field descriptions
-are the documentation), widened where the planner accepts shorthands (preset names, {"preset": ...},
-{"hf_config": ...}), with examples."""
+"""What the OpenAPI document adds to FastAPI's own (the bodies' schemas come from their types, app/service/bodies.py):
+the two security schemes, which operations need them, the error responses every route shares, and examples."""
 
 from __future__ import annotations
 
@@ -8,13 +7,9 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from pydantic import BaseModel
 
 from app.api.schemas import ErrorBody
-from app.planner import EstimateRequest, PlanRequest, catalog
-from app.render import RenderOptions
 
-REF = "#/components/schemas/{model}"
 _ERROR = {"model": ErrorBody}
 AUTH_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {**_ERROR, "description": "No valid credentials: send `Authorization: Bearer tp_...` or log in."},
@@ -37,38 +32,6 @@ SECURITY_SCHEMES = {
 OPEN_PATHS = {"/healthz"}
 
 
-def _model_shorthands() -> list[dict[str, Any]]:
-    names = [row["name"] for row in catalog.model_presets()]
-    return [
-        {"type": "string", "enum": names, "description": "A preset name (GET /catalog/models), e.g. llama-2-70b."},
-        {
-            "type": "object",
-            "description": '{"preset": name, ...ModelSpec fields to override}',
-            "required": ["preset"],
-            "properties": {"preset": {"type": "string", "enum": names}},
-        },
-        {
-            "type": "object",
-            "description": '{"hf_config": {...a Hugging Face config.json...}, ...overrides, e.g. seq_length}',
-            "required": ["hf_config"],
-            "properties": {"hf_config": {"type": "object"}},
-        },
-    ]
-
-
-def _gpu_shorthands() -> list[dict[str, Any]]:
-    names = [gpu.name for gpu in catalog.gpus()]
-    return [
-        {"type": "string", "enum": names, "description": "A catalogue name (GET /catalog/gpus), e.g. H100-SXM."},
-        {
-            "type": "object",
-            "description": '{"preset": name, ...GPUSpec fields to override}',
-            "required": ["preset"],
-            "properties": {"preset": {"type": "string", "enum": names}},
-        },
-    ]
-
-
 EXAMPLE_PLAN = {
     "model": "llama-2-70b",
     "cluster": {
@@ -79,7 +42,7 @@ EXAMPLE_PLAN = {
     },
     "training": {"global_batch_size": 512},
 }
-EXAMPLES: dict[str, dict[str, Any]] = {
+EXAMPLES: dict[str, Any] = {
     "preset": {"summary": "A preset model", "value": EXAMPLE_PLAN},
     "dimensions": {
         "summary": "Model dimensions",
@@ -128,34 +91,6 @@ EXAMPLE_ESTIMATE = {
 }
 
 
-def request_body(model: type[BaseModel], examples: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """`openapi_extra` for a route whose JSON body is validated as `model` inside the route."""
-    content = {"schema": {"$ref": REF.format(model=model.__name__)}, "examples": examples}
-    return {"requestBody": {"required": True, "content": {"application/json": content}}}
-
-
-def _request_schemas() -> dict[str, Any]:
-    schemas: dict[str, Any] = {}
-    for model in (PlanRequest, EstimateRequest):
-        schema = model.model_json_schema(ref_template=REF)
-        schemas.update(schema.pop("$defs", {}))
-        schema["properties"]["model"] = {"anyOf": [*_model_shorthands(), {"$ref": REF.format(model="ModelSpec")}]}
-        schemas[model.__name__] = schema
-    render = RenderOptions.model_json_schema(ref_template=REF)
-    schemas.update(render.pop("$defs", {}))
-    schemas["RenderOptions"] = render
-    schemas["PlanRequest"]["properties"]["render"] = {
-        "$ref": REF.format(model="RenderOptions"),
-        "description": "Optional: how the plan's files are written (job name, paths, data, launch settings).",
-    }
-    gpu = schemas["ClusterSpec"]["properties"]["gpu"]
-    schemas["ClusterSpec"]["properties"]["gpu"] = {
-        "anyOf": [*_gpu_shorthands(), {"$ref": gpu["$ref"]}],
-        "description": gpu.get("description", ""),
-    }
-    return schemas
-
-
 def _security(path: str, method: str, anonymous_read: bool) -> list[dict[str, list[str]]]:
     if path in OPEN_PATHS:
         return []
@@ -168,8 +103,6 @@ def install(app: FastAPI, anonymous_read: bool = False) -> None:
         if app.openapi_schema is None:
             schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
             components = schema.setdefault("components", {})
-            for name, body in _request_schemas().items():
-                components.setdefault("schemas", {}).setdefault(name, body)
             components["securitySchemes"] = SECURITY_SCHEMES
             for path, ops in schema["paths"].items():
                 for method, op in ops.items():

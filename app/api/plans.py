@@ -3,31 +3,35 @@
 from __future__ import annotations
 
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
-from fastapi import APIRouter, Path, Query, Request, Response, status
+from fastapi import APIRouter, Body, Path, Query, Request, Response, status
 
-from app.api import artifacts as arts
-from app.api.deps import (
+from app.api.openapi import AUTH_ERRORS, EXAMPLES
+from app.api.routing import StrictJSONRoute
+from app.api.schemas import ArtifactLink, ErrorBody, PlanLinks, PlanPage, PlanSummary, StoredPlan
+from app.planner.explain import describe
+from app.service import artifacts as arts
+from app.service.artifacts import artifact_url
+from app.service.bodies import PlanBody
+from app.service.deps import (
     CacheDep,
+    ClusterLookupDep,
     IdempotencyKeyHeader,
-    JsonObject,
+    PlanId,
+    Rank,
     ReaderDep,
+    SentJson,
     SettingsDep,
     StoreDep,
     WorkDep,
     WriterDep,
 )
-from app.api.openapi import AUTH_ERRORS, EXAMPLES, request_body
-from app.api.schemas import ArtifactLink, ErrorBody, PlanLinks, PlanPage, PlanSummary, StoredPlan
-from app.api.service import NotFound, create_plan, get_plan, plan_artifacts
-from app.planner import PlanRequest
-from app.planner.explain import describe
-from app.store import PlanRecord
+from app.service.planning import NotFound, create_plan, get_plan, plan_artifacts
+from app.service.requests import plan_request
+from app.store import PlanFilters, PlanRecord
 
-router = APIRouter(prefix="/plans", tags=["plans"])
-
-PlanId = Annotated[str, Path(pattern=r"^[0-9a-f]{16}$", description="A stored plan's id.")]
-Rank = Annotated[int, Query(ge=1, le=1000, description="Which ranked plan (1 = the chosen one).")]
+router = APIRouter(prefix="/plans", tags=["plans"], route_class=StrictJSONRoute)
 # The schema lists the names; an unknown one is still a 404 that lists them (not a bare 422).
 ArtifactName = Annotated[
     str,
@@ -47,10 +51,6 @@ FILE_TYPES: dict[int | str, dict[str, Any]] = {
     200: {"content": {"text/plain": {}, "application/json": {}, "application/yaml": {}, "text/x-shellscript": {}}},
 }
 ZIP_TYPE: dict[int | str, dict[str, Any]] = {**ERRORS, 200: {"content": {"application/zip": {}}}}
-
-
-def artifact_url(plan_id: str, name: str, rank: int) -> str:
-    return f"/plans/{plan_id}/artifacts/{name}" + ("" if rank == 1 else f"?rank={rank}")
 
 
 def links(record: PlanRecord, files: list[str]) -> PlanLinks:
@@ -88,11 +88,12 @@ def stored_plan(record: PlanRecord, files: list[str]) -> StoredPlan:
     status_code=status.HTTP_201_CREATED,
     response_model=StoredPlan,
     responses=CREATE_ERRORS,
-    openapi_extra=request_body(PlanRequest, EXAMPLES),
     summary="Search plans for a request and store them",
 )
 def post_plan(
-    body: JsonObject,
+    body: Annotated[PlanBody, Body(openapi_examples=EXAMPLES)],
+    sent: SentJson,
+    clusters: ClusterLookupDep,
     store: StoreDep,
     work: WorkDep,
     cache: CacheDep,
@@ -103,8 +104,11 @@ def post_plan(
 ) -> StoredPlan:
     """Search parallel layouts for the request, store the ranked result with the chosen plan's files; `201`
     with `Location`. A request that fits nowhere is still stored: `chosen` is null and `explanation` says
-    what would fit. Needs the user or admin role; the plan records its owner."""
-    created = create_plan(store, body, work, cache, who.name, idempotency_key)
+    what would fit. Needs the user or admin role; the plan records its owner. A saved cluster
+    (`{"saved": name}`) is stored as the description it was at the time."""
+    created = create_plan(
+        store, sent, lambda: plan_request(body, sent, clusters), work, cache, who.name, idempotency_key
+    )
     record = created.record
     response.headers["Location"] = str(request.url_for("get_plan_by_id", plan_id=record.id).path)
     response.headers["X-Trainplan-Search"] = "cached" if created.cache_hit else "searched"
@@ -126,13 +130,22 @@ def list_plans(
         str | None,
         Query(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$", description="Only this user's plans ('me': your own)."),
     ] = None,
+    q: Annotated[
+        str, Query(max_length=100, description="Words that must all appear in the id, model, GPU, layout or owner.")
+    ] = "",
+    model: Annotated[str, Query(max_length=200, description="Only plans of this model (its name).")] = "",
+    gpu: Annotated[str, Query(max_length=200, description="Only plans on this GPU (its name).")] = "",
 ) -> PlanPage:
     size = min(limit or settings.default_page_size, settings.max_page_size)
     who_owns = who.name if owner == "me" else owner
-    rows, total = store.page(size, offset, who_owns)
+    rows, total = store.page(size, offset, who_owns, PlanFilters(q=q, model=model, gpu=gpu))
     items = [PlanSummary(**vars(r), url=f"/plans/{r.id}") for r in rows]
-    extra = f"&owner={owner}" if owner else ""
-    nxt = f"/plans?limit={size}&offset={offset + size}{extra}" if offset + size < total else None
+    extra = urlencode({k: v for k, v in (("owner", owner), ("q", q), ("model", model), ("gpu", gpu)) if v})
+    nxt = (
+        f"/plans?limit={size}&offset={offset + size}" + (f"&{extra}" if extra else "")
+        if offset + size < total
+        else None
+    )
     return PlanPage(items=items, total=total, limit=size, offset=offset, next=nxt)
 
 

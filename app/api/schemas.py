@@ -1,4 +1,4 @@
-"""Response models of the REST API (requests are the planner's own specs: PlanRequest, EstimateRequest)."""
+"""Response models of the REST API (the request bodies: app/service/bodies.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.planner.gpu import GPUSpec
 from app.planner.results import Plan, PlanResult
-from app.planner.specs import ModelSpec
+from app.planner.specs import ClusterSpec, ModelSpec
 
 
 class Out(BaseModel):
@@ -126,3 +126,27 @@ class AuditPage(Out):
 
 
 GPUList = list[GPUSpec]
+
+
+class SavedCluster(Out):
+    name: str
+    owner: str | None = Field(description="The user who saved it (only they, or an admin, change or delete it).")
+    description: str
+    version: int = Field(description="Saves so far; PUT names the version it changes.")
+    created_at: datetime
+    updated_at: datetime
+    cluster: ClusterSpec | None = Field(
+        description="The description as the planner reads it (GPU numbers resolved); null when it no longer reads "
+        "as one (a newer planner), with `problem` saying why; `sent` still holds it."
+    )
+    problem: str | None = Field(None, description="Why `cluster` is null.")
+    sent: dict[str, Any] = Field(description="The description as it was saved (what a plan request gets).")
+    num_gpus: int
+    url: str
+
+
+class SavedClusterPage(Out):
+    items: list[SavedCluster] = Field(description="By name.")
+    total: int
+    limit: int
+    offset: int

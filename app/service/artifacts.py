@@ -38,6 +38,10 @@ def render_files(result: PlanResult, rank: int, options: renderer.RenderOptions 
     return Rendered(dict(artifacts.files), renderer_version(), [f"files: {note}" for note in artifacts.notes])
 
 
+def artifact_url(plan_id: str, name: str, rank: int) -> str:
+    return f"/plans/{plan_id}/artifacts/{name}" + ("" if rank == 1 else f"?rank={rank}")
+
+
 def media_type(name: str) -> str:
     for suffix, kind in _MEDIA_TYPES.items():
         if name.endswith(suffix):

@@ -26,6 +26,7 @@ SESSION_COOKIE = "trainplan_session"
 LOGIN_CSRF_COOKIE = "trainplan_login_csrf"
 CSRF_FIELD = "csrf_token"
 CSRF_HEADER = "x-csrf-token"
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})  # what never changes anything (no CSRF token, no origin check)
 Access = Literal["read", "write", "admin"]
 _LEVELS: dict[str, tuple[Access, ...]] = {
     "admin": ("read", "write", "admin"),

@@ -25,11 +25,28 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from pydantic import ValidationError
+
 from app.planner import EstimateRequest, PlanRequest, estimate, plan
+from app.planner.errors import FieldError, field_errors, value_error
 
 log = logging.getLogger("trainplan.compute")
 POLL_S = 0.05
 MiB = 2**20
+
+
+class PlannerRefused(ValueError):
+    """The planner refused the input (its typed InputError, or a ValidationError): each error names its field."""
+
+    def __init__(self, errors: list[FieldError]) -> None:
+        super().__init__("; ".join(str(e) for e in errors))
+        self.errors = errors
+
+
+def input_errors(exc: ValueError) -> list[tuple[str, str]]:
+    """The planner's input error as (field, message) pairs, to send back over the pipe."""
+    errors = field_errors(exc) if isinstance(exc, ValidationError) else value_error(exc)
+    return [(e.field, e.message) for e in errors]
 
 
 class ComputeError(Exception):
@@ -68,15 +85,16 @@ def _child(conn: Connection, memory_bytes: int, max_result_bytes: int) -> None:
             kind, payload = conn.recv()
         except (EOFError, OSError):
             return
+        answer: tuple[str, Any]
         try:
             out = JOBS[kind](payload)
             answer = ("ok", out) if len(out) <= max_result_bytes else ("too_large", str(len(out)))
-        except ValueError as exc:  # the planner's input errors
-            answer = ("value_error", str(exc))
+        except ValueError as exc:  # the planner's input errors: its InputError (with the field) or pydantic's
+            answer = ("input", input_errors(exc))
         except MemoryError:
             answer = ("memory", "")
         except RecursionError:
-            answer = ("value_error", "the request is nested too deeply to evaluate")
+            answer = ("input", [("", "the request is nested too deeply to evaluate")])
         except Exception:  # a bug: reported (and logged by the server) as one
             answer = ("error", traceback.format_exc())
         try:
@@ -93,7 +111,7 @@ class _Worker:
 
 def _context() -> Any:
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["app.api.compute"])
+    ctx.set_forkserver_preload(["app.service.compute"])
     return ctx
 
 
@@ -159,7 +177,7 @@ class PlannerPool:
             self._started -= 1
 
     def run(self, kind: str, payload: Any, timeout_s: float, client_gone: Callable[[], bool]) -> str:
-        """The result's JSON, or ComputeError; ValueError for the planner's own input errors."""
+        """The result's JSON, or ComputeError; PlannerRefused for the planner's own input errors."""
         worker = self._acquire(timeout_s, client_gone)
         started = time.monotonic()
         try:
@@ -183,11 +201,11 @@ class PlannerPool:
         self._idle.put(worker)
         return self._answer(kind, status, value)
 
-    def _answer(self, kind: str, status: str, value: str) -> str:
+    def _answer(self, kind: str, status: str, value: Any) -> str:
         if status == "ok":
-            return value
-        if status == "value_error":
-            raise ValueError(value)
+            return str(value)
+        if status == "input":
+            raise PlannerRefused([FieldError(field, message) for field, message in value])
         if status == "memory":
             raise ComputeError(
                 "memory",

@@ -1,18 +1,17 @@
-"""FastAPI dependencies, as `Annotated` aliases, in one place. The app keeps its singletons on `app.state`."""
+"""FastAPI dependencies shared by the API and the pages, as `Annotated` aliases, in one place (the pages' own
+few: app/web/deps.py). The app keeps its singletons on `app.state`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 import anyio.from_thread
-from fastapi import Depends, Header, Request
-from starlette.datastructures import UploadFile
-from starlette.exceptions import HTTPException as StarletteHTTPException
+from fastapi import Depends, Header, Path, Query, Request
 
-from app.api.auth import (
+from app.service.auth import (
     CSRF_HEADER,
+    SAFE_METHODS,
     AuthError,
     LoginRequired,
     Principal,
@@ -21,16 +20,12 @@ from app.api.auth import (
     csrf_ok,
     require,
 )
-from app.api.compute import PlannerPool
-from app.api.jsonbody import BodyError, parse_json_object
-from app.api.middleware import SAFE_METHODS
-from app.api.service import PlanCache, Work
-from app.planner.errors import FieldError
+from app.service.clusters import lookup
+from app.service.compute import PlannerPool
+from app.service.planning import PlanCache, Work
+from app.service.requests import ClusterLookup
 from app.settings import Settings
-from app.store import AccountStore, PlanStore
-from app.web.templates import WebTemplates
-
-UPLOAD_FIELD = "hf.config"
+from app.store import AccountStore, ClusterStore, PlanStore
 
 
 def _settings(request: Request) -> Settings:
@@ -48,14 +43,14 @@ def _cache(request: Request) -> PlanCache:
     return cache
 
 
-def _templates(request: Request) -> WebTemplates:
-    templates: WebTemplates = request.app.state.templates
-    return templates
-
-
 def _accounts(request: Request) -> AccountStore:
     accounts: AccountStore = request.app.state.accounts
     return accounts
+
+
+def _clusters(request: Request) -> ClusterStore:
+    clusters: ClusterStore = request.app.state.clusters
+    return clusters
 
 
 def _client_gone(request: Request) -> Callable[[], bool]:
@@ -78,8 +73,8 @@ def _work(request: Request, settings: Annotated[Settings, Depends(_settings)]) -
 SettingsDep = Annotated[Settings, Depends(_settings)]
 StoreDep = Annotated[PlanStore, Depends(_store)]
 CacheDep = Annotated[PlanCache, Depends(_cache)]
-TemplatesDep = Annotated[WebTemplates, Depends(_templates)]
 AccountsDep = Annotated[AccountStore, Depends(_accounts)]
+ClustersDep = Annotated[ClusterStore, Depends(_clusters)]
 WorkDep = Annotated[Work, Depends(_work)]
 
 
@@ -134,47 +129,24 @@ AdminDep = Annotated[Principal, Depends(_admin)]
 PageViewerDep = Annotated[Principal, Depends(_page_viewer)]
 
 
-@dataclass(frozen=True)
-class SubmittedForm:
-    values: dict[str, str]  # every text field as typed
-    upload: bytes | None  # the config.json file, if one was chosen and is within the limit
-    upload_error: FieldError | None
+def _cluster_lookup(clusters: ClustersDep) -> ClusterLookup:
+    return lookup(clusters)
 
 
-async def _submitted_form(request: Request, settings: SettingsDep) -> SubmittedForm:
-    """The multipart form (reading the body is I/O, hence async; the route that uses it is a plain def)."""
-    limit = settings.max_upload_bytes
-    try:
-        form = await request.form(max_files=2, max_fields=300, max_part_size=limit)
-    except StarletteHTTPException as exc:  # the form parser's 400 (a part over the limit, too many fields, ...)
-        status = 413 if "maximum size" in str(exc.detail) else 422
-        raise BodyError([FieldError("", f"the form could not be read: {exc.detail}")], status) from None
-    try:
-        values = {k: v for k, v in form.multi_items() if isinstance(v, str)}
-        file = form.get(UPLOAD_FIELD)
-        upload, error = None, None
-        if isinstance(file, UploadFile) and file.filename:
-            data = await file.read(limit + 1)
-            if len(data) > limit:
-                error = FieldError(UPLOAD_FIELD, f"the file is larger than the limit of {limit} bytes")
-            else:
-                upload = data
-    finally:
-        await form.close()
-    return SubmittedForm(values, upload, error)
+ClusterLookupDep = Annotated[ClusterLookup, Depends(_cluster_lookup)]
 
 
-FormDep = Annotated[SubmittedForm, Depends(_submitted_form)]
+async def _sent_json(request: Request) -> dict[str, Any]:
+    """The body as it was sent: one JSON object, read strictly (app/api/routing.py reads it before the route)."""
+    body: dict[str, Any] = await request.json()
+    return body
 
 
-async def _json_object(request: Request) -> dict[str, Any]:
-    """The body as one JSON object, read strictly (app/api/jsonbody.py)."""
-    return parse_json_object(await request.body(), request.headers.get("content-type"))
-
-
-# A JSON object body, validated by the planner's own specs in the route (so the API, the form and the CLI
-# report the same field errors); the OpenAPI schema of each body is set on its route (app/api/openapi.py).
-JsonObject = Annotated[dict[str, Any], Depends(_json_object)]
+# The JSON of a typed body as it came (stored with the plan, digested for Idempotency-Keys); FastAPI validates the
+# same JSON as the route's pydantic body.
+SentJson = Annotated[dict[str, Any], Depends(_sent_json)]
+PlanId = Annotated[str, Path(pattern=r"^[0-9a-f]{16}$", description="A stored plan's id.")]
+Rank = Annotated[int, Query(ge=1, le=1000, description="Which ranked plan (1 = the chosen one).")]
 IdempotencyKeyHeader = Annotated[
     str | None,
     Header(

@@ -1,16 +1,15 @@
-"""What the REST API and the web form both call: parse a request, search (time-capped), render, store.
+"""What the REST API, the web form and the deadline search call: search (time-capped), render, store.
 
 The search itself is `app.planner.plan`, the function the CLI calls; this module only adds what a shared
-service needs around it: size bounds, the time cap, planner processes that can be stopped (app/api/compute.py),
-a result cache keyed by the full request and the planner version, the rank-1 artifacts rendered at creation,
-storage with the plan's owner, and Idempotency-Keys.
+service needs around it: the time cap, planner processes that can be stopped (app/service/compute.py), a result
+cache keyed by the full request and the planner version, the rank-1 artifacts rendered at creation, storage with
+the plan's owner, and Idempotency-Keys. Requests arrive parsed (app/service/requests.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -19,100 +18,27 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from app.api.artifacts import render_files
-from app.api.bounds import layout_errors, model_size_errors, pin_errors
-from app.api.compute import ComputeError, PlannerPool
 from app.planner import EstimateRequest, PlanRequest, __version__
 from app.planner.errors import FieldError, field_errors
 from app.planner.results import Estimate, PlanResult
 from app.render import RenderOptions
+from app.service.artifacts import render_files
+from app.service.compute import ComputeError, PlannerPool, PlannerRefused
+from app.service.errors import NotFound, Refused
+from app.service.requests import Parsed
 from app.settings import Settings
 from app.store import IdempotencyKey, KeyReused, PlanRecord, PlanStore
 
-_FIELD_PREFIX = re.compile(r"^((?:model|cluster|training|parallel)(?:\.[a-z_]+)+)\b")
+__all__ = ["NotFound", "Refused"]
 
 
-class InputError(Exception):
-    """The request is malformed or out of range; `errors` name each field and say why (-> 4xx)."""
-
-    def __init__(self, errors: list[FieldError], status_code: int = 422, retry_after_s: int | None = None) -> None:
-        super().__init__("; ".join(str(e) for e in errors))
-        self.errors = errors
-        self.status_code = status_code
-        self.retry_after_s = retry_after_s
-
-
-class NotFound(Exception):
-    def __init__(self, what: str, field: str = "") -> None:
-        super().__init__(what)
-        self.error = FieldError(field, what)
-
-
-def value_errors(exc: ValueError) -> list[FieldError]:
-    """A planner ValueError raised after validation; its message starts with the field when it names one."""
-    message = str(exc)
-    match = _FIELD_PREFIX.match(message)
-    return [FieldError(match.group(1) if match else "", message)]
-
-
-def parse_render_options(data: Mapping[str, Any]) -> RenderOptions | None:
-    """The request's optional "render" object: how the files are written (job name, paths, launch settings)."""
-    options = data.get("render")
-    if options is None:
-        return None
-    try:
-        return RenderOptions.model_validate(options)
-    except ValidationError as exc:
-        raise InputError(field_errors(exc, prefix="render")) from None
-
-
-def _unreadable_model(exc: Exception) -> FieldError:
-    """A model (a config.json, mostly) with a value of a type the importer did not expect."""
-    return FieldError("model", f"cannot read the model: {type(exc).__name__}: {exc}")
-
-
-def parse_plan_request(data: Mapping[str, Any]) -> tuple[PlanRequest, RenderOptions | None]:
-    """A plan request (model, cluster, training) and its render options; every bad field at once."""
-    errors: list[FieldError] = []
-    options = None
-    try:
-        options = parse_render_options(data)
-    except InputError as exc:
-        errors += exc.errors
-    try:
-        request = PlanRequest.model_validate({k: v for k, v in data.items() if k != "render"})
-    except ValidationError as exc:
-        raise InputError(field_errors(exc) + errors) from None
-    except (TypeError, KeyError, AttributeError, OverflowError) as exc:  # a config.json value of an odd type
-        raise InputError([_unreadable_model(exc), *errors]) from None
-    errors += model_size_errors(request.model) + pin_errors(request)
-    if errors:
-        raise InputError(errors)
-    return request, options
-
-
-def parse_estimate_request(data: Mapping[str, Any]) -> EstimateRequest:
-    """A fixed layout; refused before any work when it is larger than the model it splits."""
-    try:
-        request = EstimateRequest.model_validate(dict(data))
-    except ValidationError as exc:
-        raise InputError(field_errors(exc)) from None
-    except (TypeError, KeyError, AttributeError, OverflowError) as exc:
-        raise InputError([_unreadable_model(exc)]) from None
-    errors = model_size_errors(request.model) + layout_errors(request)
-    if errors:
-        raise InputError(errors)
-    return request
-
-
-def cap_search_time(request: PlanRequest, raw: Mapping[str, Any], settings: Settings) -> tuple[PlanRequest, list[str]]:
+def cap_search_time(request: PlanRequest, settings: Settings) -> tuple[PlanRequest, list[str]]:
     """Apply the service's search-time cap; say so when it overrides a limit the user asked for."""
     asked = request.training.search_time_limit_s
     if asked <= settings.max_search_time_s:
         return request, []
     training = request.training.model_copy(update={"search_time_limit_s": settings.max_search_time_s})
-    raw_training = raw.get("training")
-    explicit = isinstance(raw_training, Mapping) and "search_time_limit_s" in raw_training
+    explicit = "search_time_limit_s" in request.training.model_fields_set
     notices = (
         [
             f"training.search_time_limit_s: {asked:g} s is above this service's cap; searched for at most "
@@ -177,16 +103,16 @@ def compute(work: Work, kind: str, request: BaseModel, model: type[T], timeout_s
     """Run `kind` in a planner process; every way it can fail is a 4xx (or 503 when all are busy)."""
     try:
         text = work.pool.run(kind, request, timeout_s, work.client_gone)
-    except ValueError as exc:
-        raise InputError(value_errors(exc)) from None
+    except PlannerRefused as exc:  # the planner's own input errors, each with its field
+        raise Refused(exc.errors) from None
     except ComputeError as exc:
         status = _COMPUTE_STATUS.get(exc.kind, 422)
-        raise InputError([FieldError(field, str(exc))], status, retry_after_s=5 if status == 503 else None) from None
+        raise Refused([FieldError(field, str(exc))], status, retry_after_s=5 if status == 503 else None) from None
     try:
         return Computed(model.model_validate_json(text), text)
     except ValidationError as exc:  # e.g. a number that overflowed to infinity: refuse it rather than store it
         problem = field_errors(exc)[0]
-        raise InputError(
+        raise Refused(
             [
                 FieldError(
                     "",
@@ -205,9 +131,9 @@ class SearchOutcome:
     cache_hit: bool
 
 
-def search(request: PlanRequest, raw: Mapping[str, Any], work: Work, cache: PlanCache) -> SearchOutcome:
+def search(request: PlanRequest, work: Work, cache: PlanCache) -> SearchOutcome:
     """`app.planner.plan` under the service's time cap, through the cache."""
-    request, notices = cap_search_time(request, raw, work.settings)
+    request, notices = cap_search_time(request, work.settings)
     key = (__version__, request.model_dump_json())
     cached = cache.get(key)
     if cached is not None:
@@ -236,32 +162,34 @@ class Created:
 
 def create_plan(
     store: PlanStore,
-    raw: Mapping[str, Any],
+    sent: Mapping[str, Any],
+    parse: Callable[[], Parsed],
     work: Work,
     cache: PlanCache,
     owner: str,
     idempotency_key: str | None = None,
 ) -> Created:
-    """Parse, search, render rank 1, store with its owner. With an Idempotency-Key that made a plan already
-    (within the window), that plan, without searching again."""
-    key = IdempotencyKey(owner, idempotency_key, request_digest(raw)) if idempotency_key is not None else None
+    """Search, render rank 1, store with its owner. With an Idempotency-Key that made a plan already (within the
+    window), that plan, without searching again. `sent` is the JSON as it came (the key's digest); `parse` reads
+    it (only when there is something to search)."""
+    key = IdempotencyKey(owner, idempotency_key, request_digest(sent)) if idempotency_key is not None else None
     try:
         earlier = store.idempotent_plan(key) if key else None
     except KeyReused as exc:
-        raise InputError([FieldError("idempotency-key", str(exc))]) from None
+        raise Refused([FieldError("idempotency-key", str(exc))]) from None
     if earlier is not None:
         return Created(earlier, cache_hit=False, replayed=True)
-    request, options = parse_plan_request(raw)
-    outcome = search(request, raw, work, cache)
-    notices = list(outcome.notices)
+    parsed = parse()
+    outcome = search(parsed.request, work, cache)
+    notices = parsed.notices + outcome.notices
     files, renderer_version = {}, ""
     if outcome.result.plans:
-        rendered = render_files(outcome.result, 1, options)
+        rendered = render_files(outcome.result, 1, parsed.options)
         files, renderer_version = rendered.files, rendered.renderer_version
         notices += rendered.notices
     try:
         record, replayed = store.add(
-            dict(raw),
+            parsed.stored,
             outcome.result,
             notices,
             files,
@@ -271,8 +199,17 @@ def create_plan(
             result_json=outcome.result_json,
         )
     except KeyReused as exc:
-        raise InputError([FieldError("idempotency-key", str(exc))]) from None
+        raise Refused([FieldError("idempotency-key", str(exc))]) from None
     return Created(record, outcome.cache_hit, replayed)
+
+
+def stored_render_options(request: Mapping[str, Any]) -> RenderOptions | None:
+    """The render options a stored request was made with (validated when it was stored)."""
+    options = request.get("render")
+    try:
+        return RenderOptions.model_validate(options) if options is not None else None
+    except ValidationError as exc:  # the renderer's options changed since: say which, not a 500
+        raise Refused(field_errors(exc, prefix="render")) from None
 
 
 def get_plan(store: PlanStore, plan_id: str) -> PlanRecord:
@@ -296,10 +233,9 @@ def plan_artifacts(store: PlanStore, record: PlanRecord, rank: int) -> dict[str,
     files = store.artifacts(record.id, rank)
     if files is not None:
         return files
-    rendered = render_files(record.result, rank, parse_render_options(record.request))
+    rendered = render_files(record.result, rank, stored_render_options(record.request))
     return store.put_artifacts(record.id, rank, rendered.files, rendered.renderer_version)
 
 
-def run_estimate(data: Mapping[str, Any], work: Work) -> Estimate:
-    request = parse_estimate_request(data)
+def run_estimate(request: EstimateRequest, work: Work) -> Estimate:
     return compute(work, "estimate", request, Estimate, work.settings.max_estimate_time_s, "parallel").value

@@ -1,5 +1,5 @@
-"""Tables of the plan store: plans and their rendered files; accounts (users, API tokens, web sessions), the
-audit log of deletions and account changes, and the Idempotency-Keys of plan creations."""
+"""Tables of the plan store: plans and their rendered files; saved cluster descriptions; accounts (users, API
+tokens, web sessions), the audit log of deletions and account changes, and the Idempotency-Keys of plan creations."""
 
 from __future__ import annotations
 
@@ -118,3 +118,21 @@ class IdempotencyRow(Base):
     request_sha256: Mapped[str] = mapped_column(String(64))
     plan_id: Mapped[str] = mapped_column(ForeignKey("plans.id", ondelete="CASCADE"), index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+
+
+class ClusterRow(Base):
+    """A saved cluster description (nodes, GPU, NICs, hosts, measured profile): the JSON as it was sent, checked
+    against ClusterSpec when saved; `version` counts its saves (an edit must name the version it changes)."""
+
+    __tablename__ = "clusters"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
+    description: Mapped[str] = mapped_column(String(500), default="")
+    spec_json: Mapped[str] = mapped_column(Text)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    gpu_name: Mapped[str] = mapped_column(String(200))
+    num_nodes: Mapped[int] = mapped_column(Integer)
+    gpus_per_node: Mapped[int] = mapped_column(Integer)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, delete, func, select, text
+from sqlalchemy import ColumnElement, Engine, delete, func, or_, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -71,11 +71,53 @@ class KeyReused(ValueError):
 
 
 class NotOwner(PermissionError):
-    """The plan belongs to someone else."""
+    """The plan (or saved cluster) belongs to someone else."""
 
-    def __init__(self, plan_id: str, owner: str | None) -> None:
-        super().__init__(f"plan {plan_id} belongs to {owner or 'nobody (made before accounts)'}")
+    def __init__(self, ident: str, owner: str | None, kind: str = "plan") -> None:
+        super().__init__(f"{kind} {ident} belongs to {owner or 'nobody (made before accounts)'}")
         self.owner = owner
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class PlanFilters:
+    """The plan list's search: every word of `q` in the id, model, GPU, chosen layout or owner (any case), and
+    exact model, GPU and owner."""
+
+    q: str = ""
+    model: str = ""
+    gpu: str = ""
+    owner: str = ""
+
+    def conditions(self) -> list[ColumnElement[bool]]:
+        out: list[ColumnElement[bool]] = []
+        for word in self.q.lower().split():
+            out.append(or_(*(func.lower(c).contains(word, autoescape=True) for c in _SEARCHED)))
+        for column, value in (
+            (PlanRow.model_name, self.model),
+            (PlanRow.gpu_name, self.gpu),
+            (PlanRow.owner, self.owner),
+        ):
+            if value:
+                out.append(column == value)
+        return out
+
+
+_SEARCHED = (PlanRow.id, PlanRow.model_name, PlanRow.gpu_name, PlanRow.best_summary, PlanRow.owner)
+_SUMMARY = (
+    PlanRow.id,
+    PlanRow.created_at,
+    PlanRow.planner_version,
+    PlanRow.model_name,
+    PlanRow.num_parameters,
+    PlanRow.gpu_name,
+    PlanRow.num_gpus,
+    PlanRow.num_plans,
+    PlanRow.best_summary,
+    PlanRow.best_tokens_per_s,
+    PlanRow.truncated,
+    PlanRow.owner,
+)
 
 
 def _summary_columns(result: PlanResult) -> dict[str, Any]:
@@ -205,30 +247,31 @@ class PlanStore:
         with Session(self.engine) as session:
             return session.scalar(select(func.count()).where(PlanRow.id == plan_id)) == 1
 
-    def page(self, limit: int, offset: int, owner: str | None = None) -> tuple[list[PlanSummaryRecord], int]:
-        """A page of summaries, newest first (ties broken by id), and the total count; `owner`'s plans only."""
-        columns = [
-            PlanRow.id,
-            PlanRow.created_at,
-            PlanRow.planner_version,
-            PlanRow.model_name,
-            PlanRow.num_parameters,
-            PlanRow.gpu_name,
-            PlanRow.num_gpus,
-            PlanRow.num_plans,
-            PlanRow.best_summary,
-            PlanRow.best_tokens_per_s,
-            PlanRow.truncated,
-            PlanRow.owner,
-        ]
-        query = select(*columns).order_by(PlanRow.created_at.desc(), PlanRow.id.desc()).limit(limit).offset(offset)
+    def page(
+        self, limit: int, offset: int, owner: str | None = None, filters: PlanFilters | None = None
+    ) -> tuple[list[PlanSummaryRecord], int]:
+        """A page of summaries, newest first (ties broken by id), and how many match; `owner`'s plans only, and
+        those `filters` keep (in SQL: the listing never loads more rows than it shows)."""
+        query = select(*_SUMMARY).order_by(PlanRow.created_at.desc(), PlanRow.id.desc()).limit(limit).offset(offset)
         count = select(func.count()).select_from(PlanRow)
+        conditions = (filters or PlanFilters()).conditions()
         if owner is not None:
-            query, count = query.where(PlanRow.owner == owner), count.where(PlanRow.owner == owner)
+            conditions.append(PlanRow.owner == owner)
+        if conditions:
+            query, count = query.where(*conditions), count.where(*conditions)
         with Session(self.engine) as session:
             total = session.scalar(count) or 0
             rows = session.execute(query).all()
         return [PlanSummaryRecord(**{**row._asdict(), "created_at": utc(row.created_at)}) for row in rows], total
+
+    def facets(self, limit: int = 200) -> dict[str, list[str]]:
+        """The distinct models, GPUs and owners of the stored plans (the list's filter choices), `limit` each."""
+        out = {}
+        with Session(self.engine) as session:
+            for name, column in (("models", PlanRow.model_name), ("gpus", PlanRow.gpu_name), ("owners", PlanRow.owner)):
+                query = select(column).where(column.is_not(None)).distinct().order_by(column).limit(limit)
+                out[name] = [str(v) for v in session.scalars(query)]
+        return out
 
     def delete(self, plan_id: str, actor: str = "cli", only_owner: str | None = None) -> bool:
         """Delete a plan and its files, with an audit entry in the same transaction. False if there is no such

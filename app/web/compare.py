@@ -11,10 +11,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from app.api.service import NotFound, plan_artifacts
 from app.planner.errors import FieldError
 from app.planner.explain import describe
 from app.planner.results import Plan
+from app.service.planning import NotFound, plan_artifacts
 from app.store import PlanRecord, PlanStore
 from app.web import charts
 from app.web.pages import svg

@@ -1,66 +1,19 @@
-"""Time to train and cost of each plan: tokens to train (training.train_tokens, or typed on the page) over the
-plan's tokens/s, times its GPUs and a price per GPU-hour; the 80 % interval comes from the tokens/s interval, and
-the wall-clock adds checkpoints, failures and restarts through the plan's goodput (app/planner/goodput.py)."""
+"""The result page's time-to-train and cost panel: tokens to train (training.train_tokens, or typed on the page)
+and a price per GPU-hour, as typed and checked, and one row per ranked plan (app/service/cost.py)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from app.planner.errors import FieldError
-from app.planner.results import Plan, PlanResult
+from app.planner.results import PlanResult
+from app.service.cost import DAY_S, PlanCost, plan_cost
 
-DAY_S = 86_400.0
 MAX_TOKENS = 1e17  # TrainingSpec.train_tokens' bound
 MAX_PRICE = 1e6
-
-
-@dataclass(frozen=True)
-class PlanCost:
-    rank: int
-    gpus: int
-    days: float  # compute time at the predicted tokens/s
-    days_low: float | None  # 80 % interval of it (from tokens/s)
-    days_high: float | None
-    wall_days: float | None  # with checkpoints and failures (goodput)
-    goodput: float | None
-    gpu_hours: float
-    cost: float | None  # gpu_hours x price
-    cost_low: float | None
-    cost_high: float | None
-
-
-def plan_cost(plan: Plan, tokens: float, price: float | None) -> PlanCost:
-    t = plan.estimate.time
-    gpus = plan.layout.world_size
-    seconds = tokens / t.tokens_per_s
-    iv = t.tokens_per_s_interval
-    low, high = (tokens / iv.high, tokens / iv.low) if iv is not None else (None, None)
-    goodput = plan.checkpoint.goodput if plan.checkpoint is not None and plan.checkpoint.goodput > 0 else None
-    wall = seconds / goodput if goodput else None
-    hours = (wall or seconds) * gpus / 3600
-    cost = hours * price if price is not None else None
-
-    def scaled(s: float | None) -> float | None:
-        if s is None or price is None:
-            return None
-        return s / goodput * gpus / 3600 * price if goodput else s * gpus / 3600 * price
-
-    return PlanCost(
-        plan.rank,
-        gpus,
-        seconds / DAY_S,
-        low / DAY_S if low else None,
-        high / DAY_S if high else None,
-        wall / DAY_S if wall else None,
-        goodput,
-        hours,
-        cost,
-        scaled(low),
-        scaled(high),
-    )
+__all__ = ["DAY_S", "PlanCost", "cost_context", "plan_cost"]
 
 
 def _number(query: Mapping[str, str], name: str, upper: float, errors: list[FieldError]) -> float | None:

@@ -4,53 +4,32 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass
 from typing import Annotated
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
-from app.api.auth import CSRF_FIELD, AuthError
-from app.api.deps import FormDep, PageViewerDep, SettingsDep, StoreDep, TemplatesDep
 from app.planner import __version__
-from app.store import NotOwner, PlanStore
-from app.store.plans import PlanSummaryRecord
+from app.service.auth import CSRF_FIELD, AuthError
+from app.service.deps import PageViewerDep, SettingsDep, StoreDep
+from app.store import NotOwner, PlanFilters
 from app.web.compare import MAX_PLANS, compare_context, parse_refs
+from app.web.deps import FormDep, TemplatesDep
 from app.web.respond import HTML, PrefsDep, compressed, html, require_csrf
 
 router = APIRouter(include_in_schema=False)
-SCAN = 2000  # the list filters the newest plans this many at most (the store pages by time)
 Text = Annotated[str, Query(max_length=100)]
+CSV_MAX_ROWS = 100_000  # a CSV of every matching plan, read page by page from the store
 
 
-@dataclass(frozen=True)
-class Filters:
-    q: str = ""
-    model: str = ""
-    gpu: str = ""
-    owner: str = ""
-
-    def keep(self, r: PlanSummaryRecord) -> bool:
-        text = " ".join(str(x) for x in (r.id, r.model_name, r.gpu_name, r.best_summary or "", r.owner or "")).lower()
-        return (
-            (not self.q or all(word in text for word in self.q.lower().split()))
-            and (not self.model or r.model_name == self.model)
-            and (not self.gpu or r.gpu_name == self.gpu)
-            and (not self.owner or r.owner == self.owner)
-        )
-
-    def query(self, **more: object) -> str:
-        fields = {
-            k: v for k, v in (("q", self.q), ("model", self.model), ("gpu", self.gpu), ("owner", self.owner)) if v
-        }
-        return urlencode({**fields, **{k: v for k, v in more.items() if v}})
+def filters_of(q: str, model: str, gpu: str, owner: str) -> PlanFilters:
+    return PlanFilters(q.strip(), model, gpu, owner)
 
 
-def _filtered(store: PlanStore, filters: Filters) -> tuple[list[PlanSummaryRecord], list[PlanSummaryRecord], int]:
-    """(matching rows, all scanned rows, total stored)."""
-    scanned, total = store.page(SCAN, 0)
-    return [r for r in scanned if filters.keep(r)], scanned, total
+def query_of(filters: PlanFilters, **more: object) -> str:
+    fields = {k: v for k, v in vars(filters).items() if v}
+    return urlencode({**fields, **{k: v for k, v in more.items() if v}})
 
 
 @router.get("/recent", response_class=HTML)
@@ -68,31 +47,31 @@ def recent_page(
     offset: Annotated[int, Query(ge=0, le=10**12)] = 0,
     deleted: Annotated[str, Query(max_length=16)] = "",
 ) -> Response:
-    filters = Filters(q.strip(), model, gpu, owner)
-    matching, scanned, total = _filtered(store, filters)
+    filters = filters_of(q, model, gpu, owner)
     size = settings.default_page_size
-    items = matching[offset : offset + size]
+    items, matching = store.page(size, offset, filters=filters)  # the search runs in SQL
+    total = store.page(1, 0)[1] if filters.conditions() else matching
+    facets = store.facets()
     page = templates.render(
         "recent.html",
         items=items,
         total=total,
-        matching=len(matching),
-        scanned=len(scanned),
+        matching=matching,
         offset=offset,
         filters=filters,
-        models=sorted({r.model_name for r in scanned}),
-        gpus=sorted({r.gpu_name for r in scanned}),
-        owners=sorted({r.owner for r in scanned if r.owner}),
+        models=facets["models"],
+        gpus=facets["gpus"],
+        owners=facets["owners"],
         planner_version=__version__,
         viewer=viewer,
         prefs=prefs,
         deleted=deleted,
         max_compare=MAX_PLANS,
         csrf_token=viewer.csrf_token if viewer.via == "session" else "",
-        csv_url="/recent.csv?" + filters.query(),
-        self_url="/recent?" + filters.query(offset=offset),
-        prev_url="/recent?" + filters.query(offset=max(0, offset - size)) if offset > 0 else None,
-        next_url="/recent?" + filters.query(offset=offset + size) if offset + size < len(matching) else None,
+        csv_url="/recent.csv?" + query_of(filters),
+        self_url="/recent?" + query_of(filters, offset=offset),
+        prev_url="/recent?" + query_of(filters, offset=max(0, offset - size)) if offset > 0 else None,
+        next_url="/recent?" + query_of(filters, offset=offset + size) if offset + size < matching else None,
     )
     return html(request, page)
 
@@ -124,7 +103,7 @@ def recent_csv(
     owner: Text = "",
 ) -> Response:
     """The filtered plan list as CSV (one row per stored plan)."""
-    matching, _scanned, _total = _filtered(store, Filters(q.strip(), model, gpu, owner))
+    matching, _count = store.page(CSV_MAX_ROWS, 0, filters=filters_of(q, model, gpu, owner))
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)

@@ -10,7 +10,8 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from app.api.auth import (
+from app.planner import __version__
+from app.service.auth import (
     CSRF_FIELD,
     LOGIN_CSRF_COOKIE,
     SESSION_COOKIE,
@@ -19,8 +20,8 @@ from app.api.auth import (
     client_address,
     csrf_ok,
 )
-from app.api.deps import AccountsDep, PrincipalDep, SettingsDep, TemplatesDep
-from app.planner import __version__
+from app.service.deps import AccountsDep, PrincipalDep, SettingsDep
+from app.web.deps import TemplatesDep
 from app.web.templates import WebTemplates
 
 router = APIRouter(include_in_schema=False)

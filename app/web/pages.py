@@ -8,10 +8,10 @@ from typing import Any
 
 from markupsafe import Markup
 
-from app.api.auth import Principal
 from app.planner import __version__
 from app.planner.errors import FieldError
 from app.planner.specs import ModelSpec
+from app.service.auth import Principal
 from app.web import charts, forms
 from app.web.prefs import Prefs
 from app.web.templates import WebTemplates

@@ -3,13 +3,15 @@ preferences from their cookie."""
 
 from __future__ import annotations
 
-import gzip
 from typing import Annotated
 
 from fastapi import Cookie, Depends, Request
 from fastapi.responses import HTMLResponse, Response
 
-from app.api.auth import CSRF_FIELD, AuthError, Principal, csrf_ok
+__all__ = ["compressed", "html", "require_csrf"]
+
+from app.service.auth import CSRF_FIELD, AuthError, Principal, csrf_ok
+from app.service.responses import compressed
 from app.web import prefs as prefs_mod
 from app.web.prefs import Prefs
 
@@ -18,25 +20,6 @@ CSP = (
     "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; base-uri 'none'; "
     "frame-ancestors 'none'"
 )
-MIN_GZIP_BYTES = 1024
-
-
-def _accepts_gzip(request: Request) -> bool:
-    accepted = request.headers.get("accept-encoding", "")
-    return any(
-        part.split(";")[0].strip() == "gzip" and "q=0" not in part.replace(" ", "") for part in accepted.split(",")
-    )
-
-
-def compressed(
-    request: Request, body: bytes, media_type: str, status_code: int = 200, headers: dict[str, str] | None = None
-) -> Response:
-    """The body as is, or gzipped when the client accepts it and it is worth it (a result page: ~10x smaller)."""
-    out = {"X-Content-Type-Options": "nosniff", "Vary": "Accept-Encoding", **(headers or {})}
-    if len(body) >= MIN_GZIP_BYTES and _accepts_gzip(request):
-        body = gzip.compress(body, compresslevel=6)
-        out["Content-Encoding"] = "gzip"
-    return Response(body, status_code=status_code, media_type=media_type, headers=out)
 
 
 def html(request: Request, content: str, status_code: int = 200) -> Response:

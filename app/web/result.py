@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.api.plans import artifact_url
 from app.planner import __version__, catalog, uncertainty
 from app.planner.explain import describe
 from app.planner.results import Interval, Plan, PlanResult, StageMemory
 from app.planner.specs import ParallelConfig
+from app.service.artifacts import artifact_url
 from app.store import PlanRecord
 from app.web import charts, cost, whatif
 from app.web.fields import label_for

@@ -8,16 +8,18 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
-from app.api.auth import CSRF_FIELD, Principal
-from app.api.deps import CacheDep, FormDep, PageViewerDep, SettingsDep, StoreDep, TemplatesDep, WorkDep
-from app.api.jsonbody import BodyError, check_tree, parse_json
-from app.api.plans import PlanId, Rank
-from app.api.service import InputError, NotFound, check_rank, create_plan, get_plan, parse_plan_request, plan_artifacts
 from app.planner import __version__
 from app.planner.errors import FieldError
+from app.service.auth import CSRF_FIELD, Principal
+from app.service.deps import CacheDep, ClusterLookupDep, PageViewerDep, PlanId, Rank, SettingsDep, StoreDep, WorkDep
+from app.service.errors import Refused
+from app.service.jsonbody import BodyError, check_tree, parse_json
+from app.service.planning import NotFound, check_rank, create_plan, get_plan, plan_artifacts
+from app.service.requests import ClusterLookup, parse_plan_request
 from app.store import PlanStore
 from app.web import forms, whatif
 from app.web import prefs as prefs_mod
+from app.web.deps import FormDep, TemplatesDep
 from app.web.lists import router as lists_router
 from app.web.login import router as login_router
 from app.web.pages import SECTIONS, Check, check_of, form_context, svg
@@ -107,6 +109,7 @@ def _plan_and_show(
     store: PlanStore,
     work: Any,
     cache: Any,
+    clusters: ClusterLookup,
     templates: WebTemplates,
     viewer: Principal,
     prefs: Prefs,
@@ -119,8 +122,8 @@ def _plan_and_show(
         if upload_error:
             raise forms.FormError([upload_error])
         raw = _form_request(values, upload)
-        created = create_plan(store, raw, work, cache, viewer.name)
-    except (forms.FormError, InputError) as exc:
+        created = create_plan(store, raw, lambda: parse_plan_request(raw, clusters), work, cache, viewer.name)
+    except (forms.FormError, Refused) as exc:
         return _form_page(templates, store, request, viewer, prefs, values, exc.errors, 422)
     return RedirectResponse(f"/p/{created.record.id}", status_code=303)
 
@@ -132,6 +135,7 @@ def submit_form(
     store: StoreDep,
     work: WorkDep,
     cache: CacheDep,
+    clusters: ClusterLookupDep,
     templates: TemplatesDep,
     viewer: PageViewerDep,
     prefs: PrefsDep,
@@ -139,12 +143,19 @@ def submit_form(
     """Search and store, then show the result (303 to its permalink); on bad input, the form again with each
     message beside its field and every value kept. Needs the user or admin role, and the session's CSRF token."""
     values = _checked_values(form, viewer)
-    return _plan_and_show(request, values, form.upload, form.upload_error, store, work, cache, templates, viewer, prefs)
+    upload, upload_error = form.upload, form.upload_error
+    return _plan_and_show(request, values, upload, upload_error, store, work, cache, clusters, templates, viewer, prefs)
 
 
 @router.post("/check", response_class=HTML)
 def check_form(
-    request: Request, form: FormDep, store: StoreDep, templates: TemplatesDep, viewer: PageViewerDep, prefs: PrefsDep
+    request: Request,
+    form: FormDep,
+    store: StoreDep,
+    clusters: ClusterLookupDep,
+    templates: TemplatesDep,
+    viewer: PageViewerDep,
+    prefs: PrefsDep,
 ) -> Response:
     """The form again with the model it describes: parameter count and dimensions, no search (read role is enough)."""
     values = _checked_values(form, viewer)
@@ -152,10 +163,11 @@ def check_form(
         if form.upload_error:
             raise forms.FormError([form.upload_error])
         raw = _form_request(values, form.upload)
-        parsed, _options = parse_plan_request(raw)
-    except (forms.FormError, InputError) as exc:
+        parsed = parse_plan_request(raw, clusters)
+    except (forms.FormError, Refused) as exc:
         return _form_page(templates, store, request, viewer, prefs, values, exc.errors, 422)
-    return _form_page(templates, store, request, viewer, prefs, values, [], check=check_of(parsed.model, []))
+    check = check_of(parsed.request.model, [])
+    return _form_page(templates, store, request, viewer, prefs, values, [], check=check)
 
 
 @router.post("/whatif", response_class=HTML)
@@ -165,6 +177,7 @@ def what_if(
     store: StoreDep,
     work: WorkDep,
     cache: CacheDep,
+    clusters: ClusterLookupDep,
     templates: TemplatesDep,
     viewer: PageViewerDep,
     prefs: PrefsDep,
@@ -176,7 +189,7 @@ def what_if(
     if record is None:
         return not_found(request, templates, f"No stored plan with id {plan_id!r} to change.", viewer, prefs)
     changed = whatif.apply(record, values)
-    return _plan_and_show(request, changed, None, None, store, work, cache, templates, viewer, prefs)
+    return _plan_and_show(request, changed, None, None, store, work, cache, clusters, templates, viewer, prefs)
 
 
 @router.get("/p/{plan_id}", response_class=HTML)

@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
-from app.api.compute import PlannerPool
-from app.api.service import InputError, PlanCache, Work, create_plan
 from app.planner.results import PlanResult
+from app.service.compute import PlannerPool
+from app.service.errors import Refused
+from app.service.planning import PlanCache, Work, create_plan
+from app.service.requests import parse_plan_request
 from app.settings import Settings
 from app.store import PlanStore
 from tests.api.conftest import SMALL, TINY, make_sqlite_client
@@ -268,9 +270,18 @@ def test_estimate_time_and_output_caps(sqlite_url: str) -> None:
         assert client.post("/estimate", json={**TINY, "parallel": {}}).status_code == 200
 
 
+# Planner processes fork from a forkserver that imports the planner only (not the web stack), so a small search
+# fits in 64 MiB: this one keeps 200 ranked plans of a 405B model on 2,048 GPUs.
+HUNGRY = {
+    "model": "llama-3-405b",
+    "cluster": {"num_nodes": 256, "gpus_per_node": 8, "gpu": "H100-SXM"},
+    "training": {"global_batch_size": 2048, "max_plans": 200},
+}
+
+
 def test_a_planner_process_out_of_memory_is_a_422_and_the_service_goes_on(sqlite_url: str) -> None:
     with make_sqlite_client(sqlite_url, planner_memory_mib=64, planner_processes=1) as client:
-        r = client.post("/plans", json=SMALL)
+        r = client.post("/plans", json=HUNGRY)
         assert r.status_code == 422, r.text[:500]
         assert "64 MiB" in r.json()["detail"] or "out of memory" in r.json()["detail"], r.text[:500]
         assert client.get("/plans").json()["total"] == 0
@@ -316,8 +327,15 @@ def test_a_result_that_does_not_read_back_is_never_stored(sqlite_url: str) -> No
     store.init()
     pool = OverflowingPool(1, 2048, Settings().max_result_bytes)
     try:
-        with pytest.raises(InputError) as exc:
-            create_plan(store, TINY, Work(pool, Settings(), lambda: False), PlanCache(0), "alice")
+        with pytest.raises(Refused) as exc:
+            create_plan(
+                store,
+                TINY,
+                lambda: parse_plan_request(TINY),
+                Work(pool, Settings(), lambda: False),
+                PlanCache(0),
+                "alice",
+            )
     finally:
         pool.close()
     assert exc.value.status_code == 422 and "does not read back" in str(exc.value)
@@ -366,7 +384,8 @@ def test_security_headers_on_every_kind_of_response(sqlite_url: str) -> None:
         assert answers["json 200"].headers["cache-control"] == "no-store"
         assert answers["css"].headers["cache-control"].startswith("public")  # the route's own header is kept
         assert "script-src" not in answers["html"].headers["content-security-policy"]
-        assert "cdn.jsdelivr.net" in answers["docs"].headers["content-security-policy"]
+        docs_csp = answers["docs"].headers["content-security-policy"]
+        assert "script-src 'self';" in docs_csp and "http" not in docs_csp  # Swagger UI from this origin only
         assert answers["405"].status_code == 405 and answers["405"].headers["allow"] == "GET, POST"
 
 

@@ -79,12 +79,26 @@ def test_openapi_documents_bodies_with_the_spec_descriptions(sqlite_client: Any)
             if info.description:
                 assert schemas[model]["properties"][name]["description"] == info.description, (model, name)
     body = doc["paths"]["/plans"]["post"]["requestBody"]["content"]["application/json"]
-    assert body["schema"] == {"$ref": "#/components/schemas/PlanRequest"}
+    assert body["schema"] == {"$ref": "#/components/schemas/PlanBody"}  # a typed body: FastAPI wrote the schema
     assert {"preset", "dimensions", "hf_config"} <= set(body["examples"])
-    assert "render" in schemas["PlanRequest"]["properties"]
+    assert "render" in schemas["PlanBody"]["properties"]
+    shapes = [s.get("$ref", s.get("type")) for s in schemas["PlanBody"]["properties"]["model"]["oneOf"]]
+    assert shapes == [
+        "string",
+        "#/components/schemas/PresetModel",
+        "#/components/schemas/HFConfigModel",
+        "#/components/schemas/ModelSpec",
+    ]
+    assert "seq_length" in schemas["HFConfigModel"]["required"]  # config.json alone does not say how long to train
+    clusters = [s["$ref"] for s in schemas["PlanBody"]["properties"]["cluster"]["oneOf"]]
+    assert clusters == ["#/components/schemas/SavedClusterRef", "#/components/schemas/ClusterDescription"]
+    gpu = schemas["ClusterDescription"]["properties"]["gpu"]["oneOf"]
+    assert "H100-SXM" in gpu[0]["enum"] and gpu[2] == {"$ref": "#/components/schemas/GPUSpec"}
     estimate = doc["paths"]["/estimate"]["post"]["requestBody"]["content"]["application/json"]
-    assert estimate["schema"] == {"$ref": "#/components/schemas/EstimateRequest"}
-    assert "parallel" in schemas["EstimateRequest"]["properties"]
+    assert estimate["schema"] == {"$ref": "#/components/schemas/EstimateBody"}
+    assert "parallel" in schemas["EstimateBody"]["properties"]
+    for path in ("/clusters", "/deadline"):
+        assert doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
 
 
 def test_every_route_declares_its_response(sqlite_client: Any) -> None:

@@ -6,10 +6,12 @@ from typing import Any
 
 import pytest
 
-from app.api import service
-from app.api.compute import PlannerPool
-from app.api.service import Computed, InputError, PlanCache, Work, cap_search_time, parse_plan_request
 from app.planner import PlanRequest, __version__, plan
+from app.service import planning as service
+from app.service.compute import PlannerPool
+from app.service.errors import Refused
+from app.service.planning import Computed, PlanCache, Work, cap_search_time
+from app.service.requests import parse_plan_request
 from app.settings import Settings
 from tests.api.conftest import SMALL, TINY, make_sqlite_client
 
@@ -54,12 +56,12 @@ def test_the_cache_is_keyed_by_the_whole_request_and_the_planner_version(monkeyp
     settings, cache = Settings(), PlanCache(4)
     pool = PlannerPool(1, 1024, settings.max_result_bytes)
     work = Work(pool, settings, lambda: False)
-    request, _ = parse_plan_request(TINY)
+    request = parse_plan_request(TINY).request
     try:
-        assert not service.search(request, TINY, work, cache).cache_hit
-        assert service.search(request, TINY, work, cache).cache_hit
+        assert not service.search(request, work, cache).cache_hit
+        assert service.search(request, work, cache).cache_hit
         monkeypatch.setattr(service, "__version__", __version__ + ".post1")
-        assert not service.search(request, TINY, work, cache).cache_hit
+        assert not service.search(request, work, cache).cache_hit
     finally:
         pool.close()
 
@@ -82,8 +84,8 @@ def test_cache_evicts_least_recently_used_and_skips_truncated() -> None:
 
 
 def test_cap_search_time_leaves_small_limits_alone() -> None:
-    request, _ = parse_plan_request({**TINY, "training": {"global_batch_size": 8, "search_time_limit_s": 2}})
-    capped, notices = cap_search_time(request, {}, Settings(max_search_time_s=5))
+    request = parse_plan_request({**TINY, "training": {"global_batch_size": 8, "search_time_limit_s": 2}}).request
+    capped, notices = cap_search_time(request, Settings(max_search_time_s=5))
     assert capped is request and notices == []
 
 
@@ -104,6 +106,6 @@ def test_render_notes_become_notices(sqlite_client: Any) -> None:
 
 
 def test_parse_reports_request_and_render_errors_together() -> None:
-    with pytest.raises(InputError) as exc:
+    with pytest.raises(Refused) as exc:
         parse_plan_request({**TINY, "cluster": {"num_nodes": 0, "gpu": "H100-SXM"}, "render": {"seed": -1}})
     assert {e.field for e in exc.value.errors} == {"cluster.num_nodes", "render.seed"}

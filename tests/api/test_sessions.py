@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from app.api.auth import SESSION_COOKIE
+from app.service.auth import SESSION_COOKIE
 from app.web import forms
 from app.web.pages import SECTIONS
 from tests.api.conftest import TINY, ClientFactory

@@ -1,0 +1,166 @@
+"""From a validated body (app/service/bodies.py) to the planner's own requests: presets and config.json imports
+become a ModelSpec, a saved cluster its stored description, and the sizes the service refuses before any work are
+checked. The API gets the body from FastAPI; the form and the CLI hand in the JSON they built or read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from app.planner import EstimateRequest, PlanRequest, catalog
+from app.planner.errors import FieldError, field_errors, value_error
+from app.planner.hf_import import from_hf_config
+from app.planner.specs import ClusterSpec, ModelSpec, TrainingSpec
+from app.render import RenderOptions
+from app.service.bodies import (
+    ClusterDescription,
+    EstimateBody,
+    HFConfigModel,
+    PlanBody,
+    PresetModel,
+    SavedClusterRef,
+)
+from app.service.bounds import layout_errors, model_size_errors, pin_errors
+from app.service.errors import Refused, validation_errors
+
+
+@dataclass(frozen=True)
+class SavedSpec:
+    """What a saved cluster contributes to a request: its description as it was sent, and who saved it."""
+
+    name: str
+    spec: dict[str, Any]
+    version: int
+    owner: str | None
+
+
+# name -> the saved cluster, or None; the service passes the cluster store's lookup, the CLI its database's
+ClusterLookup = Callable[[str], SavedSpec | None]
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A plan request ready for the planner, its render options, what the service says about how it read it, and
+    the request to store: as sent, except that a saved cluster is written out as it was at the time."""
+
+    request: PlanRequest
+    options: RenderOptions | None
+    stored: dict[str, Any]
+    notices: list[str] = field(default_factory=list)
+
+
+def _unreadable_model(exc: Exception) -> FieldError:
+    """A model (a config.json, mostly) with a value of a type the importer did not expect."""
+    return FieldError("model", f"cannot read the model: {type(exc).__name__}: {exc}")
+
+
+def model_spec(model: object) -> ModelSpec:
+    """The ModelSpec a body's `model` names (Refused, naming model.<field>, when it does not validate)."""
+    if isinstance(model, ModelSpec):
+        return model
+    try:
+        if isinstance(model, str):
+            fields = catalog.model_fields(model)
+        elif isinstance(model, PresetModel):
+            fields = {**catalog.model_fields(model.preset), **(model.model_extra or {})}
+        elif isinstance(model, HFConfigModel):
+            overrides = {"seq_length": model.seq_length, **(model.model_extra or {})}
+            fields = {**from_hf_config(model.hf_config), **overrides}
+        else:
+            raise TypeError(f"not a model: {type(model).__name__}")
+        return ModelSpec.model_validate(fields)
+    except ValidationError as exc:
+        raise Refused(field_errors(exc, prefix="model")) from None
+    except ValueError as exc:  # the importer's refusals (an unknown model_type, sliding-window attention, ...)
+        raise Refused(value_error(exc, field="model")) from None
+    except (TypeError, KeyError, AttributeError, OverflowError) as exc:  # a config.json value of an odd type
+        raise Refused([_unreadable_model(exc)]) from None
+
+
+def cluster_spec(cluster: object, lookup: ClusterLookup | None) -> tuple[ClusterSpec, dict[str, Any] | None, list[str]]:
+    """The ClusterSpec of a body's `cluster`; for a saved cluster also the description to store and a notice."""
+    if isinstance(cluster, ClusterDescription):
+        return cluster.spec(), None, []
+    if not isinstance(cluster, SavedClusterRef):
+        raise TypeError(f"not a cluster: {type(cluster).__name__}")
+    saved = lookup(cluster.saved) if lookup is not None else None
+    if saved is None:
+        where = (
+            "saved clusters are kept by the service (POST /clusters)" if lookup is None else "GET /clusters lists them"
+        )
+        raise Refused([FieldError("cluster.saved", f"no saved cluster named {cluster.saved!r}: {where}")])
+    overrides = dict(cluster.model_extra or {})
+    written = {**saved.spec, **overrides}
+    try:
+        spec = ClusterDescription.model_validate(written).spec()
+    except ValidationError as exc:
+        raise Refused(validation_errors(exc, prefix="cluster")) from None
+    changed = f", with {', '.join(sorted(overrides))} changed" if overrides else ""
+    notice = f"cluster: the saved cluster {saved.name!r} (version {saved.version}, saved by {saved.owner}){changed}"
+    return spec, written, [notice]
+
+
+def plan_body(raw: Mapping[str, Any]) -> PlanBody:
+    """A JSON object as a PlanBody (what FastAPI does for POST /plans), for the form and the CLI."""
+    try:
+        return PlanBody.model_validate(dict(raw))
+    except ValidationError as exc:
+        raise Refused(validation_errors(exc)) from None
+
+
+def _specs(
+    model_in: object, cluster_in: object, training: TrainingSpec, lookup: ClusterLookup | None
+) -> tuple[PlanRequest, dict[str, Any] | None, list[str]]:
+    """The planner's request from a body's three parts, every error of the model and the cluster at once."""
+    errors: list[FieldError] = []
+    model = cluster = None
+    notices: list[str] = []
+    written: dict[str, Any] | None = None
+    try:
+        model = model_spec(model_in)
+    except Refused as exc:
+        errors += exc.errors
+    try:
+        cluster, written, notices = cluster_spec(cluster_in, lookup)
+    except Refused as exc:
+        errors += exc.errors
+    if model is None or cluster is None:
+        raise Refused(errors)
+    request = PlanRequest(model=model, cluster=cluster, training=training)
+    errors += model_size_errors(request.model) + pin_errors(request)
+    if errors:
+        raise Refused(errors)
+    return request, written, notices
+
+
+def plan_request(body: PlanBody, sent: Mapping[str, Any], lookup: ClusterLookup | None = None) -> Parsed:
+    """The planner's request for a validated body; `sent` is the JSON as it came (what is stored)."""
+    request, written, notices = _specs(body.model, body.cluster, body.training, lookup)
+    stored = dict(sent) if written is None else {**sent, "cluster": written}
+    return Parsed(request, body.render, stored, notices)
+
+
+def parse_plan_request(raw: Mapping[str, Any], lookup: ClusterLookup | None = None) -> Parsed:
+    return plan_request(plan_body(raw), raw, lookup)
+
+
+def estimate_request(body: EstimateBody, lookup: ClusterLookup | None = None) -> EstimateRequest:
+    """A fixed layout; refused before any work when it is larger than the model it splits."""
+    base, _written, _notices = _specs(body.model, body.cluster, body.training, lookup)
+    request = EstimateRequest(model=base.model, cluster=base.cluster, training=base.training, parallel=body.parallel)
+    errors = layout_errors(request)
+    if errors:
+        raise Refused(errors)
+    return request
+
+
+def parse_estimate_request(raw: Mapping[str, Any], lookup: ClusterLookup | None = None) -> EstimateRequest:
+    try:
+        body = EstimateBody.model_validate(dict(raw))
+    except ValidationError as exc:
+        raise Refused(validation_errors(exc)) from None
+    return estimate_request(body, lookup)
