@@ -22,7 +22,8 @@ from app.render import RenderOptions
 from app.web.fields import BadValue, FormField, spec_field, spec_fields, to_value, values_of
 from app.web.presets import cluster_presets
 
-MODES = {"model_mode": ("preset", "dims", "hf"), "cluster_mode": ("preset", "custom")}
+MODES = {"model_mode": ("preset", "dims", "hf"), "cluster_mode": ("preset", "custom", "saved")}
+SAVED = "cluster.saved"  # the saved cluster's name (its choices come from the store, not from a spec)
 # Which fields show first in each section; the rest sit under "more". Order and presence come from the specs.
 MODEL_MAIN = (
     "name",
@@ -290,6 +291,8 @@ def _gpu(sections: dict[str, list[FormField]], form: Mapping[str, str], errors: 
 
 
 def _cluster(sections: dict[str, list[FormField]], form: Mapping[str, str], errors: list[FieldError]) -> dict[str, Any]:
+    if form.get("cluster_mode", "preset") == "saved":  # the saved description, its node count included
+        return {"saved": form.get(SAVED, "").strip()}
     cluster: dict[str, Any] = {}
     _section_values(sections["cluster_common"], form, cluster, "cluster.", errors)
     if form.get("cluster_mode", "preset") == "custom":
@@ -333,6 +336,8 @@ def error_field(error: FieldError, form: Mapping[str, str]) -> str:
         return "hf.name" if (mode, name) == ("hf", "model.name") else whole
     if name.startswith("cluster.") and form.get("cluster_mode", "preset") == "preset":
         return name if name == "cluster.num_nodes" else "cluster_preset"
+    if (name == "cluster" or name.startswith("cluster.")) and form.get("cluster_mode") == "saved":
+        return SAVED
     return name
 
 

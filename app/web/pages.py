@@ -17,7 +17,7 @@ from app.web.prefs import Prefs
 from app.web.templates import WebTemplates
 
 SECTIONS = forms.build_fields()
-FORM_NAMES = {f.name for f in forms.all_fields(SECTIONS)} | set(forms.MODES) | {"cluster_preset"}
+FORM_NAMES = {f.name for f in forms.all_fields(SECTIONS)} | set(forms.MODES) | {"cluster_preset", forms.SAVED}
 DEFAULTS = forms.defaults(SECTIONS)
 
 

@@ -19,6 +19,7 @@ from app.service.requests import ClusterLookup, parse_plan_request
 from app.store import PlanStore
 from app.web import forms, whatif
 from app.web import prefs as prefs_mod
+from app.web.deadline import router as deadline_router
 from app.web.deps import FormDep, TemplatesDep
 from app.web.lists import router as lists_router
 from app.web.login import router as login_router
@@ -31,6 +32,7 @@ from app.web.templates import WebTemplates
 router = APIRouter(include_in_schema=False)
 router.include_router(login_router)
 router.include_router(lists_router)
+router.include_router(deadline_router)
 
 
 def _form_page(
@@ -45,7 +47,9 @@ def _form_page(
     check: Check | None = None,
 ) -> Response:
     recent, _total = store.page(8, 0)
+    saved, _count = request.app.state.clusters.page(200, 0)  # the "use saved cluster" choices
     context = form_context(values, errors, recent, str(request.base_url), viewer, prefs, check)
+    context["saved_clusters"] = saved
     return html(request, templates.render("index.html", **context, self_url="/"), status_code)
 
 

@@ -32,7 +32,9 @@ pytestmark = [
 
 
 def run_schemathesis(db_url: str, seconds: int, tmp_path: Path) -> tuple[int, str]:
-    env = _env(db_url, TRAINPLAN_RATE_LIMIT_PER_MINUTE="0", TRAINPLAN_MAX_SEARCH_TIME_S="2")
+    env = _env(
+        db_url, TRAINPLAN_RATE_LIMIT_PER_MINUTE="0", TRAINPLAN_MAX_SEARCH_TIME_S="2", TRAINPLAN_MAX_DEADLINE_TIME_S="2"
+    )
     token = _token(env)
     with serving(env) as (base, _proc):
         st = str(ST) if ST.exists() else "st"

@@ -1,0 +1,91 @@
+"""Saved clusters (SQLite file and PostgreSQL): CRUD with owner/admin rules and versioned edits, reuse in plan
+requests (the plan keeps the description it was made with), errors naming the field, nothing lost."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.api.conftest import TINY, ClientFactory, auth, login_token
+
+POD = {
+    "name": "pod-a",
+    "description": "two H100 nodes",
+    "cluster": {"num_nodes": 2, "gpus_per_node": 8, "gpu": "H100-SXM", "nics": ["mlx5_0", "mlx5_1"]},
+}
+
+
+def test_save_use_change_and_delete_a_cluster(make_client: ClientFactory) -> None:
+    with make_client() as client:
+        r = client.post("/clusters", json=POD)
+        assert r.status_code == 201 and r.headers["location"] == "/clusters/pod-a", r.text
+        assert (
+            r.json()["version"] == 1 and r.json()["num_gpus"] == 16 and r.json()["cluster"]["gpu"]["name"] == "H100-SXM"
+        )
+        plan = client.post("/plans", json={**TINY, "cluster": {"saved": "pod-a"}}).json()
+        assert plan["result"]["cluster"]["num_nodes"] == 2 and plan["result"]["cluster"]["nics"] == ["mlx5_0", "mlx5_1"]
+        assert plan["request"]["cluster"] == POD["cluster"]  # stored as the description it was then
+        assert any("saved cluster 'pod-a' (version 1" in n for n in plan["notices"])
+        smaller = client.post("/plans", json={**TINY, "cluster": {"saved": "pod-a", "num_nodes": 1}}).json()
+        assert smaller["result"]["cluster"]["num_nodes"] == 1
+        changed = {"version": 1, "description": "four nodes", "cluster": {**POD["cluster"], "num_nodes": 4}}
+        r = client.put("/clusters/pod-a", json=changed)
+        assert r.status_code == 200 and r.json()["version"] == 2 and r.json()["cluster"]["num_nodes"] == 4
+        stale = client.put("/clusters/pod-a", json=changed)  # made on version 1 again: refused, nothing overwritten
+        assert stale.status_code == 409 and stale.json()["errors"][0]["field"] == "version"
+        assert "version(1) != the stored version(2)" in stale.json()["detail"]
+        assert client.get(f"/plans/{plan['id']}").json()["request"]["cluster"]["num_nodes"] == 2  # plan unchanged
+        assert client.delete("/clusters/pod-a").status_code == 204
+        assert client.get("/clusters/pod-a").status_code == 404
+        again = client.post("/plans", json={**TINY, "cluster": {"saved": "pod-a"}})
+        assert again.status_code == 422 and again.json()["errors"][0]["field"] == "cluster.saved"
+        audit = client.get("/audit").json()["items"]
+        deleted = next(e for e in audit if e["action"] == "cluster.delete")
+        assert deleted["detail"]["previous"]["spec"]["num_nodes"] == 4  # what was deleted is in the audit log
+        updated = next(e for e in audit if e["action"] == "cluster.update")
+        assert updated["detail"]["previous"]["spec"] == POD["cluster"]
+        assert client.get(f"/plans/{plan['id']}/artifacts/plan.json").status_code in (200, 404)
+
+
+def test_bad_clusters_name_the_field_and_the_numbers(make_client: ClientFactory) -> None:
+    with make_client() as client:
+        bad = client.post("/clusters", json={**POD, "cluster": {**POD["cluster"], "num_nodes": 0}})
+        assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "cluster.num_nodes"
+        assert "(got 0)" in bad.json()["errors"][0]["message"]
+        hosts = client.post("/clusters", json={**POD, "cluster": {**POD["cluster"], "hosts": ["a", "b", "c"]}})
+        assert hosts.status_code == 422 and "3 hosts but num_nodes is 2" in hosts.json()["detail"]
+        name = client.post("/clusters", json={**POD, "name": "no spaces"})
+        assert name.status_code == 422 and name.json()["errors"][0]["field"] == "name"
+        assert client.post("/clusters", json=POD).status_code == 201
+        taken = client.post("/clusters", json={**POD, "description": "another"})
+        assert taken.status_code == 409 and taken.json()["errors"][0]["field"] == "name"
+        assert client.get("/clusters/pod-a").json()["description"] == "two H100 nodes"  # the first one kept
+        custom = {"preset": "H100-SXM", "memory_bytes": 64 * 2**30}
+        r = client.post("/clusters", json={**POD, "name": "custom", "cluster": {**POD["cluster"], "gpu": custom}})
+        assert r.status_code == 201 and r.json()["cluster"]["gpu"]["memory_bytes"] == 64 * 2**30
+        over = client.post("/plans", json={**TINY, "cluster": {"saved": "custom", "num_nodes": -1}})
+        assert over.status_code == 422 and over.json()["errors"][0]["field"] == "cluster.num_nodes"
+
+
+def test_only_the_owner_or_an_admin_changes_a_cluster(make_client: ClientFactory) -> None:
+    with make_client() as client:
+        alice, bob = auth(login_token(client, "alice")), auth(login_token(client, "bob"))
+        reader = auth(login_token(client, "rita", "read-only"))
+        assert client.post("/clusters", json=POD, headers=alice).json()["owner"] == "alice"
+        assert client.post("/clusters", json={**POD, "name": "x"}, headers=reader).status_code == 403
+        assert client.get("/clusters/pod-a", headers=reader).status_code == 200
+        change = {"version": 1, "cluster": POD["cluster"]}
+        refused = client.put("/clusters/pod-a", json=change, headers=bob)
+        assert refused.status_code == 403 and refused.json()["errors"][0]["field"] == "name"
+        assert client.delete("/clusters/pod-a", headers=bob).status_code == 403
+        assert client.get("/clusters", params={"owner": "me"}, headers=bob).json()["total"] == 0
+        assert client.get("/clusters", params={"owner": "me"}, headers=alice).json()["total"] == 1
+        assert client.put("/clusters/pod-a", json=change).status_code == 200  # the admin
+        assert client.delete("/clusters/pod-a", headers=alice).status_code == 204
+
+
+def test_saved_clusters_survive_a_restart(make_client: ClientFactory) -> None:
+    with make_client() as client:
+        assert client.post("/clusters", json=POD).status_code == 201
+    with make_client() as client:
+        body: dict[str, Any] = client.get("/clusters").json()
+        assert [c["name"] for c in body["items"]] == ["pod-a"] and body["items"][0]["sent"] == POD["cluster"]
