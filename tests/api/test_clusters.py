@@ -22,7 +22,8 @@ def test_save_use_change_and_delete_a_cluster(make_client: ClientFactory) -> Non
             r.json()["version"] == 1 and r.json()["num_gpus"] == 16 and r.json()["cluster"]["gpu"]["name"] == "H100-SXM"
         )
         plan = client.post("/plans", json={**TINY, "cluster": {"saved": "pod-a"}}).json()
-        assert plan["result"]["cluster"]["num_nodes"] == 2 and plan["result"]["cluster"]["nics"] == ["mlx5_0", "mlx5_1"]
+        planned = plan["result"]["cluster"]
+        assert planned["num_nodes"] == 2 and planned["nics"] == ["mlx5_0", "mlx5_1"]
         assert plan["request"]["cluster"] == POD["cluster"]  # stored as the description it was then
         assert any("saved cluster 'pod-a' (version 1" in n for n in plan["notices"])
         smaller = client.post("/plans", json={**TINY, "cluster": {"saved": "pod-a", "num_nodes": 1}}).json()

@@ -31,6 +31,9 @@ def test_api_and_web_import_the_service_not_each_other() -> None:
 
 
 def test_the_planner_processes_import_no_web_framework() -> None:
-    code = "import sys, app.service.compute; print(sorted(m for m in ('fastapi', 'starlette', 'sqlalchemy') if m in sys.modules))"
+    code = (
+        "import sys, app.service.compute; "
+        "print(sorted(m for m in ('fastapi', 'starlette', 'sqlalchemy') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=APP.parent)
     assert out.stdout.strip() == "[]"

@@ -44,9 +44,9 @@ def test_docs_render_offline(server: str, browser: Any) -> None:
     context.close()
 
 
-def _csrf(page: Any, server: str) -> str:
-    page.goto(f"{server}/")
-    return str(page.input_value('input[name="csrf_token"]'))
+def _csrf(tab: Any, server: str) -> str:
+    tab.goto(f"{server}/")
+    return str(tab.input_value('input[name="csrf_token"]'))
 
 
 def test_a_saved_cluster_from_the_form(page: Any, server: str, tmp_path: Path) -> None:  # noqa: F811
