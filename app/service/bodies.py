@@ -151,6 +151,22 @@ class ClusterDescription(ClusterSpec):
     model_config = ConfigDict(title="ClusterDescription")
     gpu: GPUInput = Field(description="GPU type: a catalogue name, a catalogue GPU with overrides, or custom numbers.")  # type: ignore[assignment]
 
+    @field_validator("profile", mode="before")
+    @classmethod
+    def _no_booleans(cls, profile: object) -> object:
+        """A profile holds no yes/no values: a JSON true/false is a mistake, not the number 1/0 that pydantic's lax
+        floats would read (ClusterProfile itself accepts it; reported for app/planner)."""
+        stack: list[tuple[object, str]] = [(profile, "profile")]
+        while stack:
+            node, where = stack.pop()
+            if isinstance(node, bool):
+                raise ValueError(f"{where}: {node!r} is not a number (send the measured value)")
+            if isinstance(node, dict):
+                stack += [(v, f"{where}.{k}") for k, v in node.items()]
+            elif isinstance(node, list):
+                stack += [(v, f"{where}.{i}") for i, v in enumerate(node)]
+        return profile
+
     def spec(self) -> ClusterSpec:
         """The planner's ClusterSpec of it (the fields are validated already)."""
         return ClusterSpec.model_validate(dict(self))

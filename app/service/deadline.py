@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_validator
 
 from app.planner import PlanRequest
 from app.planner.errors import FieldError
@@ -56,7 +56,7 @@ class DeadlineBody(Body):
         description="Node counts to try per GPU type: every count of the range when it has no more, else this "
         "many spread over it geometrically (both ends included).",
     )
-    wall_clock: bool = Field(
+    wall_clock: StrictBool = Field(
         True, description="Judge the deadline on the wall clock (checkpoints, failures, restarts: the plan's goodput)."
     )
     time_budget_s: float = Field(20.0, gt=0, le=3600, description="Time for the whole search (capped by the service).")
