@@ -70,21 +70,17 @@ def constants(cluster: ClusterSpec, training: TrainingSpec) -> list[Constant]:
     inter = measured and profile is not None and profile.busbw("inter_node") is not None
     software = training.software
     costs = software.generation(cluster.gpu.generation)
-    evidence = f"data/stacks.json {software.name} x {cluster.gpu.generation}: {costs.evidence}"
+    evidence = f"{software.name} on {cluster.gpu.generation} (data/stacks.json)"
     stack = [
-        Constant(name=f"{software.label}: share of the isolated GEMM rate kept in training",
-                 value=costs.gemm_fraction, unit="", source=evidence),
-        Constant(name=f"{software.label}: host time per dispatched operator",
-                 value=costs.host_op_s * 1e6, unit="us", source=evidence),
-        Constant(name=f"{software.label}: host time per optimizer step",
-                 value=costs.host_step_s * 1e3, unit="ms", source=evidence),
-        Constant(name=f"{software.label}: overlapped communication still exposed",
-                 value=costs.overlap_contention, unit="", source=evidence),
+        Constant(name="GEMM share kept in training", value=costs.gemm_fraction, unit="", source=evidence),
+        Constant(name="host time per operator", value=costs.host_op_s * 1e6, unit="us", source=evidence),
+        Constant(name="host time per step", value=costs.host_step_s * 1e3, unit="ms", source=evidence),
+        Constant(name="overlap contention", value=costs.overlap_contention, unit="", source=evidence),
     ]  # fmt: skip
     if software.costs.pipeline_microbatch_overhead_s:
         stack.append(
             Constant(
-                name=f"{software.label}: pipeline engine overhead per micro-batch",
+                name="pipeline engine per micro-batch",
                 value=software.costs.pipeline_microbatch_overhead_s * 1e3,
                 unit="ms",
                 source=f"data/stacks.json {software.name} (BLOOM and MT-NLG runs)",

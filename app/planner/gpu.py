@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from app.planner import strict
 from app.planner.network import check_label
 
 
@@ -20,6 +21,7 @@ class Efficiency(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+    _no_bool_confusion = field_validator("*", mode="before")(strict.check)
 
     gemm: float = Field(gt=0, le=1, description="Isolated large BF16 GEMM (8192^3, cuBLAS) throughput / dense peak.")
     gemm_fp8: float = Field(0.5, gt=0, le=1, description="Isolated large FP8 GEMM throughput / FP8 dense peak.")
@@ -45,6 +47,7 @@ class Efficiency(BaseModel):
 
 class GPUSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+    _no_bool_confusion = field_validator("*", mode="before")(strict.check)
 
     name: str = Field(description="GPU name.")
     generation: str = Field(description="Architecture family, keying the efficiency constants.")

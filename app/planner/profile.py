@@ -10,13 +10,17 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from app.planner import strict
 
 LARGE_MESSAGE_BYTES = 32 * 2**20  # bus bandwidth is read on the plateau of large messages
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
+
+    _no_bool_confusion = field_validator("*", mode="before")(strict.check)
 
 
 class ProfileDevice(_Strict):

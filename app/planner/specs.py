@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from app.planner import catalog
+from app.planner import catalog, strict
 from app.planner.gpu import GPUSpec
 from app.planner.hf_import import from_hf_config
 from app.planner.network import RopeScaling, check_label, router_errors
@@ -47,6 +47,8 @@ SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/\-]*$")
 
 class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    _no_bool_confusion = field_validator("*", mode="before")(strict.check)
 
 
 def check_safe_name(field: str, value: str) -> str:

@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from app.planner import strict
 from app.planner.specs import check_safe_name, check_safe_path
 
 # Kubernetes object names (RFC 1123 labels) are the strictest of Slurm, file and k8s names: use them for all.
@@ -48,6 +49,7 @@ class RenderOptions(BaseModel):
     """Settings for turning one plan into files; the defaults start a smoke run on mock data."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+    _no_bool_confusion = field_validator("*", mode="before")(strict.check)
 
     job_name: str | None = Field(
         None,

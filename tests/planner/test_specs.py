@@ -105,3 +105,27 @@ def test_every_preset_has_a_source_link_or_note() -> None:
     for row in catalog.model_presets():
         assert row["source"], row["name"]
         ModelSpec(**catalog.model_fields(row["name"]))
+
+
+@pytest.mark.parametrize(
+    ("training", "field", "message"),
+    [
+        (
+            {"global_batch_size": 64, "pinned": {"tp_comm_overlap": 1}},
+            "training.pinned.tp_comm_overlap",
+            "true or false",
+        ),
+        ({"global_batch_size": True}, "training.global_batch_size", "expected a number"),
+        ({"global_batch_size": 64, "flash_attention": 0}, "training.flash_attention", "true or false"),
+    ],
+)
+def test_booleans_and_numbers_are_not_confused(training: dict[str, object], field: str, message: str) -> None:
+    """Pydantic's lax mode would read 0/1 as false/true and true as 1 (schemathesis: schema-violating input
+    accepted)."""
+    with pytest.raises(ValidationError) as caught:
+        PlanRequest(model="llama-2-7b", cluster={"num_nodes": 1, "gpu": "H100-SXM"}, training=training)
+    text = str(caught.value)
+    assert field in text and message in text
+    gpu = {"preset": "H100-SXM", "nvlink_GBps": True}
+    with pytest.raises(ValidationError, match="expected a number"):
+        ClusterSpec(num_nodes=1, gpu=gpu)
