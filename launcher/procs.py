@@ -64,13 +64,15 @@ def children(pid: int) -> list[int]:
 HAVE_CHILDREN_FILES = os.path.exists(f"{PROC}/self/task/{os.getpid()}/children")
 
 
-def descendants(root: int) -> list[int]:
-    """All processes below `root`, parents before children."""
+def descendants(root: int, skip: frozenset[int] = frozenset()) -> list[int]:
+    """All processes below `root`, parents before children, leaving out the subtrees rooted at `skip`."""
     tree = None if HAVE_CHILDREN_FILES else children_map()
     out: list[int] = []
     todo = children(root) if tree is None else list(tree.get(root, []))
     while todo:
         pid = todo.pop(0)
+        if pid in skip:
+            continue
         out.append(pid)
         todo.extend(children(pid) if tree is None else tree.get(pid, []))
     return out
@@ -158,10 +160,11 @@ def make_subreaper() -> bool:
         return False
 
 
-def reap_orphans(own_children: set[int]) -> None:
-    """Collect zombies re-parented to us (we are a subreaper), leaving our own Popen children alone."""
+def reap_orphans(own_children: set[int], skip: frozenset[int] = frozenset()) -> None:
+    """Collect zombies re-parented to us (we are a subreaper), leaving our own Popen children, and the processes
+    in `skip` (children we had before the job, e.g. of a program that embeds the runner), alone."""
     for pid in children(os.getpid()):
-        if pid not in own_children and zombie_status(pid) is not None:
+        if pid not in own_children and pid not in skip and zombie_status(pid) is not None:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
 

@@ -94,8 +94,12 @@ class Runner:
         self.progress: dict[int | None, ProgressWatch] = {}
         self.next_poll = 0.0
         self.guardian: Guardian | None = None
+        self.before: frozenset[int] = frozenset()
 
     def run(self) -> int:
+        # Children this process had before the job (a program that embeds the runner, e.g. its multiprocessing
+        # forkserver) are not the job's: cleanup never signals or reaps them, nor anything below them.
+        self.before = frozenset(procs.children(os.getpid()))
         self.guardian = Guardian()  # first: it must exist before anything it guards
         procs.make_subreaper()  # orphans of killed agents come back to us and are cleaned up
         try:
@@ -363,7 +367,7 @@ class Runner:
         """Nothing may outlive the job: kill and collect whatever is left below the launcher."""
         own = {r.popen.pid for r in self.running}
         while self.stop_deadline is not None and time.monotonic() < self.stop_deadline and self._leftovers():
-            procs.reap_orphans(own)  # orphans of a stopped agent get the rest of the grace period
+            procs.reap_orphans(own, self.before)  # orphans of a stopped agent get the rest of the grace period
             time.sleep(0.1)
         for attempt in range(50):
             left = self._leftovers()
@@ -372,9 +376,9 @@ class Runner:
             if attempt == 0:
                 self.log(f"killing {len(left)} leftover process(es): {left}")
             procs.signal_pids(left, signal.SIGKILL)
-            procs.reap_orphans(own)
+            procs.reap_orphans(own, self.before)
             time.sleep(0.1)
-        procs.reap_orphans(own)
+        procs.reap_orphans(own, self.before)
         for r in self.running:
             self.agent_restarts += r.watch.restarts if r.watch else 0
             for closable in (r.watch, r.follower, r.popen.stdout, r.popen.stdin, r.log):
@@ -384,7 +388,7 @@ class Runner:
 
     def _below(self) -> list[int]:
         guardian = self.guardian.pid if self.guardian else -1
-        return [p for p in procs.descendants(os.getpid()) if p != guardian]
+        return [p for p in procs.descendants(os.getpid(), self.before) if p != guardian]
 
     def _leftovers(self) -> list[int]:
         return [p for p in self._below() if procs.zombie_status(p) is None]

@@ -99,6 +99,20 @@ def test_orphans_are_collected(tmp_path: Path) -> None:
     assert not processes_mentioning(str(tmp_path))  # the escaped grandchild included
 
 
+def test_processes_the_embedding_program_had_before_the_job_are_left_alone(tmp_path: Path) -> None:
+    """Run in-process (as here, in pytest), the runner's cleanup kills what is below it: never a child the program
+    had before the job (pytest's multiprocessing forkserver was killed and reaped, and every later plan a 500)."""
+    before = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        code, _, log = run(tmp_path, [agent(tmp_path, "orphan")])
+        assert code == 0 and "leftover process" in log  # it did clean up the job's escaped grandchild
+        assert not processes_mentioning(str(tmp_path))
+        assert before.poll() is None  # still running, and still ours to reap
+    finally:
+        before.kill()
+    assert before.wait(5) == -signal.SIGKILL
+
+
 def test_launcher_restarts_a_failed_job_up_to_the_limit(tmp_path: Path) -> None:
     marker = tmp_path / "failed-once"
     code, console, log = run(tmp_path, [agent(tmp_path, f"flaky:{marker}")], restarts_inside=False, max_restarts=2)
