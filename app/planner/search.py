@@ -391,16 +391,20 @@ def _try_recompute(
     except _Rejected as exc:
         state.rejected.add(exc.violation.code, exc.violation.message, exc.par, count=len(levels))
         return None
-    fits = {i: _fits(model, cluster, training, config(i), state, budget) for i in (0, len(levels) - 1)}
-    if fits[0] is None or fits[len(levels) - 1] is None:
+    cheapest = _fits(model, cluster, training, config(0), state, budget)
+    if cheapest is None:
         return None  # out of host memory
-    if isinstance(fits[0], Found):
-        state.add(fits[0], model, cluster, training)
+    if isinstance(cheapest, Found):
+        state.add(cheapest, model, cluster, training)
         return 0
-    if not fits[len(levels) - 1]:
+    last = len(levels) - 1
+    most = _fits(model, cluster, training, config(last), state, budget) if last else False
+    if most is None:
+        return None
+    if not most:
         return -1
-    lo, hi = 0, len(levels) - 1  # levels[lo] does not fit, levels[hi] does
-    best = fits[hi]
+    lo, hi = 0, last  # levels[lo] does not fit, levels[hi] does
+    best = most
     while hi - lo > 1:
         mid = (lo + hi) // 2
         result = _fits(model, cluster, training, config(mid), state, budget)
