@@ -265,18 +265,27 @@ def _explore(
     for sharding in work.shardings:
         if sizes and not _states_fit(model, cluster, training, pl, sizes, levels, sharding, state, budget):
             continue
+        # memory never shrinks with a larger micro-batch, so a larger one needs at least the recomputation level
+        # the smaller one needed under the same sharding: the levels below it run out of memory unevaluated
+        floor = 0
         for i, mbs in enumerate(sizes):
             if time.perf_counter() > deadline:
                 state.truncated = True
                 return False
-            cheaper = levels[: needed[mbs]] if mbs in needed else levels
+            end = needed.get(mbs, len(levels))
+            cheaper = levels[floor:end]
             if not cheaper:
                 continue
             if work.bounds.get(mbs, 0.0) > state.bar():
                 state.skipped += len(cheaper)
                 continue
+            if floor:
+                state.candidates += floor
+                state.rejected.counts["out_of_memory"] = state.rejected.counts.get("out_of_memory", 0) + floor
             found = _try_recompute(model, cluster, training, world, pl, mbs, sharding, cheaper, state, budget)
             if found is not None and found >= 0:
+                found += floor
+                floor = found
                 needed[mbs] = min(needed.get(mbs, len(levels)), found)
             if found == -1 and mbs not in needed:
                 # activation memory never shrinks with a larger micro-batch: every larger one runs out too
