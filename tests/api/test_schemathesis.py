@@ -80,7 +80,7 @@ def _summary(out: str) -> str:
 def test_schemathesis_all_checks_pass(kind: str, tmp_path: Path) -> None:
     if kind == "sqlite":
         # every phase: the schema's examples and its boundary values (coverage) once, then generated cases
-        url, seconds, phases = f"sqlite:///{tmp_path / 'st.db'}", SECONDS or 75, "examples,coverage,fuzzing,stateful"
+        url, seconds, phases = f"sqlite:///{tmp_path / 'st.db'}", SECONDS or 50, "examples,coverage,fuzzing,stateful"
     else:
         url = os.environ.get("TRAINPLAN_TEST_POSTGRES_URL", "")
         if not url:
@@ -88,7 +88,7 @@ def test_schemathesis_all_checks_pass(kind: str, tmp_path: Path) -> None:
         _reset_postgres(url)
         # the deterministic phases ran on SQLite; against PostgreSQL the budget goes to generated and stateful
         # cases (the coverage phase's valid plans each search for up to 2 s and once used all of it)
-        seconds, phases = SECONDS or 40, "fuzzing,stateful"
+        seconds, phases = SECONDS or 25, "fuzzing,stateful"
     code, out = run_schemathesis(url, seconds, tmp_path, phases)
     cases = re.search(r"(\d+) generated, (\d+) passed", out)
     assert code == 0 and cases, _summary(out)
