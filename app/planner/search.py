@@ -146,6 +146,13 @@ class SearchState:
         """The step a placement's lower bound must beat to matter (infinite until `keep` plans are timed)."""
         return -self.best[0] if self.keep and len(self.best) >= self.keep else float("inf")
 
+    def known_out_of_memory(self, count: int) -> None:
+        """`count` candidates that run out of memory by monotonicity alone (memory never shrinks with a larger
+        micro-batch or less recomputation): counted and rejected without an evaluation."""
+        if count:
+            self.candidates += count
+            self.rejected.counts["out_of_memory"] = self.rejected.counts.get("out_of_memory", 0) + count
+
     def add(self, found: Found, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> None:
         if self.keep:
             if step_lower_bound(model, cluster, training, found.par, recompute=True) > self.bar():
@@ -279,9 +286,7 @@ def _explore(
             if work.bounds.get(mbs, 0.0) > state.bar():
                 state.skipped += len(cheaper)
                 continue
-            if floor:
-                state.candidates += floor
-                state.rejected.counts["out_of_memory"] = state.rejected.counts.get("out_of_memory", 0) + floor
+            state.known_out_of_memory(floor)
             found = _try_recompute(model, cluster, training, world, pl, mbs, sharding, cheaper, state, budget)
             if found is not None and found >= 0:
                 found += floor
@@ -289,9 +294,7 @@ def _explore(
                 needed[mbs] = min(needed.get(mbs, len(levels)), found)
             if found == -1 and mbs not in needed:
                 # activation memory never shrinks with a larger micro-batch: every larger one runs out too
-                rest = (len(sizes) - i - 1) * len(levels)
-                state.candidates += rest
-                state.rejected.counts["out_of_memory"] = state.rejected.counts.get("out_of_memory", 0) + rest
+                state.known_out_of_memory((len(sizes) - i - 1) * len(levels))
                 break
     return True
 
