@@ -8,7 +8,15 @@ from app.planner.memory import memory_estimate, stage_params
 from app.planner.pipeline import pipeline_time
 from app.planner.results import Estimate, MemoryEstimate, TimeEstimate
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
-from app.planner.step import StageTime, dp_exposed, layer_floor, optimizer_times, stage_recompute_floor, stage_time
+from app.planner.step import (
+    StageTime,
+    dp_exposed,
+    layer_floor,
+    optimizer_times,
+    sharding_floor,
+    stage_recompute_floor,
+    stage_time,
+)
 
 FLOPS_DEFINITION = (
     "Model FLOPs as Megatron-LM's num_floating_point_operations: 6 x (forward FLOPs per token) x tokens, "
@@ -79,10 +87,17 @@ def step_lower_bound(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, recompute: bool = False
 ) -> float:
     """A cheap bound below `time_estimate(...).step_s`: the pipeline time of the layers' compute and exposed
-    TP/CP/EP communication without recomputation (cached per layer) and the output layer's compute; no
-    sharding, host, engine, data-parallel or optimizer time, and recomputation only with `recompute`."""
+    TP/CP/EP communication without recomputation (cached per layer), the output layer's compute and the least
+    its sharding's per-micro-batch traffic adds (`sharding_floor`), plus the stack's host time per step; no host,
+    engine, data-parallel or other optimizer time, and recomputation only with `recompute`."""
     m = max(1, num_microbatches(training, par))
-    return pipeline_time(_stage_floors(model, cluster, training, par, recompute), par, m).total_s
+    floors = _stage_floors(model, cluster, training, par, recompute, traffic=True)
+    return pipeline_time(floors, par, m).total_s + host_step(cluster, training)
+
+
+def host_step(cluster: ClusterSpec, training: TrainingSpec) -> float:
+    """The stack's host time per optimizer step: part of every plan's optimizer time (`optimizer_times`)."""
+    return training.software.generation(cluster.gpu.generation).host_step_s
 
 
 def lower_bounds(
@@ -96,6 +111,7 @@ def lower_bounds(
     shapes = stage_shapes(model, training, first)
     kinds = stage_layer_kinds(model, training, first)
     costs = training.software.generation(cluster.gpu.generation)
+    host = host_step(cluster, training)
     out = []
     for par in probes:
         dense_s = layer_floor(model, cluster, training, par, False)
@@ -105,7 +121,7 @@ def lower_bounds(
             (dense * dense_s + moe * moe_s + (loss_fwd + loss_bwd if shape.loss else 0.0), 1)
             for shape, (dense, moe) in zip(shapes, kinds, strict=True)
         ]
-        out.append(pipeline_time(per_stage, par, max(1, num_microbatches(training, par))).total_s)
+        out.append(pipeline_time(per_stage, par, max(1, num_microbatches(training, par))).total_s + host)
     return out
 
 
@@ -118,7 +134,7 @@ def placement_lower_bound(
     `(p - 1) / v` of the smallest micro-batch at that rate."""
     per_seq = [t / par.micro_batch_size for t, _n in _stage_floors(model, cluster, training, par, comm=False)]
     sequences = max(1, num_microbatches(training, par)) * par.micro_batch_size
-    busiest = sequences * max(per_seq)
+    busiest = sequences * max(per_seq) + host_step(cluster, training)
     if par.pp == 1:
         return busiest
     return busiest + (par.pp - 1) * smallest_mbs * (sum(per_seq) / par.pp) / par.vpp
@@ -131,22 +147,39 @@ def _stage_floors(
     par: ParallelConfig,
     recompute: bool = False,
     comm: bool = True,
+    traffic: bool = False,
 ) -> list[tuple[float, int]]:
+    """Per stage, a bound below one micro-batch's time (see `step_lower_bound`); with `traffic`, the least the
+    config's sharding adds against the compute (and recomputation) alone as its window."""
     costs = training.software.generation(cluster.gpu.generation)
     dense_s = layer_floor(model, cluster, training, par, False, comm)
     moe_s = layer_floor(model, cluster, training, par, True, comm) if model.is_moe else dense_s
+    if traffic:  # the window: compute only (the floors above may hold exposed TP/CP/EP time)
+        dense_c = layer_floor(model, cluster, training, par, False, False)
+        moe_c = layer_floor(model, cluster, training, par, True, False) if model.is_moe else dense_c
     shapes = stage_shapes(model, training, par)
     kinds = stage_layer_kinds(model, training, par)
     per_stage = []
     redo = recompute and par.recompute != "none"
+    moved: dict[tuple[object, int, int], float] = {}
     for shape, (dense, moe) in zip(shapes, kinds, strict=True):
         t = dense * dense_s + moe * moe_s
+        redone = 0.0
         if redo:
-            t += dense * stage_recompute_floor(model, cluster, training, par, shape, False) if dense else 0.0
-            t += moe * stage_recompute_floor(model, cluster, training, par, shape, True) if moe else 0.0
+            redone += dense * stage_recompute_floor(model, cluster, training, par, shape, False) if dense else 0.0
+            redone += moe * stage_recompute_floor(model, cluster, training, par, shape, True) if moe else 0.0
+        t += redone
+        loss = 0.0
         if shape.loss:
             fwd, bwd = compute.output_layer_time(model, par, training, cluster.gpu, costs)
-            t += fwd + bwd
+            loss = fwd + bwd
+        t += loss
+        if traffic:  # stages shaped alike move alike
+            key = (shape, dense, moe)
+            if key not in moved:
+                window = dense * dense_c + moe * moe_c + redone + loss
+                moved[key] = sharding_floor(model, cluster, training, par, shape, dense, moe, window)
+            t += moved[key]
         per_stage.append((t, 1))
     return per_stage
 

@@ -20,10 +20,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from app.planner import rules, space
-from app.planner.estimate import lower_bounds, placement_lower_bound, step_lower_bound, time_estimate
+from app.planner.estimate import (
+    lower_bounds,
+    placement_lower_bound,
+    step_lower_bound,
+    time_estimate,
+)
 from app.planner.memory import peak_memory, static_bytes
 from app.planner.results import TimeEstimate
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
+from app.planner.step import per_layer_gathers, scatters_per_microbatch
 
 
 @dataclass
@@ -272,6 +278,7 @@ def _explore(
     for sharding in work.shardings:
         if sizes and not _states_fit(model, cluster, training, pl, sizes, levels, sharding, state, budget):
             continue
+        moves = sizes and _moves_per_microbatch(model, cluster, training, work, sharding)
         # memory never shrinks with a larger micro-batch, so a larger one needs at least the recomputation level
         # the smaller one needed under the same sharding: the levels below it run out of memory unevaluated
         floor = 0
@@ -283,7 +290,9 @@ def _explore(
             cheaper = levels[floor:end]
             if not cheaper:
                 continue
-            if work.bounds.get(mbs, 0.0) > state.bar():
+            if work.bounds.get(mbs, 0.0) > state.bar() or (
+                moves and _traffic_bound(model, cluster, training, work, mbs, sharding) > state.bar()
+            ):
                 state.skipped += len(cheaper)
                 continue
             state.known_out_of_memory(floor)
@@ -297,6 +306,29 @@ def _explore(
                 state.known_out_of_memory((len(sizes) - i - 1) * len(levels))
                 break
     return True
+
+
+def _moves_per_microbatch(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, work: _Work, sharding: dict[str, object]
+) -> bool:
+    """Whether the sharding moves parameters or gradients in every micro-batch (ZeRO-2/3, FSDP)."""
+    probe = make_config(model, cluster, training, work.pl, work.sizes[0], work.levels[0], sharding)
+    return per_layer_gathers(training, probe) or scatters_per_microbatch(probe)
+
+
+def _traffic_bound(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    work: _Work,
+    mbs: int,
+    sharding: dict[str, object],
+) -> float:
+    """A bound below the step of every recomputation at `mbs` under a sharding that moves parameters or gradients
+    in every micro-batch, with what that traffic adds (`step_lower_bound` of the layout without recomputation);
+    the placement's bounds leave it out. Computed only for the micro-batch sizes those bounds do not rule out."""
+    par = make_config(model, cluster, training, work.pl, mbs, work.levels[0], sharding)
+    return step_lower_bound(model, cluster, training, par)
 
 
 def _states_fit(

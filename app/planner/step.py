@@ -262,7 +262,7 @@ def stage_time(
         out.compute += _fp32_accumulation(model, cluster, training, par, shape, dense, moe)
     if per_layer_gathers(training, par) and layers:
         out.zero_comm = _gather_per_layer_exposed(model, cluster, training, par, shape, dense, moe, out)
-    elif (par.zero_stage == 2 and par.dp > 1) or (par.megatron_fsdp == "optim_grads" and par.dp * par.cp > 1):
+    elif scatters_per_microbatch(par):
         out.zero_comm = _zero2_exposed(model, cluster, training, par, shape, dense, moe, out)
     out.host_wait = max(0.0, out.host - out.device)
     return out
@@ -272,6 +272,11 @@ def per_layer_gathers(training: TrainingSpec, par: ParallelConfig) -> bool:
     """Whether parameters are gathered unit by unit in every micro-batch (ZeRO-3, FSDP, Megatron-FSDP's
     optim_grads_params)."""
     return "fsdp" in training.software.can.sharding or par.zero_stage == 3 or par.megatron_fsdp == "optim_grads_params"
+
+
+def scatters_per_microbatch(par: ParallelConfig) -> bool:
+    """Whether gradients are reduce-scattered in every micro-batch's backward (ZeRO-2, Megatron-FSDP optim_grads)."""
+    return (par.zero_stage == 2 and par.dp > 1) or (par.megatron_fsdp == "optim_grads" and par.dp * par.cp > 1)
 
 
 def _shard_group(par: ParallelConfig, cluster: ClusterSpec, training: TrainingSpec) -> comm.Group:
@@ -329,11 +334,22 @@ def _zero2_exposed(
 ) -> float:
     """ZeRO-2 (and Megatron-FSDP optim_grads) reduce-scatter the gradients in every micro-batch's backward,
     overlapped (overlap_comm; FSDP's grad-reduce pipeline)."""
-    sp = stage_params(model, par, shape, dense, moe)
-    size = grad_bytes(training, par) * sp.total
-    scatter = comm.collective_time("reduce_scatter", size, _shard_group(par, cluster, training), cluster)
+    scatter = _zero2_traffic(model, cluster, training, par, shape, dense, moe)
     costs = training.software.generation(cluster.gpu.generation)
     return comm.exposed(scatter, st.bwd if zero_overlap_comm(2) else 0.0, costs.overlap_contention)
+
+
+def _zero2_traffic(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    par: ParallelConfig,
+    shape: StageShape,
+    dense: int,
+    moe: int,
+) -> float:
+    size = grad_bytes(training, par) * stage_params(model, par, shape, dense, moe).total
+    return comm.collective_time("reduce_scatter", size, _shard_group(par, cluster, training), cluster)
 
 
 def _gather_per_layer_exposed(
@@ -350,22 +366,67 @@ def _gather_per_layer_exposed(
     a recomputed forward), the gradients reduce-scattered unit by unit, every micro-batch; prefetching hides each
     unit's traffic behind the previous unit's compute, the first gather is exposed. Parameter offload adds the
     PCIe fetch of each rank's partition."""
+    layers = max(1, dense + moe)
+    passes = 2 + (_recomputed_fraction(par, shape) if par.recompute == "full" else 0.0)
+    gather, rest = _gather_per_layer_traffic(model, cluster, training, par, shape, dense, moe)
+    total = passes * gather + rest
+    first = total / (layers * passes)  # the first unit's gather is not prefetched
+    costs = training.software.generation(cluster.gpu.generation)
+    return comm.exposed(total - first, st.compute + st.recompute, costs.overlap_contention) + first
+
+
+def _gather_per_layer_traffic(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    par: ParallelConfig,
+    shape: StageShape,
+    dense: int,
+    moe: int,
+) -> tuple[float, float]:
+    """(seconds of one pass of unit-by-unit gathers of the 16-bit parameters, seconds of the rest of a
+    micro-batch's traffic: the gradients' reduce-scatter and, under parameter offload, the PCIe fetch)."""
     sp = stage_params(model, par, shape, dense, moe)
     layers = max(1, dense + moe)
     g = _shard_group(par, cluster, training)
     zero3 = par.zero_stage == 3
     calls = ZERO3_GATHERS_PER_LAYER * layers if zero3 else layers
-    passes = 2 + (_recomputed_fraction(par, shape) if par.recompute == "full" else 0.0)
     size = ACT * sp.total
-    gathers = passes * comm.collective_time("all_gather", size, g, cluster, calls=calls)
+    gather = comm.collective_time("all_gather", size, g, cluster, calls=calls)
     grad = grad_bytes(training, par) * sp.total
     buckets = math.ceil(sp.total / zero_buckets(model, 3).reduce_bucket_size) if zero3 else layers
     scatter = comm.collective_time("reduce_scatter", grad, g, cluster, calls=buckets)
     pcie = 2 * size / par.dp / cluster.h2d_bw if par.offload_param != "none" else 0.0
-    total = gathers + scatter + pcie
-    first = total / (layers * passes)  # the first unit's gather is not prefetched
+    return gather, scatter + pcie
+
+
+def sharding_floor(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    par: ParallelConfig,
+    shape: StageShape,
+    dense: int,
+    moe: int,
+    window: float,
+) -> float:
+    """The least a stage's per-micro-batch sharding traffic (ZeRO-2/3, FSDP) adds to a micro-batch whose compute
+    and recomputation take at least `window` seconds (a search bound). `stage_time` charges the window plus the
+    traffic it cannot hide plus the contention of what it hides (and the first unit's gather), which only grows
+    with the window, the traffic and the recomputed gather pass; so the traffic of two passes exposed against
+    `window` is never more than a plan with this sharding pays, at any recomputation."""
     costs = training.software.generation(cluster.gpu.generation)
-    return comm.exposed(total - first, st.compute + st.recompute, costs.overlap_contention) + first
+    if per_layer_gathers(training, par):
+        layers = dense + moe
+        if not layers:
+            return 0.0
+        gather, rest = _gather_per_layer_traffic(model, cluster, training, par, shape, dense, moe)
+        total = 2 * gather + rest
+        return comm.exposed(total - total / (2 * layers), window, costs.overlap_contention) + gather / layers
+    if scatters_per_microbatch(par):  # exposed behind the backward, which is part of the window
+        scatter = _zero2_traffic(model, cluster, training, par, shape, dense, moe)
+        return comm.exposed(scatter, window, costs.overlap_contention)
+    return 0.0
 
 
 def dp_exposed(
@@ -466,4 +527,12 @@ def optimizer_times(
     return worst_gpu + costs.host_step_s, worst_offload
 
 
-__all__ = ["StageTime", "dp_exposed", "grad_bytes", "moe_imbalance", "optimizer_times", "stage_time"]
+__all__ = [
+    "StageTime",
+    "dp_exposed",
+    "grad_bytes",
+    "moe_imbalance",
+    "optimizer_times",
+    "sharding_floor",
+    "stage_time",
+]

@@ -10,6 +10,7 @@ from app.planner.api import feasible_layouts
 from app.planner.estimate import step_lower_bound, time_estimate
 from app.planner.layout import parse_layout
 from app.planner.search import placements
+from app.planner.step import per_layer_gathers, scatters_per_microbatch
 from app.planner.validation import tinyllama
 
 
@@ -117,3 +118,37 @@ def test_the_bound_is_below_every_step() -> None:
     for par in feasible_layouts(req)[::7]:
         step = time_estimate(req.model, req.cluster, req.training, par).step_s
         assert step_lower_bound(req.model, req.cluster, req.training, par, recompute=True) <= step * (1 + 1e-12)
+
+
+@pytest.mark.parametrize(
+    ("req", "shardings"),
+    [
+        (request("llama-3-8b", 4, 256, framework="deepspeed"), [{"zero_stage": 2}, {"zero_stage": 3}]),
+        (
+            request("mixtral-8x7b", 4, 256),
+            [{"megatron_fsdp": "optim_grads"}, {"megatron_fsdp": "optim_grads_params"}],
+        ),
+    ],
+    ids=["deepspeed", "megatron-fsdp"],
+)
+def test_the_sharding_traffic_bound_is_below_every_step(req: PlanRequest, shardings: list[dict[str, object]]) -> None:
+    """The bound a sharding that moves parameters or gradients in every micro-batch gets from that traffic
+    (search._traffic_bounds, from the layout without recomputation): below the step of the same layout at every
+    recomputation, and above the compute-only bound where the traffic cannot hide behind the compute."""
+    model, cluster, training = req.model, req.cluster, req.training
+    raised = checked = 0
+    layouts = feasible_layouts(req)
+    for base in layouts[:: max(1, len(layouts) // 8)]:
+        for sharding in shardings:
+            plain = base.model_copy(update={**sharding, "recompute": "none", "recompute_modules": None})
+            assert per_layer_gathers(training, plain) or scatters_per_microbatch(plain)
+            bound = step_lower_bound(model, cluster, training, plain)
+            for recompute in ("none", "selective", "full"):
+                par = plain.model_copy(update={"recompute": recompute})
+                step = time_estimate(model, cluster, training, par).step_s
+                assert bound <= step * (1 + 1e-12), par
+                assert step_lower_bound(model, cluster, training, par, recompute=True) <= step * (1 + 1e-12), par
+                checked += 1
+            compute_only = step_lower_bound(model, cluster, training, base.model_copy(update={"zero_stage": 1}))
+            raised += bound > compute_only * 1.001
+    assert checked >= 18 and raised > 0
