@@ -476,6 +476,12 @@ def _sync_time(
     sharded = par.distributed_optimizer or par.zero_stage >= 1
     if not sharded:
         reduce, gather = comm.collective_time("all_reduce", grads, g, cluster), 0.0
+    elif deepspeed_uses_bf16_optimizer(training, par):
+        # BF16_Optimizer: the engine all-reduces the fp32 gradients whole (runtime/pipe/engine.py _bf16_reduce_grads
+        # and engine.py allreduce_gradients -> buffered_allreduce_fallback, no reduce-scatter), each rank steps its
+        # partition and all-gathers the 16-bit parameters (bf16_optimizer.py step -> all_gather_dp_groups)
+        reduce = comm.collective_time("all_reduce", grads, g, cluster)
+        gather = comm.collective_time("all_gather", ACT * params, g, cluster)
     else:
         reduce = comm.collective_time("reduce_scatter", grads, g, cluster)
         gather = comm.collective_time("all_gather", ACT * params, g, cluster)

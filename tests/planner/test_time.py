@@ -8,7 +8,8 @@ import pytest
 
 from app.planner import comm, compute, layout, stack
 from app.planner.estimate import evaluate, time_estimate
-from app.planner.layout import StageShape
+from app.planner.layout import StageShape, stage_layer_kinds, stage_shapes
+from app.planner.memory import stage_params
 from app.planner.pipeline import pipeline_time
 from app.planner.specs import ClusterSpec, ParallelConfig, TrainingSpec
 from app.planner.step import stage_time
@@ -275,6 +276,38 @@ def test_zero3_traffic_is_paid_per_microbatch() -> None:
         ParallelConfig(dp=64, zero_stage=3, micro_batch_size=1),
     ).breakdown["zero_comm_s"]
     assert four == pytest.approx(4 * one, rel=1e-6) and one > 0
+
+
+def test_deepspeed_bf16_optimizer_all_reduces_fp32_gradients_then_gathers_the_parameters() -> None:
+    """Megatron-DeepSpeed in bf16 with ZeRO-1 runs DeepSpeed's BF16_Optimizer: the pipeline engine all-reduces
+    the fp32 gradients whole (pipe/engine.py _bf16_reduce_grads -> buffered_allreduce_fallback), each rank steps its
+    partition and all-gathers the bf16 parameters; in fp16 the ZeRO-1 optimizer reduce-scatters fp16 gradients.
+    Hand-worked: DP groups of 8 over 4 nodes, 2 ranks in each (TP 4, PP 2), nothing overlapped (PipelineEngine)."""
+    m = preset("llama-2-13b")
+    cluster = ClusterSpec(num_nodes=8, gpu="A100-80GB")
+    par = ParallelConfig(tp=4, pp=2, dp=8, zero_stage=1, micro_batch_size=1)
+    g = layout.dp_group(par, cluster)
+    assert (g.size, g.per_domain, g.domains) == (8, 2, 4)
+
+    def dp_s(precision: str) -> tuple[float, float]:
+        """(the plan's exposed DP time, the parameters of its largest stage)"""
+        training = TrainingSpec(global_batch_size=64, framework="megatron-deepspeed", precision=precision)
+        shapes, kinds = stage_shapes(m, training, par), stage_layer_kinds(m, training, par)
+        params = max(stage_params(m, par, shape, *kind).dense for shape, kind in zip(shapes, kinds, strict=True))
+        return time_estimate(m, cluster, training, par).breakdown["dp_comm_s"], params
+
+    bf16, n = dp_s("bf16")
+    assert bf16 == pytest.approx(
+        comm.collective_time("all_reduce", 4.0 * n, g, cluster)
+        + comm.collective_time("all_gather", 2.0 * n, g, cluster),
+        rel=0.02,  # the tied embedding's first-last all-reduce rides on top
+    )
+    fp16, n16 = dp_s("fp16")
+    assert fp16 == pytest.approx(
+        comm.collective_time("reduce_scatter", 2.0 * n16, g, cluster)
+        + comm.collective_time("all_gather", 2.0 * n16, g, cluster),
+        rel=0.02,
+    )
 
 
 def test_expert_compute_with_etp1_is_counted_once() -> None:
