@@ -45,6 +45,7 @@ from app.planner.memory import (
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from app.planner.stack import GenerationCosts
 
+ZERO3_MAX_REUSE_DISTANCE = 1_000_000_000  # stage3_max_reuse_distance, DeepSpeed's default (not rendered)
 ZERO3_GATHERS_PER_LAYER = 4  # one all-gather per linear module (QKV, projection, fc1, fc2)
 MEGATRON_BUCKET_PARAMS = 40_000_000  # DistributedDataParallelConfig.bucket_size default (max(40M, 1M x dp))
 OPTIMIZER_BYTES = {"fused-adam": 30.0, "torch-adamw": 80.0, "per-tensor-adamw": 80.0}
@@ -367,12 +368,37 @@ def _gather_per_layer_exposed(
     unit's traffic behind the previous unit's compute, the first gather is exposed. Parameter offload adds the
     PCIe fetch of each rank's partition."""
     layers = max(1, dense + moe)
-    passes = 2 + (_recomputed_fraction(par, shape) if par.recompute == "full" else 0.0)
+    regather = zero3_regathered_fraction(model, par) if par.zero_stage == 3 else 1.0
+    passes = 2 + (_recomputed_fraction(par, shape) * regather if par.recompute == "full" else 0.0)
     gather, rest = _gather_per_layer_traffic(model, cluster, training, par, shape, dense, moe)
     total = passes * gather + rest
     first = total / (layers * passes)  # the first unit's gather is not prefetched
     costs = training.software.generation(cluster.gpu.generation)
     return comm.exposed(total - first, st.compute + st.recompute, costs.overlap_contention) + first
+
+
+def zero3_regathered_fraction(model: ModelSpec, par: ParallelConfig) -> float:
+    """Share of a layer's parameters DeepSpeed ZeRO-3 all-gathers again for its recomputed forward. After a module
+    runs, the coordinator releases its parameters unless they are used again within `stage3_max_reuse_distance`
+    elements of the recorded module order (partitioned_param_coordinator.py `__params_to_release`; default 1e9,
+    zero/config.py, and the rendered ds_config.json leaves it there). A recomputed forward runs the layer's modules
+    in order and its backward then runs them in reverse, so module i comes back after twice the parameters of the
+    modules behind it: kept when that is under the distance. Small layers keep everything (no third gather); a
+    GPT-3 175B or 530B layer gathers all but its last linear again. Per tensor-parallel rank (`ds_numel`); the
+    norms and biases are too small to move the answer and are left out."""
+
+    def regathered() -> float:
+        h, ffn = model.hidden_size, model.ffn_hidden_size or 4 * model.hidden_size
+        sizes = [lin.shard(par.tp) for lin in attention_shape(model).linears]
+        sizes += [h * (2 * ffn if model.swiglu else ffn) // par.tp, ffn * h // par.tp]
+        behind = again = 0
+        for size in reversed(sizes):
+            if 2 * behind >= ZERO3_MAX_REUSE_DISTANCE:
+                again += size
+            behind += size
+        return again / max(1, sum(sizes))
+
+    return model.memo(("zero3_regathered", par.tp), regathered)
 
 
 def _gather_per_layer_traffic(

@@ -12,7 +12,7 @@ from app.planner.layout import StageShape, stage_layer_kinds, stage_shapes
 from app.planner.memory import stage_params
 from app.planner.pipeline import pipeline_time
 from app.planner.specs import ClusterSpec, ParallelConfig, TrainingSpec
-from app.planner.step import stage_time
+from app.planner.step import stage_time, zero3_regathered_fraction
 
 from .conftest import preset
 
@@ -308,6 +308,29 @@ def test_deepspeed_bf16_optimizer_all_reduces_fp32_gradients_then_gathers_the_pa
         + comm.collective_time("all_gather", 2.0 * n16, g, cluster),
         rel=0.02,
     )
+
+
+def test_zero3_gathers_again_for_a_recomputed_forward_only_what_it_released() -> None:
+    """DeepSpeed keeps a parameter gathered when it comes back within stage3_max_reuse_distance (1e9) elements of
+    the module order. GPT-3 175B (h 12288, ffn 4h): the recomputed forward then the backward bring each linear back
+    after twice the linears behind it: fc2 at once (kept); fc1 after 2 x 604M (gathered again), the projection
+    and QKV later still: 1208M of 1812M per layer. At TP 2 fc1 comes back after 2 x 302M and is kept too. A
+    Llama-2 7B layer (202M) keeps everything: no third gather."""
+    gpt3 = preset("gpt3-175b")
+    h = gpt3.hidden_size
+    assert zero3_regathered_fraction(gpt3, ParallelConfig(dp=8)) == pytest.approx(
+        (3 * h * h + h * h + 4 * h * h) / (12 * h * h),
+        rel=1e-4,  # QKV biases
+    )
+    assert zero3_regathered_fraction(gpt3, ParallelConfig(tp=2, dp=8)) == pytest.approx(4 / 12, rel=1e-4)
+    assert zero3_regathered_fraction(preset("llama-2-7b"), ParallelConfig(dp=8)) == 0.0
+    m = preset("llama-2-7b")
+    cluster = ClusterSpec(num_nodes=8, gpu="A100-80GB")
+    training = TrainingSpec(global_batch_size=64, framework="deepspeed")
+    zero3 = {"dp": 64, "zero_stage": 3, "micro_batch_size": 1}
+    plain = time_estimate(m, cluster, training, ParallelConfig(**zero3)).breakdown
+    redone = time_estimate(m, cluster, training, ParallelConfig(**zero3, recompute="full")).breakdown
+    assert redone["recompute_s"] > 0 and redone["zero_comm_s"] <= plain["zero_comm_s"]  # no more traffic
 
 
 def test_expert_compute_with_etp1_is_counted_once() -> None:
