@@ -44,6 +44,11 @@ class Placement:
     split: space.Split = field(default_factory=space.Split)
     cp_comm: tuple[str, tuple[int, int] | None] = ("p2p", None)
     _fields: dict[str, dict[str, object]] = field(default_factory=dict, repr=False, compare=False)
+    # configs made for this placement, by (micro-batch, recomputation, id of the sharding dict): the bounds, the
+    # rule checks and the memory evaluation ask for the same ones (the sharding dicts live as long as the placement)
+    _configs: dict[tuple[int, space.Recompute, int], ParallelConfig] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def fields(
         self, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, recompute: str
@@ -180,10 +185,14 @@ def make_config(
     rc: space.Recompute,
     sharding: dict[str, object],
 ) -> ParallelConfig:
+    key = (mbs, rc, id(sharding))
+    made = pl._configs.get(key)
+    if made is not None:
+        return made
     base = pl.fields(model, cluster, training, rc.recompute)
     dist = bool(sharding.get("distributed_optimizer", False))
     # the generators produce only valid values: skip pydantic's validation (a third of the search's time)
-    return ParallelConfig.trusted(
+    made = pl._configs[key] = ParallelConfig.trusted(
         **base,
         micro_batch_size=mbs,
         recompute=rc.recompute,
@@ -193,6 +202,7 @@ def make_config(
         fp8_param_gather=space.fp8_param_gather(training, dist),
         **sharding,
     )
+    return made
 
 
 def search_world(
