@@ -77,6 +77,19 @@ def quantile(values: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
+def hazen_quantile(values: list[float], q: float) -> float:
+    """Quantile at Hazen's plotting positions, `(k - 0.5) / n` for the k-th smallest of n (Hyndman & Fan 1996,
+    "Sample quantiles in statistical packages", definition 5; numpy's method="hazen"): each measured row stands for
+    1/n of the probability around it. The step-time intervals take their ends from it: interpolating between the
+    extreme rows (numpy's default, `quantile`) leaves two rows outside each end whatever n is, so on the 14
+    Megatron-core A100 rows an "80 %" interval held 71 % of them (Hazen: 86 %)."""
+    s = sorted(values)
+    pos = min(max(q * len(s) - 0.5, 0.0), len(s) - 1.0)
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     errors = [abs(r["error"]) for r in rows]
     return {
@@ -98,9 +111,11 @@ def residual_table(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for (stack, gen), group in sorted(by.items()):
         entry: dict[str, Any] = {}
         times = [r["error"] for r in group]
-        entry["time"] = {"runs": len(times), "q10": quantile(times, 0.1), "q90": quantile(times, 0.9)}
+        entry["time"] = {"runs": len(times), "q10": hazen_quantile(times, 0.1), "q90": hazen_quantile(times, 0.9)}
         mems = [r["memory_error"] for r in group if "memory_error" in r]
         if mems:
+            # the memory interval's upper end decides "fits": its ends stay between the measured rows (a Hazen end
+            # beyond the most over-predicted of the 9 H200 rows would refuse layouts that run, issue 10)
             entry["memory"] = {"runs": len(mems), "q10": quantile(mems, 0.1), "q90": quantile(mems, 0.9)}
         table[stack][gen] = entry
     return dict(table)

@@ -71,12 +71,18 @@ def test_measured_runs_are_feasible(rows: list[dict[str, Any]]) -> None:
 
 
 def test_intervals_cover_75_to_90_percent_per_stack(rows: list[dict[str, Any]]) -> None:
-    by: dict[str, list[bool]] = {}
+    """Per stack and per stack x GPU generation (what an interval is taken from), wherever 9 or more rows are: the
+    14 Megatron-core A100 rows held 71 % with interpolated ends (benchmarks/accuracy.py hazen_quantile)."""
+    by: dict[tuple[str, ...], list[bool]] = {}
     for r in rows:
-        by.setdefault(r["stack"], []).append(r["in_interval"])
+        by.setdefault((r["stack"],), []).append(r["in_interval"])
+        by.setdefault((r["stack"], r["generation"]), []).append(r["in_interval"])
+    checked = 0
     for name, inside in by.items():
-        if len(inside) >= 10:
+        if len(inside) >= 9:
             assert 0.75 <= sum(inside) / len(inside) <= 0.90, (name, sum(inside) / len(inside))
+            checked += 1
+    assert checked >= 8
 
 
 def test_activation_memory_of_korthikanti_figure_1() -> None:
