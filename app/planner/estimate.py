@@ -84,15 +84,31 @@ def time_estimate(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
 
 
 def step_lower_bound(
-    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, recompute: bool = False
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    par: ParallelConfig,
+    recompute: bool = False,
+    sharded: ParallelConfig | None = None,
 ) -> float:
     """A cheap bound below `time_estimate(...).step_s`: the pipeline time of the layers' compute and exposed
     TP/CP/EP communication without recomputation (cached per layer), the output layer's compute and the least
     its sharding's per-micro-batch traffic adds (`sharding_floor`), plus the stack's host time per step; no host,
-    engine, data-parallel or other optimizer time, and recomputation only with `recompute`."""
+    engine, data-parallel or other optimizer time, and recomputation only with `recompute`. With `sharded` (the same
+    layout and micro-batch under another sharding): the bound of `sharded` from `par`'s layer costs, which a
+    layer's compute and TP/CP/EP traffic do not read the sharding for (compute.py, attention.py)."""
     m = max(1, num_microbatches(training, par))
-    floors = _stage_floors(model, cluster, training, par, recompute, traffic=True)
+    floors = _stage_floors(model, cluster, training, par, recompute, traffic=sharded or par)
     return pipeline_time(floors, par, m).total_s + host_step(cluster, training)
+
+
+def sharding_ceiling(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig) -> float:
+    """The most `sharding_floor` gives on any stage of `par` at any window (none to hide behind): a bound above what
+    the sharding's traffic adds to a stage's micro-batch in `step_lower_bound`, whatever the micro-batch size."""
+    shapes = stage_shapes(model, training, par)
+    kinds = stage_layer_kinds(model, training, par)
+    seen = {(shape, *kind) for shape, kind in zip(shapes, kinds, strict=True)}
+    return max((sharding_floor(model, cluster, training, par, s, d, m, 0.0) for s, d, m in seen), default=0.0)
 
 
 def host_step(cluster: ClusterSpec, training: TrainingSpec) -> float:
@@ -147,14 +163,14 @@ def _stage_floors(
     par: ParallelConfig,
     recompute: bool = False,
     comm: bool = True,
-    traffic: bool = False,
+    traffic: ParallelConfig | None = None,
 ) -> list[tuple[float, int]]:
-    """Per stage, a bound below one micro-batch's time (see `step_lower_bound`); with `traffic`, the least the
+    """Per stage, a bound below one micro-batch's time (see `step_lower_bound`); with `traffic`, the least that
     config's sharding adds against the compute (and recomputation) alone as its window."""
     costs = training.software.generation(cluster.gpu.generation)
     dense_s = layer_floor(model, cluster, training, par, False, comm)
     moe_s = layer_floor(model, cluster, training, par, True, comm) if model.is_moe else dense_s
-    if traffic:  # the window: compute only (the floors above may hold exposed TP/CP/EP time)
+    if traffic is not None:  # the window: compute only (the floors above may hold exposed TP/CP/EP time)
         dense_c = layer_floor(model, cluster, training, par, False, False)
         moe_c = layer_floor(model, cluster, training, par, True, False) if model.is_moe else dense_c
     shapes = stage_shapes(model, training, par)
@@ -174,11 +190,11 @@ def _stage_floors(
             fwd, bwd = compute.output_layer_time(model, par, training, cluster.gpu, costs)
             loss = fwd + bwd
         t += loss
-        if traffic:  # stages shaped alike move alike
+        if traffic is not None:  # stages shaped alike move alike
             key = (shape, dense, moe)
             if key not in moved:
                 window = dense * dense_c + moe * moe_c + redone + loss
-                moved[key] = sharding_floor(model, cluster, training, par, shape, dense, moe, window)
+                moved[key] = sharding_floor(model, cluster, training, traffic, shape, dense, moe, window)
             t += moved[key]
         per_stage.append((t, 1))
     return per_stage

@@ -23,6 +23,7 @@ from app.planner import rules, space
 from app.planner.estimate import (
     lower_bounds,
     placement_lower_bound,
+    sharding_ceiling,
     step_lower_bound,
     time_estimate,
 )
@@ -288,7 +289,9 @@ def _explore(
     for sharding in work.shardings:
         if sizes and not _states_fit(model, cluster, training, pl, sizes, levels, sharding, state, budget):
             continue
-        moves = sizes and _moves_per_microbatch(model, cluster, training, work, sharding)
+        # the most a sharding's per-micro-batch traffic can add to a stage's micro-batch (0: it moves none), worked
+        # out when a micro-batch size first gets past the placement's bounds
+        traffic: float | None = None if work.bounds else 0.0
         # memory never shrinks with a larger micro-batch, so a larger one needs at least the recomputation level
         # the smaller one needed under the same sharding: the levels below it run out of memory unevaluated
         floor = 0
@@ -300,8 +303,13 @@ def _explore(
             cheaper = levels[floor:end]
             if not cheaper:
                 continue
-            if work.bounds.get(mbs, 0.0) > state.bar() or (
-                moves and _traffic_bound(model, cluster, training, work, mbs, sharding) > state.bar()
+            bound = work.bounds.get(mbs, 0.0)
+            if bound <= state.bar() and traffic is None:
+                traffic = _traffic_ceiling(model, cluster, training, work, sharding)
+            if bound > state.bar() or (
+                # the traffic bound is worked out only where the traffic could lift the bound past the bar
+                bound + _pipeline_slots(training, pl, mbs) * (traffic or 0.0) > state.bar()
+                and _traffic_bound(model, cluster, training, work, mbs, sharding) > state.bar()
             ):
                 state.skipped += len(cheaper)
                 continue
@@ -318,12 +326,22 @@ def _explore(
     return True
 
 
-def _moves_per_microbatch(
+def _traffic_ceiling(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, work: _Work, sharding: dict[str, object]
-) -> bool:
-    """Whether the sharding moves parameters or gradients in every micro-batch (ZeRO-2/3, FSDP)."""
+) -> float:
+    """The most the sharding's per-micro-batch traffic (ZeRO-2/3, FSDP) can add to one micro-batch of a stage: all
+    of it exposed (`sharding_ceiling`); 0 for shardings that move nothing per micro-batch."""
     probe = make_config(model, cluster, training, work.pl, work.sizes[0], work.levels[0], sharding)
-    return per_layer_gathers(training, probe) or scatters_per_microbatch(probe)
+    if not (per_layer_gathers(training, probe) or scatters_per_microbatch(probe)):
+        return 0.0
+    return sharding_ceiling(model, cluster, training, probe)
+
+
+def _pipeline_slots(training: TrainingSpec, pl: Placement, mbs: int) -> float:
+    """Stage micro-batch times a step's pipeline time adds up (`pipeline_time`: m of the busiest, (p - 1) / v of
+    the average)."""
+    m = max(1, training.global_batch_size // (mbs * pl.dp))
+    return m + (pl.pp - 1) / pl.vpp if pl.pp > 1 else m
 
 
 def _traffic_bound(
@@ -336,9 +354,11 @@ def _traffic_bound(
 ) -> float:
     """A bound below the step of every recomputation at `mbs` under a sharding that moves parameters or gradients
     in every micro-batch, with what that traffic adds (`step_lower_bound` of the layout without recomputation);
-    the placement's bounds leave it out. Computed only for the micro-batch sizes those bounds do not rule out."""
+    the placement's bounds leave it out. Computed only where those bounds do not rule the micro-batch size out, from
+    the layer costs of the placement's probe at that size (the same layout under its first sharding)."""
+    base = make_config(model, cluster, training, work.pl, mbs, work.levels[0], work.shardings[0])
     par = make_config(model, cluster, training, work.pl, mbs, work.levels[0], sharding)
-    return step_lower_bound(model, cluster, training, par)
+    return step_lower_bound(model, cluster, training, base, sharded=par)
 
 
 def _states_fit(

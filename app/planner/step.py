@@ -349,8 +349,11 @@ def _zero2_traffic(
     dense: int,
     moe: int,
 ) -> float:
-    size = grad_bytes(training, par) * stage_params(model, par, shape, dense, moe).total
-    return comm.collective_time("reduce_scatter", size, _shard_group(par, cluster, training), cluster)
+    def scatter() -> float:
+        size = grad_bytes(training, par) * stage_params(model, par, shape, dense, moe).total
+        return comm.collective_time("reduce_scatter", size, _shard_group(par, cluster, training), cluster)
+
+    return model.memo(("zero2_traffic", *par.state_fields, shape, dense, moe), scatter, cluster, training)
 
 
 def _gather_per_layer_exposed(
@@ -411,7 +414,21 @@ def _gather_per_layer_traffic(
     moe: int,
 ) -> tuple[float, float]:
     """(seconds of one pass of unit-by-unit gathers of the 16-bit parameters, seconds of the rest of a
-    micro-batch's traffic: the gradients' reduce-scatter and, under parameter offload, the PCIe fetch)."""
+    micro-batch's traffic: the gradients' reduce-scatter and, under parameter offload, the PCIe fetch); cached per
+    stage and model-state fields (no micro-batch size, recomputation or overlap moves a byte of it)."""
+    key = ("gather_traffic", *par.state_fields, shape, dense, moe)
+    return model.memo(key, lambda: _gather_traffic(model, cluster, training, par, shape, dense, moe), cluster, training)
+
+
+def _gather_traffic(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    par: ParallelConfig,
+    shape: StageShape,
+    dense: int,
+    moe: int,
+) -> tuple[float, float]:
     sp = stage_params(model, par, shape, dense, moe)
     layers = max(1, dense + moe)
     g = _shard_group(par, cluster, training)

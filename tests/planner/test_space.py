@@ -151,4 +151,7 @@ def test_the_sharding_traffic_bound_is_below_every_step(req: PlanRequest, shardi
                 checked += 1
             compute_only = step_lower_bound(model, cluster, training, base.model_copy(update={"zero_stage": 1}))
             raised += bound > compute_only * 1.001
+            # the search's form: the same bound from the layer costs of the layout under another sharding
+            other = plain.model_copy(update={"zero_stage": 1, "megatron_fsdp": None})
+            assert step_lower_bound(model, cluster, training, other, sharded=plain) == pytest.approx(bound, rel=1e-12)
     assert checked >= 18 and raised > 0
