@@ -23,6 +23,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -95,12 +96,25 @@ def _child(conn: Connection, memory_bytes: int, max_result_bytes: int) -> None:
             answer = ("memory", "")
         except RecursionError:
             answer = ("input", [("", "the request is nested too deeply to evaluate")])
-        except Exception:  # a bug: reported (and logged by the server) as one
-            answer = ("error", traceback.format_exc())
+        except Exception:  # a bug: reported (and logged by the server) as one, unless the job hit the memory cap
+            # an allocation refused under RLIMIT_AS can surface as another error (C code that returns NULL without
+            # setting MemoryError: "SystemError: error return without exception set"); the process's peak address
+            # space says whether it ran into the cap
+            capped = _peak_address_space() >= 0.9 * memory_bytes
+            answer = ("memory", "") if capped else ("error", traceback.format_exc())
         try:
             conn.send(answer)
         except MemoryError:
             conn.send(("memory", ""))
+
+
+def _peak_address_space() -> int:
+    """Bytes of this process's peak virtual memory (VmPeak in /proc/self/status), what RLIMIT_AS caps; 0 if unknown."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmPeak:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 @dataclass
@@ -198,7 +212,10 @@ class PlannerPool:
             if isinstance(exc, ComputeError):
                 raise
             raise ComputeError("crashed", "the planner process died (out of memory?)") from None
-        self._idle.put(worker)
+        if status == "memory":
+            self._discard(worker)  # it ran into its cap: a fresh process for the next job (VmPeak never falls)
+        else:
+            self._idle.put(worker)
         return self._answer(kind, status, value)
 
     def _answer(self, kind: str, status: str, value: Any) -> str:

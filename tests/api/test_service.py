@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import multiprocessing
 from typing import Any
 
 import pytest
 
 from app.planner import PlanRequest, __version__, plan
+from app.service import compute
 from app.service import planning as service
 from app.service.compute import PlannerPool
 from app.service.errors import Refused
@@ -109,3 +111,48 @@ def test_parse_reports_request_and_render_errors_together() -> None:
     with pytest.raises(Refused) as exc:
         parse_plan_request({**TINY, "cluster": {"num_nodes": 0, "gpu": "H100-SXM"}, "render": {"seed": -1}})
     assert {e.field for e in exc.value.errors} == {"cluster.num_nodes", "render.seed"}
+
+
+def _child_answer(job: str, headroom_mib: int) -> tuple[str, Any]:
+    """One job through a real planner-process loop (`compute._child`) in a fresh process whose address-space cap
+    is its own size at start plus `headroom_mib`."""
+    ctx = multiprocessing.get_context("spawn")
+    ours, theirs = ctx.Pipe()
+    child = ctx.Process(target=_planner_process, args=(theirs, job, headroom_mib))
+    child.start()
+    try:
+        ours.send(("test", None))
+        assert ours.poll(60)
+        answer: tuple[str, Any] = ours.recv()
+        return answer
+    finally:
+        child.kill()
+        child.join(10)
+
+
+def _planner_process(conn: Any, job: str, headroom_mib: int) -> None:
+    compute.JOBS["test"] = {"fill": _fill_then_fail, "bug": _bug}[job]
+    compute._child(conn, compute._peak_address_space() + headroom_mib * 2**20, 1 << 20)
+
+
+def _fill_then_fail(_payload: Any) -> str:
+    """What a C routine that returns NULL under RLIMIT_AS without setting MemoryError leaves: another error."""
+    hoard = []
+    try:
+        while True:
+            hoard.append(bytearray(8 << 20))
+    except MemoryError:
+        del hoard
+        raise SystemError("error return without exception set") from None
+
+
+def _bug(_payload: Any) -> str:
+    raise KeyError("a bug")
+
+
+def test_an_error_after_the_process_ran_into_its_cap_is_out_of_memory_and_a_bug_is_a_bug() -> None:
+    """CI saw a search under a 64 MiB cap end in `SystemError: error return without exception set` and answer
+    500: an error in a process whose peak address space reached its cap is its memory, not a bug."""
+    assert _child_answer("fill", 128) == ("memory", "")
+    status, value = _child_answer("bug", 1024)
+    assert status == "error" and "KeyError: 'a bug'" in value
