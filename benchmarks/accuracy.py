@@ -68,23 +68,14 @@ def evaluate_runs(runs: list[validation.MeasuredRun]) -> list[dict[str, Any]]:
     return rows
 
 
-def quantile(values: list[float], q: float) -> float:
-    """Linear-interpolated quantile (as numpy's default)."""
+def quantile(values: list[float], q: float, hazen: bool = False) -> float:
+    """Linear-interpolated quantile (as numpy's default), or with `hazen` at Hazen's plotting positions, `(k - 0.5)
+    / n` for the k-th smallest of n (Hyndman & Fan 1996, "Sample quantiles in statistical packages", definition 5;
+    numpy's method="hazen"): each measured row stands for 1/n of the probability around it. The step-time intervals
+    take their ends from the latter: interpolating between the extreme rows leaves two rows outside each end
+    whatever n is, so on the 14 Megatron-core A100 rows an "80 %" interval held 71 % of them (Hazen: 86 %)."""
     s = sorted(values)
-    pos = q * (len(s) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
-def hazen_quantile(values: list[float], q: float) -> float:
-    """Quantile at Hazen's plotting positions, `(k - 0.5) / n` for the k-th smallest of n (Hyndman & Fan 1996,
-    "Sample quantiles in statistical packages", definition 5; numpy's method="hazen"): each measured row stands for
-    1/n of the probability around it. The step-time intervals take their ends from it: interpolating between the
-    extreme rows (numpy's default, `quantile`) leaves two rows outside each end whatever n is, so on the 14
-    Megatron-core A100 rows an "80 %" interval held 71 % of them (Hazen: 86 %)."""
-    s = sorted(values)
-    pos = min(max(q * len(s) - 0.5, 0.0), len(s) - 1.0)
+    pos = min(max(q * len(s) - 0.5, 0.0), len(s) - 1.0) if hazen else q * (len(s) - 1)
     lo = int(pos)
     hi = min(lo + 1, len(s) - 1)
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
@@ -111,7 +102,7 @@ def residual_table(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for (stack, gen), group in sorted(by.items()):
         entry: dict[str, Any] = {}
         times = [r["error"] for r in group]
-        entry["time"] = {"runs": len(times), "q10": hazen_quantile(times, 0.1), "q90": hazen_quantile(times, 0.9)}
+        entry["time"] = {"runs": len(times), "q10": quantile(times, 0.1, True), "q90": quantile(times, 0.9, True)}
         mems = [r["memory_error"] for r in group if "memory_error" in r]
         if mems:
             # the memory interval's upper end decides "fits": its ends stay between the measured rows (a Hazen end

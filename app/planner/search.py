@@ -27,10 +27,12 @@ from app.planner.estimate import (
     step_lower_bound,
     time_estimate,
 )
+from app.planner.layout import num_microbatches
 from app.planner.memory import peak_memory, static_bytes
+from app.planner.pipeline import pipeline_time
 from app.planner.results import TimeEstimate
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
-from app.planner.step import per_layer_gathers, scatters_per_microbatch
+from app.planner.step import moves_per_microbatch
 
 
 @dataclass
@@ -308,7 +310,7 @@ def _explore(
                 traffic = _traffic_ceiling(model, cluster, training, work, sharding)
             if bound > state.bar() or (
                 # the traffic bound is worked out only where the traffic could lift the bound past the bar
-                bound + _pipeline_slots(training, pl, mbs) * (traffic or 0.0) > state.bar()
+                bound + _pipeline_slots(model, cluster, training, work, mbs) * (traffic or 0.0) > state.bar()
                 and _traffic_bound(model, cluster, training, work, mbs, sharding) > state.bar()
             ):
                 state.skipped += len(cheaper)
@@ -332,16 +334,13 @@ def _traffic_ceiling(
     """The most the sharding's per-micro-batch traffic (ZeRO-2/3, FSDP) can add to one micro-batch of a stage: all
     of it exposed (`sharding_ceiling`); 0 for shardings that move nothing per micro-batch."""
     probe = make_config(model, cluster, training, work.pl, work.sizes[0], work.levels[0], sharding)
-    if not (per_layer_gathers(training, probe) or scatters_per_microbatch(probe)):
-        return 0.0
-    return sharding_ceiling(model, cluster, training, probe)
+    return sharding_ceiling(model, cluster, training, probe) if moves_per_microbatch(training, probe) else 0.0
 
 
-def _pipeline_slots(training: TrainingSpec, pl: Placement, mbs: int) -> float:
-    """Stage micro-batch times a step's pipeline time adds up (`pipeline_time`: m of the busiest, (p - 1) / v of
-    the average)."""
-    m = max(1, training.global_batch_size // (mbs * pl.dp))
-    return m + (pl.pp - 1) / pl.vpp if pl.pp > 1 else m
+def _pipeline_slots(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, work: _Work, mbs: int) -> float:
+    """How many stage micro-batch times a step's pipeline time adds up at `mbs` (`pipeline_time` of stages of 1 s)."""
+    par = make_config(model, cluster, training, work.pl, mbs, work.levels[0], work.shardings[0])
+    return pipeline_time([(1.0, par.pp)], par, max(1, num_microbatches(training, par))).total_s
 
 
 def _traffic_bound(

@@ -280,6 +280,11 @@ def scatters_per_microbatch(par: ParallelConfig) -> bool:
     return (par.zero_stage == 2 and par.dp > 1) or (par.megatron_fsdp == "optim_grads" and par.dp * par.cp > 1)
 
 
+def moves_per_microbatch(training: TrainingSpec, par: ParallelConfig) -> bool:
+    """Whether the sharding moves parameters or gradients in every micro-batch (`sharding_floor` is not 0)."""
+    return per_layer_gathers(training, par) or scatters_per_microbatch(par)
+
+
 def _shard_group(par: ParallelConfig, cluster: ClusterSpec, training: TrainingSpec) -> comm.Group:
     """The group parameters and gradients are sharded over: DP x CP for Megatron (and Megatron-FSDP), DP else."""
     if par.megatron_fsdp:
@@ -416,31 +421,22 @@ def _gather_per_layer_traffic(
     """(seconds of one pass of unit-by-unit gathers of the 16-bit parameters, seconds of the rest of a
     micro-batch's traffic: the gradients' reduce-scatter and, under parameter offload, the PCIe fetch); cached per
     stage and model-state fields (no micro-batch size, recomputation or overlap moves a byte of it)."""
-    key = ("gather_traffic", *par.state_fields, shape, dense, moe)
-    return model.memo(key, lambda: _gather_traffic(model, cluster, training, par, shape, dense, moe), cluster, training)
 
+    def traffic() -> tuple[float, float]:
+        sp = stage_params(model, par, shape, dense, moe)
+        layers = max(1, dense + moe)
+        g = _shard_group(par, cluster, training)
+        zero3 = par.zero_stage == 3
+        calls = ZERO3_GATHERS_PER_LAYER * layers if zero3 else layers
+        size = ACT * sp.total
+        gather = comm.collective_time("all_gather", size, g, cluster, calls=calls)
+        grad = grad_bytes(training, par) * sp.total
+        buckets = math.ceil(sp.total / zero_buckets(model, 3).reduce_bucket_size) if zero3 else layers
+        scatter = comm.collective_time("reduce_scatter", grad, g, cluster, calls=buckets)
+        pcie = 2 * size / par.dp / cluster.h2d_bw if par.offload_param != "none" else 0.0
+        return gather, scatter + pcie
 
-def _gather_traffic(
-    model: ModelSpec,
-    cluster: ClusterSpec,
-    training: TrainingSpec,
-    par: ParallelConfig,
-    shape: StageShape,
-    dense: int,
-    moe: int,
-) -> tuple[float, float]:
-    sp = stage_params(model, par, shape, dense, moe)
-    layers = max(1, dense + moe)
-    g = _shard_group(par, cluster, training)
-    zero3 = par.zero_stage == 3
-    calls = ZERO3_GATHERS_PER_LAYER * layers if zero3 else layers
-    size = ACT * sp.total
-    gather = comm.collective_time("all_gather", size, g, cluster, calls=calls)
-    grad = grad_bytes(training, par) * sp.total
-    buckets = math.ceil(sp.total / zero_buckets(model, 3).reduce_bucket_size) if zero3 else layers
-    scatter = comm.collective_time("reduce_scatter", grad, g, cluster, calls=buckets)
-    pcie = 2 * size / par.dp / cluster.h2d_bw if par.offload_param != "none" else 0.0
-    return gather, scatter + pcie
+    return model.memo(("gather_traffic", *par.state_fields, shape, dense, moe), traffic, cluster, training)
 
 
 def sharding_floor(
@@ -519,14 +515,12 @@ def _sync_time(
     sharded = par.distributed_optimizer or par.zero_stage >= 1
     if not sharded:
         reduce, gather = comm.collective_time("all_reduce", grads, g, cluster), 0.0
-    elif deepspeed_uses_bf16_optimizer(training, par):
-        # BF16_Optimizer: the engine all-reduces the fp32 gradients whole (runtime/pipe/engine.py _bf16_reduce_grads
-        # and engine.py allreduce_gradients -> buffered_allreduce_fallback, no reduce-scatter), each rank steps its
-        # partition and all-gathers the 16-bit parameters (bf16_optimizer.py step -> all_gather_dp_groups)
-        reduce = comm.collective_time("all_reduce", grads, g, cluster)
-        gather = comm.collective_time("all_gather", ACT * params, g, cluster)
     else:
-        reduce = comm.collective_time("reduce_scatter", grads, g, cluster)
+        # BF16_Optimizer: the engine all-reduces the fp32 gradients whole (runtime/pipe/engine.py _bf16_reduce_grads
+        # and engine.py allreduce_gradients -> buffered_allreduce_fallback, no reduce-scatter); either way each rank
+        # steps its partition and all-gathers the 16-bit parameters (bf16_optimizer.py step -> all_gather_dp_groups)
+        op: comm.Op = "all_reduce" if deepspeed_uses_bf16_optimizer(training, par) else "reduce_scatter"
+        reduce = comm.collective_time(op, grads, g, cluster)
         gather = comm.collective_time("all_gather", ACT * params, g, cluster)
     if par.zero_stage == 2 or par.megatron_fsdp == "optim_grads":
         reduce = 0.0  # reduce-scattered in every micro-batch's backward (zero_comm)
@@ -581,6 +575,7 @@ __all__ = [
     "dp_exposed",
     "grad_bytes",
     "moe_imbalance",
+    "moves_per_microbatch",
     "optimizer_times",
     "sharding_floor",
     "stage_time",

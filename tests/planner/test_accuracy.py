@@ -72,7 +72,7 @@ def test_measured_runs_are_feasible(rows: list[dict[str, Any]]) -> None:
 
 def test_intervals_cover_75_to_90_percent_per_stack(rows: list[dict[str, Any]]) -> None:
     """Per stack and per stack x GPU generation (what an interval is taken from), wherever 9 or more rows are: the
-    14 Megatron-core A100 rows held 71 % with interpolated ends (benchmarks/accuracy.py hazen_quantile)."""
+    14 Megatron-core A100 rows held 71 % with interpolated ends (benchmarks/accuracy.py `quantile(..., hazen=True)`)."""
     by: dict[tuple[str, ...], list[bool]] = {}
     for r in rows:
         by.setdefault((r["stack"],), []).append(r["in_interval"])

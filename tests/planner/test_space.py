@@ -10,7 +10,7 @@ from app.planner.api import feasible_layouts
 from app.planner.estimate import step_lower_bound, time_estimate
 from app.planner.layout import parse_layout
 from app.planner.search import placements
-from app.planner.step import per_layer_gathers, scatters_per_microbatch
+from app.planner.step import moves_per_microbatch
 from app.planner.validation import tinyllama
 
 
@@ -141,7 +141,7 @@ def test_the_sharding_traffic_bound_is_below_every_step(req: PlanRequest, shardi
     for base in layouts[:: max(1, len(layouts) // 8)]:
         for sharding in shardings:
             plain = base.model_copy(update={**sharding, "recompute": "none", "recompute_modules": None})
-            assert per_layer_gathers(training, plain) or scatters_per_microbatch(plain)
+            assert moves_per_microbatch(training, plain)
             bound = step_lower_bound(model, cluster, training, plain)
             for recompute in ("none", "selective", "full"):
                 par = plain.model_copy(update={"recompute": recompute})
