@@ -161,8 +161,22 @@ def _megatron_states(model: ModelSpec, training: TrainingSpec, par: ParallelConf
     if fsdp == "optim_grads_params":
         weights = weight_b * shard
         buffers = FSDP_UNITS_LIVE * weight_b * sp.largest_unit
-    opt = (16.0 if training.precision == "fp16" else 12.0) * shard
+    opt = megatron_optimizer_bytes(training, par) * shard
     return States(n, weights, grads, 0.0, opt, buffers, 0.0, 0.0, 0.0)
+
+
+def megatron_optimizer_bytes(training: TrainingSpec, par: ParallelConfig) -> float:
+    """Optimizer bytes per sharded parameter: fp32 master weights and Adam's exp_avg and exp_avg_sq (4 + 4 + 4;
+    fp16 training 16). Bf16 moments (precision-aware optimizer: Transformer Engine's FusedAdam with
+    `exp_avg_dtype` / `exp_avg_sq_dtype` bf16) take 2 + 2, and where the model's weights are bf16 the fp32 master
+    is stored as their 16-bit remainder (megatron-core OptimizerConfig.store_param_remainders, default True):
+    2 + 2 + 2. FP8 primary weights leave no bf16 weight to share, so their master stays fp32."""
+    total = 16.0 if training.precision == "fp16" else 12.0
+    if training.optimizer_states == "bf16":
+        total -= 4.0
+        if training.precision == "bf16" or (training.precision == "fp8" and not par.fp8_param_gather):
+            total -= 2.0
+    return total
 
 
 def _zero_states(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, sp: StageParams) -> States:

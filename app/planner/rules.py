@@ -287,6 +287,9 @@ def precision_supported(c: Ctx) -> Violation | None:
         return Violation("fp8_framework", "FP8 (Transformer Engine) is planned for Megatron-LM only")
     if p.fp8_param_gather and not (t.precision == "fp8" and s.can.fp8_param_gather and p.distributed_optimizer):
         return Violation("fp8_param_gather", "fp8_param_gather needs FP8 training and the distributed optimizer")
+    if t.optimizer_states == "bf16" and not p.distributed_optimizer:
+        # OptimizerConfig.__post_init__: '--use-precision-aware-optimizer only supported with distributed optimizer'
+        return Violation("optimizer_states", "bf16 optimizer states need the distributed optimizer")
     if p.fp8_recipe == "mxfp8" and c.cluster.gpu.generation != "blackwell":
         return Violation("fp8_recipe", f"fp8_recipe mxfp8 needs Blackwell, not {c.cluster.gpu.name}")
     return None

@@ -35,6 +35,7 @@ OffloadDevice = Literal["none", "cpu", "nvme"]
 Schedule = Literal["1f1b", "interleaved"]
 CPCommType = Literal["p2p", "all_gather", "a2a", "a2a+p2p"]
 GradReduceDtype = Literal["fp32", "bf16"]
+OptimizerStates = Literal["fp32", "bf16"]
 FP8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
 PartitionMethod = Literal["parameters", "uniform", "type:transformer"]
 MegatronFSDP = Literal["optim", "optim_grads", "optim_grads_params"]
@@ -476,6 +477,12 @@ class TrainingSpec(Frozen):
         description="Gradient buffer and data-parallel reduction dtype: fp32 main grads (Megatron's default "
         "with bf16) or bf16 (--grad-reduce-in-bf16, as NVIDIA's tuned recipes run); default: the stack's.",
     )
+    optimizer_states: OptimizerStates = Field(
+        "fp32",
+        description="Adam's moments (exp_avg, exp_avg_sq): fp32, or bf16 with Megatron's precision-aware optimizer "
+        "(--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16; the fp32 master weights "
+        "are then kept as the 16-bit remainders of the bf16 weights; needs the distributed optimizer).",
+    )
     fp8_recipe: FP8Recipe | None = Field(
         None,
         description="FP8 scaling recipe (--fp8-recipe): delayed, tensorwise (current scaling), blockwise, "
@@ -526,6 +533,13 @@ class TrainingSpec(Frozen):
                 f"training.grad_reduce_dtype {self.grad_reduce_dtype!r}: {software.label} reduces gradients in "
                 f"{' or '.join(software.can.grad_reduce_dtypes)}"
             )
+        if self.optimizer_states == "bf16" and not software.can.precision_aware_optimizer:
+            raise ValueError(
+                f"training.optimizer_states 'bf16': {software.label} keeps Adam's moments in fp32 (bf16 moments need "
+                "Megatron-core's precision-aware optimizer)"
+            )
+        if self.optimizer_states == "bf16" and self.precision == "fp16":
+            raise ValueError("training.optimizer_states 'bf16' is planned with bf16 or fp8 training, not fp16")
         return self
 
     @property

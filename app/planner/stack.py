@@ -56,6 +56,9 @@ class Capabilities(_Data):
     fp8_param_gather: bool
     overlap_grad_reduce: bool
     overlap_param_gather: bool
+    precision_aware_optimizer: bool = Field(
+        False, description="Adam moments in bf16 (--use-precision-aware-optimizer, Transformer Engine's FusedAdam)."
+    )
 
 
 class GenerationCosts(_Data):

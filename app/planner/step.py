@@ -545,7 +545,7 @@ def optimizer_times(
     stage_params_list: list[tuple[int, int]],
 ) -> tuple[float, float]:
     """(GPU optimizer step with the stack's host time per step, exposed offload work) for the slowest stage."""
-    from app.planner.memory import optimizer_shards
+    from app.planner.memory import megatron_optimizer_bytes, optimizer_shards
 
     dense_n, expert_n = optimizer_shards(par, training)
     sharded = par.distributed_optimizer or par.zero_stage >= 1 or "fsdp" in training.software.can.sharding
@@ -553,6 +553,8 @@ def optimizer_times(
     per_param = OPTIMIZER_BYTES[training.software.costs.optimizer]
     if training.software.can.sharding == ("zero",):
         per_param += ZERO_STEP_BYTES
+    if training.optimizer_states != "fp32":  # the smaller states are read and written once each
+        per_param -= 2 * (12.0 - megatron_optimizer_bytes(training, par))
     worst_gpu = worst_offload = 0.0
     local = min(cluster.gpus_per_node, par.world_size)
     hbm = cluster.gpu.hbm_bw * cluster.gpu.efficiency.hbm

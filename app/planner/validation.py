@@ -217,7 +217,14 @@ def _dgxc(r: dict[str, Any]) -> MeasuredRun | None:
     tp, pp, cp = r["tp"], r["pp"], r.get("cp") or 1
     dp = r["gpus"] // (tp * pp * cp)
     fp8 = r["precision"] == "fp8"
-    training = TrainingSpec(global_batch_size=r["gbs"], precision=r["precision"], grad_reduce_dtype="bf16")
+    # Nemotron-4 340B's recipe keeps Adam's state in bf16 (nemotron4-340b-synth.yaml `optim.dtype: bf16`, read by
+    # NeMo's megatron_base_model.py setup_optimization into apex's distributed_fused_adam): the closest Megatron-core
+    # setting, bf16 moments with the fp32 master as 16-bit remainders, is 2 B/param more than NeMo's BF16 run keeps
+    # (no master copy, store_params=False) and than its FP8 run's bf16 copy, so these rows' memory is on the high side.
+    states = "bf16" if r["name"].startswith("Nemotron-4 340B") else "fp32"
+    training = TrainingSpec(
+        global_batch_size=r["gbs"], precision=r["precision"], grad_reduce_dtype="bf16", optimizer_states=states
+    )
     parallel = ParallelConfig(
         tp=tp,
         pp=pp,

@@ -52,6 +52,12 @@ def precision_flags(f: Facts) -> list[Flag]:
         out.append(flag("--grad-reduce-in-bf16"))  # else bf16 keeps fp32 main grads (arguments.py L712-724)
     if precision == "fp8":
         out += _fp8_flags(f)
+    if f.training.optimizer_states == "bf16":  # OptimizerConfig: needs the distributed optimizer and TE's FusedAdam
+        out += [
+            flag("--use-precision-aware-optimizer"),
+            flag("--exp-avg-dtype", "bf16"),
+            flag("--exp-avg-sq-dtype", "bf16"),
+        ]
     return out
 
 

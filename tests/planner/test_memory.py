@@ -209,6 +209,43 @@ def test_model_state_bytes_per_parameter(
         assert got[3] == pytest.approx(expected[3])
 
 
+@pytest.mark.parametrize(
+    ("precision", "fields", "optimizer"),
+    [
+        ("bf16", {}, 2 + 2 + 2),  # bf16 moments + the fp32 master as the 16-bit remainder of the bf16 weight
+        ("fp8", {}, 2 + 2 + 2),  # the bf16 weight is still there beside its FP8 copy
+        ("fp8", {"fp8_param_gather": True}, 2 + 2 + 4),  # FP8 primary weights: nothing to share, fp32 master
+    ],
+)
+def test_bf16_optimizer_states_per_parameter(precision: str, fields: dict[str, object], optimizer: int) -> None:
+    """Megatron's precision-aware optimizer (TE FusedAdam, exp_avg / exp_avg_sq in bf16, store_param_remainders):
+    the distributed optimizer's 12 B per sharded parameter become 6 (or 8 with FP8 primary weights); weights and
+    grads do not change. A step reads and writes what it keeps: 12 B fewer per parameter than fp32 states."""
+    m = preset("llama-2-7b")
+    par = ParallelConfig(dp=8, distributed_optimizer=True, **fields)  # type: ignore[arg-type]
+    shape = StageShape((32,), False, False)
+    base = TrainingSpec(global_batch_size=8, precision=precision)  # type: ignore[arg-type]
+    bf16 = TrainingSpec(global_batch_size=8, precision=precision, optimizer_states="bf16")  # type: ignore[arg-type]
+    s32, s16 = stage_states(m, base, par, shape, 32, 0), stage_states(m, bf16, par, shape, 32, 0)
+    assert s16.optimizer / s16.params == pytest.approx(optimizer / 8)
+    assert (s16.weights, s16.grads) == (s32.weights, s32.grads)
+    assert s32.optimizer / s32.params == pytest.approx(12 / 8)
+
+
+def test_bf16_optimizer_states_need_megatron_core_and_the_distributed_optimizer() -> None:
+    from app.planner.rules import Ctx, precision_supported
+
+    with pytest.raises(ValueError, match=r"optimizer_states 'bf16'.*fp32"):
+        TrainingSpec(global_batch_size=8, framework="deepspeed", optimizer_states="bf16")
+    with pytest.raises(ValueError, match="not fp16"):
+        TrainingSpec(global_batch_size=8, precision="fp16", optimizer_states="bf16")
+    m, training = preset("llama-2-7b"), TrainingSpec(global_batch_size=8, optimizer_states="bf16")
+    cluster = ClusterSpec(num_nodes=1, gpu="H100-SXM")
+    refused = precision_supported(Ctx(m, cluster, training, ParallelConfig(dp=8), 8))
+    assert refused is not None and refused.code == "optimizer_states"
+    assert precision_supported(Ctx(m, cluster, training, ParallelConfig(dp=8, distributed_optimizer=True), 8)) is None
+
+
 def test_zero3_optimizer_offload_keeps_the_grad_partition_on_the_host() -> None:
     """stage3.py: under optimizer offload the persistent grad-partition buffer lives on the CPU (self.device)."""
     m = preset("llama-2-7b")

@@ -67,6 +67,10 @@ class Flags:
 # Flags that configure Megatron-LM's training loop, data, optimizer wrapper or launcher, not megatron-core's
 # TransformerConfig; `megatron_lm_rules` and the consistency tests check the ones that must agree.
 NOT_IN_CORE = {
+    # optimizer flags: checked by megatron-core's OptimizerConfig (build_optimizer_config)
+    "--use-precision-aware-optimizer",
+    "--exp-avg-dtype",
+    "--exp-avg-sq-dtype",
     "--seq-length",
     "--max-position-embeddings",
     "--position-embedding-type",
@@ -269,6 +273,7 @@ def build_core_config(fl: Flags) -> Any:
         return Version("2.8.0") >= Version(version) if check_equality else Version("2.8.0") > Version(version)
 
     check_rotary(fl)
+    build_optimizer_config(fl)
     import megatron.core.transformer.moe.moe_utils as moe_utils
 
     te_kernels = [mock.patch.object(moe_utils, name, object(), create=True) for name in TE_PERMUTE_KERNELS]
@@ -288,3 +293,44 @@ TE_PERMUTE_KERNELS = (
     "fused_sort_chunks_by_index_with_probs",
     "fused_unpermute",
 )
+
+
+def build_optimizer_config(fl: Flags) -> Any:
+    """megatron-core's OptimizerConfig from the optimizer flags; raises what its `__post_init__` raises. Its
+    precision-aware check imports Transformer Engine's FusedAdam (not installed on CPU CI): a stand-in with the
+    keyword arguments TE >= 2.1 exports answers that import, so the checks Megatron runs next still run."""
+    import sys
+    import types
+    from unittest import mock
+
+    import torch
+    from megatron.core.optimizer import OptimizerConfig
+
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+    def fused_adam(
+        params: Any, master_weight_dtype: Any, exp_avg_dtype: Any, exp_avg_sq_dtype: Any, use_decoupled_grad: bool
+    ) -> None:
+        raise AssertionError("a signature stand-in, never called")
+
+    optimizers = types.ModuleType("transformer_engine.pytorch.optimizers")
+    optimizers.FusedAdam = fused_adam  # type: ignore[attr-defined]
+    modules = {
+        "transformer_engine": types.ModuleType("transformer_engine"),
+        "transformer_engine.pytorch": types.ModuleType("transformer_engine.pytorch"),
+        "transformer_engine.pytorch.optimizers": optimizers,
+    }
+    kw: dict[str, Any] = {
+        "bf16": fl.has("--bf16"),
+        "fp16": fl.has("--fp16"),
+        "use_distributed_optimizer": fl.has("--use-distributed-optimizer"),
+        "use_precision_aware_optimizer": fl.has("--use-precision-aware-optimizer"),
+    }
+    for name in ("--exp-avg-dtype", "--exp-avg-sq-dtype", "--main-params-dtype"):
+        if fl.has(name):
+            kw[name[2:].replace("-", "_")] = dtypes[fl.one(name)]
+    with (
+        mock.patch.dict(sys.modules, modules),
+        mock.patch("megatron.core.optimizer.optimizer_config.is_te_min_version", lambda *a, **k: True, create=True),
+    ):
+        return OptimizerConfig(**kw)

@@ -211,6 +211,28 @@ DIMENSIONS = {
 }
 
 
+def test_bf16_optimizer_states_are_rendered_and_accepted_by_megatron_core(megatron_core: Any) -> None:
+    """NVIDIA's large recipes keep Adam's moments in bf16: the flags reach megatron_args.txt and megatron-core's
+    OptimizerConfig accepts them with the distributed optimizer and refuses them without it."""
+    from megatron_check import build_optimizer_config
+
+    req = {
+        "model": "llama-2-7b",
+        "cluster": {"num_nodes": 1, "gpus_per_node": 8, "gpu": "H100-SXM"},
+        "training": {"global_batch_size": 512, "optimizer_states": "bf16"},
+    }
+    arts = render(fixed_result(req, {"tp": 2, "dp": 4, "distributed_optimizer": True}), 1, RenderOptions())
+    fl = Flags(args_file_words(arts.files["megatron_args.txt"]))
+    assert fl.has("--use-precision-aware-optimizer") and fl.has("--use-distributed-optimizer")
+    assert fl.one("--exp-avg-dtype") == "bf16" and fl.one("--exp-avg-sq-dtype") == "bf16"
+    check_megatron(arts)
+    del fl.items["--use-distributed-optimizer"]
+    with pytest.raises(AssertionError, match="distributed optimizer"):
+        build_optimizer_config(fl)
+    plain, _ = rendered("llama-2-7b", {"tp": 2, "dp": 4, "distributed_optimizer": True})
+    assert not plain.has("--use-precision-aware-optimizer") and not plain.has("--exp-avg-dtype")
+
+
 @pytest.mark.parametrize("name", list(DIMENSIONS))
 def test_every_new_dimension_is_rendered_and_accepted(name: str, megatron_core: Any) -> None:
     model, par, nodes, expected = DIMENSIONS[name]
