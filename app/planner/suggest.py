@@ -1,4 +1,5 @@
-"""When nothing fits: what would (more nodes, ZeRO offload, a shorter sequence), each checked by a search."""
+"""When nothing fits: what would (bf16 optimizer states, more nodes, ZeRO offload, a shorter sequence), each checked by
+a search."""
 
 from __future__ import annotations
 
@@ -115,6 +116,24 @@ def offload(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, dead
     return None
 
 
+def bf16_optimizer_states(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, deadline: float
+) -> str | None:
+    """Adam's moments in bf16 with the fp32 master as remainders (Megatron's precision-aware optimizer): half the
+    optimizer state, on the same cluster and without the CPU."""
+    can = training.software.can.precision_aware_optimizer and training.precision != "fp16"
+    if training.optimizer_states != "fp32" or not can:
+        return None
+    trial = training.model_copy(update={"optimizer_states": "bf16"})
+    found = _best(model, cluster, trial, cluster.world_size, False, deadline)
+    if found is None:
+        return None
+    return (
+        "optimizer_states bf16 (Adam's moments in bf16, --use-precision-aware-optimizer) would fit on this cluster: "
+        f"{describe(found.par)}, {found.peak_bytes / GiB:.1f} GiB per GPU"
+    )
+
+
 def shorter_sequence(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, deadline: float) -> str | None:
     seq = model.seq_length
     while seq > 512:
@@ -159,7 +178,7 @@ def suggestions(request: PlanRequest, state: SearchState, until: float | None = 
     if hint:
         out.append(hint)
     free = training.model_copy(update={"pinned": ParallelPins()})
-    for finder in (more_nodes, offload, shorter_sequence):
+    for finder in (bf16_optimizer_states, more_nodes, offload, shorter_sequence):
         hint = finder(model, cluster, free, deadline)
         if hint:
             out.append(hint)

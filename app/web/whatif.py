@@ -100,6 +100,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^framework ([a-z-]+) with ZeRO offload would fit"), "framework_offload"),
     (re.compile(r"^framework ([a-z-]+) would fit"), "framework"),
     (re.compile(r"^seq_length (\d+) \(instead of \d+\) would fit"), "seq"),
+    (re.compile(r"^optimizer_states (bf16) \(.*\) would fit"), "states"),
     (re.compile(r"^without your pinned .*fits"), "unpin"),
 )
 
@@ -120,6 +121,7 @@ def _action(text: str, kind: str, value: str) -> Action:
         "framework": (("training.framework", value), (CLEAR_PINS, "1")),
         "seq": ((SEQ, value), (CLEAR_PINS, "1")),
         "unpin": ((CLEAR_PINS, "1"),),
+        "states": (("training.optimizer_states", value), (CLEAR_PINS, "1")),
     }
     labels = {
         "nodes": f"Plan on {value} nodes",
@@ -128,6 +130,7 @@ def _action(text: str, kind: str, value: str) -> Action:
         "framework": f"Plan with {value}",
         "seq": f"Plan at {value} tokens",
         "unpin": "Plan without the pins",
+        "states": f"Plan with {value} optimizer states",
     }
     return Action(labels[kind], changes[kind])
 

@@ -169,6 +169,19 @@ def test_130b_on_one_node_of_a100_40gb_with_tp4_zero2_does_not_fit() -> None:
     assert "nodes" in text  # more GPUs would fit, with how many
 
 
+def test_bf16_optimizer_states_are_suggested_where_they_make_a_plan_fit() -> None:
+    """Llama-2 70B on one node of 8 H200 (141 GB): fp32 Adam state is 12 B/param over the 8 GPUs (~97 GiB) before
+    the weights and grads, so nothing fits; with bf16 moments and the master as remainders (6 B/param) it does, and
+    the suggestion says so with a plan that the planner then really finds."""
+    req = {"model": "llama-2-70b", "cluster": {"num_nodes": 1, "gpu": "H200"}, "training": {"global_batch_size": 64}}
+    result = plan(PlanRequest(**req))
+    assert result.plans == []
+    hint = next(s for s in result.suggestions if s.startswith("optimizer_states bf16"))
+    assert "would fit on this cluster" in hint
+    again = plan(PlanRequest(**{**req, "training": {**req["training"], "optimizer_states": "bf16"}}))
+    assert again.plans and again.plans[0].estimate.feasible
+
+
 @pytest.mark.parametrize(
     ("pins", "field"),
     [

@@ -127,6 +127,8 @@ def test_suggestions_become_re_plans() -> None:
             "PP2 ZeRO-1, 35.0 GiB per GPU (with ZeRO offload)",
             "seq_length 2048 (instead of 4096) would fit: TP8",
             "framework deepspeed would fit on this cluster: DP8 ZeRO-3 mbs1, 30.0 GiB per GPU",
+            "optimizer_states bf16 (Adam's moments in bf16, --use-precision-aware-optimizer) would fit on this "
+            "cluster: TP8 DP1 dist-opt mbs1, 70.1 GiB per GPU",
             "something else",
         ]
     )
@@ -136,8 +138,10 @@ def test_suggestions_become_re_plans() -> None:
         "Plan on 2 nodes with CPU offload",
         "Plan at 2048 tokens",
         "Plan with deepspeed",
+        "Plan with bf16 optimizer states",
         None,
     ]
+    assert ("training.optimizer_states", "bf16") in actions[4][1].fields  # type: ignore[union-attr]
     assert ("cluster.num_nodes", "3") in actions[0][1].fields  # type: ignore[union-attr]
 
 
