@@ -7,8 +7,6 @@ from __future__ import annotations
 import errno
 import glob
 import os
-import shutil
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,6 +22,12 @@ class Check:
     status: str  # ok | warn | fail
     detail: str
     fix: str = ""
+
+
+def _which(name: str, path: str | None) -> str | None:
+    import shutil  # here, like socket below: `run` of a local plan needs neither (docs/launcher.md, "Overhead")
+
+    return shutil.which(name, path=path)
 
 
 def visible_gpus(caller_env: dict[str, str]) -> tuple[int, str]:
@@ -63,7 +67,7 @@ def check_nodes(ctx: LaunchContext, commands: list[Command]) -> Check:
 
 def check_entrypoint(ctx: LaunchContext, commands: list[Command]) -> Check:
     python = ctx.python
-    found = python if os.sep in python else shutil.which(python, path=ctx.caller_env.get("PATH"))
+    found = python if os.sep in python else _which(python, ctx.caller_env.get("PATH"))
     if not found or not os.access(found, os.X_OK):
         return Check(
             "entrypoint",
@@ -125,6 +129,8 @@ def check_port(ctx: LaunchContext, commands: list[Command]) -> Check:
     if 0 not in ctx.nodes() or not is_local_command(commands[0]):
         return Check("port", OK, f"{w.master_addr}:{w.master_port} is opened by node 0 (checked there)")
     addr = w.master_addr if is_local(w.master_addr) else "0.0.0.0"
+    import socket  # only where the port is checked (see _which)
+
     try:
         with socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -152,7 +158,7 @@ def check_tools(ctx: LaunchContext, commands: list[Command]) -> Check:
     needed |= {"ssh" for c in commands if not is_local_command(c)}
     if "--launcher" in commands[0].argv:
         needed.add("pdsh")
-    missing = sorted(t for t in needed if not shutil.which(t, path=path))
+    missing = sorted(t for t in needed if not _which(t, path))
     if missing:
         return Check(
             "tools",

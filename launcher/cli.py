@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from launcher.fields import PlanError
 from launcher.rundir import RunDirError
@@ -61,6 +61,10 @@ VERBS: dict[str, tuple[Verb, str]] = {
 }
 
 
+BACKEND_CHOICES = ("torchrun", "deepspeed", "slurm")
+QUICK_OPTIONS = {"--node-rank": "node_rank", "--run-dir": "run_dir", "--backend": "backend"}  # see quick_run_args
+
+
 def _launch_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--node-rank",
@@ -69,13 +73,15 @@ def _launch_options(p: argparse.ArgumentParser) -> None:
         help="start only this node (run the launcher once per node); default: every node, over ssh",
     )
     p.add_argument("--run-dir", default=None, help="run directory (default: job.run_dir or runs/<name>-<time>)")
-    p.add_argument("--backend", choices=("torchrun", "deepspeed", "slurm"), default=None, help="override job.backend")
+    p.add_argument("--backend", choices=BACKEND_CHOICES, default=None, help="override job.backend")
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(verbs: Iterable[str] = VERBS) -> argparse.ArgumentParser:
+    """The command line of `verbs` (default: all of them)."""
     top = argparse.ArgumentParser(prog="python -m launcher", description="Launch a trainplan plan.json.")
     sub = top.add_subparsers(dest="verb", required=True, metavar="VERB")
-    for name, (_, help_text) in VERBS.items():
+    for name in verbs:
+        help_text = VERBS[name][1]
         p = sub.add_parser(name, help=help_text, description=help_text)
         if name == "probe":
             p.add_argument("plan", nargs="?", help="plan.json (optional: or --nodes/--gpus-per-node)")
@@ -96,13 +102,40 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def quick_run_args(argv: list[str]) -> argparse.Namespace | None:
+    """`run PLAN [--node-rank K] [--run-dir DIR] [--backend NAME]` read as argparse reads it, without building
+    the parsers (that and argparse's imports inside it take ~6 ms of `run`'s start-up, docs/launcher.md
+    "Overhead"). None for anything else, which argparse reads: help, errors, abbreviations, `--option=value`, a
+    repeated option, a word that starts with '-'. tests/launcher/test_cli.py checks it agrees with argparse."""
+    if not argv or argv[0] != "run":
+        return None
+    values: dict[str, object] = {"node_rank": None, "run_dir": None, "backend": None}
+    plan, words = None, iter(argv[1:])
+    for word in words:
+        key = QUICK_OPTIONS.get(word)
+        if key and values[key] is None:  # one of the three, not seen yet
+            value = next(words, "-")
+            if value.startswith("-") or (key == "backend" and value not in BACKEND_CHOICES):
+                return None
+            if key == "node_rank" and not value.isdigit():
+                return None
+            values[key] = int(value) if key == "node_rank" else value
+        elif word.startswith("-") or plan is not None:
+            return None
+        else:
+            plan = word
+    return None if plan is None else argparse.Namespace(verb="run", plan=plan, **values)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra: list[str] = []
     if "--" in argv:
         cut = argv.index("--")
         argv, extra = argv[:cut], argv[cut + 1 :]
-    args = parser().parse_args(argv)
+    # A first word that names a verb selects its sub-parser, and argparse never looks at the others: build only
+    # that one (all six cost ~5 ms of `run`'s start-up, docs/launcher.md "Overhead"); anything else gets them all.
+    args = quick_run_args(argv) or parser([argv[0]] if argv and argv[0] in VERBS else VERBS).parse_args(argv)
     args.extra = extra
     if extra and args.verb not in ("run", "dry-run", "bench"):
         parser().error(f"extra script arguments after -- are only for run, dry-run and bench, not {args.verb}")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import shlex
-import socket
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -37,7 +36,11 @@ class Command:
 
 def is_local(host: str) -> bool:
     """True when `host` names this machine (or this network namespace): we can bind one of its addresses."""
-    if host in LOCAL_NAMES or host == socket.gethostname():
+    if host in LOCAL_NAMES:
+        return True
+    import socket  # here: a plan on this machine alone starts without it (docs/launcher.md, "Overhead")
+
+    if host == socket.gethostname():
         return True
     try:
         infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)

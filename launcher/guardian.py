@@ -15,7 +15,6 @@ import contextlib
 import os
 import signal
 import time
-import uuid
 
 from launcher import procs
 
@@ -59,7 +58,7 @@ def _watch(read_fd: int, token: str) -> None:
 
 class Guardian:
     def __init__(self) -> None:
-        self.token = uuid.uuid4().hex
+        self.token = os.urandom(16).hex()  # 32 hex digits, like uuid4().hex, without importing uuid (~2.5 ms)
         read_fd, self.write_fd = os.pipe2(os.O_CLOEXEC)
         self.pid = os.fork()
         if self.pid == 0:  # the guardian: only os-level calls from here on, then _exit

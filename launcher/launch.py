@@ -13,10 +13,9 @@ from launcher.checks import FAIL, Check, is_local_command
 from launcher.command import Command, launch_argv
 from launcher.context import LaunchContext, make_context
 from launcher.events import EventLog
+from launcher.limits import Limits
 from launcher.runner import Runner, RunPolicy
 from launcher.storage import quick_checks
-from launcher.table import table
-from launcher.watchdog import Limits
 
 
 def context_from_args(args: argparse.Namespace) -> LaunchContext:
@@ -32,6 +31,8 @@ def context_from_args(args: argparse.Namespace) -> LaunchContext:
 
 
 def checks_table(checks: list[Check]) -> str:
+    from launcher.table import table  # only when checks are shown: not on the way to the job's start
+
     return table(("check", "status", "detail", "what to do"), [(c.name, c.status, c.detail, c.fix) for c in checks])
 
 
@@ -134,6 +135,8 @@ def show(args: argparse.Namespace) -> int:
         if pr.checkpoint_save_s is not None or pr.checkpoint_interval_steps is not None:
             rows.append(("checkpoint", checkpoint_summary(pr)))
     rows.append(("watchdog", watchdog_summary(plan)))
+    from launcher.table import table
+
     print(table(("section", "summary"), rows))
     return 0
 

@@ -7,6 +7,10 @@ One thread, one selector: agent output pipes, pidfds of agents and workers, and 
 polls while the job runs except a /proc scan while workers are being found, the 0.25 s read of a rank-0 log file
 for backends whose ranks write to files only (deepspeed), and the watchdog's read of one small heartbeat file per
 local rank every poll_s (0.1-1 s).
+
+The way from the launcher's start to the agents' Popen is kept short (docs/launcher.md, "Overhead"): what only
+a running job needs (the worker and progress watches, the follower, recovery, the subreaper's ctypes) is
+imported or done just after the agents start.
 """
 
 from __future__ import annotations
@@ -21,20 +25,23 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
-from launcher import procs, recovery
+from launcher import procs
 from launcher.command import Command, is_local, launch_argv, with_max_restarts
 from launcher.events import EventLog
-from launcher.follow import Follower
 from launcher.guardian import TOKEN_ENV, Guardian
-from launcher.heartbeat import HEARTBEAT_DIR
-from launcher.watch import WorkerWatch
-from launcher.watchdog import Hang, Limits, ProgressWatch
+
+if TYPE_CHECKING:  # imported where used, once the agents run: not on the way to their start (below)
+    from launcher.follow import Follower
+    from launcher.limits import Limits
+    from launcher.watch import WorkerWatch
+    from launcher.watchdog import Hang, ProgressWatch
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 PREEMPT = signal.SIGUSR1  # Slurm's `--signal=B:USR1@T`: stop gracefully (the job saves), then requeue
 TAIL_BYTES = 64 * 1024
+Started = tuple[Command, subprocess.Popen[bytes], BinaryIO | None, bool]  # an agent, its log, whether it is local
 
 
 @dataclass
@@ -101,7 +108,6 @@ class Runner:
         # forkserver) are not the job's: cleanup never signals or reaps them, nor anything below them.
         self.before = frozenset(procs.children(os.getpid()))
         self.guardian = Guardian()  # first: it must exist before anything it guards
-        procs.make_subreaper()  # orphans of killed agents come back to us and are cleaned up
         try:
             with signals_to_fd() as sig_fd:
                 self.selector.register(sig_fd, selectors.EVENT_READ, ("signal", None))
@@ -110,6 +116,8 @@ class Runner:
             self.selector.close()
             self.guardian.close()
         if self.signalled == PREEMPT:
+            from launcher import recovery
+
             recovery.requeue(self.policy.requeue_job_id, self.log)
         return code
 
@@ -143,14 +151,22 @@ class Runner:
     def _attempt(self, attempt: int) -> int:
         self.running, self.failed_rc, self.stopping, self.stop_deadline = [], None, False, None
         self.agent_killed = None
-        for command in self.commands:
+        started, failed = [], None
+        for command in self.commands:  # every agent first; what watches them is set up once they all run
             try:
-                self.running.append(self._start(command, attempt))
+                started.append(self._start(command, attempt))
             except OSError as exc:
-                self.log(f"cannot start node {command.node_rank}: {exc}")
-                self.failed_rc = 127
-                self._begin_stop(signal.SIGTERM, "a command could not start")
+                failed = f"cannot start node {command.node_rank}: {exc}"
                 break
+        self.running = [self._watch(*agent) for agent in started]
+        # Orphans of killed agents come back to us and are cleaned up. Set after the Popen (ctypes costs ~5 ms
+        # of start-up): an agent that has just been exec'd has no children yet that could be orphaned, and the
+        # guardian's sweep by TRAINPLAN_LAUNCH_ID (at close, or when we die) reaches even those that were.
+        procs.make_subreaper()
+        if failed:
+            self.log(failed)
+            self.failed_rc = 127
+            self._begin_stop(signal.SIGTERM, "a command could not start")
         try:
             while any(r.popen.returncode is None for r in self.running):
                 self._step()
@@ -164,7 +180,8 @@ class Runner:
             self._finish_attempt()
         return self._exit_code()
 
-    def _start(self, command: Command, attempt: int) -> Running:
+    def _start(self, command: Command, attempt: int) -> Started:
+        """Open the agent's log and start the agent; raises OSError if it cannot be started."""
         local = command.host == "localhost" or is_local(command.host)
         log: BinaryIO | None = None
         try:
@@ -185,6 +202,18 @@ class Runner:
         )
         assert popen.stdout is not None
         os.set_blocking(popen.stdout.fileno(), False)
+        where = "" if local else f" on {command.host} over ssh"
+        self.log(f"node {command.node_rank}: started pid {popen.pid}{where}", echo=False)
+        return command, popen, log, local
+
+    def _watch(self, command: Command, popen: subprocess.Popen[bytes], log: BinaryIO | None, local: bool) -> Running:
+        """What watches an agent that has started: its workers, their progress, its output."""
+        from launcher.follow import Follower
+        from launcher.heartbeat import HEARTBEAT_DIR
+        from launcher.watch import WorkerWatch
+        from launcher.watchdog import ProgressWatch
+
+        assert popen.stdout is not None
         watch = None
         if local and command.workers:
             name = "workers.json" if command.node_rank is None else f"workers.node{command.node_rank}.json"
@@ -209,8 +238,6 @@ class Runner:
         running = Running(command, popen, os.pidfd_open(popen.pid), log, watch, follower)
         self.selector.register(popen.stdout.fileno(), selectors.EVENT_READ, ("out", running))
         self.selector.register(running.pidfd, selectors.EVENT_READ, ("agent", running))
-        where = "" if local else f" on {command.host} over ssh"
-        self.log(f"node {command.node_rank}: started pid {popen.pid}{where}", echo=False)
         return running
 
     def _log_lost(self, log: BinaryIO | None, command: Command, exc: OSError) -> BinaryIO | None:
@@ -264,6 +291,8 @@ class Runner:
                 continue
             hang = progress.poll(r.watch.workers(), now)
             if hang:
+                from launcher import recovery
+
                 self.hang = self.hang or hang
                 assert self.policy.limits is not None
                 recovery.tear_down_hung(
@@ -319,6 +348,8 @@ class Runner:
             progress = self.progress.get(node)
             if progress:
                 progress.note_failure(time.monotonic())
+        from launcher import recovery
+
         code = recovery.job_code(code, r.tail.decode(errors="replace"), r.watch, self.stopping, node, self.log)
         if code != 0 and self.failed_rc is None:
             self.failed_rc = code
@@ -401,5 +432,7 @@ class Runner:
         return 128 - rc if rc < 0 else rc
 
     def _summary(self, code: int, elapsed_s: float) -> None:
+        from launcher import recovery
+
         watched = [(r.watch, r.tail.decode(errors="replace"), r.command.log) for r in self.running]
         self.log(recovery.summary(code, elapsed_s, watched, self.hang, self.signalled))

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import io
 import json
 import shlex
 from dataclasses import replace
 from pathlib import Path
 
 from conftest import foreign_addresses, run_launcher, write_plan
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from make_plan import tiny_plan
 
+from launcher.cli import parser, quick_run_args
 from launcher.spec import Entrypoint, Parallel, World
 
 
@@ -107,3 +113,49 @@ def test_busy_rendezvous_port_is_refused(tmp_path: Path) -> None:
 def test_extra_arguments_only_for_verbs_that_run_the_script(tmp_path: Path) -> None:
     done = run_launcher("show", str(write_plan(tmp_path, tiny_plan())), "--", "--lr", "1")
     assert done.returncode == 2 and "only for run, dry-run and bench" in done.stderr
+
+
+WORDS = (
+    "run",
+    "plan.json",
+    "p",
+    "",
+    "-",
+    "--node-rank",
+    "--run-dir",
+    "--backend",
+    "--run",
+    "--run-dir=d",
+    "--node_rank",
+)
+WORDS += ("0", "7", "+1", "-1", "٣", "torchrun", "slurm", "bogus", "-h", "--help", "dry-run", "--steps")
+
+
+def argparse_reads(argv: list[str]) -> argparse.Namespace | None:
+    """What argparse makes of `argv`; None where it stops with an error or help."""
+    try:
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            return parser().parse_args(argv)
+    except SystemExit:
+        return None
+
+
+@given(st.lists(st.sampled_from(WORDS), max_size=7))
+@settings(max_examples=400, deadline=None)
+def test_the_quick_reading_of_run_agrees_with_argparse(words: list[str]) -> None:
+    """quick_run_args reads `run`'s command line without argparse, or leaves it to argparse; never differently."""
+    for argv in (words, ["run", *words]):
+        quick = quick_run_args(argv)
+        if quick is not None:
+            assert quick == argparse_reads(argv), argv
+
+
+def test_the_usual_run_command_lines_are_read_quickly() -> None:
+    for argv in (
+        ["run", "plan.json"],
+        ["run", "plan.json", "--run-dir", "runs/a", "--node-rank", "1", "--backend", "deepspeed"],
+        ["run", "--run-dir", "", "plan.json"],
+    ):
+        assert quick_run_args(argv) == argparse_reads(argv) is not None
+    for argv in (["run", "plan.json", "--run-dir=r"], ["run", "p", "--run-dir", "a", "--run-dir", "b"], ["run", "-h"]):
+        assert quick_run_args(argv) is None  # argparse's to read: it agrees, or says what is wrong

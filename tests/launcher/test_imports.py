@@ -70,3 +70,50 @@ def test_main_module_help_starts_without_heavy_imports() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "run" in done.stdout and "preflight" in done.stdout and "probe" in done.stdout
+
+
+# What `run` needs only once the job runs (or to report a failure), and imports after it has started the agents.
+DEFERRED = (
+    "launcher.watchdog",
+    "launcher.recovery",
+    "launcher.follow",
+    "launcher.watch",
+    "launcher.heartbeat",
+    "launcher.logprogress",
+    "launcher.explain",
+    "launcher.stacks",
+    "launcher.table",
+    "statistics",
+    "ctypes",
+    "uuid",
+    "tempfile",
+    "shutil",
+    "socket",
+)
+
+
+def test_run_starts_the_agent_before_importing_what_only_a_running_job_needs(tmp_path: Path) -> None:
+    """The way from `python -m launcher run` to the agents' Popen is short (docs/launcher.md, "Overhead")."""
+    plan = write_plan(tmp_path, tiny_plan())
+    code = f"""
+import subprocess, sys
+class Started(Exception):
+    pass
+class Popen(subprocess.Popen):
+    def __init__(self, *args, **kwargs):
+        print(" ".join(sorted(sys.modules)))
+        raise Started
+subprocess.Popen = Popen
+from launcher.cli import main
+try:
+    main(["run", {str(plan)!r}, "--run-dir", {str(tmp_path / "run")!r}])
+except Started:
+    pass
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=launcher_env(), cwd=ROOT, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    at_popen = set(done.stdout.split())
+    assert "launcher.runner" in at_popen and "launcher.spec" in at_popen  # it did get to the Popen
+    assert not at_popen & set(DEFERRED), sorted(at_popen & set(DEFERRED))

@@ -19,8 +19,9 @@ from make_plan import tiny_plan
 
 from launcher import procs
 from launcher.guardian import TOKEN_ENV
+from launcher.limits import STEP_HIGH_FACTOR, Limits
 from launcher.sections import Prediction, Watchdog
-from launcher.watchdog import STEP_HIGH_FACTOR, Limits, ProgressWatch
+from launcher.watchdog import ProgressWatch
 
 
 def limits(**prediction: float) -> Limits:

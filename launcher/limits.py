@@ -1,0 +1,87 @@
+"""The watchdog's limits, worked out from the plan (the formulas: launcher/watchdog.py's docstring).
+
+Apart from launcher/watchdog.py so that `run` reads them before it starts the job without importing the
+watchdog itself (statistics, the heartbeat and log readers), which it needs only once the job is running.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from launcher.spec import Plan, Watchdog
+
+MEGATRON_LOG_INTERVAL = 100  # megatron/training/arguments.py: --log-interval's default
+STEP_HIGH_FACTOR = 1.25  # step_s -> upper bound when the plan carries no interval (README: max error 10 %)
+DEFAULT_CHECKPOINT_S = 1800.0
+
+
+@dataclass(frozen=True)
+class Limits:
+    k: float
+    floor_s: float
+    startup_s: float
+    step_high_s: float | None
+    load_s: float
+    checkpoint_s: float
+    straggler_factor: float
+    straggler_steps: int
+    stack_traces: bool
+    log_interval: int = MEGATRON_LOG_INTERVAL  # steps per training log line, for progress read from logs
+
+    @classmethod
+    def from_plan(cls, plan: Plan) -> Limits | None:
+        wd = plan.watchdog or Watchdog()
+        if not wd.enabled:
+            return None
+        pred = plan.prediction
+        high = None
+        if pred and pred.step_s_high:
+            high = pred.step_s_high
+        elif pred and pred.step_s:
+            high = pred.step_s * STEP_HIGH_FACTOR
+        save = pred.checkpoint_save_s if pred else None
+        checkpoint = wd.checkpoint_timeout_s or (wd.hang_factor * save + wd.floor_s if save else DEFAULT_CHECKPOINT_S)
+        return cls(
+            k=wd.hang_factor,
+            floor_s=wd.floor_s,
+            startup_s=wd.startup_s,
+            step_high_s=high,
+            load_s=(pred.checkpoint_load_s or 0.0) if pred else 0.0,
+            checkpoint_s=checkpoint,
+            straggler_factor=wd.straggler_factor,
+            straggler_steps=wd.straggler_steps,
+            stack_traces=wd.stack_traces,
+            log_interval=_log_interval(plan.entrypoint.args),
+        )
+
+    @property
+    def first_step_s(self) -> float:
+        return self.startup_s + self.k * (self.load_s + (self.step_high_s or 0.0)) + self.floor_s
+
+    def step_timeout(self, observed_s: float | None, steps: int = 1) -> tuple[float, str] | None:
+        """(seconds, how they were derived) for `steps` steps (1 per heartbeat, log_interval per log line); None
+        without a prediction or an observed step."""
+        predicted, seen = self.step_high_s or 0.0, observed_s or 0.0
+        if not predicted and not seen:
+            return None
+        per = "" if steps == 1 else f" x {steps} steps per log line"
+        if predicted >= seen:
+            how = f"{self.k:g} x {predicted:.3g} s predicted step upper bound{per} + {self.floor_s:g} s floor"
+        else:
+            how = f"{self.k:g} x {seen:.3g} s slowest recent step{per} + {self.floor_s:g} s floor"
+        return self.k * max(predicted, seen) * steps + self.floor_s, how
+
+    @property
+    def poll_s(self) -> float:
+        shortest = min(self.floor_s + self.k * (self.step_high_s or 0.0), self.checkpoint_s)
+        return min(1.0, max(0.1, shortest / 10))
+
+
+def _log_interval(args: tuple[str, ...]) -> int:
+    for i, word in enumerate(args):
+        value = word.partition("=")[2] if word.startswith("--log-interval=") else None
+        if word == "--log-interval" and i + 1 < len(args):
+            value = args[i + 1]
+        if value is not None and value.isdigit() and int(value) > 0:
+            return int(value)
+    return MEGATRON_LOG_INTERVAL
