@@ -96,6 +96,9 @@ def request(r: dict[str, Any]) -> tuple[PlanRequest, ParallelConfig]:
         training["moe_load_imbalance"] = 1.0  # benchmark mode: tokens spread evenly over the experts
     req = PlanRequest(model=m, cluster=cluster, training=training)
     p = {k: v for k, v in r["parallel"].items() if k in PARALLEL_KEYS and v is not None and k != "schedule"}
+    extra = r["parallel"].get("extra") or {}
+    if extra.get("activation_cpu_offloading") and not extra.get("cpu_offloading_weights"):
+        p["cpu_offloading_num_layers"] = extra["cpu_offloading_num_layers"]  # Megatron's cpu_offloading_num_layers
     for key in ("ep", "etp", "vpp"):
         p.setdefault(key, 1 if key != "etp" else None)
     p["grad_reduce_dtype"] = req.training.reduce_dtype
@@ -186,10 +189,17 @@ def generated(req: PlanRequest, par: ParallelConfig) -> tuple[bool, str]:
     per_replica = max(t.global_batch_size // par.dp, 1)
     if par.micro_batch_size not in space.mbs_options(m, t, per_replica, par.cp):
         return False, f"micro-batch {par.micro_batch_size} not generated"
-    levels = space.recompute_options(m, t, max(1, m.num_layers // (par.pp * par.vpp)))
+    per_chunk = max(1, m.num_layers // (par.pp * par.vpp))
+    levels = space.recompute_options(m, t, per_chunk) + space.offload_options(m, c, t, per_chunk)
+    if par.cpu_offloading_num_layers:
+        if par.cpu_offloading_num_layers not in {x.offload for x in levels}:
+            return False, f"activation offload of {par.cpu_offloading_num_layers} layers not generated"
+        return True, ""
     wanted = (par.recompute, par.recompute_modules, par.recompute_num_layers if par.recompute == "full" else None)
     have = {
-        (x.recompute, x.modules, x.layers if x.recompute == "full" and x.method == "block" else None) for x in levels
+        (x.recompute, x.modules, x.layers if x.recompute == "full" and x.method == "block" else None)
+        for x in levels
+        if not x.offload
     }
     if wanted not in have and not (
         par.recompute == "full" and ("full", None, None) in {(a, b, None) for a, b, _ in have}

@@ -38,12 +38,14 @@ class Strategy:
     recompute_method: str | None = None
     recompute_num_layers: int | None = None
     recompute_modules: tuple[str, ...] = ()
+    cpu_offloading_num_layers: int | None = None
     cp_comm_type: str = "p2p"
     hierarchical_cp_sizes: tuple[int, ...] = ()
     precision: str = "bf16"
     grad_reduce_dtype: str = "fp32"
     fp8_recipe: str | None = None
     fp8_param_gather: bool = False
+    optimizer_states: str = "fp32"
     tp_comm_overlap: bool = False
     moe_ep_overlap: bool = False
 
@@ -56,9 +58,10 @@ class Strategy:
             ("offload_param", self.OFFLOAD),
             ("precision", self.PRECISION),
             ("grad_reduce_dtype", ("fp32", "bf16")),
+            ("optimizer_states", ("fp32", "bf16")),
         ):
             need_str(f"strategy.{name}", getattr(self, name), choices)
-        for name in ("first_stage_layers", "last_stage_layers", "recompute_num_layers"):
+        for name in ("first_stage_layers", "last_stage_layers", "recompute_num_layers", "cpu_offloading_num_layers"):
             need_opt(f"strategy.{name}", getattr(self, name), need_int, 1)
         for name in ("pipeline_layout", "megatron_fsdp", "recompute_method", "fp8_recipe"):
             need_opt(f"strategy.{name}", getattr(self, name), need_str)

@@ -215,7 +215,7 @@ def _breakdown(slow: StageTime, m: int, bubble: float, dp: float, opt: float, of
         "bubble_s": bubble,
         "dp_comm_s": dp,
         "optimizer_s": opt,
-        "offload_s": offload,
+        "offload_s": offload + m * slow.offload,
     }
 
 

@@ -52,6 +52,8 @@ def describe(par: ParallelConfig) -> str:
     parts.append(f"mbs{par.micro_batch_size}")
     if par.recompute != "none":
         parts.append(_recompute(par))
+    if par.cpu_offloading_num_layers:
+        parts.append(f"act-offload({par.cpu_offloading_num_layers} layers)")
     return " ".join(parts)
 
 

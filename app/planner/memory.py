@@ -159,8 +159,13 @@ def _megatron_states(model: ModelSpec, training: TrainingSpec, par: ParallelConf
     if fsdp in ("optim_grads", "optim_grads_params"):
         grads = grad_b * shard + 2 * grad_b * sp.largest_unit
     if fsdp == "optim_grads_params":
-        weights = weight_b * shard
-        buffers = FSDP_UNITS_LIVE * weight_b * sp.largest_unit
+        # Megatron-FSDP keeps FP8 primary weights as raw uint8 and builds a transpose buffer only for MXFP8; a
+        # tensorwise/blockwise FP8 unit's transpose is made for its backward and discarded (keep_fp8_transpose_cache
+        # False by default; megatron_fsdp/param_and_grad_buffer.py _init_each_parameter_group_buffers)
+        raw = par.fp8_param_gather and par.fp8_recipe != "mxfp8"
+        unit_b = 1.0 if raw else weight_b
+        weights = unit_b * shard
+        buffers = FSDP_UNITS_LIVE * unit_b * sp.largest_unit + (1.0 * sp.largest_unit if raw else 0.0)
     opt = megatron_optimizer_bytes(training, par) * shard
     return States(n, weights, grads, 0.0, opt, buffers, 0.0, 0.0, 0.0)
 
@@ -303,6 +308,12 @@ def _stage_activations(
             kept = recomputed * ckpt + (layers - recomputed) * mean_layer
             working = max(per_dense if dense else 0.0, per_moe)
         total = kept * flight + working
+    elif par.cpu_offloading_num_layers and layers:
+        # TE's offload handler copies an offloaded layer's saved tensors to the host after its forward and waits
+        # for that copy at the end of the next layer's, so one offloaded layer is on the GPU besides the kept ones
+        # (transformer_engine/pytorch/cpu_offload.py; PP 1, one micro-batch in flight)
+        offloaded = min(par.cpu_offloading_num_layers, layers)
+        total = kept * flight * (layers - offloaded + 1) / layers
     else:
         total = kept * flight
     if shape.embedding:

@@ -325,6 +325,24 @@ def recompute_supported(c: Ctx) -> Violation | None:
     return None
 
 
+def activation_offload_supported(c: Ctx) -> Violation | None:
+    """TransformerConfig.__post_init__: CPU offloading needs fewer layers than the model has, PP 1 and no
+    recomputation (megatron-core transformer_config.py, the cpu_offloading checks)."""
+    p, s, m = c.par, c.training.software, c.model
+    n = p.cpu_offloading_num_layers
+    if not n:
+        return None
+    if not s.can.activation_offload:
+        return Violation("activation_offload", f"activation offload (cpu_offloading_num_layers): not with {s.label}")
+    if n >= m.num_layers:
+        return Violation("activation_offload", f"cpu_offloading_num_layers({n}) must be < num_layers({m.num_layers})")
+    if p.pp > 1:
+        return Violation("activation_offload", f"activation offload needs pp 1, not {p.pp} (megatron-core)")
+    if p.recompute != "none":
+        return Violation("activation_offload", f"activation offload does not run with recompute {p.recompute}")
+    return None
+
+
 def model_fits_framework(c: Ctx) -> Violation | None:
     """What each stack can run (and the renderer writes): MoE and MLA with Megatron-core only; ALiBi only where the
     stack implements it (BigScience's Megatron-DeepSpeed fork, Hugging Face, llm-foundry)."""
@@ -407,6 +425,7 @@ CANDIDATE_RULES: tuple[Rule, ...] = (
     offload_rules,
     precision_supported,
     recompute_supported,
+    activation_offload_supported,
     overlap_supported,
 )
 RULES = PLACEMENT_RULES + CANDIDATE_RULES

@@ -202,6 +202,7 @@ def make_config(
         recompute_modules=rc.modules,
         recompute_method=rc.method,
         recompute_num_layers=rc.layers,
+        cpu_offloading_num_layers=rc.offload,
         fp8_param_gather=space.fp8_param_gather(training, dist),
         **sharding,
     )
@@ -236,7 +237,9 @@ def search_world(
         sizes = space.mbs_options(model, training, per_replica, pl.cp)
         if not shardings or not _placement_ok(model, cluster, training, world, pl, shardings, sizes, levels, state):
             continue
-        work = _Work(pl, shardings, levels, sizes)
+        work = _Work(
+            pl, shardings, levels, sizes, space.offload_options(model, cluster, training, _layers_per_chunk(model, pl))
+        )
         if not bounded:
             if not _explore(model, cluster, training, world, work, state, budget, deadline):
                 return
@@ -269,6 +272,7 @@ class _Work:
     shardings: list[dict[str, object]]
     levels: list[space.Recompute]
     sizes: list[int]
+    offloads: list[space.Recompute] = field(default_factory=list)  # activation offload, a chain of its own
     bounds: dict[int, float] = field(default_factory=dict)
 
 
@@ -317,15 +321,46 @@ def _explore(
                 continue
             state.known_out_of_memory(floor)
             found = _try_recompute(model, cluster, training, world, pl, mbs, sharding, cheaper, state, budget)
+            offloaded = None
+            recomputes = found is not None and found >= 0 and cheaper[found].recompute == "full"
+            if work.offloads and (
+                recomputes
+                or (
+                    found == -1
+                    and _most_offload_fits(model, cluster, training, world, work, mbs, sharding, state, budget)
+                )
+            ):
+                # full recomputation was needed, or nothing fit but offloading does
+                offloaded = _try_recompute(
+                    model, cluster, training, world, pl, mbs, sharding, work.offloads, state, budget
+                )
             if found is not None and found >= 0:
                 found += floor
                 floor = found
                 needed[mbs] = min(needed.get(mbs, len(levels)), found)
-            if found == -1 and mbs not in needed:
+            if found == -1 and mbs not in needed and not (offloaded is not None and offloaded >= 0):
                 # activation memory never shrinks with a larger micro-batch: every larger one runs out too
                 state.known_out_of_memory((len(sizes) - i - 1) * len(levels))
                 break
     return True
+
+
+def _most_offload_fits(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    world: int,
+    work: _Work,
+    mbs: int,
+    sharding: dict[str, object],
+    state: SearchState,
+    budget: _Budget,
+) -> bool:
+    """Whether the most offloading level fits: where it does not, no level of the chain does (one evaluation)."""
+    par = make_config(model, cluster, training, work.pl, mbs, work.offloads[-1], sharding)
+    if rules.check(model, cluster, training, par, world, only=rules.CANDIDATE_RULES):
+        return False
+    return isinstance(_fits(model, cluster, training, par, state, budget), Found)
 
 
 def _traffic_ceiling(

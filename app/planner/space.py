@@ -312,11 +312,42 @@ class Recompute:
     modules: tuple[str, ...] | None = None
     method: str | None = None
     layers: int | None = None
+    offload: int | None = None  # layers whose activations go to the host (no recomputation)
+
+
+# Over PCIe (24-64 GB/s) a layer's activations (~30 B per token and hidden unit) take two to four times its
+# forward to copy, so only a few offloaded layers can hide behind the others' compute: the search offers 1/16, 1/8
+# and 1/4 of the layers there (NVIDIA's B200 Llama-3 70B recipe offloads 5 of 80), and up to all but one over a
+# coherent CPU link (Grace's NVLink-C2C; the catalogue's GB200 has 100 GB/s per GPU; the GB200 recipe offloads 40).
+FAST_HOST_LINK_BPS = 100e9
+
+
+def offload_options(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, layers_per_chunk: int
+) -> list[Recompute]:
+    """Activation offload instead of recomputation, from the fewest layers offloaded to the most: a chain of its
+    own (it is as fast as no recomputation while the copies hide, and keeps fewer layers than any full
+    recomputation when most layers go), for one-stage layouts of a stack that has it (megatron-core: PP 1, no
+    recomputation, fewer layers than the model). Empty when pinned (then it is the only level)."""
+    pins, layers = training.pinned, model.num_layers
+    if not training.software.can.activation_offload or layers_per_chunk != layers or layers < 2:
+        return []
+    if pins.cpu_offloading_num_layers or pins.recompute not in (None, "none") or pins.recompute_num_layers:
+        return []
+    shares: tuple[int, ...]
+    if cluster.h2d_bw >= FAST_HOST_LINK_BPS:
+        shares = (layers // 4, layers // 2, 3 * layers // 4, layers - 1)
+    else:
+        shares = (layers // 16, layers // 8, layers // 4)
+    counts = sorted({k for k in shares if 0 < k < layers})
+    return [Recompute("none", offload=k) for k in counts]
 
 
 def recompute_options(model: ModelSpec, training: TrainingSpec, layers_per_chunk: int) -> list[Recompute]:
     """Recomputation choices from cheapest to most memory-saving."""
     pins = training.pinned
+    if pins.cpu_offloading_num_layers:
+        return [Recompute("none", offload=pins.cpu_offloading_num_layers)]
     if pins.recompute == "none":
         return [Recompute("none")]
     if pins.recompute == "full" or pins.recompute_num_layers:

@@ -455,6 +455,12 @@ class ParallelPins(Frozen):
     recompute_modules: tuple[RecomputeModule, ...] | None = Field(
         None, description="Modules selective recomputation re-runs (--recompute-modules)."
     )
+    cpu_offloading_num_layers: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="Layers whose activations are offloaded to the host (--cpu-offloading-num-layers).",
+    )
     fp8_param_gather: bool | None = Field(None, description="FP8 primary weights (--fp8-param-gather).")
     tp_comm_overlap: bool | None = Field(None, description="Overlap TP communication (--tp-comm-overlap).")
     megatron_fsdp: MegatronFSDP | None = Field(
@@ -634,6 +640,12 @@ class ParallelConfig(Frozen):
     )
     recompute_modules: tuple[RecomputeModule, ...] | None = Field(
         None, description="Selective recompute: modules re-run in backward (default core_attn)."
+    )
+    cpu_offloading_num_layers: int | None = Field(
+        None,
+        ge=1,
+        description="Layers whose activations go to host memory after their forward and come back for their "
+        "backward (--cpu-offloading-num-layers; Megatron-core, PP 1, no recomputation).",
     )
     cp_comm_type: CPCommType = Field("p2p", description="Context-parallel communication (--cp-comm-type).")
     hierarchical_cp_sizes: tuple[int, int] | None = Field(

@@ -56,6 +56,9 @@ class Capabilities(_Data):
     fp8_param_gather: bool
     overlap_grad_reduce: bool
     overlap_param_gather: bool
+    activation_offload: bool = Field(
+        False, description="Layers' activations offloaded to the host (--cpu-offloading-num-layers, TE's offload)."
+    )
     precision_aware_optimizer: bool = Field(
         False, description="Adam moments in bf16 (--use-precision-aware-optimizer, Transformer Engine's FusedAdam)."
     )

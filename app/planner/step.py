@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass
 
 from app.planner import comm, compute, layout
-from app.planner.activations import ACT, moe_imbalance, routed_tokens
+from app.planner.activations import ACT, layer_bytes, moe_imbalance, routed_tokens
 from app.planner.attention import attention_shape
 from app.planner.layout import StageShape
 from app.planner.memory import (
@@ -65,6 +65,7 @@ class StageTime:
     pp_comm: float = 0.0
     zero_comm: float = 0.0
     engine: float = 0.0  # the framework's own per-micro-batch machinery (DeepSpeed's PipelineEngine)
+    offload: float = 0.0  # activation copies to and from the host that the compute does not hide
     host_wait: float = 0.0  # device idle while the CPU dispatches (host-bound micro-batches)
     fwd: float = 0.0  # forward part, the window for overlapping parameter gathers
     bwd: float = 0.0  # backward part, the window for overlapping gradient reduction
@@ -81,6 +82,7 @@ class StageTime:
             + self.pp_comm
             + self.zero_comm
             + self.engine
+            + self.offload
         )
 
     @property
@@ -265,8 +267,29 @@ def stage_time(
         out.zero_comm = _gather_per_layer_exposed(model, cluster, training, par, shape, dense, moe, out)
     elif scatters_per_microbatch(par):
         out.zero_comm = _zero2_exposed(model, cluster, training, par, shape, dense, moe, out)
+    if par.cpu_offloading_num_layers and layers:
+        out.offload = _activation_offload_exposed(model, cluster, training, par, dense, moe, out)
     out.host_wait = max(0.0, out.host - out.device)
     return out
+
+
+def _activation_offload_exposed(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    par: ParallelConfig,
+    dense: int,
+    moe: int,
+    st: StageTime,
+) -> float:
+    """Activation offload: each offloaded layer's saved tensors go to the host on a side stream during the
+    forward and come back, prefetched a layer ahead, during the backward (TE cpu_offload.py). Copy engines move
+    them beside the compute, so only what a pass's transfers exceed its compute by is exposed."""
+    layers = dense + moe
+    kept = sum(n * layer_bytes(model, par, training, moe=is_moe) for n, is_moe in ((dense, False), (moe, True)) if n)
+    mean = kept / layers
+    transfer = min(par.cpu_offloading_num_layers or 0, layers) * mean / cluster.h2d_bw
+    return max(0.0, transfer - st.fwd) + max(0.0, transfer - st.bwd)
 
 
 def per_layer_gathers(training: TrainingSpec, par: ParallelConfig) -> bool:

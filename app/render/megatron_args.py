@@ -63,8 +63,11 @@ def precision_flags(f: Facts) -> list[Flag]:
 
 def recompute_flags(f: Facts) -> list[Flag]:
     """Full recompute with the plan's method and layer count (Megatron's TransformerConfig requires both); selective
-    with the plan's modules (default core_attn)."""
+    with the plan's modules (default core_attn); or, instead of recomputation, the layers whose activations are
+    offloaded to the host."""
     par = f.par
+    if par.cpu_offloading_num_layers:  # Megatron-LM sets cpu_offloading from it (arguments.py L1236-1237)
+        return [flag("--cpu-offloading-num-layers", par.cpu_offloading_num_layers)]
     if par.recompute == "selective":
         out = [flag("--recompute-granularity", "selective")]
         if par.recompute_modules and f.framework == "megatron":

@@ -28,8 +28,6 @@ INFEASIBLE = {
     # Meta's own stack at PP16 without recomputation: under Megatron's activation layout the completion finds no
     # layout of the stated TP8 PP16 DP64 that fits 80 GB (the 16,384-GPU row, at DP 128, does)
     "llama3-paper/llama3.1-405b/h100x8192/8k": "Megatron activation layout",
-    # activation offloading to the host (cpu_offloading_num_layers 40) is not modelled
-    "megatron-bridge/llama3-70b/gb200x64/fp8cs-fsdp": "activation offload",
     # 0.1 % over the B200's 179.1 GiB by the prediction itself
     "megatron-bridge/llama3.1-405b/b200x128/fp8mx": "0.1 % over capacity",
 }

@@ -146,15 +146,33 @@ def test_moe_with_expert_parallelism_is_planned() -> None:
 
 
 def test_search_weighs_it_beside_the_distributed_optimizer() -> None:
-    """Where memory is tight, sharding the gradients is what avoids recomputation: Llama-3 8B at 8K on one H100
-    node without TP or PP keeps 16 + 32 + 12 GB of states under the distributed optimizer, 16 + 8 + 12 GB under
-    optim_grads; where memory is not tight, the distributed optimizer's cheaper traffic wins."""
+    """Where memory is tight, sharding the gradients is what avoids recomputation (or activation offload):
+    Llama-3 8B at 8K on one H100 node without TP or PP keeps 16 + 32 + 12 GB of states under the distributed
+    optimizer, 16 + 8 + 12 GB under optim_grads; where memory is not tight, the distributed optimizer's cheaper
+    traffic wins."""
     tight = plan(PlanRequest(model="llama-3-8b", cluster={"num_nodes": 1, "gpu": "H100-SXM"},
                              training={"global_batch_size": 64, "pinned": {"pp": 1, "tp": 1, "cp": 1}}))  # fmt: skip
     best = tight.plans[0].parallel
     assert best.megatron_fsdp in ("optim_grads", "optim_grads_params") and best.recompute == "none"
     dist_opt = [p for p in tight.plans if p.parallel.megatron_fsdp is None]
-    assert all(p.parallel.recompute != "none" for p in dist_opt)
+    # under the distributed optimizer the activations need recomputation or offloading to the host
+    assert all(p.parallel.recompute != "none" or p.parallel.cpu_offloading_num_layers for p in dist_opt)
     roomy = plan(PlanRequest(model="llama-2-7b", cluster={"num_nodes": 4, "gpu": "H100-SXM"},
                              training={"global_batch_size": 256, "pinned": {"tp": 4}}))  # fmt: skip
     assert roomy.plans[0].parallel.megatron_fsdp in (None, "optim")
+
+
+@pytest.mark.parametrize(("recipe", "unit_bytes"), [("tensorwise", 1), ("blockwise", 1), ("mxfp8", 2)])
+def test_fp8_primary_weights_under_megatron_fsdp_keep_no_transpose_but_for_mxfp8(recipe: str, unit_bytes: int) -> None:
+    """Megatron-FSDP stores FP8 primary weights as raw uint8 and allocates a transpose buffer only for MXFP8
+    (megatron_fsdp/param_and_grad_buffer.py); a tensorwise unit's transpose is made for its backward and dropped
+    (keep_fp8_transpose_cache False): 1 B per sharded weight and per gathered unit, plus one unit's transpose."""
+    fp8 = TrainingSpec(global_batch_size=64, precision="fp8", grad_reduce_dtype="fp32")
+    par = ParallelConfig(
+        dp=8, distributed_optimizer=True, megatron_fsdp="optim_grads_params", fp8_param_gather=True, fp8_recipe=recipe
+    )
+    shape, kinds = stage_shapes(MODEL, fp8, par)[0], stage_layer_kinds(MODEL, fp8, par)[0]
+    s = stage_states(MODEL, fp8, par, shape, *kinds)
+    assert s.weights == pytest.approx(unit_bytes * TOTAL / 8)
+    transpose = EMBEDDING if unit_bytes == 1 else 0
+    assert s.buffers == pytest.approx(2 * unit_bytes * EMBEDDING + transpose)

@@ -197,6 +197,12 @@ DIMENSIONS = {
         1,
         {"--tp-comm-overlap": ()},
     ),
+    "activation-offload": (
+        "llama-2-7b",
+        {"tp": 1, "dp": 8, "cpu_offloading_num_layers": 8, "distributed_optimizer": True},
+        1,
+        {"--cpu-offloading-num-layers": ("8",)},
+    ),
     "megatron-fsdp": (
         "llama-2-7b",
         {"tp": 1, "dp": 8, "megatron_fsdp": "optim_grads_params"},
@@ -248,6 +254,17 @@ def test_every_new_dimension_is_rendered_and_accepted(name: str, megatron_core: 
         if hasattr(strategy, key):
             got = getattr(strategy, key)
             assert (tuple(got) if isinstance(got, tuple | list) else got) == value, key
+
+
+def test_megatron_core_refuses_activation_offload_with_a_pipeline(megatron_core: Any) -> None:
+    """The offload check above can fail: megatron-core's TransformerConfig refuses it with PP > 1."""
+    from megatron_check import build_core_config
+
+    fl, _ = rendered("llama-2-7b", DIMENSIONS["activation-offload"][1])
+    assert not fl.has("--recompute-granularity")
+    fl.items["--pipeline-model-parallel-size"] = ("2",)
+    with pytest.raises(ValueError, match="Pipeline parallelism with CPU offloading"):
+        build_core_config(fl)
 
 
 def test_megatron_core_refuses_a_broken_layout(megatron_core: Any) -> None:
