@@ -93,14 +93,14 @@ def test_schemathesis_all_checks_pass(kind: str, tmp_path: Path) -> None:
     if kind == "sqlite":
         # the schema's examples and its boundary values (coverage) once, then generated and stateful cases
         url = f"sqlite:///{tmp_path / 'st.db'}"
-        runs = [("examples,coverage", SECONDS or 25), ("fuzzing,stateful", SECONDS or 30)]
+        runs = [("examples,coverage", SECONDS or 20), ("fuzzing,stateful", SECONDS or 22)]
     else:
         url = os.environ.get("TRAINPLAN_TEST_POSTGRES_URL", "")
         if not url:
             pytest.skip("TRAINPLAN_TEST_POSTGRES_URL is not set")
         _reset_postgres(url)
         # the deterministic phases ran on SQLite; against PostgreSQL the budget goes to generated and stateful cases
-        runs = [("fuzzing,stateful", SECONDS or 25)]
+        runs = [("fuzzing,stateful", SECONDS or 18)]
     for (phases, _seconds), (code, out) in zip(runs, run_schemathesis(url, runs, tmp_path), strict=True):
         cases = re.search(r"(\d+) generated, (\d+) passed", out)
         assert code == 0 and cases, _summary(out)

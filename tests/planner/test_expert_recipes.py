@@ -35,7 +35,12 @@ INFEASIBLE = {
 
 @pytest.fixture(scope="module")
 def rows() -> list[dict[str, Any]]:
-    return [expert_recipes.check(r) for r in expert_recipes.load()]
+    """Every recipe checked, in two processes (each check is an independent search: the suite's other core)."""
+    import multiprocessing
+
+    recipes = expert_recipes.load()
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        return pool.map(expert_recipes.check, recipes, chunksize=1)
 
 
 def test_at_least_25_cited_recipes(rows: list[dict[str, Any]]) -> None:
