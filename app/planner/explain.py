@@ -91,7 +91,12 @@ def why(
         lines.append(f"recomputation {100 * b['recompute_s'] / step:.1f}% of the step ({_recompute(par)})")
     if b.get("host_s", 0) > 0.02 * step:
         lines.append(f"host-bound: the GPU waits {100 * b['host_s'] / step:.0f}% of the step for the CPU to dispatch")
-    if b.get("offload_s", 0) > 0:
+    if par.cpu_offloading_num_layers:
+        lines.append(
+            f"activations of {par.cpu_offloading_num_layers} layers go to host memory instead of being recomputed: "
+            f"their copies run beside the compute ({100 * b.get('offload_s', 0) / step:.1f}% of the step exposed)"
+        )
+    elif b.get("offload_s", 0) > 0:
         lines.append(f"offloaded optimizer step {100 * b['offload_s'] / step:.1f}% of the step")
     if par.dp == 1 and par.zero_stage == 1:
         lines.append("ZeRO-1 on one data-parallel rank: ZeRO-2/3 would shard nothing and only add hooks")

@@ -82,6 +82,7 @@ def test_the_search_offloads_where_it_beats_recomputation() -> None:
     result = plan(PlanRequest(model=model, cluster=cluster, training={**training.model_dump(), "pinned": pins}))
     best = result.plans[0]
     assert best.parallel.cpu_offloading_num_layers and best.parallel.recompute == "none"
+    assert any("go to host memory instead of being recomputed" in line for line in best.why)
     recomputed = [p for p in result.plans if p.parallel.recompute == "full"]
     assert all(best.estimate.time.step_s < p.estimate.time.step_s for p in recomputed)
     # over H100's PCIe the same search offers only a few layers (their copies take longer than the forward)
