@@ -19,10 +19,11 @@ $(VENV)/.test: pyproject.toml $(VENV)/.base
 run: $(VENV)/.base
 	$(VENV)/bin/trainplan serve
 
-# Everything the tests need (Python extras, Debian's chromium/shellcheck/postgresql where we are root), then pytest.
+# Everything the tests need (Python extras, Debian's chromium/shellcheck/postgresql where we are root), then the
+# suite: two pytest processes side by side (scripts/run-tests.sh; `$(PY) -m pytest -q` runs the same tests in one).
 test: $(VENV)/.test
 	./scripts/test-services.sh
-	. ./scripts/test-env.sh && $(PY) -m pytest -q
+	. ./scripts/test-env.sh && PY=$(PY) ./scripts/run-tests.sh
 
 lint: $(VENV)/.test
 	$(VENV)/bin/ruff check app launcher tests benchmarks examples
