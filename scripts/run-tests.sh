@@ -3,7 +3,7 @@
 # processes, mostly waiting on them) beside the planner, renderer, service and web tests (CPU-bound). Each keeps its
 # own log; both are printed, and the run fails if either does. Extra arguments go to both (e.g. -x, -k EXPR).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 PY=${PY:-.venv/bin/python}
 logs=$(mktemp -d)
 "$PY" -m pytest -q "$@" tests/launcher tests/benchmarks > "$logs/processes.log" 2>&1 &
