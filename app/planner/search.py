@@ -323,14 +323,8 @@ def _explore(
             found = _try_recompute(model, cluster, training, world, pl, mbs, sharding, cheaper, state, budget)
             offloaded = None
             recomputes = found is not None and found >= 0 and cheaper[found].recompute == "full"
-            if work.offloads and (
-                recomputes
-                or (
-                    found == -1
-                    and _most_offload_fits(model, cluster, training, world, work, mbs, sharding, state, budget)
-                )
-            ):
-                # full recomputation was needed, or nothing fit but offloading does
+            if work.offloads and (recomputes or found == -1):
+                # full recomputation was needed, or nothing fit: offloading may fit for less
                 offloaded = _try_recompute(
                     model, cluster, training, world, pl, mbs, sharding, work.offloads, state, budget
                 )
@@ -343,24 +337,6 @@ def _explore(
                 state.known_out_of_memory((len(sizes) - i - 1) * len(levels))
                 break
     return True
-
-
-def _most_offload_fits(
-    model: ModelSpec,
-    cluster: ClusterSpec,
-    training: TrainingSpec,
-    world: int,
-    work: _Work,
-    mbs: int,
-    sharding: dict[str, object],
-    state: SearchState,
-    budget: _Budget,
-) -> bool:
-    """Whether the most offloading level fits: where it does not, no level of the chain does (one evaluation)."""
-    par = make_config(model, cluster, training, work.pl, mbs, work.offloads[-1], sharding)
-    if rules.check(model, cluster, training, par, world, only=rules.CANDIDATE_RULES):
-        return False
-    return isinstance(_fits(model, cluster, training, par, state, budget), Found)
 
 
 def _traffic_ceiling(

@@ -121,10 +121,12 @@ def bf16_optimizer_states(
 ) -> str | None:
     """Adam's moments in bf16 with the fp32 master as remainders (Megatron's precision-aware optimizer): half the
     optimizer state, on the same cluster and without the CPU."""
-    can = training.software.can.precision_aware_optimizer and training.precision != "fp16"
-    if training.optimizer_states != "fp32" or not can:
+    if training.optimizer_states != "fp32":
         return None
-    trial = training.model_copy(update={"optimizer_states": "bf16"})
+    try:  # the spec's own check says where bf16 states can run (stack, precision)
+        trial = TrainingSpec.model_validate({**training.model_dump(), "optimizer_states": "bf16"})
+    except ValueError:
+        return None
     found = _best(model, cluster, trial, cluster.world_size, False, deadline)
     if found is None:
         return None
