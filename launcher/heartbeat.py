@@ -7,7 +7,8 @@ Only the ranks the launcher runs on this node are read, so the cost is one small
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ class Beat:
     resumed_from: int | None = None
     checkpoint: dict[str, Any] | None = None
     stacks: str | None = None  # "SIGUSR1": faulthandler dumps the stacks on that signal
+    written: float | None = None  # wall-clock time of the write (the file's mtime; not part of the record)
 
     @classmethod
     def parse(cls, raw: bytes) -> Beat | None:
@@ -55,8 +57,11 @@ def _num(value: object) -> float | None:
 
 
 def read_beat(directory: Path, rank: int) -> Beat | None:
+    """The rank's last record, stamped with when it was written: progress is timed from the write, not from the
+    poll that saw it."""
     try:
         with open(directory / f"rank{rank}.json", "rb") as f:
-            return Beat.parse(f.read(RECORD_BYTES))
+            beat = Beat.parse(f.read(RECORD_BYTES))
+            return beat and replace(beat, written=os.fstat(f.fileno()).st_mtime)
     except OSError:
         return None

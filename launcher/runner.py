@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # imported where used, once the agents run: not on the way to
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 PREEMPT = signal.SIGUSR1  # Slurm's `--signal=B:USR1@T`: stop gracefully (the job saves), then requeue
 TAIL_BYTES = 64 * 1024
+DEADLINE_SLACK_S = 0.002  # the watchdog's next poll: this long after the first rank's deadline, at the soonest
 Started = tuple[Command, subprocess.Popen[bytes], BinaryIO | None, bool]  # an agent, its log, whether it is local
 
 
@@ -278,8 +279,10 @@ class Runner:
                 r.follower.poll()
         now = time.monotonic()
         if self.progress and self.policy.limits and not self.stopping and now >= self.next_poll:
-            self.next_poll = now + self.policy.limits.poll_s
             self._watch_progress(now)
+            deadlines = [d for p in self.progress.values() if (d := p.next_deadline()) is not None]
+            self.next_poll = min([now + self.policy.limits.poll_s, *(d + DEADLINE_SLACK_S for d in deadlines)])
+            self.next_poll = max(self.next_poll, now + DEADLINE_SLACK_S)
         if self.stop_deadline is not None and time.monotonic() >= self.stop_deadline:
             self._kill_all()
 

@@ -20,6 +20,7 @@ factor); here the interval is the planner's prediction and observations only ext
 from __future__ import annotations
 
 import statistics
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -72,6 +73,12 @@ class Hang:
             for c in self.culprits
         )
         return f"hang: {who}: no progress for {self.waited_s:.1f} s (timeout {self.timeout_s:.1f} s = {self.how})"
+
+
+def _written(beat: Beat, now: float) -> float:
+    """When the rank wrote this record, on the monotonic clock of `now`; a record read from a log, which has no
+    write time, counts from the poll that saw it."""
+    return now if beat.written is None else now - max(0.0, time.time() - beat.written)
 
 
 class ProgressWatch:
@@ -132,7 +139,7 @@ class ProgressWatch:
     def _update(self, track: Track, beat: Beat, now: float) -> None:
         old, track.beat = track.beat, beat
         if (beat.step, beat.phase) != (old.step, old.phase):
-            track.changed = now
+            track.changed = max(track.changed, _written(beat, now))
         if beat.step != old.step:
             if beat.step_s is not None and old.phase == "train":  # the first step after a (re)start warms up
                 track.steps.append(beat.step_s)
@@ -179,6 +186,14 @@ class ProgressWatch:
             step = lim.step_timeout(observed, lim.log_interval if track.from_log else 1)
             return None if step is None else (track.changed, step[0], step[1])
         return None
+
+    def next_deadline(self) -> float | None:
+        """The monotonic time at which the first rank would be overdue if it made no progress: the runner polls
+        then, so that a hang is caught at its deadline rather than up to one poll after it."""
+        if self.fired:
+            return None
+        limits = [limit[0] + limit[1] for t in self.tracks.values() if (limit := self._timeout(t))]
+        return min(limits, default=None)
 
     def _hang(self, now: float) -> Hang | None:
         overdue: list[tuple[Track, float, float, str]] = []

@@ -84,6 +84,22 @@ def test_a_stopped_rank_is_named_once_it_is_past_the_step_timeout(tmp_path: Path
     os.kill(sleepers[1].pid, signal.SIGCONT)
 
 
+def test_progress_is_timed_from_the_heartbeat_write_not_from_the_poll_that_saw_it(tmp_path: Path, sleepers) -> None:  # type: ignore[no-untyped-def]
+    watch = ProgressWatch(limits(step_s=0.2, step_s_high=0.25), tmp_path, 0, lambda m, echo=True: None)
+    hbs, t = beats(tmp_path, sleepers), 1000.0
+    watch.poll(sleepers, t - 1.0)
+    for hb in hbs:
+        hb.beat(phase="train", step=1, step_s=0.2)
+    time.sleep(0.4)  # the poll comes 0.4 s after the rank's last progress
+    assert watch.poll(sleepers, t) is None
+    deadline = watch.next_deadline()
+    assert deadline is not None and t - 0.4 + 2.5 - 0.05 < deadline < t - 0.4 + 2.5 + 0.01  # 2 x 0.25 + 2 s
+    assert watch.poll(sleepers, t + 2.0) is None
+    hang = watch.poll(sleepers, t + 2.2)  # 2.6 s after the write: overdue, though only 2.2 s after it was seen
+    assert hang is not None and hang.waited_s > 2.5
+    assert watch.next_deadline() is None  # said once per failure: nothing more to wait for
+
+
 def test_without_a_stopped_rank_the_one_behind_is_named(tmp_path: Path, sleepers) -> None:  # type: ignore[no-untyped-def]
     watch = ProgressWatch(limits(step_s=0.2, step_s_high=0.25), tmp_path, 3, lambda m, echo=True: None)
     hbs = beats(tmp_path, sleepers)
