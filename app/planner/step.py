@@ -397,7 +397,10 @@ def _gather_per_layer_exposed(
     """ZeRO-3 / FSDP: the 16-bit parameters are all-gathered unit by unit in forward and again in backward (and in
     a recomputed forward), the gradients reduce-scattered unit by unit, every micro-batch; prefetching hides each
     unit's traffic behind the previous unit's compute, the first gather is exposed. Parameter offload adds the
-    PCIe fetch of each rank's partition."""
+    PCIe fetch of each rank's partition. DeepSpeed ZeRO-3 on dense layers is timed module by module
+    (`_zero3_module_exposed`); FSDP's units are whole layers, alike, so their traffic pools behind the step."""
+    if par.zero_stage == 3 and not moe:
+        return _zero3_module_exposed(model, cluster, training, par, shape, dense, st)
     layers = max(1, dense + moe)
     regather = zero3_regathered_fraction(model, par) if par.zero_stage == 3 else 1.0
     passes = 2 + (_recomputed_fraction(par, shape) * regather if par.recompute == "full" else 0.0)
@@ -408,28 +411,92 @@ def _gather_per_layer_exposed(
     return comm.exposed(total - first, st.compute + st.recompute, costs.overlap_contention) + first
 
 
-def zero3_regathered_fraction(model: ModelSpec, par: ParallelConfig) -> float:
-    """Share of a layer's parameters DeepSpeed ZeRO-3 all-gathers again for its recomputed forward. After a module
-    runs, the coordinator releases its parameters unless they are used again within `stage3_max_reuse_distance`
-    elements of the recorded module order (partitioned_param_coordinator.py `__params_to_release`; default 1e9,
-    zero/config.py, and the rendered ds_config.json leaves it there). A recomputed forward runs the layer's modules
-    in order and its backward then runs them in reverse, so module i comes back after twice the parameters of the
-    modules behind it: kept when that is under the distance. Small layers keep everything (no third gather); a
-    GPT-3 175B or 530B layer gathers all but its last linear again. Per tensor-parallel rank (`ds_numel`); the
-    norms and biases are too small to move the answer and are left out."""
+def _zero3_module_exposed(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    par: ParallelConfig,
+    shape: StageShape,
+    dense: int,
+    st: StageTime,
+) -> float:
+    """DeepSpeed ZeRO-3, phase by phase and prefetch unit by prefetch unit. The coordinator prefetches parameters
+    of the coming modules only until `stage3_prefetch_bucket_size` elements are in flight
+    (partitioned_param_coordinator.py `fetch_sub_module`), and a linear of a large layer is bigger than that bucket,
+    so a unit's gather hides only behind the compute of the unit before it, in its own phase: forward, the
+    recomputed forward, backward (which also carries the reduce-scatter of the unit behind). A unit whose compute
+    is shorter than its neighbour's traffic waits: `sum_i max(c_i, g_next(i))` per phase, not `max(C, G)` over
+    the step, which is what the pooled form charged (it hid forward gathers behind backward compute). Compute is
+    shared among the units by parameters (every GEMM's FLOPs are 2 x tokens x its parameters); the first unit's
+    gather is exposed; the hidden part costs the stack's `overlap_contention`."""
+    units = zero3_units(model, par)
+    layers = max(1, dense)
+    gather, rest = _gather_per_layer_traffic(model, cluster, training, par, shape, dense, 0)
+    size = sum(u for u, _ in units)
+    g, r = gather / (layers * size), rest / (layers * size)  # seconds per element, per layer
+    rho = _recomputed_fraction(par, shape) if par.recompute == "full" else 0.0
+    bwd = st.bwd - st.recompute
+    gamma = training.software.generation(cluster.gpu.generation).overlap_contention
+    # the backward gathers again what its forward released: every unit after a plain forward, the units a
+    # recomputed forward released (`zero3_regathered_fraction`) after a recomputed one
+    bwd_in = [(u, rho * again + (1 - rho)) for u, again in reversed(units)]
+    phases = [
+        ([(u, 1.0) for u, _ in units], st.fwd, False),
+        ([(u, rho) for u, _ in units], st.recompute, False),
+        (bwd_in, bwd, True),
+    ]
+    exposed = 0.0
+    for order, window, scatters in phases:
+        n = len(order)
+        if window <= 0.0 and not scatters:
+            continue
+        for i, (u, _) in enumerate(order):
+            ahead, share = order[(i + 1) % n]
+            traffic = g * ahead * share + (r * order[i - 1][0] if scatters else 0.0)
+            exposed += comm.exposed(traffic * layers, window * u / size, gamma)
+    return exposed + g * units[0][0]
 
-    def regathered() -> float:
+
+def zero3_units(model: ModelSpec, par: ParallelConfig) -> tuple[tuple[int, float], ...]:
+    """A layer's ZeRO-3 prefetch units in forward order: (elements per tensor-parallel rank, 1 if a recomputed
+    forward's backward gathers it again else 0). A unit is a linear module, merged with the ones after it until it
+    holds `stage3_prefetch_bucket_size` elements (what one prefetch puts in flight); norms and biases are too
+    small to matter and are left out."""
+
+    def units() -> tuple[tuple[int, float], ...]:
         h, ffn = model.hidden_size, model.ffn_hidden_size or 4 * model.hidden_size
         sizes = [lin.shard(par.tp) for lin in attention_shape(model).linears]
         sizes += [h * (2 * ffn if model.swiglu else ffn) // par.tp, ffn * h // par.tp]
-        behind = again = 0
-        for size in reversed(sizes):
-            if 2 * behind >= ZERO3_MAX_REUSE_DISTANCE:
-                again += size
-            behind += size
-        return again / max(1, sum(sizes))
+        again, behind = [0.0] * len(sizes), 0
+        for i in reversed(range(len(sizes))):  # see zero3_regathered_fraction
+            again[i] = 1.0 if 2 * behind >= ZERO3_MAX_REUSE_DISTANCE else 0.0
+            behind += sizes[i]
+        bucket = zero_buckets(model, 3).prefetch_bucket_size
+        out: list[tuple[int, float]] = []
+        held, weighted = 0, 0.0
+        for s, a in zip(sizes, again, strict=True):
+            held, weighted = held + s, weighted + s * a
+            if held >= bucket:
+                out.append((held, weighted / held))
+                held, weighted = 0, 0.0
+        if held:
+            out.append((held, weighted / held))
+        return tuple(out)
 
-    return model.memo(("zero3_regathered", par.tp), regathered)
+    return model.memo(("zero3_units", par.tp), units)
+
+
+def zero3_regathered_fraction(model: ModelSpec, par: ParallelConfig) -> float:
+    """Share of a layer's parameters DeepSpeed ZeRO-3 all-gathers a third time when the layer is recomputed. After
+    a module runs, the coordinator releases its parameters unless they are used again within
+    `stage3_max_reuse_distance` elements of the recorded module order (partitioned_param_coordinator.py
+    `__params_to_release`; default 1e9, zero/config.py, and the rendered ds_config.json leaves it there). A
+    recomputed forward runs the layer's modules in order and its backward then runs them in reverse, so module i
+    comes back after twice the parameters of the modules behind it: kept when that is under the distance, gathered
+    again for the backward otherwise. Small layers keep everything (no third gather); a GPT-3 175B or 530B layer
+    gathers all but its last linear again. Per tensor-parallel rank (`ds_numel`; `zero3_units`)."""
+    units = zero3_units(model, par)
+    return sum(u * again for u, again in units) / max(1, sum(u for u, _ in units))
 
 
 def _gather_per_layer_traffic(
@@ -484,6 +551,12 @@ def sharding_floor(
             return 0.0
         gather, rest = _gather_per_layer_traffic(model, cluster, training, par, shape, dense, moe)
         total = 2 * gather + rest
+        if par.zero_stage == 3 and not moe:
+            # unit by unit, phase by phase, exposes at least the pooled traffic against the whole window, plus the
+            # first unit's gather (`_zero3_module_exposed`)
+            units = zero3_units(model, par)
+            first = gather * units[0][0] / (layers * sum(u for u, _ in units))
+            return comm.exposed(total, window, costs.overlap_contention) + first
         return comm.exposed(total - total / (2 * layers), window, costs.overlap_contention) + gather / layers
     if scatters_per_microbatch(par):  # exposed behind the backward, which is part of the window
         scatter = _zero2_traffic(model, cluster, training, par, shape, dense, moe)

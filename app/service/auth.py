@@ -13,6 +13,7 @@ import math
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -131,16 +132,17 @@ class RateLimiter:
 
     MAX_KEYS = 100_000
 
-    def __init__(self, per_minute: int, burst: int) -> None:
+    def __init__(self, per_minute: int, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.rate = per_minute / 60.0
         self.burst = float(burst)
+        self.clock = clock
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
         self._lock = threading.Lock()
 
     def check(self, key: str) -> None:
         if self.rate <= 0:
             return
-        now = time.monotonic()
+        now = self.clock()
         with self._lock:
             tokens, last = self._buckets.pop(key, (self.burst, now))
             tokens = min(self.burst, tokens + (now - last) * self.rate)

@@ -39,13 +39,9 @@ def _family(rows: list[dict[str, Any]], family: str) -> list[dict[str, Any]]:
     return [r for r in rows if r["family"] == family]
 
 
-# Targets (issue 11): median <= 5%, p90 <= 12%, max <= 30% in every family with 10+ rows; the guard holds each
-# family to what the model reaches today, so a change that makes it worse fails.
-GUARD = {
-    "dgxc-h100": (0.05, 0.12, 0.30),
-    "llm-foundry-a100": (0.05, 0.12, 0.30),
-    "megatron-a100": (0.05, 0.20, 0.30),
-}
+# Targets (issue 11): median <= 5%, p90 <= 12%, max <= 30% in every family with 10+ rows; every family meets
+# them (megatron-a100 since DeepSpeed ZeRO-3 is timed unit by unit, step.py `_zero3_module_exposed`).
+GUARD = {family: (0.05, 0.12, 0.30) for family in ("dgxc-h100", "llm-foundry-a100", "megatron-a100")}
 
 
 @pytest.mark.parametrize("family", sorted(GUARD))

@@ -361,3 +361,30 @@ def test_mfu_is_model_flops_over_peak() -> None:
     iv = t.step_interval
     assert iv is not None and iv.low < t.step_s < iv.high and "measured runs" in iv.basis
     assert not math.isnan(iv.low)
+
+
+def test_zero3_hides_each_unit_s_gather_only_behind_the_unit_before_it_in_its_own_phase() -> None:
+    """Hand-worked: GPT-3 175B layers (QKV 3h², projection h², fc1 4h², fc2 4h²; DeepSpeed's prefetch bucket
+    0.9h² holds one linear, so each is its own unit) on 64 A100s with ZeRO-3, no recomputation. With K = one
+    layer's gather / 12 per element-h² and the forward lasting exactly one pass of gathers, unit i computes
+    s_i K while the gather of the unit after it moves s_next K: QKV (3) hides the projection's 1, the
+    projection (1) leaves 3 of fc1's 4 exposed, fc1 (4) hides fc2's 4, fc2 (4) hides the next QKV's 3: 3 K exposed
+    and 9 K hidden at the contention gamma. A backward long enough to hide everything exposes gamma x its traffic
+    (the second gather and the reduce-scatter); the first unit's gather (3 K of one layer) is exposed. The step's
+    pooled form would have hidden the forward's gathers behind the backward: only gamma x traffic."""
+    from app.planner.step import StageTime, _gather_per_layer_exposed, _gather_per_layer_traffic
+
+    gpt3 = preset("gpt3-175b").model_copy(update={"add_bias_linear": False})
+    cluster = ClusterSpec(num_nodes=8, gpu="A100-80GB")
+    training = TrainingSpec(global_batch_size=64, framework="deepspeed")
+    par = ParallelConfig(dp=64, zero_stage=3, micro_batch_size=1)
+    shape = stage_shapes(gpt3, training, par)[0]
+    layers = shape.layers
+    gather, rest = _gather_per_layer_traffic(gpt3, cluster, training, par, shape, layers, 0)
+    gamma = training.software.generation(cluster.gpu.generation).overlap_contention
+    k = gather / 12
+    st = StageTime(fwd=gather, bwd=100 * (gather + rest), recompute=0.0)
+    exposed = _gather_per_layer_exposed(gpt3, cluster, training, par, shape, layers, 0, st)
+    assert exposed == pytest.approx(3 * k + 9 * k * gamma + gamma * (gather + rest) + 3 * k / layers, rel=1e-9)
+    pooled = comm.exposed(2 * gather + rest, st.fwd + st.bwd, gamma)
+    assert exposed > pooled + 3 * k * (1 - gamma)  # the projection is too short to hide 3 K of fc1's gather
