@@ -203,15 +203,16 @@ class ProgressWatch:
                 overdue.append((track, now - limit[0], limit[1], limit[2]))
         if not overdue:
             return None
-        stopped = [o for o in overdue if procs.state(o[0].worker.pid) == "T"]
+        # a stopped rank holds the others up, and may have made its last progress after them (each deadline runs
+        # from its own rank's last write): it is named though its own deadline has not passed yet
+        stopped = [t for t in self.tracks.values() if procs.state(t.worker.pid) == "T"]
         fewest = min(o[0].beat.step for o in overdue)
-        named = stopped or [o for o in overdue if o[0].beat.step == fewest]
+        named = stopped or [o[0] for o in overdue if o[0].beat.step == fewest]
         self.fired = True
         culprits = tuple(
-            Culprit(t.worker.rank, t.worker.pid, t.beat.step, t.beat.phase, bool(stopped), t.from_log)
-            for t, *_ in named
+            Culprit(t.worker.rank, t.worker.pid, t.beat.step, t.beat.phase, bool(stopped), t.from_log) for t in named
         )
-        _, waited, seconds, how = named[0]
+        _, waited, seconds, how = max(overdue, key=lambda o: o[1])
         return Hang(culprits, waited, seconds, how, self.node_rank)
 
     # Stragglers ---------------------------------------------------------------------------------------------------

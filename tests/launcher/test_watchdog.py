@@ -100,6 +100,24 @@ def test_progress_is_timed_from_the_heartbeat_write_not_from_the_poll_that_saw_i
     assert watch.next_deadline() is None  # said once per failure: nothing more to wait for
 
 
+def test_a_stopped_rank_is_named_when_a_rank_it_holds_up_is_overdue_first(tmp_path: Path, sleepers) -> None:  # type: ignore[no-untyped-def]
+    """Deadlines run from each rank's own last write: rank 1 finished its step 0.3 s after rank 0 and was then
+    stopped, so rank 0, waiting on it, is overdue first. The stopped rank is the one named."""
+    watch = ProgressWatch(limits(step_s=0.2, step_s_high=0.25), tmp_path, 0, lambda m, echo=True: None)
+    hbs, t = beats(tmp_path, sleepers), 1000.0
+    watch.poll(sleepers, t - 1.0)
+    hbs[0].beat(phase="train", step=3, step_s=0.2)
+    time.sleep(0.3)
+    hbs[1].beat(phase="train", step=3, step_s=0.2)
+    os.kill(sleepers[1].pid, signal.SIGSTOP)
+    wait_for(lambda: procs.state(sleepers[1].pid) == "T", 5, "the stop")
+    assert watch.poll(sleepers, t) is None
+    hang = watch.poll(sleepers, t + 2.3)  # rank 0: 2.6 s since its write, overdue; rank 1: 2.3 s, not yet
+    os.kill(sleepers[1].pid, signal.SIGCONT)
+    assert hang is not None and [c.rank for c in hang.culprits] == [1] and hang.culprits[0].stopped
+    assert hang.waited_s > 2.5 and "last completed step 3" in hang.describe()
+
+
 def test_without_a_stopped_rank_the_one_behind_is_named(tmp_path: Path, sleepers) -> None:  # type: ignore[no-untyped-def]
     watch = ProgressWatch(limits(step_s=0.2, step_s_high=0.25), tmp_path, 3, lambda m, echo=True: None)
     hbs = beats(tmp_path, sleepers)
