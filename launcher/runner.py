@@ -280,9 +280,8 @@ class Runner:
         now = time.monotonic()
         if self.progress and self.policy.limits and not self.stopping and now >= self.next_poll:
             self._watch_progress(now)
-            deadlines = [d for p in self.progress.values() if (d := p.next_deadline()) is not None]
-            self.next_poll = min([now + self.policy.limits.poll_s, *(d + DEADLINE_SLACK_S for d in deadlines)])
-            self.next_poll = max(self.next_poll, now + DEADLINE_SLACK_S)
+            deadlines = [d + DEADLINE_SLACK_S for p in self.progress.values() if (d := p.next_deadline()) is not None]
+            self.next_poll = max(min([now + self.policy.limits.poll_s, *deadlines]), now + DEADLINE_SLACK_S)
         if self.stop_deadline is not None and time.monotonic() >= self.stop_deadline:
             self._kill_all()
 

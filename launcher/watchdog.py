@@ -170,8 +170,9 @@ class ProgressWatch:
         self.log(f"node {self.node_rank}: checkpoint at step {key[0]} not saved: {ck.get('error', '?')}")
 
     # Hangs -------------------------------------------------------------------------------------------------------
-    def _timeout(self, track: Track) -> tuple[float, float, str] | None:
-        """(deadline base, seconds, how) for this rank's phase; None when nothing is awaited."""
+    def _timeout(self, track: Track, observed: float | None) -> tuple[float, float, str] | None:
+        """(deadline base, seconds, how) for this rank's phase (`observed`: the slowest recent step of any rank);
+        None when nothing is awaited."""
         lim, phase = self.limits, track.beat.phase
         if phase in ("start", "load"):
             how = (
@@ -182,25 +183,30 @@ class ProgressWatch:
         if phase == "save":
             return track.changed, lim.checkpoint_s, "checkpoint timeout"
         if phase == "train":
-            observed = max((s for t in self.tracks.values() for s in t.steps), default=None)
             step = lim.step_timeout(observed, lim.log_interval if track.from_log else 1)
             return None if step is None else (track.changed, step[0], step[1])
         return None
 
+    def _deadlines(self) -> list[tuple[Track, float, float, str]]:
+        """(track, monotonic deadline, seconds allowed, how) of every rank that is awaited."""
+        observed = max((s for t in self.tracks.values() for s in t.steps), default=None)
+        return [
+            (t, limit[0] + limit[1], limit[1], limit[2])
+            for t in self.tracks.values()
+            if (limit := self._timeout(t, observed))
+        ]
+
     def next_deadline(self) -> float | None:
         """The monotonic time at which the first rank would be overdue if it made no progress: the runner polls
         then, so that a hang is caught at its deadline rather than up to one poll after it."""
-        if self.fired:
-            return None
-        limits = [limit[0] + limit[1] for t in self.tracks.values() if (limit := self._timeout(t))]
-        return min(limits, default=None)
+        return None if self.fired else min((d[1] for d in self._deadlines()), default=None)
 
     def _hang(self, now: float) -> Hang | None:
-        overdue: list[tuple[Track, float, float, str]] = []
-        for track in self.tracks.values():
-            limit = self._timeout(track)
-            if limit and now - limit[0] > limit[1]:
-                overdue.append((track, now - limit[0], limit[1], limit[2]))
+        overdue = [
+            (track, now - deadline + seconds, seconds, how)
+            for track, deadline, seconds, how in self._deadlines()
+            if now > deadline
+        ]
         if not overdue:
             return None
         # a stopped rank holds the others up, and may have made its last progress after them (each deadline runs

@@ -454,7 +454,13 @@ def _zero3_module_exposed(
             ahead, share = order[(i + 1) % n]
             traffic = g * ahead * share + (r * order[i - 1][0] if scatters else 0.0)
             exposed += comm.exposed(traffic * layers, window * u / size, gamma)
-    return exposed + g * units[0][0]
+    return exposed + _zero3_first_gather(model, par, gather, layers)
+
+
+def _zero3_first_gather(model: ModelSpec, par: ParallelConfig, gather: float, layers: int) -> float:
+    """The first prefetch unit's all-gather, which nothing before it hides (`gather`: one pass over `layers`)."""
+    units = zero3_units(model, par)
+    return gather * units[0][0] / (layers * sum(u for u, _ in units))
 
 
 def zero3_units(model: ModelSpec, par: ParallelConfig) -> tuple[tuple[int, float], ...]:
@@ -554,8 +560,7 @@ def sharding_floor(
         if par.zero_stage == 3 and not moe:
             # unit by unit, phase by phase, exposes at least the pooled traffic against the whole window, plus the
             # first unit's gather (`_zero3_module_exposed`)
-            units = zero3_units(model, par)
-            first = gather * units[0][0] / (layers * sum(u for u, _ in units))
+            first = _zero3_first_gather(model, par, gather, layers)
             return comm.exposed(total, window, costs.overlap_contention) + first
         return comm.exposed(total - total / (2 * layers), window, costs.overlap_contention) + gather / layers
     if scatters_per_microbatch(par):  # exposed behind the backward, which is part of the window
