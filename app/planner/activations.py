@@ -188,7 +188,7 @@ def _mpt(model: ModelSpec, par: ParallelConfig) -> LayerActivations:
 
 def layer_activations(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, moe: bool) -> LayerActivations:
     """Cached per model and training spec on the fields of `par` one layer reads."""
-    key = ("layer_activations", *par.layer_fields, moe)
+    key = ("layer_activations", par.layer_key, moe)
     return model.memo(key, lambda: _layer_activations(model, par, training, moe), training)
 
 

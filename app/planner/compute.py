@@ -222,7 +222,7 @@ def layer_time(
     model: ModelSpec, par: ParallelConfig, training: TrainingSpec, gpu: GPUSpec, costs: GenerationCosts, moe: bool
 ) -> LayerTime:
     """Cached per model, GPU and training spec on the fields of `par` one layer reads."""
-    key = ("layer_time", *par.layer_fields, moe)
+    key = ("layer_time", par.layer_key, moe)
     return model.memo(key, lambda: _layer_time(model, par, training, gpu, costs, moe), gpu, training, costs)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.planner import compute, rules, uncertainty
-from app.planner.layout import num_microbatches, stage_layer_kinds, stage_shapes
+from app.planner.layout import alike_stages, num_microbatches, stage_layer_kinds, stage_shapes
 from app.planner.memory import memory_estimate, stage_params
 from app.planner.pipeline import pipeline_time
 from app.planner.results import Estimate, MemoryEstimate, TimeEstimate
@@ -148,12 +148,12 @@ def placement_lower_bound(
     from one evaluation: compute alone per sequence never grows with the micro-batch (`layer_floor`), so the busiest
     stage runs the replica's sequences at least at `par`'s per-sequence rate, and fill and drain last at least
     `(p - 1) / v` of the smallest micro-batch at that rate."""
-    per_seq = [t / par.micro_batch_size for t, _n in _stage_floors(model, cluster, training, par, comm=False)]
+    per_seq = [(t / par.micro_batch_size, n) for t, n in _stage_floors(model, cluster, training, par, comm=False)]
     sequences = max(1, num_microbatches(training, par)) * par.micro_batch_size
-    busiest = sequences * max(per_seq) + host_step(cluster, training)
+    busiest = sequences * max(t for t, _n in per_seq) + host_step(cluster, training)
     if par.pp == 1:
         return busiest
-    return busiest + (par.pp - 1) * smallest_mbs * (sum(per_seq) / par.pp) / par.vpp
+    return busiest + (par.pp - 1) * smallest_mbs * (sum(t * n for t, n in per_seq) / par.pp) / par.vpp
 
 
 def _stage_floors(
@@ -173,30 +173,19 @@ def _stage_floors(
     if traffic is not None:  # the window: compute only (the floors above may hold exposed TP/CP/EP time)
         dense_c = layer_floor(model, cluster, training, par, False, False)
         moe_c = layer_floor(model, cluster, training, par, True, False) if model.is_moe else dense_c
-    shapes = stage_shapes(model, training, par)
-    kinds = stage_layer_kinds(model, training, par)
-    per_stage = []
     redo = recompute and par.recompute != "none"
-    moved: dict[tuple[object, int, int], float] = {}
-    for shape, (dense, moe) in zip(shapes, kinds, strict=True):
-        t = dense * dense_s + moe * moe_s
+    per_stage = []
+    for _first, shape, dense, moe, count in alike_stages(model, training, par):
         redone = 0.0
         if redo:
             redone += dense * stage_recompute_floor(model, cluster, training, par, shape, False) if dense else 0.0
             redone += moe * stage_recompute_floor(model, cluster, training, par, shape, True) if moe else 0.0
-        t += redone
-        loss = 0.0
-        if shape.loss:
-            fwd, bwd = compute.output_layer_time(model, par, training, cluster.gpu, costs)
-            loss = fwd + bwd
-        t += loss
-        if traffic is not None:  # stages shaped alike move alike
-            key = (shape, dense, moe)
-            if key not in moved:
-                window = dense * dense_c + moe * moe_c + redone + loss
-                moved[key] = sharding_floor(model, cluster, training, traffic, shape, dense, moe, window)
-            t += moved[key]
-        per_stage.append((t, 1))
+        loss = sum(compute.output_layer_time(model, par, training, cluster.gpu, costs)) if shape.loss else 0.0
+        t = dense * dense_s + moe * moe_s + redone + loss
+        if traffic is not None:
+            window = dense * dense_c + moe * moe_c + redone + loss
+            t += sharding_floor(model, cluster, training, traffic, shape, dense, moe, window)
+        per_stage.append((t, count))
     return per_stage
 
 

@@ -160,6 +160,45 @@ def _count_parts(weights: list[float], bound: float) -> int:
 
 
 def stage_shapes(model: ModelSpec, training: TrainingSpec, par: ParallelConfig) -> tuple[StageShape, ...]:
+    return _stages_of(model, training, par)[0]
+
+
+def _stages_of(
+    model: ModelSpec, training: TrainingSpec, par: ParallelConfig
+) -> tuple[tuple[StageShape, ...], tuple[tuple[int, int], ...], tuple[tuple[int, StageShape, int, int, int], ...]]:
+    """(stage shapes, (dense, MoE) layers per stage, `alike_stages`) of `par`, kept on the config for the model and
+    training it was last asked for (the search asks for them thousands of times per request, a few configs at a
+    time)."""
+    private = par.__pydantic_private__  # a dict: private attributes without pydantic's __getattr__
+    cached = private.get("_stages")  # type: ignore[union-attr]
+    if cached is not None and cached[0] is model and cached[1] is training:
+        return cached[2]  # type: ignore[no-any-return]
+    shapes = _shapes_memo(model, training, par)
+    kinds, alike = model.memo(("stage_layer_kinds", shapes), lambda: _kinds_and_alike(model, shapes))
+    private["_stages"] = (model, training, (shapes, kinds, alike))  # type: ignore[index]
+    return shapes, kinds, alike
+
+
+def _kinds_and_alike(
+    model: ModelSpec, shapes: tuple[StageShape, ...]
+) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, StageShape, int, int, int], ...]]:
+    kinds = _stage_layer_kinds(model, shapes)
+    runs: dict[tuple[StageShape, int, int], list[int]] = {}  # kind -> [first stage, count]
+    for i, (shape, (dense, moe)) in enumerate(zip(shapes, kinds, strict=True)):
+        run = runs.setdefault((shape, dense, moe), [i, 0])
+        run[1] += 1
+    return kinds, tuple((first, shape, dense, moe, n) for (shape, dense, moe), (first, n) in runs.items())
+
+
+def alike_stages(
+    model: ModelSpec, training: TrainingSpec, par: ParallelConfig
+) -> tuple[tuple[int, StageShape, int, int, int], ...]:
+    """(first stage, shape, dense layers, MoE layers, how many stages) for each distinct stage, in first-seen order:
+    stages shaped alike cost alike, so per-stage work is done once per kind."""
+    return _stages_of(model, training, par)[2]
+
+
+def _shapes_memo(model: ModelSpec, training: TrainingSpec, par: ParallelConfig) -> tuple[StageShape, ...]:
     key = (
         "stage_shapes",
         par.pp,
@@ -193,8 +232,7 @@ def stage_layers(model: ModelSpec, training: TrainingSpec, par: ParallelConfig) 
 def stage_layer_kinds(model: ModelSpec, training: TrainingSpec, par: ParallelConfig) -> tuple[tuple[int, int], ...]:
     """(dense layers, MoE layers) on each stage, in Megatron's layer order (chunk by chunk across the ranks);
     the first `moe_first_dense_layers` layers are dense."""
-    shapes = stage_shapes(model, training, par)
-    return model.memo(("stage_layer_kinds", shapes), lambda: _stage_layer_kinds(model, shapes))
+    return _stages_of(model, training, par)[1]
 
 
 def _stage_layer_kinds(model: ModelSpec, shapes: tuple[StageShape, ...]) -> tuple[tuple[int, int], ...]:

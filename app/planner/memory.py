@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from app.planner import activations as act
 from app.planner import params as pc
-from app.planner.layout import StageShape, num_microbatches, stage_layer_kinds, stage_shapes
+from app.planner.layout import StageShape, alike_stages, num_microbatches, stage_layer_kinds, stage_shapes
 from app.planner.pipeline import in_flight
 from app.planner.results import MemoryEstimate, StageMemory
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
@@ -248,7 +248,7 @@ def stage_states(
 ) -> States:
     """Everything on a stage but activations: the same for every micro-batch size and recomputation, so it is
     computed once per placement and sharding (cached on the model spec)."""
-    key = ("states", *par.state_fields, shape, dense, moe)
+    key = ("states", par.state_key, shape, dense, moe)
     return model.memo(key, lambda: _states(model, training, par, shape, dense, moe), training)
 
 
@@ -416,14 +416,9 @@ def peak_memory(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig
 ) -> tuple[float, int, float]:
     """(peak bytes per GPU, its stage, host bytes per node). In-flight micro-batches only fall along the pipeline,
-    so a middle stage shaped like an earlier one is never higher and is skipped."""
+    so a stage shaped like an earlier one is never higher and is skipped (the loss is on one stage only)."""
     peak, peak_stage, cpu = -1.0, 0, 0.0
-    seen: set[tuple[object, ...]] = set()
-    for stage, shape, dense, moe in _stages(model, training, par):
-        key = (shape, dense, moe)
-        if key in seen and not shape.loss:
-            continue
-        seen.add(key)
+    for stage, shape, dense, moe, _n in alike_stages(model, training, par):
         parts = stage_parts(model, cluster, training, par, shape, dense, moe, stage)
         if parts.total > peak:
             peak, peak_stage = parts.total, stage

@@ -31,7 +31,7 @@ from app.planner.layout import num_microbatches
 from app.planner.memory import peak_memory, static_bytes
 from app.planner.pipeline import pipeline_time
 from app.planner.results import TimeEstimate
-from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
+from app.planner.specs import PARALLEL_DEFAULTS, ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from app.planner.step import moves_per_microbatch
 
 
@@ -50,6 +50,10 @@ class Placement:
     # configs made for this placement, by (micro-batch, recomputation, id of the sharding dict): the bounds, the
     # rule checks and the memory evaluation ask for the same ones (the sharding dicts live as long as the placement)
     _configs: dict[tuple[int, space.Recompute, int], ParallelConfig] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    # every field's value but the micro-batch and recomputation ones, and the names set, per (recompute, sharding)
+    _bases: dict[tuple[str, int], tuple[dict[str, object], frozenset[str]]] = field(
         default_factory=dict, repr=False, compare=False
     )
 
@@ -192,21 +196,41 @@ def make_config(
     made = pl._configs.get(key)
     if made is not None:
         return made
-    base = pl.fields(model, cluster, training, rc.recompute)
-    dist = bool(sharding.get("distributed_optimizer", False))
+    base_key = (rc.recompute, id(sharding))
+    base = pl._bases.get(base_key)
+    if base is None:
+        dist = bool(sharding.get("distributed_optimizer", False))
+        fixed = pl.fields(model, cluster, training, rc.recompute)
+        values = {**PARALLEL_DEFAULTS, **fixed, "fp8_param_gather": space.fp8_param_gather(training, dist), **sharding}
+        base = pl._bases[base_key] = (values, frozenset(fixed) | frozenset(sharding) | _PER_CANDIDATE)
+    values, names = base
     # the generators produce only valid values: skip pydantic's validation (a third of the search's time)
-    made = pl._configs[key] = ParallelConfig.trusted(
-        **base,
-        micro_batch_size=mbs,
-        recompute=rc.recompute,
-        recompute_modules=rc.modules,
-        recompute_method=rc.method,
-        recompute_num_layers=rc.layers,
-        cpu_offloading_num_layers=rc.offload,
-        fp8_param_gather=space.fp8_param_gather(training, dist),
-        **sharding,
+    made = pl._configs[key] = ParallelConfig.from_values(
+        {
+            **values,
+            "micro_batch_size": mbs,
+            "recompute": rc.recompute,
+            "recompute_modules": rc.modules,
+            "recompute_method": rc.method,
+            "recompute_num_layers": rc.layers,
+            "cpu_offloading_num_layers": rc.offload,
+        },
+        set(names),
     )
     return made
+
+
+_PER_CANDIDATE = frozenset(
+    {
+        "micro_batch_size",
+        "recompute",
+        "recompute_modules",
+        "recompute_method",
+        "recompute_num_layers",
+        "cpu_offloading_num_layers",
+        "fp8_param_gather",
+    }
+)
 
 
 def search_world(

@@ -7,7 +7,7 @@ the OpenAPI schema and the web form.
 
 from __future__ import annotations
 
-import operator
+import itertools
 import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -193,23 +193,29 @@ class ModelSpec(Frozen):
     source: str = Field("", description="Where the shape comes from (paper, model card, config.json).")
     # Derived quantities, computed once per instance (the spec is frozen, so they never go stale).
     _memo: dict[object, object] = PrivateAttr(default_factory=dict)
+    _owners: dict[int, object] = PrivateAttr(default_factory=dict)
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> ModelSpec:
         """A copy with its own (empty) memo: derived values of the original may not hold for the copy."""
         copy = super().model_copy(update=update, deep=deep)
-        copy.__pydantic_private__ = {"_memo": {}}
+        copy.__pydantic_private__ = {"_memo": {}, "_owners": {}}
         return copy
 
     def memo(self, key: object, compute: Callable[[], T], *owners: object) -> T:
         """The cached value of `compute()` for `key` on this spec. `owners` are other objects the value depends
-        on; they are compared by identity (and kept alive by the cache, so an id is never reused for them)."""
-        memo = self.__pydantic_private__["_memo"]  # type: ignore[index]  # the slot, not pydantic's __getattr__
+        on, keyed by identity: the spec keeps every owner it has seen alive, so while an id is in a key no other
+        object can have it."""
+        private = self.__pydantic_private__  # the slot, not pydantic's __getattr__
+        memo = private["_memo"]  # type: ignore[index]
         full_key = (key, *map(id, owners)) if owners else key
-        entry = memo.get(full_key)
-        if entry is not None and all(map(operator.is_, entry[0], owners)):
-            return entry[1]  # type: ignore[no-any-return]
-        value = compute()
-        memo[full_key] = (owners, value)
+        try:
+            return memo[full_key]  # type: ignore[no-any-return]
+        except KeyError:
+            pass
+        value = memo[full_key] = compute()
+        alive = private["_owners"]  # type: ignore[index]
+        for owner in owners:
+            alive.setdefault(id(owner), owner)
         return value
 
     @model_validator(mode="after")
@@ -578,10 +584,15 @@ class ParallelConfig(Frozen):
     def trusted(cls, **fields: Any) -> ParallelConfig:
         """A config from values the search's own generators produced (valid by construction, schedule included),
         without pydantic's validation: the search builds tens of thousands per request."""
+        return cls.from_values({**PARALLEL_DEFAULTS, **fields}, set(fields))
+
+    @classmethod
+    def from_values(cls, values: dict[str, Any], fields_set: set[str]) -> ParallelConfig:
+        """`trusted` from every field's value (`values` becomes the config's own: the caller passes a new dict) and
+        the names the caller set."""
         obj = cls.__new__(cls)
-        values = {**_PARALLEL_DEFAULTS, **fields}
         object.__setattr__(obj, "__dict__", values)
-        object.__setattr__(obj, "__pydantic_fields_set__", set(fields))
+        object.__setattr__(obj, "__pydantic_fields_set__", fields_set)
         object.__setattr__(obj, "__pydantic_extra__", None)
         object.__setattr__(obj, "__pydantic_private__", {"_layer_key": None, "_state_key": None})
         return obj
@@ -689,30 +700,46 @@ class ParallelConfig(Frozen):
         return self.etp or self.tp
 
     @property
-    def layer_fields(self) -> tuple[object, ...]:
+    def layer_key(self) -> int:
         """Key of the per-layer caches (one layer, one micro-batch): every field but the placement's pure counts
-        that a layer's cost cannot read (PP, VPP, DP and the stage split). Derived from the spec itself, so a new
-        field is part of the key unless it is listed here as not read by a layer."""
+        that a layer's cost cannot read (PP, VPP, DP and the stage split), as a small interned number (`_intern`).
+        Derived from the spec itself, so a new field is part of the key unless it is listed here as not read by a
+        layer."""
         private = self.__pydantic_private__  # a dict: private attributes without pydantic's __getattr__
         cached = private["_layer_key"]  # type: ignore[index]
         if cached is None:
-            cached = tuple(getattr(self, name) for name in _LAYER_KEY_FIELDS)
-            private["_layer_key"] = cached  # type: ignore[index]
+            cached = private["_layer_key"] = _intern(tuple(getattr(self, name) for name in _LAYER_KEY_FIELDS))  # type: ignore[index]
         return cached  # type: ignore[no-any-return]
 
     @property
-    def state_fields(self) -> tuple[object, ...]:
+    def state_key(self) -> int:
         """Key of the per-stage model-state caches: what weights, gradients, optimizer states and buckets depend on
-        (not the micro-batch size, the recomputation or the overlaps)."""
+        (not the micro-batch size, the recomputation or the overlaps), interned like `layer_key`."""
         private = self.__pydantic_private__
         cached = private["_state_key"]  # type: ignore[index]
         if cached is None:
-            cached = tuple(getattr(self, name) for name in _STATE_KEY_FIELDS)
-            private["_state_key"] = cached  # type: ignore[index]
+            cached = private["_state_key"] = _intern(tuple(getattr(self, name) for name in _STATE_KEY_FIELDS))  # type: ignore[index]
         return cached  # type: ignore[no-any-return]
 
 
-_PARALLEL_DEFAULTS = {name: f.get_default(call_default_factory=True) for name, f in ParallelConfig.model_fields.items()}
+# Cache keys made of many fields, each given a number once (the search looks its per-layer costs up tens of thousands
+# of times per request; hashing a 30-field tuple each time was a tenth of its time). Numbers are never reused: when
+# the table is cleared (it is bounded), an old number can only miss, never find another key's value.
+_KEY_NUMBERS: dict[tuple[object, ...], int] = {}
+_KEY_NUMBERS_MAX = 200_000
+_next_number = itertools.count()
+
+
+def _intern(key: tuple[object, ...]) -> int:
+    number = _KEY_NUMBERS.get(key)
+    if number is None:
+        if len(_KEY_NUMBERS) >= _KEY_NUMBERS_MAX:
+            _KEY_NUMBERS.clear()
+        number = _KEY_NUMBERS[key] = next(_next_number)
+    return number
+
+
+PARALLEL_DEFAULTS = {name: f.get_default(call_default_factory=True) for name, f in ParallelConfig.model_fields.items()}
 # Fields a single layer's memory and time cannot depend on (pipeline position and data-parallel replication).
 _NOT_LAYER_FIELDS = frozenset(
     {

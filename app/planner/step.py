@@ -219,7 +219,7 @@ def layer_floor(
         part = _layer_part(model, cluster, training, par, moe, 0.0)
         return part.compute + (part.tp_comm + part.cp_comm + part.ep_comm if comm else 0.0)
 
-    return model.memo(("layer_floor", par.layer_fields, moe, comm), floor, cluster, training)
+    return model.memo(("layer_floor", par.layer_key, moe, comm), floor, cluster, training)
 
 
 def stage_recompute_floor(
@@ -229,7 +229,7 @@ def stage_recompute_floor(
     cached per layer and share: what a plan's recomputation adds to `layer_floor`."""
     fraction = _recomputed_fraction(par, shape) if shape.layers else 0.0
     return model.memo(
-        ("recompute_floor", par.layer_fields, moe, fraction),
+        ("recompute_floor", par.layer_key, moe, fraction),
         lambda: _layer_part(model, cluster, training, par, moe, fraction).recompute,
         cluster,
         training,
@@ -381,7 +381,7 @@ def _zero2_traffic(
         size = grad_bytes(training, par) * stage_params(model, par, shape, dense, moe).total
         return comm.collective_time("reduce_scatter", size, _shard_group(par, cluster, training), cluster)
 
-    return model.memo(("zero2_traffic", *par.state_fields, shape, dense, moe), scatter, cluster, training)
+    return model.memo(("zero2_traffic", par.state_key, shape, dense, moe), scatter, cluster, training)
 
 
 def _gather_per_layer_exposed(
@@ -532,7 +532,7 @@ def _gather_per_layer_traffic(
         pcie = 2 * size / par.dp / cluster.h2d_bw if par.offload_param != "none" else 0.0
         return gather, scatter + pcie
 
-    return model.memo(("gather_traffic", *par.state_fields, shape, dense, moe), traffic, cluster, training)
+    return model.memo(("gather_traffic", par.state_key, shape, dense, moe), traffic, cluster, training)
 
 
 def sharding_floor(

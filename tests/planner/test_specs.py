@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from app.planner import PlanRequest, catalog
 from app.planner.errors import field_errors
-from app.planner.specs import ClusterSpec, ModelSpec, TrainingSpec
+from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 
 
 def errors_of(**request: object) -> list[str]:
@@ -129,3 +129,38 @@ def test_booleans_and_numbers_are_not_confused(training: dict[str, object], fiel
     gpu = {"preset": "H100-SXM", "nvlink_GBps": True}
     with pytest.raises(ValidationError, match="expected a number"):
         ClusterSpec(num_nodes=1, gpu=gpu)
+
+
+def test_memo_keys_owners_by_identity_and_keeps_them_alive() -> None:
+    """A value computed for one owner is never served for another, even one equal to it or one that could reuse a
+    dead owner's id: the spec keeps its owners alive. A cached None is served too."""
+    model = ModelSpec(**catalog.model_fields("llama-2-7b"))
+    first, second = TrainingSpec(global_batch_size=8), TrainingSpec(global_batch_size=8)
+    calls: list[int] = []
+
+    def compute(n: int) -> int:
+        calls.append(n)
+        return n
+
+    assert model.memo("k", lambda: compute(1), first) == 1
+    assert model.memo("k", lambda: compute(2), second) == 2  # equal, not the same object: its own entry
+    assert model.memo("k", lambda: compute(3), first) == 1
+    del first, second
+    for _ in range(50):  # new objects may only take ids the memo does not hold
+        other = TrainingSpec(global_batch_size=8)
+        assert model.memo("k", lambda: compute(4), other) == 4
+    assert model.memo("none", lambda: calls.append(5)) is None
+    assert model.memo("none", lambda: calls.append(6)) is None
+    assert calls == [1, 2, *[4] * 50, 5]
+
+
+def test_layer_keys_follow_the_fields_a_layer_reads() -> None:
+    """Configs that differ only in what a layer cannot read (PP, DP, the split) share a layer key; any field a layer
+    reads gives a new one, and a trusted config gets the same key as a validated one."""
+    base = ParallelConfig(tp=2, pp=2, dp=4, micro_batch_size=2)
+    assert base.layer_key == ParallelConfig(tp=2, pp=4, dp=2, micro_batch_size=2).layer_key
+    assert base.layer_key == ParallelConfig.trusted(**base.model_dump()).layer_key
+    assert base.layer_key != ParallelConfig(tp=2, pp=2, dp=4, micro_batch_size=4).layer_key
+    assert base.layer_key != base.model_copy(update={"recompute": "full"}).layer_key
+    assert base.state_key == base.model_copy(update={"micro_batch_size": 8}).state_key
+    assert base.state_key != base.model_copy(update={"dp": 8}).state_key
