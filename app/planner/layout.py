@@ -174,7 +174,7 @@ def _stages_of(
     if cached is not None and cached[0] is model and cached[1] is training:
         return cached[2]  # type: ignore[no-any-return]
     shapes = _shapes_memo(model, training, par)
-    kinds, alike = model.memo(("stage_layer_kinds", shapes), lambda: _kinds_and_alike(model, shapes))
+    kinds, alike = model.memo("stage_layer_kinds", lambda: _kinds_and_alike(model, shapes), shapes)
     private["_stages"] = (model, training, (shapes, kinds, alike))  # type: ignore[index]
     return shapes, kinds, alike
 

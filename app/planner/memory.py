@@ -248,8 +248,8 @@ def stage_states(
 ) -> States:
     """Everything on a stage but activations: the same for every micro-batch size and recomputation, so it is
     computed once per placement and sharding (cached on the model spec)."""
-    key = ("states", par.state_key, shape, dense, moe)
-    return model.memo(key, lambda: _states(model, training, par, shape, dense, moe), training)
+    key = ("states", par.state_key, dense, moe)  # the shape keys by identity (an owner: hashing it costs)
+    return model.memo(key, lambda: _states(model, training, par, shape, dense, moe), training, shape)
 
 
 def _states(

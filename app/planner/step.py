@@ -381,7 +381,7 @@ def _zero2_traffic(
         size = grad_bytes(training, par) * stage_params(model, par, shape, dense, moe).total
         return comm.collective_time("reduce_scatter", size, _shard_group(par, cluster, training), cluster)
 
-    return model.memo(("zero2_traffic", par.state_key, shape, dense, moe), scatter, cluster, training)
+    return model.memo(("zero2_traffic", par.state_key, dense, moe), scatter, cluster, training, shape)
 
 
 def _gather_per_layer_exposed(
@@ -532,7 +532,7 @@ def _gather_per_layer_traffic(
         pcie = 2 * size / par.dp / cluster.h2d_bw if par.offload_param != "none" else 0.0
         return gather, scatter + pcie
 
-    return model.memo(("gather_traffic", par.state_key, shape, dense, moe), traffic, cluster, training)
+    return model.memo(("gather_traffic", par.state_key, dense, moe), traffic, cluster, training, shape)
 
 
 def sharding_floor(
