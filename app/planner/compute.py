@@ -296,7 +296,15 @@ def _expert_share(model: ModelSpec) -> float:
 def output_layer_time(
     model: ModelSpec, par: ParallelConfig, training: TrainingSpec, gpu: GPUSpec, costs: GenerationCosts
 ) -> tuple[float, float]:
-    """(forward, backward) of the final norm, output GEMM and cross entropy (fp32)."""
+    """(forward, backward) of the final norm, output GEMM and cross entropy (fp32); cached per model, GPU and
+    training spec on the fields of `par` it reads."""
+    key = ("output_layer_time", par.tp, par.cp, par.micro_batch_size)
+    return model.memo(key, lambda: _output_layer_time(model, par, training, gpu, costs), gpu, training, costs)
+
+
+def _output_layer_time(
+    model: ModelSpec, par: ParallelConfig, training: TrainingSpec, gpu: GPUSpec, costs: GenerationCosts
+) -> tuple[float, float]:
     tokens = model.seq_length / par.cp * par.micro_batch_size
     precision = "bf16" if training.precision == "fp8" else training.precision  # TE keeps the head in 16-bit
     gemm = gemm_time(Gemm(tokens, model.vocab_size / par.tp, model.hidden_size), gpu, costs, precision)

@@ -349,7 +349,7 @@ class StageParts:
     in_flight: float
 
 
-def stage_parts(
+def _stage_bytes(
     model: ModelSpec,
     cluster: ClusterSpec,
     training: TrainingSpec,
@@ -358,7 +358,9 @@ def stage_parts(
     dense: int,
     moe: int,
     stage: int,
-) -> StageParts:
+) -> tuple[States, float, float, float, float, float, float, float, float]:
+    """(states, micro-batches in flight, activations, static, backward peak, step peak, allocated, reserved, runtime)
+    of one stage: `stage_parts` in numbers (the search's memory check reads only the total and the host bytes)."""
     states = stage_states(model, training, par, shape, dense, moe)
     flight = in_flight(par, stage, max(1, num_microbatches(training, par)))
     acts = _stage_activations(model, par, training, shape, dense, moe, flight)
@@ -371,6 +373,22 @@ def stage_parts(
     costs = training.software.generation(cluster.gpu.generation)
     reserved = allocated * (1 + costs.allocator_fragmentation) + costs.allocator_slack_bytes
     runtime = cluster.gpu.efficiency.runtime_overhead_bytes
+    return states, flight, acts, static, backward, step, allocated, reserved, runtime
+
+
+def stage_parts(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    par: ParallelConfig,
+    shape: StageShape,
+    dense: int,
+    moe: int,
+    stage: int,
+) -> StageParts:
+    states, flight, acts, static, backward, step, allocated, reserved, runtime = _stage_bytes(
+        model, cluster, training, par, shape, dense, moe, stage
+    )
     return StageParts(
         params=states.params,
         weights=states.weights,
@@ -419,10 +437,10 @@ def peak_memory(
     so a stage shaped like an earlier one is never higher and is skipped (the loss is on one stage only)."""
     peak, peak_stage, cpu = -1.0, 0, 0.0
     for stage, shape, dense, moe, _n in alike_stages(model, training, par):
-        parts = stage_parts(model, cluster, training, par, shape, dense, moe, stage)
-        if parts.total > peak:
-            peak, peak_stage = parts.total, stage
-        cpu = max(cpu, parts.cpu)
+        states, *_, reserved, runtime = _stage_bytes(model, cluster, training, par, shape, dense, moe, stage)
+        if reserved + runtime > peak:
+            peak, peak_stage = reserved + runtime, stage
+        cpu = max(cpu, states.cpu)
     local = min(cluster.gpus_per_node, par.world_size)
     return peak, peak_stage, cpu * local + _offload_buffers(par) * local
 

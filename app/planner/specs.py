@@ -8,6 +8,7 @@ the OpenAPI schema and the web form.
 from __future__ import annotations
 
 import itertools
+import operator
 import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -708,7 +709,7 @@ class ParallelConfig(Frozen):
         private = self.__pydantic_private__  # a dict: private attributes without pydantic's __getattr__
         cached = private["_layer_key"]  # type: ignore[index]
         if cached is None:
-            cached = private["_layer_key"] = _intern(tuple(getattr(self, name) for name in _LAYER_KEY_FIELDS))  # type: ignore[index]
+            cached = private["_layer_key"] = _intern(_layer_values(self.__dict__))  # type: ignore[index]
         return cached  # type: ignore[no-any-return]
 
     @property
@@ -718,7 +719,7 @@ class ParallelConfig(Frozen):
         private = self.__pydantic_private__
         cached = private["_state_key"]  # type: ignore[index]
         if cached is None:
-            cached = private["_state_key"] = _intern(tuple(getattr(self, name) for name in _STATE_KEY_FIELDS))  # type: ignore[index]
+            cached = private["_state_key"] = _intern(_state_values(self.__dict__))  # type: ignore[index]
         return cached  # type: ignore[no-any-return]
 
 
@@ -756,6 +757,7 @@ _NOT_LAYER_FIELDS = frozenset(
     }
 )
 _LAYER_KEY_FIELDS = tuple(name for name in ParallelConfig.model_fields if name not in _NOT_LAYER_FIELDS)
+_layer_values = operator.itemgetter(*_LAYER_KEY_FIELDS)  # the values of a config's __dict__, as one tuple
 # Fields the model states of a stage cannot depend on (activations and overlaps only).
 _NOT_STATE_FIELDS = frozenset(
     {
@@ -772,6 +774,7 @@ _NOT_STATE_FIELDS = frozenset(
     }
 )
 _STATE_KEY_FIELDS = tuple(name for name in ParallelConfig.model_fields if name not in _NOT_STATE_FIELDS)
+_state_values = operator.itemgetter(*_STATE_KEY_FIELDS)
 
 
 class PlanRequest(Frozen):
