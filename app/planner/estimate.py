@@ -123,19 +123,16 @@ def lower_bounds(
     structure is read once."""
     if not probes:
         return []
-    first = probes[0]
-    shapes = stage_shapes(model, training, first)
-    kinds = stage_layer_kinds(model, training, first)
+    stages = alike_stages(model, training, probes[0])
     costs = training.software.generation(cluster.gpu.generation)
     host = host_step(cluster, training)
     out = []
     for par in probes:
         dense_s = layer_floor(model, cluster, training, par, False)
         moe_s = layer_floor(model, cluster, training, par, True) if model.is_moe else dense_s
-        loss_fwd, loss_bwd = compute.output_layer_time(model, par, training, cluster.gpu, costs)
+        loss = sum(compute.output_layer_time(model, par, training, cluster.gpu, costs))
         per_stage = [
-            (dense * dense_s + moe * moe_s + (loss_fwd + loss_bwd if shape.loss else 0.0), 1)
-            for shape, (dense, moe) in zip(shapes, kinds, strict=True)
+            (dense * dense_s + moe * moe_s + (loss if shape.loss else 0.0), n) for _i, shape, dense, moe, n in stages
         ]
         out.append(pipeline_time(per_stage, par, max(1, num_microbatches(training, par))).total_s + host)
     return out
