@@ -18,6 +18,7 @@ import itertools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 
 from app.planner import rules, space
 from app.planner.estimate import (
@@ -117,7 +118,8 @@ def _inner(
         space.etp_options(model, training, tp),
         space.cp_comm_options(model, cluster, training, tp, cp),
     ):
-        for split in space.split_options(model, training, pp, vpp):
+        splits = model.memo(("splits", pp, vpp), partial(space.split_options, model, training, pp, vpp), training)
+        for split in splits:
             yield Placement(tp, cp, pp, dp, ep, vpp, etp, split, cp_comm)
 
 
@@ -256,14 +258,21 @@ def search_world(
             state.truncated = True
             break  # explore what has been bounded so far (the queue is checked against the deadline too)
         per_replica = max(training.global_batch_size // pl.dp, 1)
-        shardings = space.sharding_options(training, pl.dp, pl.cp, pl.pp, offload)
-        levels = space.recompute_options(model, training, _layers_per_chunk(model, pl))
-        sizes = space.mbs_options(model, training, per_replica, pl.cp)
+        # the option lists depend on a few numbers of the placement, shared by many: made once (and never mutated)
+        per_chunk = _layers_per_chunk(model, pl)
+        key = (pl.dp, pl.cp, pl.pp, offload)
+        shardings = model.memo(("shardings", *key), partial(space.sharding_options, training, *key), training)
+        levels = model.memo(
+            ("levels", per_chunk), partial(space.recompute_options, model, training, per_chunk), training
+        )
+        sizes = model.memo(
+            ("sizes", per_replica, pl.cp), partial(space.mbs_options, model, training, per_replica, pl.cp), training
+        )
         if not shardings or not _placement_ok(model, cluster, training, world, pl, shardings, sizes, levels, state):
             continue
-        work = _Work(
-            pl, shardings, levels, sizes, space.offload_options(model, cluster, training, _layers_per_chunk(model, pl))
-        )
+        offload_levels = partial(space.offload_options, model, cluster, training, per_chunk)
+        offloads = model.memo(("offloads", per_chunk), offload_levels, cluster, training)
+        work = _Work(pl, shardings, levels, sizes, offloads)
         if not bounded:
             if not _explore(model, cluster, training, world, work, state, budget, deadline):
                 return
