@@ -49,10 +49,8 @@ class Placement:
     cp_comm: tuple[str, tuple[int, int] | None] = ("p2p", None)
     _fields: dict[str, dict[str, object]] = field(default_factory=dict, repr=False, compare=False)
     # configs made for this placement, by (micro-batch, recomputation, id of the sharding dict): the bounds, the
-    # rule checks and the memory evaluation ask for the same ones (the sharding dicts live as long as the placement)
-    _configs: dict[tuple[int, space.Recompute, int], ParallelConfig] = field(
-        default_factory=dict, repr=False, compare=False
-    )
+    # rule checks and the memory evaluation ask for the same ones (the sharding dicts live in the model's memo)
+    _configs: dict[tuple[object, ...], ParallelConfig] = field(default_factory=dict, repr=False, compare=False)
     # every field's value but the micro-batch and recomputation ones, and the names set, per (recompute, sharding)
     _bases: dict[tuple[str, int], tuple[dict[str, object], frozenset[str]]] = field(
         default_factory=dict, repr=False, compare=False
@@ -194,7 +192,7 @@ def make_config(
     rc: space.Recompute,
     sharding: dict[str, object],
 ) -> ParallelConfig:
-    key = (mbs, rc, id(sharding))
+    key = (mbs, rc.recompute, rc.modules, rc.method, rc.layers, rc.offload, id(sharding))  # flat: no Python __hash__
     made = pl._configs.get(key)
     if made is not None:
         return made
