@@ -251,6 +251,7 @@ def search_world(
     )
     bounded = bool(state.keep)
     queue: list[tuple[float, int, _Work]] = []
+    twins: dict[tuple[object, ...], dict[tuple[object, ...], _Outcome]] = {}
     for pl in placements(model, cluster, training, world):
         if time.perf_counter() > deadline:
             state.truncated = True
@@ -271,6 +272,8 @@ def search_world(
         offload_levels = partial(space.offload_options, model, cluster, training, per_chunk)
         offloads = model.memo(("offloads", per_chunk), offload_levels, cluster, training)
         work = _Work(pl, shardings, levels, sizes, offloads)
+        if pl.cp > 1:
+            work.twins = twins.setdefault((pl.tp, pl.cp, pl.pp, pl.dp, pl.ep, pl.vpp, pl.etp, pl.split), {})
         if not bounded:
             if not _explore(model, cluster, training, world, work, state, budget, deadline):
                 return
@@ -305,6 +308,19 @@ class _Work:
     sizes: list[int]
     offloads: list[space.Recompute] = field(default_factory=list)  # activation offload, a chain of its own
     bounds: dict[int, float] = field(default_factory=dict)
+    # what memory decided for this placement's candidates, shared with the placements that differ from it only in
+    # the CP communication type (no memory term and no candidate rule reads it): `_Outcome` by candidate set
+    twins: dict[tuple[object, ...], _Outcome] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """What `_try_recompute` found for one set of candidates: the level index (or -1 / None), the peak bytes of the
+    level that fits, and the rejections it counted."""
+
+    found: int | None
+    peak: float
+    rejected: dict[str, int]
 
 
 def _explore(
@@ -351,13 +367,15 @@ def _explore(
                 state.skipped += len(cheaper)
                 continue
             state.known_out_of_memory(floor)
-            found = _try_recompute(model, cluster, training, world, pl, mbs, sharding, cheaper, state, budget)
+            found = _shared(
+                model, cluster, training, world, work, mbs, sharding, cheaper, state, budget, ("levels", floor, end)
+            )
             offloaded = None
             recomputes = found is not None and found >= 0 and cheaper[found].recompute == "full"
             if work.offloads and (recomputes or found == -1):
                 # full recomputation was needed, or nothing fit: offloading may fit for less
-                offloaded = _try_recompute(
-                    model, cluster, training, world, pl, mbs, sharding, work.offloads, state, budget
+                offloaded = _shared(
+                    model, cluster, training, world, work, mbs, sharding, work.offloads, state, budget, ("offloads",)
                 )
             if found is not None and found >= 0:
                 found += floor
@@ -485,10 +503,11 @@ def _try_recompute(
     levels: list[space.Recompute],
     state: SearchState,
     budget: _Budget,
-) -> int | None:
+) -> tuple[int, Found] | int | None:
     """The cheapest recomputation that fits; the costlier ones are dominated and not timed. Levels run from the
-    least to the most memory-saving, so the first that fits is found by bisection. Returns its index, -1 when even
-    the most recomputation runs out of GPU memory, None when a rule or host memory rejects the candidate."""
+    least to the most memory-saving, so the first that fits is found by bisection. Returns its index and the plan,
+    -1 when even the most recomputation runs out of GPU memory, None when a rule or host memory rejects the
+    candidate."""
     configs: dict[int, ParallelConfig | None] = {}
 
     def config(i: int) -> ParallelConfig | None:
@@ -510,8 +529,7 @@ def _try_recompute(
     if cheapest is None:
         return None  # out of host memory
     if isinstance(cheapest, Found):
-        state.add(cheapest, model, cluster, training)
-        return 0
+        return 0, cheapest
     last = len(levels) - 1
     most = _fits(model, cluster, training, config(last), state, budget) if last else False
     if most is None:
@@ -528,8 +546,47 @@ def _try_recompute(
         else:
             lo = mid
     assert isinstance(best, Found)
-    state.add(best, model, cluster, training)
-    return hi
+    return hi, best
+
+
+def _shared(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    world: int,
+    work: _Work,
+    mbs: int,
+    sharding: dict[str, object],
+    levels: list[space.Recompute],
+    state: SearchState,
+    budget: _Budget,
+    which: tuple[object, ...],
+) -> int | None:
+    """`_try_recompute` of the placement's candidates at `mbs` under `sharding` (`which` names the level list and
+    its slice), recording the plan found. A placement differing only in its CP communication type gets the same
+    memory (and candidate-rule) verdict, so its twin's outcome is replayed: the same level, peak and rejection
+    counts, without evaluating memory again."""
+    pl = work.pl
+    key = (mbs, id(sharding), *which)  # the sharding dicts live in the model's memo, shared by the twins
+    known = work.twins.get(key) if work.twins is not None else None
+    if known is not None:
+        state.candidates += len(levels)
+        for code, n in known.rejected.items():
+            state.rejected.counts[code] = state.rejected.counts.get(code, 0) + n
+        if known.found is not None and known.found >= 0:
+            par = make_config(model, cluster, training, pl, mbs, levels[known.found], sharding)
+            state.add(Found(par, par.world_size, known.peak), model, cluster, training)
+        return known.found
+    before = dict(state.rejected.counts) if work.twins is not None else {}
+    result = _try_recompute(model, cluster, training, world, pl, mbs, sharding, levels, state, budget)
+    found, plan = result if isinstance(result, tuple) else (result, None)
+    if plan is not None:
+        state.add(plan, model, cluster, training)
+    if work.twins is not None:
+        counts = state.rejected.counts
+        rejected = {code: n - before.get(code, 0) for code, n in counts.items() if n != before.get(code, 0)}
+        work.twins[key] = _Outcome(found, plan.peak_bytes if plan is not None else 0.0, rejected)
+    return found
 
 
 class _Rejected(Exception):

@@ -195,3 +195,37 @@ def test_pins_larger_than_the_cluster_are_refused(pins: dict[str, int], field: s
     with pytest.raises(InputError, match=re.escape(field)) as caught:
         plan(req)
     assert caught.value.field.startswith("training.pinned")
+
+
+def test_cp_twins_share_memory_verdicts_without_changing_the_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Placements that differ only in the CP communication type (p2p / all_gather for a GQA model at CP 2) get one
+    memory verdict: the ranking, the candidate, skip and rejection counts are those of the search that evaluates
+    every twin itself, with fewer memory evaluations."""
+    from app.planner import search
+
+    req = PlanRequest(
+        model={"preset": "llama-2-70b", "seq_length": 8192},
+        cluster={"num_nodes": 8, "gpu": "H100-SXM"},
+        training={"global_batch_size": 128},
+    )
+    shared = plan(req)
+    original = search._shared
+
+    def unshared(*args: object) -> int | None:
+        work = args[4]
+        assert isinstance(work, search._Work)
+        work.twins = None
+        return original(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(search, "_shared", unshared)
+    alone = plan(req.model_copy(deep=True))
+    assert any(p.parallel.cp > 1 for p in alone.plans)
+    assert [(p.parallel, p.estimate.time.step_s) for p in shared.plans] == [
+        (p.parallel, p.estimate.time.step_s) for p in alone.plans
+    ]
+    for name in ("candidates", "skipped", "feasible"):
+        assert getattr(shared.stats, name) == getattr(alone.stats, name), name
+    assert [(r.reason, r.count, r.message) for r in shared.rejected] == [
+        (r.reason, r.count, r.message) for r in alone.rejected
+    ]
+    assert shared.stats.evaluated < alone.stats.evaluated
