@@ -474,7 +474,8 @@ def _placement_ok(
     state: SearchState,
 ) -> bool:
     """Check the placement-only rules once; a violation rejects every candidate of the placement."""
-    probe = make_config(model, cluster, training, pl, 1, space.Recompute("none"), shardings[0])
+    # any candidate of the placement says what its placement rules see: the one its bound is worked out on
+    probe = make_config(model, cluster, training, pl, max(sizes, default=1), levels[0], shardings[0])
     violations = rules.check(model, cluster, training, probe, world, only=rules.PLACEMENT_RULES)
     if not violations:
         return True
