@@ -26,30 +26,11 @@ FLOPS_DEFINITION = (
 )
 
 
-def _stage_groups(model: ModelSpec, training: TrainingSpec, par: ParallelConfig) -> list[tuple[int, int, object]]:
-    """(first stage index, number of identical stages, key) for each run of identical stages."""
-    shapes = stage_shapes(model, training, par)
-    kinds = stage_layer_kinds(model, training, par)
-    groups: list[tuple[int, int, object]] = []
-    for i, (shape, kind) in enumerate(zip(shapes, kinds, strict=True)):
-        key = (shape, kind)
-        if groups and groups[-1][2] == key:
-            first, n, _ = groups[-1]
-            groups[-1] = (first, n + 1, key)
-        else:
-            groups.append((i, 1, key))
-    return groups
-
-
 def time_estimate(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig) -> TimeEstimate:
     m = max(1, num_microbatches(training, par))
-    shapes = stage_shapes(model, training, par)
-    kinds = stage_layer_kinds(model, training, par)
-    groups = _stage_groups(model, training, par)
     timed: list[tuple[StageTime, int]] = []
     params: list[tuple[int, int]] = []
-    for first, n, _ in groups:
-        shape, (dense, moe) = shapes[first], kinds[first]
+    for _first, shape, dense, moe, n in alike_stages(model, training, par):  # stages shaped alike take alike
         timed.append((stage_time(model, cluster, training, par, shape, dense, moe), n))
         sp = stage_params(model, par, shape, dense, moe)
         params.append((sp.dense, sp.expert))

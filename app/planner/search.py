@@ -504,11 +504,11 @@ def _try_recompute(
     levels: list[space.Recompute],
     state: SearchState,
     budget: _Budget,
-) -> tuple[int, Found] | int | None:
+) -> tuple[int | None, Found | None]:
     """The cheapest recomputation that fits; the costlier ones are dominated and not timed. Levels run from the
-    least to the most memory-saving, so the first that fits is found by bisection. Returns its index and the plan,
-    -1 when even the most recomputation runs out of GPU memory, None when a rule or host memory rejects the
-    candidate."""
+    least to the most memory-saving, so the first that fits is found by bisection. Returns its index and the plan;
+    (-1, None) when even the most recomputation runs out of GPU memory, (None, None) when a rule or host memory
+    rejects the candidate."""
     configs: dict[int, ParallelConfig | None] = {}
 
     def config(i: int) -> ParallelConfig | None:
@@ -525,18 +525,18 @@ def _try_recompute(
         config(0)
     except _Rejected as exc:
         state.rejected.add(exc.violation.code, exc.violation.message, exc.par, count=len(levels))
-        return None
+        return None, None
     cheapest = _fits(model, cluster, training, config(0), state, budget)
     if cheapest is None:
-        return None  # out of host memory
+        return None, None  # out of host memory
     if isinstance(cheapest, Found):
         return 0, cheapest
     last = len(levels) - 1
     most = _fits(model, cluster, training, config(last), state, budget) if last else False
     if most is None:
-        return None
+        return None, None
     if not most:
-        return -1
+        return -1, None
     lo, hi = 0, last  # levels[lo] does not fit, levels[hi] does
     best = most
     while hi - lo > 1:
@@ -579,8 +579,7 @@ def _shared(
             state.add(Found(par, par.world_size, known.peak), model, cluster, training)
         return known.found
     before = dict(state.rejected.counts) if work.twins is not None else {}
-    result = _try_recompute(model, cluster, training, world, pl, mbs, sharding, levels, state, budget)
-    found, plan = result if isinstance(result, tuple) else (result, None)
+    found, plan = _try_recompute(model, cluster, training, world, pl, mbs, sharding, levels, state, budget)
     if plan is not None:
         state.add(plan, model, cluster, training)
     if work.twins is not None:
