@@ -5,14 +5,18 @@ Everything the launcher process imports is the standard library: no torch, nothi
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable, Iterable
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, cast
 
 from launcher.fields import PlanError
 from launcher.rundir import RunDirError
 
-Verb = Callable[[argparse.Namespace], int]
+if TYPE_CHECKING:
+    import argparse  # built only for what quick_run_args leaves to it: `run` starts without it (3-4 ms)
+
+Verb = Callable[["argparse.Namespace"], int]
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -78,6 +82,8 @@ def _launch_options(p: argparse.ArgumentParser) -> None:
 
 def parser(verbs: Iterable[str] = VERBS) -> argparse.ArgumentParser:
     """The command line of `verbs` (default: all of them)."""
+    import argparse
+
     top = argparse.ArgumentParser(prog="python -m launcher", description="Launch a trainplan plan.json.")
     sub = top.add_subparsers(dest="verb", required=True, metavar="VERB")
     for name in verbs:
@@ -104,7 +110,7 @@ def parser(verbs: Iterable[str] = VERBS) -> argparse.ArgumentParser:
 
 def quick_run_args(argv: list[str]) -> argparse.Namespace | None:
     """`run PLAN [--node-rank K] [--run-dir DIR] [--backend NAME]` read as argparse reads it, without building
-    the parsers (that and argparse's imports inside it take ~6 ms of `run`'s start-up, docs/launcher.md
+    the parsers or importing argparse (together ~6 ms of `run`'s start-up, docs/launcher.md
     "Overhead"). None for anything else, which argparse reads: help, errors, abbreviations, `--option=value`, a
     repeated option, a word that starts with '-'. tests/launcher/test_cli.py checks it agrees with argparse."""
     if not argv or argv[0] != "run":
@@ -124,7 +130,8 @@ def quick_run_args(argv: list[str]) -> argparse.Namespace | None:
             return None
         else:
             plan = word
-    return None if plan is None else argparse.Namespace(verb="run", plan=plan, **values)
+    # the attributes argparse's Namespace would carry, in the plain namespace it is (argparse is not imported)
+    return None if plan is None else cast("argparse.Namespace", SimpleNamespace(verb="run", plan=plan, **values))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import sys
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from launcher import rundir, spec
 from launcher.backends import build
@@ -16,6 +15,9 @@ from launcher.events import EventLog
 from launcher.limits import Limits
 from launcher.runner import Runner, RunPolicy
 from launcher.storage import quick_checks
+
+if TYPE_CHECKING:
+    import argparse
 
 
 def context_from_args(args: argparse.Namespace) -> LaunchContext:

@@ -147,7 +147,8 @@ def test_the_quick_reading_of_run_agrees_with_argparse(words: list[str]) -> None
     for argv in (words, ["run", *words]):
         quick = quick_run_args(argv)
         if quick is not None:
-            assert quick == argparse_reads(argv), argv
+            read = argparse_reads(argv)
+            assert read is not None and vars(quick) == vars(read), argv  # the same attributes and values
 
 
 def test_the_usual_run_command_lines_are_read_quickly() -> None:
@@ -156,6 +157,7 @@ def test_the_usual_run_command_lines_are_read_quickly() -> None:
         ["run", "plan.json", "--run-dir", "runs/a", "--node-rank", "1", "--backend", "deepspeed"],
         ["run", "--run-dir", "", "plan.json"],
     ):
-        assert quick_run_args(argv) == argparse_reads(argv) is not None
+        quick, read = quick_run_args(argv), argparse_reads(argv)
+        assert quick is not None and read is not None and vars(quick) == vars(read), argv
     for argv in (["run", "plan.json", "--run-dir=r"], ["run", "p", "--run-dir", "a", "--run-dir", "b"], ["run", "-h"]):
         assert quick_run_args(argv) is None  # argparse's to read: it agrees, or says what is wrong

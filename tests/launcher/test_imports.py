@@ -89,6 +89,7 @@ DEFERRED = (
     "tempfile",
     "shutil",
     "socket",
+    "argparse",  # the usual `run` command line is read without it (launcher/cli.py quick_run_args)
 )
 
 
