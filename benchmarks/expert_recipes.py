@@ -23,7 +23,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -33,7 +33,7 @@ from app.planner.estimate import evaluate, time_estimate
 from app.planner.explain import describe
 from app.planner.layout import stage_shapes
 from app.planner.search import placements
-from app.planner.specs import ModelSpec, ParallelConfig, ParallelPins
+from app.planner.specs import ModelSpec, ParallelConfig, ParallelPins, PartitionMethod
 
 DATA = Path(__file__).resolve().parent / "data" / "expert_recipes.json"
 MODEL_KEYS = set(ModelSpec.model_fields)
@@ -59,7 +59,7 @@ def unexpressible(r: dict[str, Any]) -> list[str]:
     out = []
     if p.get("schedule") not in (None, "1f1b", "interleaved"):
         out.append(f"schedule {p['schedule']}")
-    if p.get("partition_method") not in (None, "parameters", "uniform", "type:transformer"):
+    if p.get("partition_method") not in (None, *get_args(PartitionMethod)):
         out.append(f"partition_method {p['partition_method']}")
     if m.get("mtp_num_layers"):
         out.append("multi-token-prediction layers")
@@ -157,7 +157,14 @@ def measured_vs_predicted(r: dict[str, Any], req: PlanRequest, expert: Any) -> d
     if measured.get("tokens_per_s_per_gpu"):
         ours = expert.time.tokens_per_s / world
         return {"measured": measured["tokens_per_s_per_gpu"], "predicted": ours, "unit": "tokens/s/GPU"}
-    if measured.get("tflops_per_gpu") and "bloom" not in r["name"]:  # BLOOM's figure counts the recompute
+    tokens = r["training"].get("tokens_per_step")
+    if measured.get("step_s") and tokens:  # a logged iteration time (BLOOM's TFLOP/s figure counts the recompute)
+        return {
+            "measured": tokens / measured["step_s"] / world,
+            "predicted": expert.time.tokens_per_s / world,
+            "unit": "tokens/s/GPU",
+        }
+    if measured.get("tflops_per_gpu"):
         return {"measured": measured["tflops_per_gpu"], "predicted": expert.time.tflops_per_gpu, "unit": "TFLOP/s/GPU"}
     return {}
 
@@ -179,6 +186,7 @@ def generated(req: PlanRequest, par: ParallelConfig) -> tuple[bool, str]:
                 "account_for_embedding_in_pipeline_split": pl.split.account,
                 "account_for_loss_in_pipeline_split": pl.split.account,
                 "pipeline_layout": pl.split.layout,
+                "partition_method": pl.split.partition,
             }
         )
         if stage_shapes(m, t, probe) == target:

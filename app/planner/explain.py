@@ -26,6 +26,8 @@ def describe(par: ParallelConfig) -> str:
         parts.append("E+L as layers")
     if par.pipeline_layout:
         parts.append(f"layout {par.pipeline_layout}")
+    if par.partition_method and par.pp > 1:
+        parts.append(f"partition {par.partition_method}")
     parts.append(f"DP{par.dp}")
     if par.cp > 1:
         parts.append(f"CP{par.cp}" + (f"({par.cp_comm_type})" if par.cp_comm_type != "p2p" else ""))

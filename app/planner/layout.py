@@ -9,7 +9,9 @@ Layer split over the stages, as the stacks do it:
   loss each count as one layer of the first / last virtual stage), or a `--pipeline-model-parallel-layout` string
   (megatron/core/transformer/pipeline_parallel_layer_layout.py: stages split by `|`, `E` embedding, `t` layer,
   `m` MTP, `L` loss, `x*n` and `(...)*n` repeat, commas cosmetic; virtual stage i is pp rank i % p, chunk i // p);
-- DeepSpeed's PipelineModule `partition_method`: `type:transformer` balances the transformer layers, `uniform`
+- DeepSpeed's PipelineModule `partition_method`: `type:transformer` balances the transformer layers,
+  `type:transformer|embedding` also counts the two EmbeddingPipe specs (BigScience's `--pp-partition-method`, as
+  BLOOM ran: lighter first and last stages), `uniform`
   the number of layer specs, `parameters` the parameter counts, where the embedding and the tied output weight
   weigh as much as their `V x h` parameters (deepspeed/runtime/pipe/module.py `_partition_layers`,
   deepspeed/runtime/utils.py `partition_balanced`).
@@ -117,9 +119,16 @@ def _deepspeed_split(model: ModelSpec, par: ParallelConfig) -> list[StageShape]:
     embedding, so a second embedding spec on the last stage), partitioned by DeepSpeed's partition_method."""
     p, L = par.pp, model.num_layers
     method = par.partition_method or "type:transformer"
-    if method == "type:transformer":
-        base, rem = divmod(L, p)
+    if method.startswith("type:"):
+        # binary weights: 1 for each spec whose class name matches the regex. DeepSpeed's partition_balanced
+        # (the linear-partition DP of deepspeed/runtime/utils.py) spreads n weighted specs as divmod(n, p) with the
+        # larger parts first; checked against it in tests/planner/test_layout_deepspeed.py
+        embeddings = 2 if "embedding" in method else 0  # EmbeddingPipe first and its tied twin before the loss
+        base, rem = divmod(L + embeddings, p)
         counts = [base + (1 if i < rem else 0) for i in range(p)]
+        if embeddings:
+            counts[0] -= 1
+            counts[-1] -= 1
         return [StageShape((n,), i == 0, i == p - 1) for i, n in enumerate(counts)]
     layer_w = float(model.num_parameters - 2 * model.vocab_size * model.hidden_size) / L
     embed_w = float(model.vocab_size * model.hidden_size)

@@ -83,6 +83,7 @@ class Placement:
             account_for_embedding_in_pipeline_split=self.split.account,
             account_for_loss_in_pipeline_split=self.split.account,
             pipeline_layout=self.split.layout,
+            partition_method=self.split.partition,
             cp_comm_type=self.cp_comm[0],
             hierarchical_cp_sizes=self.cp_comm[1],
             schedule="interleaved" if self.vpp > 1 else "1f1b",

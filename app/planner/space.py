@@ -10,7 +10,8 @@
 - Layer split: even; Megatron's first/last-stage layer counts (with or without interleaving, each divisible by VPP);
   the embedding and the loss counted as stage work (`--account-for-embedding/loss-in-pipeline-split`) when that
   makes the count divide; otherwise a `--pipeline-model-parallel-layout` string with lighter first and last virtual
-  stages; DeepSpeed's PipelineModule balances any count itself (partition_method).
+  stages; DeepSpeed's PipelineModule balances any count itself (partition_method), and where the stack lets it
+  count the embedding specs too (`type:transformer|embedding`), with lighter first and last stages.
 - EP: divisors of the experts that fit the TP x CP x DP plane; expert TP: Megatron's default (= TP) or 1.
 - Recomputation, cheapest first: none; selective modules (core_attn without fused attention, layernorm, moe_act,
   mla_up_proj, mlp / moe); full recomputation of 1..n layers per chunk (block method); full of every layer.
@@ -121,6 +122,7 @@ class Split:
     last: int | None = None
     account: bool = False
     layout: str | None = None
+    partition: str | None = None  # DeepSpeed PipelineModule partition_method (None: the stack's default)
 
 
 def split_options(model: ModelSpec, training: TrainingSpec, pp: int, vpp: int) -> list[Split]:
@@ -131,8 +133,12 @@ def split_options(model: ModelSpec, training: TrainingSpec, pp: int, vpp: int) -
     even = L % S == 0
     if pp == 1:
         return [Split()]
-    if can.pipeline == "deepspeed":
-        return [Split()]  # PipelineModule balances any count (partition_method)
+    if can.pipeline == "deepspeed":  # PipelineModule balances any count itself
+        out = [Split()]
+        # counting the two embedding specs as stage work lightens the first and last stages (BLOOM's split)
+        if "type:transformer|embedding" in can.partition_methods and _embedding_split_differs(L, pp):
+            out.append(Split(partition="type:transformer|embedding"))
+        return out
     out = [Split()] if even else []
     if not can.uneven_stages:
         return out
@@ -152,6 +158,17 @@ def split_options(model: ModelSpec, training: TrainingSpec, pp: int, vpp: int) -
             known.add(layout_string([n - 1] + [n] * (S - 2) + [n - 1]))
         out += [Split(layout=x) for x in _lighter_ends(L, pp, vpp) if x not in known]
     return out
+
+
+def _embedding_split_differs(L: int, pp: int) -> bool:
+    """Whether `type:transformer|embedding` puts other layer counts on the stages than `type:transformer`, every
+    stage keeping a layer (DeepSpeed's PipelineEngine fails on a stage without one)."""
+    base, rem = divmod(L + 2, pp)
+    with_embedding = [base + (1 if i < rem else 0) for i in range(pp)]
+    with_embedding[0] -= 1
+    with_embedding[-1] -= 1
+    base, rem = divmod(L, pp)
+    return min(with_embedding) > 0 and with_embedding != [base + (1 if i < rem else 0) for i in range(pp)]
 
 
 def _first_last(L: int, pp: int, vpp: int) -> list[Split]:

@@ -38,7 +38,7 @@ CPCommType = Literal["p2p", "all_gather", "a2a", "a2a+p2p"]
 GradReduceDtype = Literal["fp32", "bf16"]
 OptimizerStates = Literal["fp32", "bf16"]
 FP8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
-PartitionMethod = Literal["parameters", "uniform", "type:transformer"]
+PartitionMethod = Literal["parameters", "uniform", "type:transformer", "type:transformer|embedding"]
 MegatronFSDP = Literal["optim", "optim_grads", "optim_grads_params"]
 
 # Names that end up in shell scripts (host names, NIC names, paths) must be plain: no quotes, no `;`,
@@ -546,6 +546,13 @@ class TrainingSpec(Frozen):
                 f"training.grad_reduce_dtype {self.grad_reduce_dtype!r}: {software.label} reduces gradients in "
                 f"{' or '.join(software.can.grad_reduce_dtypes)}"
             )
+        if self.flash_attention and not software.can.flash_attention:
+            if "flash_attention" in self.model_fields_set:
+                raise ValueError(
+                    f"training.flash_attention: {software.label} has no fused (flash) attention kernel; it keeps the "
+                    "s x s attention scores (set flash_attention false or choose another stack)"
+                )
+            self.__dict__["flash_attention"] = False  # the stack's attention: softmax kernels, scores kept
         if self.optimizer_states == "bf16" and not software.can.precision_aware_optimizer:
             raise ValueError(
                 f"training.optimizer_states 'bf16': {software.label} keeps Adam's moments in fp32 (bf16 moments need "

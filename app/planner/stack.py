@@ -47,6 +47,9 @@ class Capabilities(_Data):
     moe: bool
     mla: bool
     alibi: bool
+    flash_attention: bool = Field(
+        True, description="A fused (flash) attention kernel: no s x s scores kept (False: softmax kernels only)."
+    )
     recompute_modules: tuple[str, ...] = Field((), description="--recompute-modules it supports (selective).")
     partial_recompute: bool = Field(description="--recompute-num-layers with uniform/block methods.")
     tp_comm_overlap: bool

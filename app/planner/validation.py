@@ -130,8 +130,8 @@ def _megatron_a100(r: dict[str, Any]) -> MeasuredRun | None:
         normalization="LayerNorm",
         add_bias_linear=True,
         embedding_layernorm=bloom,
-        hidden_dropout=0.0 if bloom else 0.1,
-        attention_dropout=0.0 if bloom else 0.1,
+        hidden_dropout=0.1,  # BLOOM too: "The default Megatron-LM dropout settings are inherited" (tr11 README)
+        attention_dropout=0.1,
     )
     cluster = ClusterSpec(
         num_nodes=max(1, r["gpus"] // gpn),

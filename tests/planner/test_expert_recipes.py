@@ -21,7 +21,6 @@ NOT_EXPRESSIBLE = {
     "megatron-bridge/deepseek-v3/b200x256/fp8mx": "multi-token prediction",
     "megatron-bridge/deepseek-v3/gb200x256/fp8mx": "multi-token prediction",
     "deepseek-v3-paper/deepseek-v3/h800x2048": "DualPipe and multi-token prediction",
-    "bigscience/bloom-176b/a100x384": "partition_method type:transformer|embedding",
 }
 # Evaluated but over the memory the planner allows (docs/planner.md, "What is not modelled").
 INFEASIBLE = {

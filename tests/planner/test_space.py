@@ -10,6 +10,7 @@ from app.planner.api import feasible_layouts
 from app.planner.estimate import step_lower_bound, time_estimate
 from app.planner.layout import parse_layout
 from app.planner.search import placements
+from app.planner.specs import ParallelConfig
 from app.planner.step import moves_per_microbatch
 from app.planner.validation import tinyllama
 
@@ -155,3 +156,59 @@ def test_the_sharding_traffic_bound_is_below_every_step(req: PlanRequest, shardi
             other = plain.model_copy(update={"zero_stage": 1, "megatron_fsdp": None})
             assert step_lower_bound(model, cluster, training, other, sharded=plain) == pytest.approx(bound, rel=1e-12)
     assert checked >= 18 and raised > 0
+
+
+def _pipe_specs(layers: int) -> list[str]:
+    """Megatron-DeepSpeed's GPTModelPipe layer specs by class name (bigscience fork, megatron/model/gpt_model.py):
+    a cast, the embedding, its layernorm, the transformer layers, a transpose, the final norm, the tied embedding
+    for the logits, a cast."""
+    return ["lambda", "EmbeddingPipe", "LayerNorm", *["ParallelTransformerLayerPipe"] * layers,
+            "lambda", "MixedFusedLayerNorm", "EmbeddingPipe", "lambda"]  # fmt: skip
+
+
+@pytest.mark.parametrize(("layers", "pp"), [(70, 12), (70, 8), (61, 8), (80, 6), (30, 4), (24, 5), (126, 16)])
+@pytest.mark.parametrize("method", ["type:transformer", "type:transformer|embedding"])
+def test_deepspeed_partition_is_deepspeeds_own(layers: int, pp: int, method: str) -> None:
+    """The transformer layers per stage are what DeepSpeed's own PipelineModule partitioner gives for the same
+    spec list (deepspeed/runtime/pipe/module.py `_partition_layers`: binary weights from the regex, then
+    deepspeed/runtime/utils.py `partition_balanced`)."""
+    import re
+
+    utils = pytest.importorskip("deepspeed.runtime.utils")
+    from app.planner.layout import stage_layers
+
+    specs = _pipe_specs(layers)
+    regex = re.compile(method.split(":", 1)[1], re.IGNORECASE)
+    bounds = utils.partition_balanced([1 if regex.search(n) else 0 for n in specs], pp)
+    theirs = [sum(n.startswith("ParallelTransformer") for n in specs[bounds[s] : bounds[s + 1]]) for s in range(pp)]
+    r = request("llama-3-8b", 4, 64, framework="megatron-deepspeed", stack="megatron-deepspeed-bigscience")
+    model = r.model.model_copy(update={"num_layers": layers})
+    par = ParallelConfig(tp=1, pp=pp, dp=1, partition_method=method)
+    assert stage_layers(model, r.training, par) == theirs
+
+
+def test_blooms_split_is_generated_for_the_fork_that_has_it() -> None:
+    """BLOOM-176B ran `--pp-partition-method 'type:transformer|embedding'` (70 layers over PP12: 5, 6 x 10, 5);
+    the search generates that split where the stack has the flag (BigScience's fork), not where GPTModelPipe fixes
+    type:transformer (deepspeedai/Megatron-DeepSpeed)."""
+    fork = request("bloom-176b", 48, 2048, framework="megatron-deepspeed", stack="megatron-deepspeed-bigscience")
+    upstream = request("bloom-176b", 48, 2048, framework="megatron-deepspeed")
+    assert fork.model.num_layers == 70
+    methods = {s.partition for s in space.split_options(fork.model, fork.training, 12, 1)}
+    assert methods == {None, "type:transformer|embedding"}
+    assert {s.partition for s in space.split_options(upstream.model, upstream.training, 12, 1)} == {None}
+    pls = [p for p in placements(fork.model, fork.cluster, fork.training, 384) if (p.tp, p.pp) == (4, 12)]
+    assert any(p.split.partition == "type:transformer|embedding" for p in pls)
+
+
+def test_a_stack_without_flash_attention_keeps_the_scores() -> None:
+    """BigScience's fork has no flash attention (softmax kernels, scores kept): a request on it plans unfused
+    attention, and asking for flash attention on it is refused with the field named."""
+    from pydantic import ValidationError
+
+    r = request("bloom-176b", 48, 2048, framework="megatron-deepspeed", stack="megatron-deepspeed-bigscience")
+    assert r.training.flash_attention is False
+    assert request("bloom-176b", 48, 2048, framework="megatron-deepspeed").training.flash_attention is True
+    with pytest.raises(ValidationError, match=r"training\.flash_attention"):
+        request("bloom-176b", 48, 2048, framework="megatron-deepspeed", stack="megatron-deepspeed-bigscience",
+                flash_attention=True)  # fmt: skip
