@@ -55,14 +55,12 @@ def load() -> list[dict[str, Any]]:
 
 def unexpressible(r: dict[str, Any]) -> list[str]:
     """What the recipe runs that ParallelConfig/ModelSpec cannot say today."""
-    p, m = r["parallel"], r["model"]
+    p = r["parallel"]
     out = []
     if p.get("schedule") not in (None, "1f1b", "interleaved"):
         out.append(f"schedule {p['schedule']}")
     if p.get("partition_method") not in (None, *get_args(PartitionMethod)):
         out.append(f"partition_method {p['partition_method']}")
-    if m.get("mtp_num_layers"):
-        out.append("multi-token-prediction layers")
     if r["training"].get("framework") not in ("megatron", "megatron-deepspeed"):
         out.append(f"framework {r['training'].get('framework')}")
     return out

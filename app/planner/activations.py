@@ -243,6 +243,12 @@ def embedding_stage_bytes(model: ModelSpec, par: ParallelConfig) -> float:
     return mask + 8 * sb
 
 
+def mtp_input_bytes(model: ModelSpec, par: ParallelConfig) -> float:
+    """One MTP layer's tensors before its transformer layer (multi_token_prediction.py): the enorm and hnorm
+    inputs (h each) and their concatenation, eh_proj's input (2h), split by SP."""
+    return ACT * tokens(model, par) * 4 * model.hidden_size / _sp_div(par)
+
+
 def output_stage_bytes(model: ModelSpec, par: ParallelConfig, training: TrainingSpec) -> float:
     """Last stage, for the micro-batch in its loss: final-norm input, output-layer input and the logits.
 

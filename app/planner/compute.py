@@ -317,6 +317,17 @@ def _output_layer_time(
     return gemm + ce, 2 * gemm + ce
 
 
+def mtp_proj_time(
+    model: ModelSpec, par: ParallelConfig, training: TrainingSpec, gpu: GPUSpec, costs: GenerationCosts
+) -> tuple[float, float]:
+    """(forward, backward) of one MTP layer's eh_proj (2h -> h, split by TP) beyond its transformer layer; its
+    logits and cross entropy run on the loss stage through the shared output layer (`output_layer_time`)."""
+    tokens = model.seq_length / par.cp * par.micro_batch_size
+    precision = "bf16" if training.precision == "fp8" else training.precision
+    proj = gemm_time(Gemm(tokens, model.hidden_size / par.tp, 2 * model.hidden_size), gpu, costs, precision)
+    return proj, 2 * proj
+
+
 def model_flops_per_token(model: ModelSpec) -> float:
     """Megatron-LM `num_floating_point_operations` per token (forward + backward, no recompute): 6 x the
     matrix parameters a token passes through (top-k experts for MoE) + 6 x the causal attention core
@@ -337,7 +348,19 @@ def _model_flops_per_token(model: ModelSpec) -> float:
         mlp += (model.moe_ffn_hidden_size * model.moe_router_topk + shared) * expansion * model.num_moe_layers
     attn_linear = sum(lin.n_in * lin.n_out for lin in shape.linears)
     core = model.num_attention_heads * (shape.score_dim + shape.value_dim) / 2 * s
-    return 6.0 * (h * mlp + model.num_layers * (attn_linear + core) + h * model.vocab_size)
+    # MTP (Megatron-LM training.py num_floating_point_operations): each MTP layer is one more layer of the last
+    # layer's kind, its norms and eh_proj (3h + 2h^2), and one more logits GEMM
+    n_mtp = model.mtp_num_layers
+    if n_mtp:
+        if model.mtp_is_moe:
+            assert model.moe_ffn_hidden_size is not None
+            shared = model.moe_shared_expert_intermediate_size or 0
+            mlp += (model.moe_ffn_hidden_size * model.moe_router_topk + shared) * expansion * n_mtp
+        else:
+            mlp += model.ffn_hidden_size * expansion * n_mtp
+    mtp = n_mtp * (3 * h + 2 * h * h)
+    layers = model.num_layers + n_mtp
+    return 6.0 * (h * mlp + layers * (attn_linear + core) + mtp + h * model.vocab_size * (1 + n_mtp))
 
 
 def recompute_flops_per_token(model: ModelSpec, recompute: str) -> float:
@@ -345,9 +368,8 @@ def recompute_flops_per_token(model: ModelSpec, recompute: str) -> float:
     attention core's forward for selective."""
     if recompute == "none":
         return 0.0
-    per_token = model_flops_per_token(model) - 6.0 * model.hidden_size * model.vocab_size
+    per_token = model_flops_per_token(model) - 6.0 * model.hidden_size * model.vocab_size * (1 + model.mtp_num_layers)
     shape = attention_shape(model)
-    core = (
-        6.0 * model.num_layers * model.num_attention_heads * (shape.score_dim + shape.value_dim) / 2 * model.seq_length
-    )
+    layers = model.num_layers + model.mtp_num_layers
+    core = 6.0 * layers * model.num_attention_heads * (shape.score_dim + shape.value_dim) / 2 * model.seq_length
     return per_token / 3 if recompute == "full" else core / 3

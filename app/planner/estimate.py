@@ -111,7 +111,7 @@ def lower_bounds(
     for par in probes:
         dense_s = layer_floor(model, cluster, training, par, False)
         moe_s = layer_floor(model, cluster, training, par, True) if model.is_moe else dense_s
-        loss = sum(compute.output_layer_time(model, par, training, cluster.gpu, costs))
+        loss = sum(compute.output_layer_time(model, par, training, cluster.gpu, costs)) * (1 + model.mtp_num_layers)
         per_stage = [
             (dense * dense_s + moe * moe_s + (loss if shape.loss else 0.0), n) for _i, shape, dense, moe, n in stages
         ]
@@ -159,6 +159,7 @@ def _stage_floors(
             redone += dense * stage_recompute_floor(model, cluster, training, par, shape, False) if dense else 0.0
             redone += moe * stage_recompute_floor(model, cluster, training, par, shape, True) if moe else 0.0
         loss = sum(compute.output_layer_time(model, par, training, cluster.gpu, costs)) if shape.loss else 0.0
+        loss *= 1 + model.mtp_num_layers
         t = dense * dense_s + moe * moe_s + redone + loss
         if traffic is not None:
             window = dense * dense_c + moe * moe_c + redone + loss

@@ -274,6 +274,6 @@ def from_hf_config(cfg: dict[str, Any], name: str | None = None) -> dict[str, An
     label = name or cfg.get("_name_or_path") or (cfg.get("architectures") or [kind])[0]
     fields["name"] = str(label)[:100]
     fields["source"] = f"Hugging Face config.json (model_type {kind})"
-    if kind in DEEPSEEK and cfg.get("num_nextn_predict_layers"):
-        fields["source"] += f"; its {cfg['num_nextn_predict_layers']} multi-token-prediction layer(s) are not planned"
+    if kind in DEEPSEEK and cfg.get("num_nextn_predict_layers"):  # DeepSeek-V3: 1 (Megatron's --mtp-num-layers)
+        fields["mtp_num_layers"] = int(_num(cfg, "num_nextn_predict_layers", kind, 0))
     return fields

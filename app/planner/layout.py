@@ -49,11 +49,18 @@ def parse_layout(layout: str, pp: int) -> list[StageShape]:
 
 
 @functools.lru_cache(maxsize=4096)
-def _parse_layout(layout: str, pp: int) -> tuple[StageShape, ...]:
+def parse_layout_text(layout: str) -> str:
+    """The layout string with its repeats expanded and commas and spaces dropped (`|` between virtual stages)."""
     text = layout.replace(",", "").replace(" ", "")
     for pattern in (r"\(([^()]+)\)\*(\d+)", r"(.)\*(\d+)"):
         while re.search(pattern, text):
             text = re.sub(pattern, lambda m: m.group(1) * int(m.group(2)), text)
+    return text
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_layout(layout: str, pp: int) -> tuple[StageShape, ...]:
+    text = parse_layout_text(layout)
     stages = text.split("|")
     bad = set(text) - set("EtmL|")
     if bad:
@@ -224,13 +231,18 @@ def _shapes_memo(model: ModelSpec, training: TrainingSpec, par: ParallelConfig) 
 
 
 def _stage_shapes(model: ModelSpec, training: TrainingSpec, par: ParallelConfig) -> list[StageShape]:
-    if par.pp == 1 and par.pipeline_layout is None:
-        return [StageShape(_even_chunks(model.num_layers, par.vpp), True, True)]
     if par.pipeline_layout is not None:
         return parse_layout(par.pipeline_layout, par.pp)
-    if training.software.can.pipeline == "deepspeed":
-        return _deepspeed_split(model, par)
-    return _megatron_split(model.num_layers, par)
+    if par.pp == 1:
+        shapes = [StageShape(_even_chunks(model.num_layers, par.vpp), True, True)]
+    elif training.software.can.pipeline == "deepspeed":
+        shapes = _deepspeed_split(model, par)
+    else:
+        shapes = _megatron_split(model.num_layers, par)
+    if model.mtp_num_layers:  # without a layout string Megatron builds every MTP layer on the last stage
+        last = shapes[-1]
+        shapes[-1] = StageShape(last.chunks, last.embedding, last.loss, model.mtp_num_layers)
+    return shapes
 
 
 def stage_layers(model: ModelSpec, training: TrainingSpec, par: ParallelConfig) -> list[int]:
@@ -255,6 +267,8 @@ def _stage_layer_kinds(model: ModelSpec, shapes: tuple[StageShape, ...]) -> tupl
             out[rank][0] += dense
             out[rank][1] += n - dense
             start += n
+    for rank, shape in enumerate(shapes):  # an MTP layer is a layer of the last layer's kind
+        out[rank][1 if model.mtp_is_moe else 0] += shape.mtp
     return tuple((d, m) for d, m in out)
 
 

@@ -119,6 +119,10 @@ def stage_params(model: ModelSpec, par: ParallelConfig, shape: StageShape, dense
         total_dense += pc.embedding_shard(model, par.tp)
     if shape.loss:
         total_dense += pc.output_shard(model, par.tp, par.pp)
+    if shape.mtp:
+        total_dense += shape.mtp * pc.mtp_shard(model, par.tp)
+        if not shape.embedding:  # the MTP stage keeps a copy of the word embedding, tied to the first stage's
+            total_dense += -(-model.vocab_size * model.hidden_size // par.tp)  # (gpt_model.py mtp_process)
     assert model.ffn_hidden_size is not None
     fc1 = model.hidden_size * model.ffn_hidden_size * (2 if model.swiglu else 1) // par.tp
     vocab = model.vocab_size * model.hidden_size // par.tp
@@ -318,8 +322,10 @@ def _stage_activations(
         total = kept * flight
     if shape.embedding:
         total += act.embedding_stage_bytes(model, par) * flight
-    if shape.loss:
-        total += act.output_stage_bytes(model, par, training)
+    if shape.mtp:  # each MTP layer's embedding of the shifted tokens, its two norms and eh_proj's 2h input
+        total += shape.mtp * act.mtp_input_bytes(model, par) * flight
+    if shape.loss:  # the main logits and every MTP layer's (GPTModel._postprocess computes them all before backward)
+        total += act.output_stage_bytes(model, par, training) * (1 + model.mtp_num_layers)
     return total
 
 

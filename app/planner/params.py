@@ -86,10 +86,21 @@ def moe_layer_params(m: ModelSpec) -> int:
     )
 
 
+def mtp_extra_params(m: ModelSpec) -> int:
+    """One MTP layer beyond its transformer layer: enorm, hnorm, the final norm and eh_proj (2h -> h, no bias)
+    (megatron/core/transformer/multi_token_prediction.py MultiTokenPredictionLayer); it shares the embedding and the
+    output layer with the main model."""
+    return 3 * norm_params(m) + 2 * m.hidden_size * m.hidden_size
+
+
+def mtp_layer_params(m: ModelSpec) -> int:
+    return (moe_layer_params(m) if m.mtp_is_moe else dense_layer_params(m)) + mtp_extra_params(m)
+
+
 def total_parameters(m: ModelSpec) -> int:
     dense_layers = m.num_layers - m.num_moe_layers
     layers = dense_layers * dense_layer_params(m) + m.num_moe_layers * (moe_layer_params(m) if m.is_moe else 0)
-    return layers + embedding_params(m) + output_params(m)
+    return layers + embedding_params(m) + output_params(m) + m.mtp_num_layers * mtp_layer_params(m)
 
 
 def active_parameters(m: ModelSpec) -> int:
@@ -97,7 +108,8 @@ def active_parameters(m: ModelSpec) -> int:
     if not m.is_moe:
         return total_parameters(m)
     inactive = (m.num_experts or 0) - m.moe_router_topk
-    return total_parameters(m) - m.num_moe_layers * inactive * expert_params(m)
+    moe_layers = m.num_moe_layers + (m.mtp_num_layers if m.mtp_is_moe else 0)
+    return total_parameters(m) - moe_layers * inactive * expert_params(m)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +146,12 @@ def _layer_shard(m: ModelSpec, tp: int, ep: int, etp: int, moe: bool) -> LayerSh
 def embedding_shard(m: ModelSpec, tp: int) -> int:
     """The first stage's embedding on one GPU: the vocabulary is split across TP (VocabParallelEmbedding)."""
     return embedding_params(m) - m.vocab_size * m.hidden_size + -(-m.vocab_size * m.hidden_size // tp)
+
+
+def mtp_shard(m: ModelSpec, tp: int) -> int:
+    """One MTP layer's parameters on one GPU beyond its transformer layer: the norms and eh_proj (a
+    ColumnParallelLinear, split by TP)."""
+    return 3 * norm_params(m) + -(-2 * m.hidden_size * m.hidden_size // tp)
 
 
 def output_shard(m: ModelSpec, tp: int, pp: int) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from app.planner.layout import layout_vpp, num_microbatches, parse_layout
+from app.planner.layout import layout_vpp, num_microbatches, parse_layout, parse_layout_text
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 
 
@@ -133,6 +133,30 @@ def _layout_rule(c: Ctx) -> Violation | None:
         return Violation("pipeline_layout", f"pipeline_layout places {layers} layers, num_layers is {L}")
     if v != p.vpp:
         return Violation("pipeline_layout", f"pipeline_layout has {v} virtual stages per rank, vpp is {p.vpp}")
+    return _layout_mtp_rule(c, p.pipeline_layout)
+
+
+def _layout_mtp_rule(c: Ctx, layout: str) -> Violation | None:
+    """PipelineParallelLayerLayout.validate_layer_layout: as many `m` as mtp_num_layers, after every decoder layer,
+    all in one virtual stage, which is its rank's last."""
+    want = c.model.mtp_num_layers
+    text = parse_layout_text(layout)
+    stages = text.split("|")
+    have = text.count("m")
+    if have != want:
+        return Violation("pipeline_layout", f"pipeline_layout has {have} MTP layers ('m'), mtp_num_layers is {want}")
+    if not want:
+        return None
+    if "t" in text[text.index("m") :]:
+        return Violation("pipeline_layout", "pipeline_layout: every decoder layer ('t') must come before the MTP ('m')")
+    holding = [i for i, s in enumerate(stages) if "m" in s]  # virtual stage i: rank i % pp, chunk i // pp
+    pp = c.par.pp
+    if len(holding) != 1 or holding[0] // pp != len(stages) // pp - 1:
+        return Violation(
+            "pipeline_layout",
+            "pipeline_layout: the MTP layers must all be in one virtual stage, the last one of its pipeline rank "
+            "(megatron-core pipeline_parallel_layer_layout.py)",
+        )
     return None
 
 
@@ -278,6 +302,12 @@ def overlap_supported(c: Ctx) -> Violation | None:
         return Violation("moe_ep_overlap", "EP overlap needs EP > 1, Megatron-core and no full recompute")
     if p.moe_ep_overlap and p.pp > 1 and p.vpp == 1:
         return Violation("moe_ep_overlap", "EP overlap with pipeline parallelism needs interleaving (vpp > 1)")
+    mtp = c.model.mtp_num_layers
+    if p.moe_ep_overlap and mtp and (mtp > 1 or p.pp == 1):  # TransformerConfig.__post_init__
+        return Violation(
+            "moe_ep_overlap",
+            f"EP overlap with multi-token prediction needs mtp_num_layers 1 (not {mtp}) and pp > 1 (pp {p.pp})",
+        )
     return None
 
 
@@ -351,6 +381,17 @@ def model_fits_framework(c: Ctx) -> Violation | None:
         what = "experts" if m.is_moe else "multi-latent attention"
         return Violation(
             "framework_support", f"{m.name} has {what}: planned and rendered for Megatron-LM only, not {s.label}"
+        )
+    if m.mtp_num_layers and m.position_embedding_type not in ("rope", "none"):  # arguments.py validate_args
+        return Violation(
+            "framework_support",
+            f"multi-token prediction runs with rope or no position embedding, not {m.position_embedding_type}",
+        )
+    if m.mtp_num_layers and not s.can.mtp:
+        return Violation(
+            "framework_support",
+            f"{m.name} has {m.mtp_num_layers} multi-token prediction layer(s): megatron-core builds them "
+            f"(--mtp-num-layers), {s.label} does not; set mtp_num_layers 0 to plan without them",
         )
     if m.position_embedding_type == "alibi" and not s.can.alibi:
         return Violation(

@@ -156,7 +156,10 @@ def split_options(model: ModelSpec, training: TrainingSpec, pp: int, vpp: int) -
         if (L + 2) % S == 0 and not even:
             n = (L + 2) // S
             known.add(layout_string([n - 1] + [n] * (S - 2) + [n - 1]))
-        out += [Split(layout=x) for x in _lighter_ends(L, pp, vpp) if x not in known]
+        out += [Split(layout=x) for x in _lighter_ends(L, pp, vpp, model.mtp_num_layers) if x not in known]
+    if model.mtp_num_layers:  # Megatron wants every MTP layer in the layout: with the loss, on the last stage
+        mtp = "m" * model.mtp_num_layers
+        out = [Split(o.first, o.last, o.account, o.layout[:-1] + mtp + "L") if o.layout else o for o in out]
     return out
 
 
@@ -212,15 +215,19 @@ def _layout(L: int, pp: int, vpp: int) -> str | None:
     return None
 
 
-def _lighter_ends(L: int, pp: int, vpp: int) -> list[str]:
+def _lighter_ends(L: int, pp: int, vpp: int, mtp: int = 0) -> list[str]:
     """Layout strings with interleaving whose first virtual stage (with the embedding) and last (with the loss)
     hold `k_E` and `k_L` layers fewer than the others, the difference spread one layer each over middle ranks,
     evenly spaced, in their last chunk: NVIDIA's hand-written layouts (Llama-3 70B PP8 x VP5: `Et*2|...,t*3|...
-    tL`; Kimi-K2 and DeepSeek-V3 PP16 x VP2 and PP8 x VP4: `Et|(tt|)*30L`)."""
+    tL`; Kimi-K2 and DeepSeek-V3 PP16 x VP2 and PP8 x VP4: `Et|(tt|)*30L`). With `mtp` MTP layers beside the
+    loss, the last virtual stage also gives up one or two layers per MTP layer (a transformer layer and its own
+    logits: DeepSeek-V3 on B200/GB200, `Et*4|(t*4|)*14,tmL`)."""
     S = pp * vpp
     options = []
+    ends = [(0, 1), (1, 1), (1, 2)]
+    ends += [(k_e, 1 + n * mtp) for n in (1, 2) for k_e in (0, 1)] if mtp else []
     for c in sorted({L // S, -(-L // S)}):
-        for k_e, k_l in ((0, 1), (1, 1), (1, 2)):
+        for k_e, k_l in ends:
             rest = L - (c * S - k_e - k_l)
             if c >= max(k_e, k_l, 1) and abs(rest) <= pp - 2:
                 options.append((abs(rest), c, k_e, k_l, rest))

@@ -191,6 +191,13 @@ class ModelSpec(Frozen):
     parallel_residual: bool = Field(
         False, description="Attention and MLP side by side on one residual (GPT-NeoX); Megatron's layer is sequential."
     )
+    mtp_num_layers: int = Field(
+        0,
+        ge=0,
+        le=16,
+        description="Multi-token prediction depth (--mtp-num-layers; DeepSeek-V3: 1): each MTP layer is a transformer "
+        "layer of the last layer's kind with two norms, a 2h x h projection and its own logits, on one stage.",
+    )
     source: str = Field("", description="Where the shape comes from (paper, model card, config.json).")
     # Derived quantities, computed once per instance (the spec is frozen, so they never go stale).
     _memo: dict[object, object] = PrivateAttr(default_factory=dict)
@@ -302,6 +309,11 @@ class ModelSpec(Frozen):
     @property
     def num_moe_layers(self) -> int:
         return self.num_layers - self.moe_first_dense_layers if self.is_moe else 0
+
+    @property
+    def mtp_is_moe(self) -> bool:
+        """An MTP layer takes the decoder's last layer spec (Megatron's get_gpt_mtp_block_spec): MoE when that is."""
+        return self.num_moe_layers > 0
 
     @property
     def num_parameters(self) -> int:

@@ -47,6 +47,7 @@ class Capabilities(_Data):
     moe: bool
     mla: bool
     alibi: bool
+    mtp: bool = Field(False, description="Multi-token prediction layers (--mtp-num-layers).")
     flash_attention: bool = Field(
         True, description="A fused (flash) attention kernel: no s x s scores kept (False: softmax kernels only)."
     )

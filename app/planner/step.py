@@ -254,10 +254,15 @@ def stage_time(
             for name in ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "fwd", "bwd", "host"):
                 setattr(out, name, getattr(out, name) + count * getattr(part, name))
     costs = training.software.generation(cluster.gpu.generation)
-    if shape.loss:
+    if shape.loss:  # the main logits and each MTP layer's, through the one output layer
         fwd, bwd = compute.output_layer_time(model, par, training, cluster.gpu, costs)
+        heads = 1 + model.mtp_num_layers
+        out.compute, out.fwd, out.bwd = out.compute + heads * (fwd + bwd), out.fwd + heads * fwd, out.bwd + heads * bwd
+        out.host += 12 * heads * costs.host_op_s
+    if shape.mtp:
+        fwd, bwd = compute.mtp_proj_time(model, par, training, cluster.gpu, costs)
+        fwd, bwd = shape.mtp * fwd, shape.mtp * bwd
         out.compute, out.fwd, out.bwd = out.compute + fwd + bwd, out.fwd + fwd, out.bwd + bwd
-        out.host += 12 * costs.host_op_s
     out.pp_comm = _p2p(model, par, cluster, training)
     if par.pp > 1:
         out.engine = training.software.costs.pipeline_microbatch_overhead_s

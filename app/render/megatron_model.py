@@ -115,6 +115,8 @@ def _layers(f: Facts) -> list[Flag]:
         out.append(flag("--add-qkv-bias"))
     if m.qk_layernorm:
         out.append(flag("--qk-layernorm"))
+    if m.mtp_num_layers:  # TransformerConfig.mtp_num_layers (arguments.py builds the flag from the config)
+        out.append(flag("--mtp-num-layers", m.mtp_num_layers))
     out += [flag("--hidden-dropout", m.hidden_dropout), flag("--attention-dropout", m.attention_dropout)]
     flash = f.training.flash_attention
     if megatron:  # auto: Transformer Engine picks FlashAttention or cuDNN fused attention (no s x s scores kept)

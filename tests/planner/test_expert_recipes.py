@@ -17,10 +17,7 @@ import expert_recipes
 
 # Not expressible: what ParallelConfig/ModelSpec has no field for.
 NOT_EXPRESSIBLE = {
-    "megatron-bridge/deepseek-v3/h100x1024/fp8cs": "multi-token prediction",
-    "megatron-bridge/deepseek-v3/b200x256/fp8mx": "multi-token prediction",
-    "megatron-bridge/deepseek-v3/gb200x256/fp8mx": "multi-token prediction",
-    "deepseek-v3-paper/deepseek-v3/h800x2048": "DualPipe and multi-token prediction",
+    "deepseek-v3-paper/deepseek-v3/h800x2048": "DualPipe",
 }
 # Evaluated but over the memory the planner allows (docs/planner.md, "What is not modelled").
 INFEASIBLE = {

@@ -139,6 +139,21 @@ DIMENSIONS = {
         1,
         {"--pipeline-model-parallel-layout": ("Et*3|t*4|t*4|t*4|t*4|t*4|t*4|t*5L",)},
     ),
+    "mtp-in-the-layout": (  # DeepSeek-V3 on B200 (Megatron-Bridge): the MTP layer beside the loss, one layer there
+        {"preset": "deepseek-v3-like", "mtp_num_layers": 1},
+        {
+            "tp": 1,
+            "pp": 8,
+            "vpp": 2,
+            "dp": 8,
+            "ep": 8,
+            "etp": 1,
+            "pipeline_layout": "Et*4|(t*4|)*14,tmL",
+            "distributed_optimizer": True,
+        },
+        8,
+        {"--mtp-num-layers": ("1",), "--pipeline-model-parallel-layout": ("Et*4|(t*4|)*14,tmL",)},
+    ),
     "partial-block-recompute": (
         "llama-2-7b",
         {"tp": 2, "pp": 2, "dp": 2, "recompute": "full", "recompute_method": "block", "recompute_num_layers": 4},
@@ -274,6 +289,18 @@ def test_megatron_core_refuses_a_broken_layout(megatron_core: Any) -> None:
     fl, _ = rendered({"preset": "llama-2-7b"}, DIMENSIONS["layout-string"][1])
     fl.items["--pipeline-model-parallel-layout"] = ("Et*3|t*4|t*4|t*4|t*4|t*4|t*4|t*4L",)
     with pytest.raises((ValueError, AssertionError)):
+        build_core_config(fl)
+
+
+def test_megatron_core_refuses_a_layout_without_the_mtp_layer(megatron_core: Any) -> None:
+    """The MTP check above can fail: megatron-core wants as many `m` in the layout as --mtp-num-layers."""
+    from megatron_check import build_core_config
+
+    model, par, nodes, _ = DIMENSIONS["mtp-in-the-layout"]
+    fl, _ = rendered(model, par, nodes=nodes)
+    fl.items["--pipeline-model-parallel-layout"] = ("Et*4|(t*4|)*14,ttL",)
+    fl.items["--num-layers"] = ("62",)
+    with pytest.raises((ValueError, AssertionError), match="mtp"):
         build_core_config(fl)
 
 
