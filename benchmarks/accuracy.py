@@ -32,7 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.planner import activations as act
-from app.planner import validation
+from app.planner import uncertainty, validation
 from app.planner.estimate import evaluate
 from app.planner.pipeline import in_flight
 from app.planner.specs import ParallelConfig, TrainingSpec
@@ -59,6 +59,7 @@ def evaluate_runs(runs: list[validation.MeasuredRun]) -> list[dict[str, Any]]:
             "reasons": est.reasons,
             "peak_gib": m.peak_bytes / GiB,
             "mfu": t.mfu,
+            "traits": uncertainty.traits(run.model),
         }
         if run.reserved_gib is not None:
             row["measured_reserved_gib"] = run.reserved_gib
@@ -102,7 +103,12 @@ def residual_table(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for (stack, gen), group in sorted(by.items()):
         entry: dict[str, Any] = {}
         times = [r["error"] for r in group]
-        entry["time"] = {"runs": len(times), "q10": quantile(times, 0.1, True), "q90": quantile(times, 0.9, True)}
+        entry["time"] = {
+            "runs": len(times),
+            "q10": quantile(times, 0.1, True),
+            "q90": quantile(times, 0.9, True),
+            "covers": uncertainty.coverage([r["traits"] for r in group]),
+        }
         mems = [r["memory_error"] for r in group if "memory_error" in r]
         if mems:
             # the memory interval's upper end decides "fits": its ends stay between the measured rows (a Hazen end

@@ -149,7 +149,17 @@ def differences(expert: Any, best: Any) -> str:
 
 def measured_vs_predicted(r: dict[str, Any], req: PlanRequest, expert: Any) -> dict[str, Any]:
     """Where the source publishes a throughput for this layout: the planner's prediction of it (tokens/s per GPU,
-    else model TFLOP/s per GPU) — runs outside the validation set (other stacks, Blackwell, MoE)."""
+    else model TFLOP/s per GPU) — runs outside the validation set (other stacks, Blackwell, MoE) — and whether the
+    published figure lies inside the prediction's 80 % interval (an out-of-sample check of the intervals)."""
+    out = _published(r, req, expert)
+    iv = expert.time.step_interval
+    if out and iv is not None:
+        measured_step = expert.time.step_s * out["predicted"] / out["measured"]  # both figures are per step time
+        out.update(inside=iv.low <= measured_step <= iv.high, interval_basis=iv.basis)
+    return out
+
+
+def _published(r: dict[str, Any], req: PlanRequest, expert: Any) -> dict[str, Any]:
     measured = r.get("measured") or {}
     world = req.cluster.world_size
     if measured.get("tokens_per_s_per_gpu"):
@@ -266,7 +276,8 @@ def main() -> int:
         if r.get("measured"):
             err = r["predicted"] / r["measured"] - 1
             pub, ours = f"{r['measured']:,.0f} {r['unit']}", f"{r['predicted']:,.0f}"
-            print(f"      published {pub}, predicted {ours} ({100 * err:+.0f}%)")
+            where = "inside" if r.get("inside") else "outside"
+            print(f"      published {pub}, predicted {ours} ({100 * err:+.0f}%), {where} its 80% interval")
         if r["completed"]:
             print(f"      unstated, completed: {r['completed']} -> {r['expert_layout']}")
         if not r["feasible"]:
@@ -279,8 +290,10 @@ def main() -> int:
     published = [r for r in ok if r.get("measured") and r["feasible"]]
     if published:
         errs = sorted(abs(r["predicted"] / r["measured"] - 1) for r in published)
+        inside = sum(bool(r.get("inside")) for r in published)
         print(f"published throughput of {len(published)} feasible expert layouts: median |error| "
-              f"{100 * errs[len(errs) // 2]:.0f}%, max {100 * errs[-1]:.0f}%")  # fmt: skip
+              f"{100 * errs[len(errs) // 2]:.0f}%, max {100 * errs[-1]:.0f}%; "
+              f"{inside} of {len(published)} inside the predicted 80% interval")  # fmt: skip
     print(
         f"{len(rows)} recipes, {n} expressible: feasible {sum(r['feasible'] for r in ok)}/{n}, generated "
         f"{sum(r['generated'] for r in ok)}/{n}, #1 within {100 * TOLERANCE:.0f}% {sum(r['within'] for r in ok)}/{n}"

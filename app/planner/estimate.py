@@ -45,7 +45,7 @@ def time_estimate(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     peak = cluster.gpu.peak_flops("bf16" if training.precision == "fp8" else training.precision)
     per_gpu = flops / step / par.world_size
     software = training.software
-    spread = uncertainty.spread(software.name, cluster.gpu.generation, "time", software.label)
+    spread = uncertainty.spread(software.name, cluster.gpu.generation, "time", software.label, model)
     step_iv = uncertainty.interval(step, spread)
     return TimeEstimate(
         step_s=step,

@@ -6,15 +6,24 @@ memory into data/residuals.json; the planner reads them here. A measured value t
 `[predicted / (1 + q90), predicted / (1 + q10)]` for 80 % of the runs of that stack on that generation. Where no
 measured run of the stack on that generation exists, the interval falls back to the widest spread seen anywhere
 (for step time widened by half) and says so.
+
+The residuals also record what kinds of model those runs cover (`covers`: the most routed experts of their MoE
+rows, multi-latent attention, the longest sequence). A step-time interval for a model outside that — a MoE with more
+experts than any measured run (their router, permutation, dispatch fan-out and small grouped GEMMs were never
+exercised), MLA where no run had it, more than twice the longest measured sequence (attention's share of the layer
+roughly doubles with each doubling) — is not taken from those runs: it falls back as above and names what is not
+covered. Memory intervals keep the stack's spread (what the byte counts miss is the allocator, not the model).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 from app.planner import catalog
 from app.planner.results import Interval
+from app.planner.specs import ModelSpec
 
 MIN_RUNS = 5  # fewer measured runs than this cannot set an 80 % interval on their own
 
@@ -49,9 +58,53 @@ def _fallback(kind: str) -> tuple[float, float]:
     return widen * low, widen * high
 
 
-def spread(stack: str, generation: str, kind: str, label: str) -> Spread:
-    """The residual spread of `kind` ('time' or 'memory') for this stack on this GPU generation."""
-    entry = _table().get(stack, {}).get(generation, {}).get(kind)
+def traits(model: ModelSpec) -> dict[str, float]:
+    """What a model exercises beyond the stack and the GPU: how many routed experts, multi-latent attention, its
+    sequence length."""
+    return {
+        "experts": float(model.num_experts or 0) if model.is_moe else 0.0,
+        "mla": float(bool(model.multi_latent_attention)),
+        "seq": float(model.seq_length),
+    }
+
+
+def coverage(t: list[dict[str, float]]) -> dict[str, float]:
+    """What the measured runs of one stack x generation cover, from their `traits` (written into residuals.json by
+    accuracy.py)."""
+    return {
+        "max_experts": max((x["experts"] for x in t), default=0.0),
+        "mla": max((x["mla"] for x in t), default=0.0),
+        "max_seq": max((x["seq"] for x in t), default=0.0),
+    }
+
+
+def uncovered(model: ModelSpec, covers: dict[str, Any]) -> list[str]:
+    """What `model` has that the measured runs behind an interval do not (empty: covered)."""
+    t, out = traits(model), []
+    if t["experts"] > covers["max_experts"]:
+        seen = f"its MoE runs have at most {covers['max_experts']:.0f}" if covers["max_experts"] else "no MoE runs"
+        out.append(f"a MoE of {t['experts']:.0f} experts ({seen})")
+    if t["mla"] and not covers["mla"]:
+        out.append("multi-latent attention (none in its runs)")
+    if t["seq"] > 2 * covers["max_seq"]:
+        out.append(f"sequence length {t['seq']:,.0f} (its runs reach {covers['max_seq']:,.0f})")
+    return out
+
+
+def spread(stack: str, generation: str, kind: str, label: str, model: ModelSpec | None = None) -> Spread:
+    """The residual spread of `kind` ('time' or 'memory') for this stack on this GPU generation; for step time,
+    and a `model` outside what those runs cover, the fallback spread naming what is not covered."""
+    entry: dict[str, Any] | None = _table().get(stack, {}).get(generation, {}).get(kind)
+    missing = uncovered(model, entry["covers"]) if model is not None and entry and "covers" in entry else []
+    if missing and entry and entry["runs"] >= MIN_RUNS:
+        low, high = _fallback(kind)
+        return Spread(
+            low,
+            high,
+            0,
+            f"the {int(entry['runs'])} measured runs of {label} on {generation.title()} do not cover "
+            f"{'; '.join(missing)}: the widest spread of any stack, widened by half",
+        )
     if entry and entry["runs"] >= MIN_RUNS:
         what = "step times" if kind == "time" else "peak reserved memory"
         return Spread(

@@ -122,3 +122,48 @@ def test_fsdp_rows_as_megatron_fsdp_and_zero3() -> None:
         accuracy.evaluate_runs([validation.fully_sharded_mappings(r)["deepspeed-zero3"] for r in foundry])
     )
     assert fsdp["infeasible"] <= megatron["infeasible"] < zero3["infeasible"]
+
+
+def test_the_residuals_file_is_what_the_rows_give(rows: list[dict[str, Any]]) -> None:
+    """app/planner/data/residuals.json is `benchmarks/accuracy.py --write-residuals` of today's model: the spreads
+    and what the runs cover (a change to the model that moves the residuals must rewrite it)."""
+    from app.planner import catalog
+
+    fresh = _accuracy().residual_table(rows)
+    stored = catalog.load_data("residuals.json")["residuals"]
+    assert set(fresh) == set(stored)
+    for stack, gens in fresh.items():
+        for gen, entry in gens.items():
+            for kind, values in entry.items():
+                got = stored[stack][gen][kind]
+                assert got["runs"] == values["runs"] and got.get("covers") == values.get("covers"), (stack, gen)
+                assert got["q10"] == pytest.approx(values["q10"], abs=1e-9), (stack, gen, kind)
+                assert got["q90"] == pytest.approx(values["q90"], abs=1e-9), (stack, gen, kind)
+
+
+def test_intervals_widen_outside_what_the_runs_cover() -> None:
+    """The Megatron-core H100 runs cover MoE up to 8 experts (Grok-1), no MLA and sequences up to 8,192: Mixtral
+    (8 experts) and Llama-3 8B at 8K keep the measured spread; DeepSeek-V3 (256 experts, MLA) and Llama-3 8B at
+    32K fall back to the widest spread widened by half, naming why; the memory interval is the stack's either way."""
+    from app.planner import PlanRequest, uncertainty
+    from app.planner.estimate import evaluate as ev
+    from app.planner.specs import ParallelConfig
+
+    def est(model: Any, **par: Any) -> Any:
+        r = PlanRequest(model=model, cluster={"num_nodes": 8, "gpu": "H100-SXM"}, training={"global_batch_size": 64})
+        return ev(r.model, r.cluster, r.training, ParallelConfig(**par)).time.step_interval
+
+    def width(iv: Any) -> float:
+        return float(iv.high / iv.low)
+
+    measured = est("mixtral-8x7b", tp=1, dp=64, ep=8, distributed_optimizer=True)
+    dense = est("llama-3-8b", tp=1, dp=64, distributed_optimizer=True)
+    long = est({"preset": "llama-3-8b", "seq_length": 32768}, tp=8, dp=8, distributed_optimizer=True)
+    deepseek = est("deepseek-v3-like", tp=1, pp=8, dp=8, ep=8, etp=1, distributed_optimizer=True)
+    assert "from 88 measured runs" in measured.basis and "from 88 measured runs" in dense.basis
+    assert "a MoE of 256 experts (its MoE runs have at most 8)" in deepseek.basis
+    assert "multi-latent attention" in deepseek.basis
+    assert "sequence length 32,768 (its runs reach 8,192)" in long.basis
+    assert width(deepseek) == pytest.approx(width(long)) and width(deepseek) > width(dense) + 0.15
+    low, high = uncertainty._fallback("time")
+    assert width(deepseek) == pytest.approx((1 + high) / (1 + low))
