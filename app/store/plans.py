@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, delete, func, or_, select, text
+from sqlalchemy import ColumnElement, Engine, delete, false, func, or_, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -90,6 +90,9 @@ class PlanFilters:
     owner: str = ""
 
     def conditions(self) -> list[ColumnElement[bool]]:
+        if any("\x00" in v for v in (self.q, self.model, self.gpu, self.owner)):
+            # no stored text holds a NUL (PostgreSQL refuses one in a text parameter): such a filter matches nothing
+            return [false()]
         out: list[ColumnElement[bool]] = []
         for word in self.q.lower().split():
             out.append(or_(*(func.lower(c).contains(word, autoescape=True) for c in _SEARCHED)))

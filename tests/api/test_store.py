@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import text
 
 from app.planner import PlanRequest, plan
-from app.store import PlanStore
+from app.store import PlanFilters, PlanStore
 from app.store.db import normalize_url
 from tests.api.conftest import TINY
 
@@ -49,6 +49,22 @@ def test_add_get_page_delete(store: PlanStore) -> None:
     assert store.artifacts(record.id, 2) is None
     assert store.delete(record.id) and not store.delete(record.id)
     assert store.get(record.id) is None and store.artifacts(record.id, 1) is None
+
+
+def test_a_filter_holding_a_nul_matches_nothing_on_every_backend(store: PlanStore) -> None:
+    # PostgreSQL refuses a NUL in a text parameter (a 500 that schemathesis found on GET /plans?gpu=...%00)
+    result = plan(PlanRequest(**TINY))
+    record, _ = store.add(TINY, result, [], {}, "9.9", owner="alice")
+    gpu = result.cluster.gpu.name
+    assert store.page(10, 0, filters=PlanFilters(gpu=gpu))[1] == 1
+    for filters in (
+        PlanFilters(gpu=gpu + "\x00"),
+        PlanFilters(q="a\x00"),
+        PlanFilters(model="\x00"),
+        PlanFilters(owner="alice\x00"),
+    ):
+        assert store.page(10, 0, filters=filters) == ([], 0), filters
+    assert store.get(record.id) is not None
 
 
 def test_artifacts_are_frozen_first_writer_wins(store: PlanStore) -> None:
