@@ -93,34 +93,25 @@ def uncovered(model: ModelSpec, covers: dict[str, Any]) -> list[str]:
 
 def spread(stack: str, generation: str, kind: str, label: str, model: ModelSpec | None = None) -> Spread:
     """The residual spread of `kind` ('time' or 'memory') for this stack on this GPU generation; for step time,
-    and a `model` outside what those runs cover, the fallback spread naming what is not covered."""
+    and a `model` outside what those runs cover, the fallback spread naming what is not covered (memory keeps the
+    stack's spread whatever the model)."""
     entry: dict[str, Any] | None = _table().get(stack, {}).get(generation, {}).get(kind)
-    missing = uncovered(model, entry["covers"]) if model is not None and entry and "covers" in entry else []
-    if missing and entry and entry["runs"] >= MIN_RUNS:
-        low, high = _fallback(kind)
-        return Spread(
-            low,
-            high,
-            0,
-            f"the {int(entry['runs'])} measured runs of {label} on {generation.title()} do not cover "
-            f"{'; '.join(missing)}: the widest spread of any stack, widened by half",
-        )
-    if entry and entry["runs"] >= MIN_RUNS:
+    runs = int(entry["runs"]) if entry else 0
+    measured = entry is not None and runs >= MIN_RUNS
+    covers = entry.get("covers") if entry is not None and measured and kind == "time" else None
+    missing = uncovered(model, covers) if model is not None and covers else []
+    if entry is not None and measured and not missing:
         what = "step times" if kind == "time" else "peak reserved memory"
         return Spread(
-            entry["q10"],
-            entry["q90"],
-            int(entry["runs"]),
-            f"from {int(entry['runs'])} measured runs of {label} on {generation.title()} ({what})",
+            entry["q10"], entry["q90"], runs, f"from {runs} measured runs of {label} on {generation.title()} ({what})"
         )
+    if missing:
+        why = f"the {runs} measured runs of {label} on {generation.title()} do not cover {'; '.join(missing)}"
+    else:
+        what = "run" if kind == "time" else "memory"
+        why = f"no measured {what} of {label} on {generation.title()} in the validation set"
     low, high = _fallback(kind)
-    return Spread(
-        low,
-        high,
-        0,
-        f"no measured {'run' if kind == 'time' else 'memory'} of {label} on {generation.title()} in the validation "
-        f"set: the widest spread of any stack{', widened by half' if kind == 'time' else ''}",
-    )
+    return Spread(low, high, 0, f"{why}: the widest spread of any stack{', widened by half' if kind == 'time' else ''}")
 
 
 def interval(predicted: float, s: Spread) -> Interval:

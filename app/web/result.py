@@ -123,7 +123,7 @@ def measured_error(result: PlanResult) -> list[str]:
     software, gen = result.training.software, result.cluster.gpu.generation
     lines = []
     for kind, what in (("time", "step time"), ("memory", "peak memory")):
-        s = uncertainty.spread(software.name, gen, kind, software.label, result.model if kind == "time" else None)
+        s = uncertainty.spread(software.name, gen, kind, software.label, result.model)
         lines.append(
             f"{what}: measured values lie within {-100 * s.q90 / (1 + s.q90):+.0f}% to "
             f"{-100 * s.q10 / (1 + s.q10):+.0f}% of the prediction for 80% of runs ({s.basis})"
