@@ -159,6 +159,7 @@ class SearchState:
     skipped: int = 0  # candidates a bounded search never needed to look at
     truncated: bool = False
     keep: int = 0  # bounded search: how many best steps to keep (0: not bounded)
+    first_fit: bool = False  # a yes/no question (does anything fit?): stop at the first placement with a plan
     best: list[float] = field(default_factory=list)  # max-heap (negated) of the `keep` shortest steps found
 
     def bar(self) -> float:
@@ -278,6 +279,8 @@ def search_world(
         if not bounded:
             if not _explore(model, cluster, training, world, work, state, budget, deadline):
                 return
+            if state.first_fit and state.found:
+                return
             continue
         bound = 0.0
         if sizes:  # one evaluation per placement orders the queue; the exact bounds wait until it is popped
@@ -289,6 +292,12 @@ def search_world(
         if bound > state.bar():
             state.skipped += sum(len(w.shardings) * len(w.sizes) * len(w.levels) for _b, _s, w in queue[k:])
             return
+        if state.bar() == float("inf") and _no_states_fit(model, cluster, training, work, budget):
+            # no bar yet, so no bound could skip the placement: `_explore` rejects every sharding on its model
+            # states alone (as where nothing fits on the cluster) and needs no bounds for it
+            if not _explore(model, cluster, training, world, work, state, budget, deadline):
+                return
+            continue
         probes = [make_config(model, cluster, training, work.pl, mbs, work.levels[0], work.shardings[0])
                   for mbs in work.sizes]  # fmt: skip
         work.bounds = dict(zip(work.sizes, lower_bounds(model, cluster, training, probes), strict=True))
@@ -429,16 +438,19 @@ def _states_fit(
     sizes: list[int],
     levels: list[space.Recompute],
     sharding: dict[str, object],
-    state: SearchState,
+    state: SearchState | None,
     budget: _Budget,
 ) -> bool:
     """Model states alone (weights, gradients, optimizer, buckets) must fit before any activation does: one check
-    per placement and sharding rejects every micro-batch size and recomputation of a placement that cannot."""
+    per placement and sharding rejects every micro-batch size and recomputation of a placement that cannot (recorded
+    in `state`; None: only asked)."""
     par = make_config(model, cluster, training, pl, sizes[0], levels[-1], sharding)
     worst = max(static_bytes(model, training, par, stage) for stage in range(par.pp) if stage in (0, par.pp - 1))
     upper = worst * budget.limit + budget.runtime
     if upper <= budget.usable:
         return True
+    if state is None:
+        return False
     count = len(sizes) * len(levels)
     state.candidates += count
     state.rejected.add(
@@ -450,6 +462,17 @@ def _states_fit(
         count=count,
     )
     return False
+
+
+def _no_states_fit(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, work: _Work, budget: _Budget
+) -> bool:
+    """True when the model states of every sharding of the placement overflow the GPU: `_explore` would reject
+    them all before timing anything, so the placement's bounds need not be worked out."""
+    pl, sizes, levels = work.pl, work.sizes, work.levels
+    return bool(sizes) and not any(
+        _states_fit(model, cluster, training, pl, sizes, levels, s, None, budget) for s in work.shardings
+    )
 
 
 def _upper_factor(cluster: ClusterSpec, training: TrainingSpec) -> float:

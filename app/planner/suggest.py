@@ -12,6 +12,8 @@ from app.planner.specs import ClusterSpec, ModelSpec, ParallelPins, PlanRequest,
 GiB = 2**30
 SUB_SEARCH_S = 1.0  # per trial search
 BUDGET_S = 4.0  # for all suggestions of one request
+RESERVE_S = 1.0  # of that, kept from the node count for the hints after it
+FASTEST_S = 0.5  # of the node count's, for the fastest plan on the count it found (a bounded search finds it first)
 
 
 def _best(
@@ -39,40 +41,60 @@ def _closest(state: SearchState) -> str | None:
 
 def _fits_on(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, nodes: int, offload: bool, deadline: float
-) -> Found | None:
+) -> tuple[Found | None, bool]:
+    """A plan that fits on `nodes` nodes (the first the search meets: the question is only whether one does) and
+    whether the answer is known: a search stopped by its time cap before it found a plan has not shown that none
+    fits."""
+    if time.perf_counter() > deadline:
+        return None, False
     trial = cluster.model_copy(update={"num_nodes": nodes, "hosts": ()})
-    return _best(model, trial, training, trial.world_size, offload, deadline)
+    state = SearchState(first_fit=True)
+    cap = min(time.perf_counter() + SUB_SEARCH_S, deadline)
+    search_world(model, trial, training, trial.world_size, state, cap, offload)
+    return (state.found[0] if state.found else None), bool(state.found) or not state.truncated
 
 
 def _fewest_nodes(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, offload: bool, deadline: float
 ) -> str | None:
     """Double the node count until a plan fits, then look for the fewest: bisect a wide range, then try the last
-    16 counts one by one (divisibility makes fitting non-monotonic: 10 nodes may fit where 12 do not)."""
+    16 counts one by one (divisibility makes fitting non-monotonic: 10 nodes may fit where 12 do not). Each count
+    is a yes/no search; the plan shown is the fastest on the count found. Where the time ran out before a count
+    was settled, the hint says that fewer nodes may fit too."""
+    final, deadline = deadline, deadline - FASTEST_S  # the last FASTEST_S look for the fastest plan on the count
     lo, found, hi = cluster.num_nodes, None, 0
     for factor in (2, 4, 8, 16, 32, 64, 128):
-        found = _fits_on(model, cluster, training, cluster.num_nodes * factor, offload, deadline)
+        found, known = _fits_on(model, cluster, training, cluster.num_nodes * factor, offload, deadline)
         if found is not None:
             hi = cluster.num_nodes * factor
             break
+        if not known:
+            return None
         lo = cluster.num_nodes * factor
     if found is None:
         return None
-    while hi - lo > 16:  # bisect a wide range down to 16 counts ...
+    settled = True
+    while settled and hi - lo > 16:  # bisect a wide range down to 16 counts ...
         mid = (lo + hi) // 2
-        smaller = _fits_on(model, cluster, training, mid, offload, deadline)
-        if smaller is None:
-            lo = mid
-        else:
+        smaller, settled = _fits_on(model, cluster, training, mid, offload, deadline)
+        if smaller is not None:
             hi, found = mid, smaller
-    for nodes in range(lo + 1, hi):  # ... then take the first count that fits
-        smaller = _fits_on(model, cluster, training, nodes, offload, deadline)
+        elif settled:
+            lo = mid
+    for nodes in range(lo + 1, hi) if settled else ():  # ... then take the first count that fits
+        smaller, settled = _fits_on(model, cluster, training, nodes, offload, deadline)
         if smaller is not None:
             hi, found = nodes, smaller
             break
+        if not settled:
+            break
+    fastest = _best(model, cluster.model_copy(update={"num_nodes": hi, "hosts": ()}), training,
+                    hi * cluster.gpus_per_node, offload, final)  # fmt: skip
+    shown = fastest or found
+    caveat = "" if settled else f" (fewer than {hi} may fit too: the time ran out before every count was checked)"
     return (
         f"{hi} nodes ({hi * cluster.gpus_per_node} x {cluster.gpu.name}) would fit: "
-        f"{describe(found.par)}, {found.peak_bytes / GiB:.1f} GiB per GPU"
+        f"{describe(shown.par)}, {shown.peak_bytes / GiB:.1f} GiB per GPU{caveat}"
     )
 
 
@@ -181,7 +203,10 @@ def suggestions(request: PlanRequest, state: SearchState, until: float | None = 
         out.append(hint)
     free = training.model_copy(update={"pinned": ParallelPins()})
     for finder in (bf16_optimizer_states, more_nodes, offload, shorter_sequence):
-        hint = finder(model, cluster, free, deadline)
+        # each node count ruled out is a whole search, so the node count could take all the time there is: it
+        # leaves RESERVE_S for the offload and sequence hints
+        until = deadline - RESERVE_S if finder is more_nodes else deadline
+        hint = finder(model, cluster, free, max(until, time.perf_counter()))
         if hint:
             out.append(hint)
     if time.perf_counter() > deadline:

@@ -1,0 +1,69 @@
+"""The "N nodes would fit" hint: the count it names is the fewest that fits, and a search stopped by its time cap is
+never taken for one that found nothing."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from app.planner import PlanRequest, plan, suggest
+from app.planner.search import SearchState, search_world
+
+LLAMA_405B = {"model": "llama-3-405b", "training": {"global_batch_size": 512}}
+
+
+def _request(nodes: int) -> PlanRequest:
+    return PlanRequest(**LLAMA_405B, cluster={"num_nodes": nodes, "gpu": "H100-SXM"})
+
+
+def _node_hint(suggestions: list[str]) -> str:
+    return next(s for s in suggestions if re.match(r"\d+ nodes \(", s))
+
+
+def test_the_node_count_suggested_is_the_fewest_that_fits() -> None:
+    """Llama-3 405B on 2 nodes of H100: nothing fits; the hint names a count on which the planner really finds a
+    plan, and on one node fewer it finds none."""
+    result = plan(_request(2))
+    assert result.plans == []
+    hint = _node_hint(result.suggestions)
+    assert "may fit too" not in hint  # every count below was settled
+    nodes = int(hint.split()[0])
+    assert plan(_request(nodes)).plans
+    assert plan(_request(nodes - 1)).plans == []
+
+
+def test_a_search_stopped_by_its_cap_is_not_taken_for_nothing_fits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the search on one count stops at its time cap without a plan, whether that count fits is not known:
+    the hint must not name a larger count as if it were the fewest (before, it did), and says fewer may fit."""
+    fewest = int(_node_hint(plan(_request(2)).suggestions).split()[0])
+
+    def capped(model, cluster, training, world, state, deadline, offload):  # type: ignore[no-untyped-def]
+        if cluster.num_nodes == fewest:  # this count's search runs out of time before it finds a plan
+            state.truncated = True
+            return None
+        return search_world(model, cluster, training, world, state, deadline, offload)
+
+    monkeypatch.setattr(suggest, "search_world", capped)
+    hint = _node_hint(plan(_request(2)).suggestions)
+    nodes = int(hint.split()[0])
+    assert nodes > fewest
+    assert f"fewer than {nodes} may fit too" in hint
+
+
+def test_a_yes_no_search_stops_at_the_first_plan() -> None:
+    """`first_fit` answers whether anything fits: it stops after the first placement with a plan, having looked at
+    fewer candidates than the full search, and what it found is one of the full search's plans."""
+    req = _request(16)
+    model, cluster, training = req.model, req.cluster, req.training
+    full, first = SearchState(), SearchState(first_fit=True)
+    for state in (full, first):
+        search_world(model, cluster, training, cluster.world_size, state, time.perf_counter() + 60, False)
+    assert first.found and len(first.found) < len(full.found)
+    assert first.evaluated < full.evaluated
+    assert {f.par for f in first.found} <= {f.par for f in full.found}
+    found, known = suggest._fits_on(model, cluster.model_copy(update={"num_nodes": 1}), training, 16, False,
+                                    time.perf_counter() + 60)  # fmt: skip
+    assert found is not None and known
+    assert suggest._fits_on(model, cluster, training, 16, False, time.perf_counter() - 1) == (None, False)
