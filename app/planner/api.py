@@ -72,6 +72,16 @@ def _search(
         if time.perf_counter() > deadline:
             state.truncated = True
             return
+        if training.objective == "min_gpus" and state.keep:
+            # the first world with a plan is ranked by throughput, bounded; a world without one is searched whole
+            # either way, where bounds prune nothing: a yes/no search first, which is all such a world gets
+            probe = state.copy()
+            probe.keep, probe.first_fit = 0, True
+            search_world(model, cluster, training, world, probe, deadline, offload)
+            if not probe.found:
+                probe.keep, probe.first_fit = state.keep, False
+                state.adopt(probe)
+                continue
         search_world(model, cluster, training, world, state, deadline, offload)
         if state.found and training.objective == "min_gpus":
             return
@@ -91,7 +101,10 @@ def plan(request: PlanRequest) -> PlanResult:
     cluster, notes = apply_profile(request.cluster, training)
     start = time.perf_counter()
     deadline = start + training.search_time_limit_s
-    state = SearchState(keep=training.max_plans if training.objective == "throughput" else 0)
+    # min_gpus ranks the plans of the smallest world that has any by throughput: bounded like throughput (a world
+    # without a plan has no bar, so it is searched whole either way)
+    bounded = training.objective in ("throughput", "min_gpus")
+    state = SearchState(keep=training.max_plans if bounded else 0)
     _search(model, cluster, training, deadline, offload=False, state=state)
     if not state.found and training.software.can.offload and not state.truncated:
         _search(model, cluster, training, deadline, offload=True, state=state)
@@ -138,7 +151,7 @@ def _time_best(
     """Time the feasible candidates and rank them. For throughput, candidates are timed in order of a lower
     bound on their step time and the rest skipped once that bound exceeds the `max_plans`-th best step."""
     if training.objective != "throughput":
-        every = [(f, time_estimate(model, cluster, training, f.par)) for f in found]
+        every = [(f, f.time or time_estimate(model, cluster, training, f.par)) for f in found]
         return sorted(every, key=lambda ft: _rank_key(training, *ft))
     bounded = sorted(((step_lower_bound(model, cluster, training, f.par), i, f) for i, f in enumerate(found)))
     timed: list[tuple[Found, TimeEstimate]] = []

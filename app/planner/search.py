@@ -17,7 +17,7 @@ import heapq
 import itertools
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from functools import partial
 
 from app.planner import rules, space
@@ -161,6 +161,19 @@ class SearchState:
     keep: int = 0  # bounded search: how many best steps to keep (0: not bounded)
     first_fit: bool = False  # a yes/no question (does anything fit?): stop at the first placement with a plan
     best: list[float] = field(default_factory=list)  # max-heap (negated) of the `keep` shortest steps found
+
+    def copy(self) -> SearchState:
+        """A state that searches on from this one without changing it."""
+        r = self.rejected
+        rejected = Rejections(
+            dict(r.counts), dict(r.messages), {k: list(v) for k, v in r.examples.items()}, dict(r.scores)
+        )
+        return replace(self, rejected=rejected, found=list(self.found), best=list(self.best))
+
+    def adopt(self, other: SearchState) -> None:
+        """Take what `other` (a `copy` of this state) found and counted since."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(other, f.name))
 
     def bar(self) -> float:
         """The step a placement's lower bound must beat to matter (infinite until `keep` plans are timed)."""

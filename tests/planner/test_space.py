@@ -101,12 +101,15 @@ def test_zero3_on_one_gpu_is_not_ranked_above_zero1() -> None:
         request("llama-3-70b", 8, 128),
         request("gpt3-175b", 16, 1536, gpu="A100-80GB"),
         request("llama-3-8b", 1, 64, framework="deepspeed"),
+        request("mixtral-8x7b", 16, 1024, objective="min_gpus"),
+        request("llama-3-70b", 16, 512, objective="min_gpus"),
     ],
-    ids=["7b", "mixtral", "70b", "gpt3", "deepspeed"],
+    ids=["7b", "mixtral", "70b", "gpt3", "deepspeed", "min-gpus-mixtral", "min-gpus-70b"],
 )
 def test_branch_and_bound_returns_the_exhaustive_ranking(req: PlanRequest) -> None:
     """The bounded search skips placements whose step bound cannot beat the last ranked plan; timing every
-    feasible layout instead gives the same best step times."""
+    feasible layout instead gives the same best step times. For `min_gpus` the layouts are those of the smallest
+    world with any (the unbounded search stops there), which the bounded one ranks by throughput too."""
     result = plan(req)
     everything = sorted(time_estimate(req.model, req.cluster, req.training, p).step_s for p in feasible_layouts(req))
     ranked = [p.estimate.time.step_s for p in result.plans]
