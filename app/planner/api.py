@@ -149,7 +149,11 @@ def _time_best(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, found: list[Found]
 ) -> list[tuple[Found, TimeEstimate]]:
     """Time the feasible candidates and rank them. For throughput, candidates are timed in order of a lower
-    bound on their step time and the rest skipped once that bound exceeds the `max_plans`-th best step."""
+    bound on their step time and the rest skipped once that bound exceeds the `max_plans`-th best step. For
+    headroom, only the candidates whose peak is within the `max_plans` lowest are timed (the peak ranks first)."""
+    if training.objective == "headroom" and len(found) > training.max_plans:
+        cut = sorted(f.peak_bytes for f in found)[training.max_plans - 1]
+        found = [f for f in found if f.peak_bytes <= cut]
     if training.objective != "throughput":
         every = [(f, f.time or time_estimate(model, cluster, training, f.par)) for f in found]
         return sorted(every, key=lambda ft: _rank_key(training, *ft))

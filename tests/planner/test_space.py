@@ -9,6 +9,7 @@ from app.planner import PlanRequest, plan, space
 from app.planner.api import feasible_layouts
 from app.planner.estimate import step_lower_bound, time_estimate
 from app.planner.layout import parse_layout
+from app.planner.memory import peak_memory
 from app.planner.search import placements
 from app.planner.specs import ParallelConfig
 from app.planner.step import moves_per_microbatch
@@ -215,3 +216,18 @@ def test_a_stack_without_flash_attention_keeps_the_scores() -> None:
     with pytest.raises(ValidationError, match=r"training\.flash_attention"):
         request("bloom-176b", 48, 2048, framework="megatron-deepspeed", stack="megatron-deepspeed-bigscience",
                 flash_attention=True)  # fmt: skip
+
+
+def test_headroom_ranks_like_timing_every_feasible_layout() -> None:
+    """The headroom objective times only the layouts whose peak is within the `max_plans` lowest (the peak ranks
+    first): the same ranking as timing every feasible layout and sorting by (peak, -tokens/s)."""
+    req = request("llama-2-13b", 8, 256, objective="headroom")
+    model, cluster, training = req.model, req.cluster, req.training
+
+    def key(par: ParallelConfig) -> tuple[float, float]:
+        return peak_memory(model, cluster, training, par)[0], -time_estimate(model, cluster, training, par).tokens_per_s
+
+    layouts = feasible_layouts(req)
+    assert len(layouts) > 10 * training.max_plans  # most are never timed
+    ranked = [key(p.parallel) for p in plan(req).plans]
+    assert ranked == sorted(key(par) for par in layouts)[: len(ranked)]
