@@ -159,7 +159,7 @@ class SearchState:
     skipped: int = 0  # candidates a bounded search never needed to look at
     truncated: bool = False
     keep: int = 0  # bounded search: how many best steps to keep (0: not bounded)
-    first_fit: bool = False  # a yes/no question (does anything fit?): stop at the first placement with a plan
+    first_fit: bool = False  # unbounded: a yes/no question (does anything fit?), stop at the first placement with one
     best: list[float] = field(default_factory=list)  # max-heap (negated) of the `keep` shortest steps found
 
     def copy(self) -> SearchState:
