@@ -75,11 +75,9 @@ def _search(
         if training.objective == "min_gpus" and state.keep:
             # the first world with a plan is ranked by throughput, bounded; a world without one is searched whole
             # either way, where bounds prune nothing: a yes/no search first, which is all such a world gets
-            probe = state.copy()
-            probe.keep, probe.first_fit = 0, True
+            probe = state.copy(keep=0, first_fit=True)
             search_world(model, cluster, training, world, probe, deadline, offload)
             if not probe.found:
-                probe.keep, probe.first_fit = state.keep, False
                 state.adopt(probe)
                 continue
         search_world(model, cluster, training, world, state, deadline, offload)

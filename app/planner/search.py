@@ -162,18 +162,19 @@ class SearchState:
     first_fit: bool = False  # unbounded: a yes/no question (does anything fit?), stop at the first placement with one
     best: list[float] = field(default_factory=list)  # max-heap (negated) of the `keep` shortest steps found
 
-    def copy(self) -> SearchState:
-        """A state that searches on from this one without changing it."""
+    def copy(self, keep: int, first_fit: bool) -> SearchState:
+        """A state that searches on from this one, with its own settings, without changing it."""
         r = self.rejected
         rejected = Rejections(
             dict(r.counts), dict(r.messages), {k: list(v) for k, v in r.examples.items()}, dict(r.scores)
         )
-        return replace(self, rejected=rejected, found=list(self.found), best=list(self.best))
+        return replace(self, rejected=rejected, found=list(self.found), best=list(self.best), keep=keep,
+                       first_fit=first_fit)  # fmt: skip
 
     def adopt(self, other: SearchState) -> None:
-        """Take what `other` (a `copy` of this state) found and counted since."""
-        for f in fields(self):
-            setattr(self, f.name, getattr(other, f.name))
+        """Take what `other` (a `copy` of this state) found and counted since; this state keeps its settings."""
+        for name in _RESULTS:
+            setattr(self, name, getattr(other, name))
 
     def bar(self) -> float:
         """The step a placement's lower bound must beat to matter (infinite until `keep` plans are timed)."""
@@ -196,6 +197,10 @@ class SearchState:
             if len(self.best) > self.keep:
                 heapq.heappop(self.best)
         self.found.append(found)
+
+
+# what a search found and counted, as against its settings (`keep`, `first_fit`)
+_RESULTS = tuple(f.name for f in fields(SearchState) if f.name not in ("keep", "first_fit"))
 
 
 def make_config(

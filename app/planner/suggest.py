@@ -39,6 +39,11 @@ def _closest(state: SearchState) -> str | None:
     )
 
 
+def _on_nodes(cluster: ClusterSpec, nodes: int) -> ClusterSpec:
+    """The cluster grown (or shrunk) to `nodes` nodes; its host names no longer apply."""
+    return cluster.model_copy(update={"num_nodes": nodes, "hosts": ()})
+
+
 def _fits_on(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, nodes: int, offload: bool, deadline: float
 ) -> tuple[Found | None, bool]:
@@ -47,7 +52,7 @@ def _fits_on(
     fits."""
     if time.perf_counter() > deadline:
         return None, False
-    trial = cluster.model_copy(update={"num_nodes": nodes, "hosts": ()})
+    trial = _on_nodes(cluster, nodes)
     state = SearchState(first_fit=True)
     cap = min(time.perf_counter() + SUB_SEARCH_S, deadline)
     search_world(model, trial, training, trial.world_size, state, cap, offload)
@@ -88,8 +93,8 @@ def _fewest_nodes(
             break
         if not settled:
             break
-    fastest = _best(model, cluster.model_copy(update={"num_nodes": hi, "hosts": ()}), training,
-                    hi * cluster.gpus_per_node, offload, final)  # fmt: skip
+    trial = _on_nodes(cluster, hi)
+    fastest = _best(model, trial, training, trial.world_size, offload, final)
     shown = fastest or found
     caveat = "" if settled else f" (fewer than {hi} may fit too: the time ran out before every count was checked)"
     return (
