@@ -14,6 +14,14 @@ from app.planner.search import SearchState, search_world
 LLAMA_405B = {"model": "llama-3-405b", "training": {"global_batch_size": 512}}
 
 
+@pytest.fixture(autouse=True)
+def _unhurried(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Time caps wide enough that no search here stops at one on a slow or busy machine: the tests are about the
+    counts, and the one that is about a capped search caps it itself."""
+    monkeypatch.setattr(suggest, "BUDGET_S", 120.0)
+    monkeypatch.setattr(suggest, "SUB_SEARCH_S", 60.0)
+
+
 def _request(nodes: int) -> PlanRequest:
     return PlanRequest(**LLAMA_405B, cluster={"num_nodes": nodes, "gpu": "H100-SXM"})
 
