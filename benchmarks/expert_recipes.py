@@ -20,6 +20,7 @@ feasible layout matches is evaluated with Megatron's defaults for the rest, and 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -27,7 +28,7 @@ from typing import Any, get_args
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.planner import PlanRequest, plan, space
+from app.planner import PlanRequest, plan, rules, space
 from app.planner.api import feasible_layouts
 from app.planner.estimate import evaluate, time_estimate
 from app.planner.explain import describe
@@ -133,10 +134,46 @@ def complete(r: dict[str, Any], req: PlanRequest, par: ParallelConfig) -> tuple[
         and ("vpp" in open_ or stage_shapes(m, t, c) == shapes)
     ]
     if not matches:
-        return par, ""
+        return _closest_miss(r, req, par, open_)
     best = min(matches, key=lambda c: time_estimate(m, req.cluster, t, c).step_s)
-    filled = [f"{k}={getattr(best, k)}" for k in sorted(open_ & set(MATCHED)) if getattr(best, k) != getattr(par, k)]
-    return best, ", ".join(filled) or "defaults"
+    return best, _filled(par, best, open_) or "defaults"
+
+
+def _filled(par: ParallelConfig, chosen: ParallelConfig, open_: set[str]) -> str:
+    """The unstated fields `chosen` sets otherwise than `par`, as `name=value`."""
+    changed = [k for k in sorted(open_ & set(MATCHED)) if getattr(chosen, k) != getattr(par, k)]
+    return ", ".join(f"{k}={getattr(chosen, k)}" for k in changed)
+
+
+# the unstated fields a closest miss varies (what the sources leave open that moves memory most)
+CLOSEST_FIELDS = ("vpp", "micro_batch_size", "sequence_parallel")
+
+
+def _closest_miss(
+    r: dict[str, Any], req: PlanRequest, par: ParallelConfig, open_: set[str]
+) -> tuple[ParallelConfig, str]:
+    """No feasible layout agrees with the stated fields: the one of them that comes closest to fitting (the least
+    peak memory, breaking no other rule), over the unstated interleaving factor, micro-batch size and sequence
+    parallelism, so the miss is reported for the experts' best chance rather than for Megatron's defaults."""
+    m, c, t = req.model, req.cluster, req.training
+    per_replica = max(t.global_batch_size // par.dp, 1)
+    interleaved = r["parallel"].get("schedule") == "interleaved"
+    values: dict[str, list[Any]] = {
+        "vpp": [v for v in space.vpp_options(m, t, par.pp, per_replica) if v > 1 or not interleaved],
+        "micro_batch_size": space.mbs_options(m, t, per_replica, par.cp),
+        "sequence_parallel": [True, False] if par.tp > 1 else [False],
+    }
+    axes = [values[k] if k in open_ else [getattr(par, k)] for k in CLOSEST_FIELDS]
+    tried = []
+    for combo in itertools.product(*axes):
+        cand = par.model_copy(update=dict(zip(CLOSEST_FIELDS, combo, strict=True)))
+        if not rules.check(m, c, t, cand):  # only memory may refuse it
+            tried.append((evaluate(m, c, t, cand).memory.peak_upper_bytes, cand))
+    if not tried:
+        return par, ""
+    closest = min(tried, key=lambda x: x[0])[1]
+    filled = _filled(par, closest, open_)
+    return closest, f"closest to fitting: {filled}" if filled else ""
 
 
 def differences(expert: Any, best: Any) -> str:

@@ -68,6 +68,17 @@ def test_the_planners_first_plan_is_never_more_than_3_percent_slower(rows: list[
     assert all(r["differences"] for r in faster)  # where #1 is faster, the output says in which terms
 
 
+def test_an_infeasible_recipe_is_reported_at_its_closest_miss(rows: list[dict[str, Any]]) -> None:
+    """The Llama 3 paper states TP8 PP16 DP64, an interleaved schedule and no recomputation, but not V, the
+    micro-batch or SP: no completion fits, so the miss is the completion that comes closest (SP on, V > 1), not
+    Megatron's defaults (SP off, V 1: more than twice the memory)."""
+    row = next(r for r in rows if r["name"] == "llama3-paper/llama3.1-405b/h100x8192/8k")
+    assert row["completed"].startswith("closest to fitting") and "sequence_parallel=True" in row["completed"]
+    assert " SP" in row["expert_layout"] and "VPP" in row["expert_layout"]
+    needs = float(row["infeasible_reasons"][0].split(" needs ")[1].split(" GiB")[0])
+    assert 79.6 < needs < 90.0
+
+
 def test_unstated_fields_are_completed_not_guessed(rows: list[dict[str, Any]]) -> None:
     """The README scaling table states no micro-batch, interleaving or sequence parallelism: the completion picks
     them, and keeps everything the table states."""
