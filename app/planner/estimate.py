@@ -8,15 +8,8 @@ from app.planner.memory import memory_estimate, stage_params
 from app.planner.pipeline import pipeline_time
 from app.planner.results import Estimate, MemoryEstimate, TimeEstimate
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
-from app.planner.step import (
-    StageTime,
-    dp_exposed,
-    layer_floor,
-    optimizer_times,
-    sharding_floor,
-    stage_recompute_floor,
-    stage_time,
-)
+from app.planner.step import StageTime, layer_floor, optimizer_times, stage_recompute_floor, stage_time
+from app.planner.traffic import dp_exposed, sharding_floor
 
 FLOPS_DEFINITION = (
     "Model FLOPs as Megatron-LM's num_floating_point_operations: 6 x (forward FLOPs per token) x tokens, "

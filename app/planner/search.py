@@ -33,7 +33,7 @@ from app.planner.memory import peak_memory, static_bytes
 from app.planner.pipeline import pipeline_time
 from app.planner.results import TimeEstimate
 from app.planner.specs import PARALLEL_DEFAULTS, ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
-from app.planner.step import moves_per_microbatch
+from app.planner.traffic import moves_per_microbatch
 
 
 @dataclass

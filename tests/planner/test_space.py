@@ -12,7 +12,7 @@ from app.planner.layout import parse_layout
 from app.planner.memory import peak_memory
 from app.planner.search import placements
 from app.planner.specs import ParallelConfig
-from app.planner.step import moves_per_microbatch
+from app.planner.traffic import moves_per_microbatch
 from app.planner.validation import tinyllama
 
 

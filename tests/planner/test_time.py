@@ -12,7 +12,8 @@ from app.planner.layout import StageShape, stage_layer_kinds, stage_shapes
 from app.planner.memory import stage_params
 from app.planner.pipeline import pipeline_time
 from app.planner.specs import ClusterSpec, ParallelConfig, TrainingSpec
-from app.planner.step import stage_time, zero3_regathered_fraction
+from app.planner.step import stage_time
+from app.planner.traffic import zero3_regathered_fraction
 
 from .conftest import preset
 
@@ -372,7 +373,8 @@ def test_zero3_hides_each_unit_s_gather_only_behind_the_unit_before_it_in_its_ow
     and 9 K hidden at the contention gamma. A backward long enough to hide everything exposes gamma x its traffic
     (the second gather and the reduce-scatter); the first unit's gather (3 K of one layer) is exposed. The step's
     pooled form would have hidden the forward's gathers behind the backward: only gamma x traffic."""
-    from app.planner.step import StageTime, _gather_per_layer_exposed, _gather_per_layer_traffic
+    from app.planner.step import StageTime
+    from app.planner.traffic import _gather_per_layer_traffic, gather_per_layer_exposed
 
     gpt3 = preset("gpt3-175b").model_copy(update={"add_bias_linear": False})
     cluster = ClusterSpec(num_nodes=8, gpu="A100-80GB")
@@ -384,7 +386,7 @@ def test_zero3_hides_each_unit_s_gather_only_behind_the_unit_before_it_in_its_ow
     gamma = training.software.generation(cluster.gpu.generation).overlap_contention
     k = gather / 12
     st = StageTime(fwd=gather, bwd=100 * (gather + rest), recompute=0.0)
-    exposed = _gather_per_layer_exposed(gpt3, cluster, training, par, shape, layers, 0, st)
+    exposed = gather_per_layer_exposed(gpt3, cluster, training, par, shape, layers, 0, st)
     assert exposed == pytest.approx(3 * k + 9 * k * gamma + gamma * (gather + rest) + 3 * k / layers, rel=1e-9)
     pooled = comm.exposed(2 * gather + rest, st.fwd + st.bwd, gamma)
     assert exposed > pooled + 3 * k * (1 - gamma)  # the projection is too short to hide 3 K of fc1's gather
