@@ -33,7 +33,7 @@ from app.planner.api import feasible_layouts
 from app.planner.estimate import evaluate, time_estimate
 from app.planner.explain import describe
 from app.planner.layout import stage_shapes
-from app.planner.search import placements
+from app.planner.placement import placements
 from app.planner.specs import ModelSpec, ParallelConfig, ParallelPins, PartitionMethod
 
 DATA = Path(__file__).resolve().parent / "data" / "expert_recipes.json"

@@ -7,6 +7,7 @@ import time
 
 from app.planner import __version__
 from app.planner.calibration import apply_profile, constants
+from app.planner.candidates import Found, SearchState
 from app.planner.decisions import decide
 from app.planner.errors import InputError
 from app.planner.estimate import evaluate, step_lower_bound, time_estimate
@@ -14,7 +15,7 @@ from app.planner.explain import why
 from app.planner.goodput import checkpoint_plan
 from app.planner.layout import make_layout
 from app.planner.results import Estimate, Plan, PlanResult, RejectedGroup, SearchStats, TimeEstimate
-from app.planner.search import Found, SearchState, search_world
+from app.planner.search import search_world
 from app.planner.specs import ClusterSpec, EstimateRequest, ModelSpec, ParallelConfig, PlanRequest, TrainingSpec
 from app.planner.suggest import suggestions
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import time
 
+from app.planner.candidates import Found, SearchState
 from app.planner.explain import describe
-from app.planner.search import Found, SearchState, search_world
+from app.planner.search import search_world
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelPins, PlanRequest, TrainingSpec
 
 GiB = 2**30

@@ -209,15 +209,15 @@ def test_cp_twins_share_memory_verdicts_without_changing_the_search(monkeypatch:
         training={"global_batch_size": 128},
     )
     shared = plan(req)
-    original = search._shared
+    original = search.shared
 
     def unshared(*args: object) -> int | None:
         work = args[4]
-        assert isinstance(work, search._Work)
+        assert isinstance(work, search.Work)
         work.twins = None
         return original(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(search, "_shared", unshared)
+    monkeypatch.setattr(search, "shared", unshared)
     alone = plan(req.model_copy(deep=True))
     assert any(p.parallel.cp > 1 for p in alone.plans)
     assert [(p.parallel, p.estimate.time.step_s) for p in shared.plans] == [

@@ -10,7 +10,7 @@ from app.planner.api import feasible_layouts
 from app.planner.estimate import step_lower_bound, time_estimate
 from app.planner.layout import parse_layout
 from app.planner.memory import peak_memory
-from app.planner.search import placements
+from app.planner.placement import placements
 from app.planner.specs import ParallelConfig
 from app.planner.traffic import moves_per_microbatch
 from app.planner.validation import tinyllama

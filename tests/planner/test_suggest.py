@@ -9,7 +9,8 @@ import time
 import pytest
 
 from app.planner import PlanRequest, plan, suggest
-from app.planner.search import SearchState, search_world
+from app.planner.candidates import SearchState
+from app.planner.search import search_world
 
 LLAMA_405B = {"model": "llama-3-405b", "training": {"global_batch_size": 512}}
 

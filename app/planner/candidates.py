@@ -1,0 +1,293 @@
+"""A placement's candidates, evaluated: the placement rules once, then per micro-batch size and sharding the cheapest
+recomputation that fits (bisection over the levels), each plan found recorded and, in a bounded search, timed
+against the bar (`SearchState`). Rejected candidates keep their reason and the numbers of the closest miss.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field, fields, replace
+
+from app.planner import rules, space
+from app.planner.estimate import (
+    step_lower_bound,
+    time_estimate,
+)
+from app.planner.memory import peak_memory
+from app.planner.placement import Placement, make_config
+from app.planner.results import TimeEstimate
+from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
+
+
+@dataclass
+class Rejections:
+    """Rejected candidates by reason; each reason keeps the message of its closest miss (smallest `score`)."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    messages: dict[str, str] = field(default_factory=dict)
+    examples: dict[str, list[ParallelConfig]] = field(default_factory=dict)
+    scores: dict[str, float] = field(default_factory=dict)
+
+    def add(self, code: str, message: str, par: ParallelConfig, score: float = 0.0, count: int = 1) -> None:
+        self.counts[code] = self.counts.get(code, 0) + count
+        examples = self.examples.setdefault(code, [])
+        if code not in self.scores or score < self.scores[code]:
+            self.scores[code], self.messages[code] = score, message
+            examples.insert(0, par)
+            del examples[3:]
+        elif len(examples) < 3:
+            examples.append(par)
+
+
+@dataclass
+class Found:
+    par: ParallelConfig
+    world: int
+    peak_bytes: float
+    time: TimeEstimate | None = None  # timed during a bounded search
+
+
+@dataclass
+class SearchState:
+    rejected: Rejections = field(default_factory=Rejections)
+    found: list[Found] = field(default_factory=list)
+    candidates: int = 0
+    evaluated: int = 0
+    skipped: int = 0  # candidates a bounded search never needed to look at
+    truncated: bool = False
+    keep: int = 0  # bounded search: how many best steps to keep (0: not bounded)
+    first_fit: bool = False  # unbounded: a yes/no question (does anything fit?), stop at the first placement with one
+    best: list[float] = field(default_factory=list)  # max-heap (negated) of the `keep` shortest steps found
+
+    def copy(self, keep: int, first_fit: bool) -> SearchState:
+        """A state that searches on from this one, with its own settings, without changing it."""
+        r = self.rejected
+        rejected = Rejections(
+            dict(r.counts), dict(r.messages), {k: list(v) for k, v in r.examples.items()}, dict(r.scores)
+        )
+        return replace(self, rejected=rejected, found=list(self.found), best=list(self.best), keep=keep,
+                       first_fit=first_fit)  # fmt: skip
+
+    def adopt(self, other: SearchState) -> None:
+        """Take what `other` (a `copy` of this state) found and counted since; this state keeps its settings."""
+        for name in _RESULTS:
+            setattr(self, name, getattr(other, name))
+
+    def bar(self) -> float:
+        """The step a placement's lower bound must beat to matter (infinite until `keep` plans are timed)."""
+        return -self.best[0] if self.keep and len(self.best) >= self.keep else float("inf")
+
+    def known_out_of_memory(self, count: int) -> None:
+        """`count` candidates that run out of memory by monotonicity alone (memory never shrinks with a larger
+        micro-batch or less recomputation): counted and rejected without an evaluation."""
+        if count:
+            self.candidates += count
+            self.rejected.counts["out_of_memory"] = self.rejected.counts.get("out_of_memory", 0) + count
+
+    def add(self, found: Found, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> None:
+        if self.keep:
+            if step_lower_bound(model, cluster, training, found.par, recompute=True) > self.bar():
+                self.skipped += 1  # its recomputation alone puts it behind the ranked plans
+                return
+            found.time = time_estimate(model, cluster, training, found.par)
+            heapq.heappush(self.best, -found.time.step_s)
+            if len(self.best) > self.keep:
+                heapq.heappop(self.best)
+        self.found.append(found)
+
+
+# what a search found and counted, as against its settings (`keep`, `first_fit`)
+_RESULTS = tuple(f.name for f in fields(SearchState) if f.name not in ("keep", "first_fit"))
+
+
+@dataclass
+class Work:
+    """One placement's candidates: its shardings, recomputation levels, micro-batch sizes (and their bounds)."""
+
+    pl: Placement
+    shardings: list[dict[str, object]]
+    levels: list[space.Recompute]
+    sizes: list[int]
+    offloads: list[space.Recompute] = field(default_factory=list)  # activation offload, a chain of its own
+    bounds: dict[int, float] = field(default_factory=dict)
+    # what memory decided for this placement's candidates, shared with the placements that differ from it only in
+    # the CP communication type (no memory term and no candidate rule reads it): `Outcome` by candidate set
+    twins: dict[tuple[object, ...], Outcome] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What `_try_recompute` found for one set of candidates: the level index (or -1 / None), the peak bytes of the
+    level that fits, and the rejections it counted."""
+
+    found: int | None
+    peak: float
+    rejected: dict[str, int]
+
+
+def placement_ok(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    world: int,
+    pl: Placement,
+    shardings: list[dict[str, object]],
+    sizes: list[int],
+    levels: list[space.Recompute],
+    state: SearchState,
+) -> bool:
+    """Check the placement-only rules once; a violation rejects every candidate of the placement."""
+    # any candidate of the placement says what its placement rules see: the one its bound is worked out on
+    probe = make_config(model, cluster, training, pl, max(sizes, default=1), levels[0], shardings[0])
+    violations = rules.check(model, cluster, training, probe, world, only=rules.PLACEMENT_RULES)
+    if not violations:
+        return True
+    count = len(shardings) * max(1, len(sizes)) * len(levels)
+    state.candidates += count
+    state.rejected.add(violations[0].code, violations[0].message, probe, count=count)
+    return False
+
+
+@dataclass(frozen=True)
+class Budget:
+    usable: float  # GPU bytes a plan may need at the upper end of its memory interval
+    host: float  # host bytes per node for offloaded states
+    limit: float  # predicted -> upper end of the interval
+    runtime: float  # CUDA context and workspaces (outside the allocator, not scaled)
+
+
+def _try_recompute(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    world: int,
+    pl: Placement,
+    mbs: int,
+    sharding: dict[str, object],
+    levels: list[space.Recompute],
+    state: SearchState,
+    budget: Budget,
+) -> tuple[int | None, Found | None]:
+    """The cheapest recomputation that fits; the costlier ones are dominated and not timed. Levels run from the
+    least to the most memory-saving, so the first that fits is found by bisection. Returns its index and the plan;
+    (-1, None) when even the most recomputation runs out of GPU memory, (None, None) when a rule or host memory
+    rejects the candidate."""
+    configs: dict[int, ParallelConfig | None] = {}
+
+    def config(i: int) -> ParallelConfig | None:
+        if i not in configs:
+            par = make_config(model, cluster, training, pl, mbs, levels[i], sharding)
+            bad = rules.check(model, cluster, training, par, world, only=rules.CANDIDATE_RULES)
+            configs[i] = None if bad else par
+            if bad and i == 0 and bad[0].code not in ("recompute", "moe_ep_overlap"):
+                raise _Rejected(bad[0], par)
+        return configs[i]
+
+    state.candidates += len(levels)
+    try:
+        config(0)
+    except _Rejected as exc:
+        state.rejected.add(exc.violation.code, exc.violation.message, exc.par, count=len(levels))
+        return None, None
+    cheapest = _fits(model, cluster, training, config(0), state, budget)
+    if cheapest is None:
+        return None, None  # out of host memory
+    if isinstance(cheapest, Found):
+        return 0, cheapest
+    last = len(levels) - 1
+    most = _fits(model, cluster, training, config(last), state, budget) if last else False
+    if most is None:
+        return None, None
+    if not most:
+        return -1, None
+    lo, hi = 0, last  # levels[lo] does not fit, levels[hi] does
+    best = most
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        result = _fits(model, cluster, training, config(mid), state, budget)
+        if isinstance(result, Found):
+            hi, best = mid, result
+        else:
+            lo = mid
+    assert isinstance(best, Found)
+    return hi, best
+
+
+def shared(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    world: int,
+    work: Work,
+    mbs: int,
+    sharding: dict[str, object],
+    levels: list[space.Recompute],
+    state: SearchState,
+    budget: Budget,
+    which: tuple[object, ...],
+) -> int | None:
+    """`_try_recompute` of the placement's candidates at `mbs` under `sharding` (`which` names the level list and
+    its slice), recording the plan found. A placement differing only in its CP communication type gets the same
+    memory (and candidate-rule) verdict, so its twin's outcome is replayed: the same level, peak and rejection
+    counts, without evaluating memory again."""
+    pl = work.pl
+    key = (mbs, id(sharding), *which)  # the sharding dicts live in the model's memo, shared by the twins
+    known = work.twins.get(key) if work.twins is not None else None
+    if known is not None:
+        state.candidates += len(levels)
+        for code, n in known.rejected.items():
+            state.rejected.counts[code] = state.rejected.counts.get(code, 0) + n
+        if known.found is not None and known.found >= 0:
+            par = make_config(model, cluster, training, pl, mbs, levels[known.found], sharding)
+            state.add(Found(par, par.world_size, known.peak), model, cluster, training)
+        return known.found
+    before = dict(state.rejected.counts) if work.twins is not None else {}
+    found, plan = _try_recompute(model, cluster, training, world, pl, mbs, sharding, levels, state, budget)
+    if plan is not None:
+        state.add(plan, model, cluster, training)
+    if work.twins is not None:
+        counts = state.rejected.counts
+        rejected = {code: n - before.get(code, 0) for code, n in counts.items() if n != before.get(code, 0)}
+        work.twins[key] = Outcome(found, plan.peak_bytes if plan is not None else 0.0, rejected)
+    return found
+
+
+class _Rejected(Exception):
+    def __init__(self, violation: rules.Violation, par: ParallelConfig) -> None:
+        self.violation, self.par = violation, par
+
+
+def _fits(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    par: ParallelConfig | None,
+    state: SearchState,
+    budget: Budget,
+) -> Found | bool | None:
+    """The candidate when it fits, False when it runs out of GPU memory (or breaks a rule), None when the
+    offloaded states overflow host memory."""
+    if par is None:
+        return False
+    state.evaluated += 1
+    peak, stage, cpu = peak_memory(model, cluster, training, par)
+    if cpu > budget.host:
+        state.rejected.add(
+            "cpu_out_of_memory",
+            f"offloaded states need {cpu / 2**30:.0f} GiB of host memory per node > 90% of "
+            f"{cluster.cpu_memory_GiB:.0f} GiB",
+            par,
+            score=cpu,
+        )
+        return None
+    upper = (peak - budget.runtime) * budget.limit + budget.runtime
+    if upper <= budget.usable:
+        return Found(par, par.world_size, peak)
+    state.rejected.add(
+        "out_of_memory",
+        f"needs {peak / 2**30:.1f} GiB per GPU on stage {stage} (up to {upper / 2**30:.1f} GiB at the upper end of "
+        f"its interval) > usable {budget.usable / 2**30:.1f} GiB",
+        par,
+        score=peak,
+    )
+    return False
