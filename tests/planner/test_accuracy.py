@@ -40,7 +40,7 @@ def _family(rows: list[dict[str, Any]], family: str) -> list[dict[str, Any]]:
 
 
 # Targets (issue 11): median <= 5%, p90 <= 12%, max <= 30% in every family with 10+ rows; every family meets
-# them (megatron-a100 since DeepSpeed ZeRO-3 is timed unit by unit, step.py `_zero3_module_exposed`).
+# them (megatron-a100 since DeepSpeed ZeRO-3 is timed unit by unit, traffic.py `_zero3_module_exposed`).
 GUARD = {family: (0.05, 0.12, 0.30) for family in ("dgxc-h100", "llm-foundry-a100", "megatron-a100")}
 
 
