@@ -48,43 +48,70 @@ def search_world(
         limit=_upper_factor(cluster, training),
         runtime=cluster.gpu.efficiency.runtime_overhead_bytes,
     )
-    bounded = bool(state.keep)
     queue: list[tuple[float, int, Work]] = []
     twins: dict[tuple[object, ...], dict[tuple[object, ...], Outcome]] = {}
     for pl in placements(model, cluster, training, world):
         if time.perf_counter() > deadline:
             state.truncated = True
             break  # explore what has been bounded so far (the queue is checked against the deadline too)
-        per_replica = max(training.global_batch_size // pl.dp, 1)
-        # the option lists depend on a few numbers of the placement, shared by many: made once (and never mutated)
-        per_chunk = _layers_per_chunk(model, pl)
-        key = (pl.dp, pl.cp, pl.pp, offload)
-        shardings = model.memo(("shardings", *key), partial(space.sharding_options, training, *key), training)
-        levels = model.memo(
-            ("levels", per_chunk), partial(space.recompute_options, model, training, per_chunk), training
-        )
-        sizes = model.memo(
-            ("sizes", per_replica, pl.cp), partial(space.mbs_options, model, training, per_replica, pl.cp), training
-        )
-        if not shardings or not placement_ok(model, cluster, training, world, pl, shardings, sizes, levels, state):
+        work = _work(model, cluster, training, world, pl, state, offload)
+        if work is None:
             continue
-        offload_levels = partial(space.offload_options, model, cluster, training, per_chunk)
-        offloads = model.memo(("offloads", per_chunk), offload_levels, cluster, training)
-        work = Work(pl, shardings, levels, sizes, offloads)
         if pl.cp > 1:
             work.twins = twins.setdefault((pl.tp, pl.cp, pl.pp, pl.dp, pl.ep, pl.vpp, pl.etp, pl.split), {})
-        if not bounded:
+        if not state.keep:  # unbounded: every placement is explored as it comes
             if not _explore(model, cluster, training, world, work, state, budget, deadline):
                 return
             if state.first_fit and state.found:
                 return
             continue
         bound = 0.0
-        if sizes:  # one evaluation per placement orders the queue; the exact bounds wait until it is popped
-            probe = make_config(model, cluster, training, pl, max(sizes), levels[0], shardings[0])
-            bound = placement_lower_bound(model, cluster, training, probe, min(sizes))
+        if work.sizes:  # one evaluation per placement orders the queue; the exact bounds wait until it is popped
+            probe = make_config(model, cluster, training, pl, max(work.sizes), work.levels[0], work.shardings[0])
+            bound = placement_lower_bound(model, cluster, training, probe, min(work.sizes))
         queue.append((bound, len(queue), work))
     queue.sort(key=lambda item: item[:2])
+    _explore_queue(model, cluster, training, world, queue, state, budget, deadline)
+
+
+def _work(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    world: int,
+    pl: Placement,
+    state: SearchState,
+    offload: bool,
+) -> Work | None:
+    """The placement's candidate lists, or None when it offers no sharding or breaks a placement rule (recorded)."""
+    per_replica = max(training.global_batch_size // pl.dp, 1)
+    # the option lists depend on a few numbers of the placement, shared by many: made once (and never mutated)
+    per_chunk = _layers_per_chunk(model, pl)
+    key = (pl.dp, pl.cp, pl.pp, offload)
+    shardings = model.memo(("shardings", *key), partial(space.sharding_options, training, *key), training)
+    levels = model.memo(("levels", per_chunk), partial(space.recompute_options, model, training, per_chunk), training)
+    sizes = model.memo(
+        ("sizes", per_replica, pl.cp), partial(space.mbs_options, model, training, per_replica, pl.cp), training
+    )
+    if not shardings or not placement_ok(model, cluster, training, world, pl, shardings, sizes, levels, state):
+        return None
+    offload_levels = partial(space.offload_options, model, cluster, training, per_chunk)
+    offloads = model.memo(("offloads", per_chunk), offload_levels, cluster, training)
+    return Work(pl, shardings, levels, sizes, offloads)
+
+
+def _explore_queue(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    world: int,
+    queue: list[tuple[float, int, Work]],
+    state: SearchState,
+    budget: Budget,
+    deadline: float,
+) -> None:
+    """The branch and bound over placements sorted by their bound: each gets its exact bounds per micro-batch size
+    when popped, and is explored unless they exceed the bar; the rest are skipped once one placement's bound does."""
     for k, (bound, _seq, work) in enumerate(queue):
         if bound > state.bar():
             state.skipped += sum(len(w.shardings) * len(w.sizes) * len(w.levels) for _b, _s, w in queue[k:])
