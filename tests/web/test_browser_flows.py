@@ -141,6 +141,13 @@ def test_compare_two_ranked_plans(page: Any, server: str, tmp_path: Path) -> Non
     assert page.locator("#pipeline-chart-A, #pipeline-chart-B").count() == 2
     assert page.locator("#diffs").is_visible()
     shots(page, tmp_path, "compare")
+    # on a phone every column is in view side by side: the values wrap instead of hiding B behind a sideways scroll
+    page.set_viewport_size({"width": 390, "height": 900})
+    hidden = page.evaluate(
+        "(() => { const w = document.querySelector('.table-wrap'); return w.scrollWidth - w.clientWidth; })()"
+    )
+    page.set_viewport_size({"width": 1440, "height": 900})
+    assert hidden <= 0, f"the comparison table scrolls sideways by {hidden} px at 390 px"
 
 
 def test_time_to_train_and_cost(page: Any, server: str, tmp_path: Path) -> None:
