@@ -9,10 +9,7 @@ import heapq
 from dataclasses import dataclass, field, fields, replace
 
 from app.planner import rules, space
-from app.planner.estimate import (
-    step_lower_bound,
-    time_estimate,
-)
+from app.planner.estimate import step_lower_bound, time_estimate
 from app.planner.memory import peak_memory
 from app.planner.placement import Placement, make_config
 from app.planner.results import TimeEstimate

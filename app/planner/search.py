@@ -18,12 +18,7 @@ from functools import partial
 
 from app.planner import space
 from app.planner.candidates import Budget, Outcome, SearchState, Work, placement_ok, shared
-from app.planner.estimate import (
-    lower_bounds,
-    placement_lower_bound,
-    sharding_ceiling,
-    step_lower_bound,
-)
+from app.planner.estimate import lower_bounds, placement_lower_bound, sharding_ceiling, step_lower_bound
 from app.planner.layout import num_microbatches
 from app.planner.memory import static_bytes
 from app.planner.pipeline import pipeline_time
