@@ -38,6 +38,8 @@ class Rejections:
 
 @dataclass
 class Found:
+    """A candidate that fits: its configuration, world size and peak bytes (and its time, once timed)."""
+
     par: ParallelConfig
     world: int
     peak_bytes: float
@@ -46,6 +48,8 @@ class Found:
 
 @dataclass
 class SearchState:
+    """What a search has found and counted so far, with its settings (`keep`, `first_fit`)."""
+
     rejected: Rejections = field(default_factory=Rejections)
     found: list[Found] = field(default_factory=list)
     candidates: int = 0
@@ -147,6 +151,8 @@ def placement_ok(
 
 @dataclass(frozen=True)
 class Budget:
+    """The memory a candidate may use on this cluster."""
+
     usable: float  # GPU bytes a plan may need at the upper end of its memory interval
     host: float  # host bytes per node for offloaded states
     limit: float  # predicted -> upper end of the interval

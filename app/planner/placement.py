@@ -17,6 +17,9 @@ from app.planner.specs import PARALLEL_DEFAULTS, ClusterSpec, ModelSpec, Paralle
 
 @dataclass
 class Placement:
+    """How the world is split (TP, CP, PP, DP, EP, VPP, expert TP, the layer split, the CP communication type), with
+    the configurations made for it kept for the bounds, rule checks and memory evaluation that ask for them again."""
+
     tp: int
     cp: int
     pp: int
