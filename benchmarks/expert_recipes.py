@@ -14,7 +14,8 @@ What a source leaves unstated (its `unstated_fields`: the README scaling table g
 recompute or sequence parallelism; the Llama 3 paper no interleaving factor; torchtitan's op-level selective
 checkpointing has no Megatron module list) is filled in with the fastest feasible layout the planner finds that
 agrees with everything the source does state; the completed values are printed. A recipe whose stated fields no
-feasible layout matches is evaluated with Megatron's defaults for the rest, and reported infeasible.
+feasible layout matches is evaluated at its closest miss (the unstated interleaving, micro-batch and sequence
+parallelism that need the least memory, breaking no other rule), and reported infeasible.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.planner import PlanRequest, plan, rules, space
 from app.planner.api import feasible_layouts
-from app.planner.estimate import evaluate, time_estimate
+from app.planner.estimate import evaluate, memory, time_estimate
 from app.planner.explain import describe
 from app.planner.layout import stage_shapes
 from app.planner.placement import placements
@@ -168,7 +169,7 @@ def _closest_miss(
     for combo in itertools.product(*axes):
         cand = par.model_copy(update=dict(zip(CLOSEST_FIELDS, combo, strict=True)))
         if not rules.check(m, c, t, cand):  # only memory may refuse it
-            tried.append((evaluate(m, c, t, cand).memory.peak_upper_bytes, cand))
+            tried.append((memory(m, c, t, cand).peak_upper_bytes, cand))
     if not tried:
         return par, ""
     closest = min(tried, key=lambda x: x[0])[1]
