@@ -99,6 +99,8 @@ def request(r: dict[str, Any]) -> tuple[PlanRequest, ParallelConfig]:
     extra = r["parallel"].get("extra") or {}
     if extra.get("activation_cpu_offloading") and not extra.get("cpu_offloading_weights"):
         p["cpu_offloading_num_layers"] = extra["cpu_offloading_num_layers"]  # Megatron's cpu_offloading_num_layers
+    if "moe_token_dispatcher" in p:  # "flex (deepep)", "flex (hybridep)": the backend follows the cluster
+        p["moe_token_dispatcher"] = p["moe_token_dispatcher"].split()[0]
     for key in ("ep", "etp", "vpp"):
         p.setdefault(key, 1 if key != "etp" else None)
     p["grad_reduce_dtype"] = req.training.reduce_dtype

@@ -24,6 +24,7 @@ class Strategy:
     OFFLOAD: ClassVar[tuple[str, ...]] = ("none", "cpu", "nvme")
     CP_COMM: ClassVar[tuple[str, ...]] = ("p2p", "all_gather", "a2a", "a2a+p2p")
     PRECISION: ClassVar[tuple[str, ...]] = ("bf16", "fp16", "fp8")
+    DISPATCHERS: ClassVar[tuple[str, ...]] = ("alltoall", "flex")
 
     schedule: str = "1f1b"
     first_stage_layers: int | None = None
@@ -48,6 +49,7 @@ class Strategy:
     optimizer_states: str = "fp32"
     tp_comm_overlap: bool = False
     moe_ep_overlap: bool = False
+    moe_token_dispatcher: str = "alltoall"
 
     def __post_init__(self) -> None:
         for name, choices in (
@@ -59,6 +61,7 @@ class Strategy:
             ("precision", self.PRECISION),
             ("grad_reduce_dtype", ("fp32", "bf16")),
             ("optimizer_states", ("fp32", "bf16")),
+            ("moe_token_dispatcher", self.DISPATCHERS),
         ):
             need_str(f"strategy.{name}", getattr(self, name), choices)
         for name in ("first_stage_layers", "last_stage_layers", "recompute_num_layers", "cpu_offloading_num_layers"):

@@ -234,6 +234,12 @@ def decide(
             f"vocab_size({model.vocab_size}) is not a multiple of tp({par.tp}): Megatron pads it to "
             f"{padded} rows (make_vocab_size_divisible_by 128)"
         )
+    if par.moe_token_dispatcher == "flex":
+        notes.append(
+            "MoE tokens travel through megatron-core's flex dispatcher (DeepEP, or HybridEP over multi-node "
+            "NVLink): one copy per GPU and node a token reaches instead of one per expert; the image needs the "
+            "deep_ep package (NVSHMEM, GPUDirect RDMA). Pin moe_token_dispatcher alltoall where it is missing."
+        )
     return Decisions(
         deepspeed=deepspeed_decision(model, training, par) if training.framework != "megatron" else None,
         nccl=nccl_decision(training, par, cluster),

@@ -302,6 +302,12 @@ def overlap_supported(c: Ctx) -> Violation | None:
         return Violation("moe_ep_overlap", "EP overlap needs EP > 1, Megatron-core and no full recompute")
     if p.moe_ep_overlap and p.pp > 1 and p.vpp == 1:
         return Violation("moe_ep_overlap", "EP overlap with pipeline parallelism needs interleaving (vpp > 1)")
+    if p.moe_token_dispatcher == "flex" and not (s.can.flex_dispatcher and p.ep > 1):
+        return Violation(
+            "moe_token_dispatcher",
+            f"the flex dispatcher (DeepEP/HybridEP) needs expert parallelism (ep {p.ep}) and megatron-core "
+            f"(MoEFlexTokenDispatcher; {s.label} has no such dispatcher)",
+        )
     mtp = c.model.mtp_num_layers
     if p.moe_ep_overlap and mtp and (mtp > 1 or p.pp == 1):  # TransformerConfig.__post_init__
         return Violation(

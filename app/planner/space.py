@@ -417,18 +417,21 @@ def overlap_options(
     model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, tp: int, ep: int, pp: int, vpp: int, recompute: str
 ) -> dict[str, object]:
     """Overlaps that cost nothing but memory the model counts: TP comm overlap with SP (TE userbuffers), EP overlap
-    where megatron-core allows it (no full recompute; interleaving with PP), FP8 primary weights with the
+    where megatron-core allows it (no full recompute; interleaving with PP), the flex (DeepEP) dispatcher with EP
+    where the stack has it (it never moves more than alltoall: dispatch.py), FP8 primary weights with the
     distributed optimizer; and the FP8 recipe of the GPU generation when the request leaves it open."""
     can, pins = training.software.can, training.pinned
     tp_overlap = can.tp_comm_overlap and tp > 1 and can.sequence_parallel
     if pins.tp_comm_overlap is not None:
         tp_overlap = pins.tp_comm_overlap and tp > 1
     ep_overlap = can.ep_overlap and ep > 1 and recompute != "full" and (pp == 1 or vpp > 1)
+    dispatcher = pins.moe_token_dispatcher or ("flex" if can.flex_dispatcher and ep > 1 else "alltoall")
     fp8 = training.precision == "fp8"
     recipe = training.fp8_recipe or ("mxfp8" if cluster.gpu.generation == "blackwell" else "tensorwise")
     return {
         "tp_comm_overlap": tp_overlap,
         "moe_ep_overlap": ep_overlap,
+        "moe_token_dispatcher": dispatcher if ep > 1 else "alltoall",
         "fp8_recipe": recipe if fp8 else None,
         "grad_reduce_dtype": training.reduce_dtype,
     }

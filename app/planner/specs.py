@@ -35,6 +35,7 @@ RecomputeModule = Literal["core_attn", "mlp", "moe", "moe_act", "layernorm", "ml
 OffloadDevice = Literal["none", "cpu", "nvme"]
 Schedule = Literal["1f1b", "interleaved"]
 CPCommType = Literal["p2p", "all_gather", "a2a", "a2a+p2p"]
+MoETokenDispatcher = Literal["alltoall", "flex"]
 GradReduceDtype = Literal["fp32", "bf16"]
 OptimizerStates = Literal["fp32", "bf16"]
 FP8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8"]
@@ -482,6 +483,9 @@ class ParallelPins(Frozen):
     )
     fp8_param_gather: bool | None = Field(None, description="FP8 primary weights (--fp8-param-gather).")
     tp_comm_overlap: bool | None = Field(None, description="Overlap TP communication (--tp-comm-overlap).")
+    moe_token_dispatcher: MoETokenDispatcher | None = Field(
+        None, description="MoE token dispatcher: alltoall, or flex (DeepEP/HybridEP; needs the deep_ep package)."
+    )
     megatron_fsdp: MegatronFSDP | None = Field(
         None, description="Megatron-FSDP sharding (--data-parallel-sharding-strategy)."
     )
@@ -692,6 +696,11 @@ class ParallelConfig(Frozen):
     moe_ep_overlap: bool = Field(
         False, description="Overlap EP all-to-all with compute (--overlap-moe-expert-parallel-comm)."
     )
+    moe_token_dispatcher: MoETokenDispatcher = Field(
+        "alltoall",
+        description="MoE token dispatcher (--moe-token-dispatcher-type): alltoall (a copy per expert), or flex "
+        "(DeepEP/HybridEP: one copy per GPU and per node reached; needs the deep_ep package).",
+    )
     megatron_fsdp: MegatronFSDP | None = Field(
         None, description="Megatron-FSDP strategy (--use-megatron-fsdp --data-parallel-sharding-strategy)."
     )
@@ -788,6 +797,7 @@ _NOT_STATE_FIELDS = frozenset(
         "sequence_parallel",
         "tp_comm_overlap",
         "moe_ep_overlap",
+        "moe_token_dispatcher",
         "cp_comm_type",
         "hierarchical_cp_sizes",
     }

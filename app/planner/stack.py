@@ -55,6 +55,10 @@ class Capabilities(_Data):
     partial_recompute: bool = Field(description="--recompute-num-layers with uniform/block methods.")
     tp_comm_overlap: bool
     ep_overlap: bool
+    flex_dispatcher: bool = Field(
+        False,
+        description="megatron-core's flex MoE dispatcher over DeepEP/HybridEP (--moe-token-dispatcher-type flex).",
+    )
     grad_reduce_dtypes: tuple[str, ...]
     default_grad_reduce_dtype: str
     fp8_param_gather: bool

@@ -11,7 +11,8 @@ the hidden part still costs the stack's `overlap_contention`), per stack capabil
   `a2a` (Ulysses) re-shards q, k, v and the output by heads with four all-to-alls, not overlapped; `all_gather`
   gathers K and V before attention and reduce-scatters their gradients; `a2a+p2p` does a2a inside the node and the
   ring across (megatron-core `TEDotProductAttention` cp_comm_type).
-- EP: dispatch + combine all-to-all of the routed tokens per layer and pass; with
+- EP: dispatch + combine all-to-all of the routed tokens per layer and pass (dispatch.py: one copy per expert with
+  `alltoall`, one per GPU and per node with DeepEP/HybridEP `flex`); with
   `--overlap-moe-expert-parallel-comm` (combined 1F1B) one micro-batch's all-to-all hides behind another's compute.
 - PP: one activation send forward and one gradient send backward per micro-batch and stage, each TP rank sending its
   share (Megatron scatters over TP; DeepSpeed's PipelineEngine partitions and re-gathers); hidden with interleaving.
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.planner import comm, compute, layout
+from app.planner import comm, compute, dispatch, layout
 from app.planner.activations import ACT, layer_bytes, routed_tokens
 from app.planner.attention import attention_shape
 from app.planner.layout import StageShape
@@ -151,8 +152,10 @@ def _ep_comm(
     """Dispatch + combine all-to-all of the routed tokens, every pass (forward, backward, recomputed forward)."""
     if par.ep == 1:
         return 0.0
-    per_rank = ACT * routed_tokens(model, par, training) / par.expert_tp * model.hidden_size
-    one = 2 * comm.collective_time("all_to_all", per_rank, layout.ep_group(par, cluster), cluster)
+    entering = routed_tokens(model, par, training) / (model.moe_router_topk or 1)
+    token_bytes = ACT * model.hidden_size / par.expert_tp
+    group = layout.ep_group(par, cluster)
+    one = 2 * dispatch.all_to_all_time(model, par.moe_token_dispatcher, entering, token_bytes, group, cluster)
     passes = 3 if par.recompute == "full" else 2
     total = one * passes
     if par.moe_ep_overlap:  # combined 1F1B: one micro-batch's all-to-all behind another's attention and MLP

@@ -188,9 +188,12 @@ def moe_flags(f: Facts) -> list[Flag]:
     out += [
         flag("--expert-model-parallel-size", par.ep),
         flag("--expert-tensor-parallel-size", par.expert_tp),
-        flag("--moe-token-dispatcher-type", "alltoall"),
+        flag("--moe-token-dispatcher-type", par.moe_token_dispatcher),
         flag("--moe-grouped-gemm"),
     ]
+    if par.moe_token_dispatcher == "flex":  # HybridEP is the backend that runs over multi-node NVLink (GB200 NVL72)
+        backend = "hybridep" if f.cluster.nvlink_domain > f.gpus_per_node else "deepep"
+        out.append(flag("--moe-flex-dispatcher-backend", backend))
     if m.moe_capacity_factor is not None:
         out.append(flag("--moe-expert-capacity-factor", m.moe_capacity_factor))
     return out

@@ -127,6 +127,7 @@ def _strategy(f: Facts) -> spec.Strategy:
         optimizer_states=f.training.optimizer_states,
         tp_comm_overlap=par.tp_comm_overlap,
         moe_ep_overlap=par.moe_ep_overlap,
+        moe_token_dispatcher=par.moe_token_dispatcher,
     )
 
 

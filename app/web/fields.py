@@ -78,6 +78,7 @@ LABELS = {
     "fp8_param_gather": "FP8 primary weights",
     "tp_comm_overlap": "TP comm overlap",
     "moe_ep_overlap": "EP comm overlap",
+    "moe_token_dispatcher": "MoE token dispatcher",
     "megatron_fsdp": "Megatron-FSDP",
     "pipeline_layout": "Pipeline layout",
     "hierarchical_cp_sizes": "Hierarchical CP",

@@ -331,3 +331,20 @@ def test_megatron_builds_exactly_the_named_vocabulary(all_rendered) -> None:
         assert -(-tokens // multiple) * multiple == result.model.vocab_size, label
         checked += 1
     assert checked >= 20
+
+
+@pytest.mark.parametrize(("gpu", "backend"), [("H100-SXM", "deepep"), ("GB200", "hybridep")])
+def test_flex_dispatcher_and_its_backend(gpu: str, backend: str, megatron_core: Any) -> None:
+    """DeepEP over InfiniBand; HybridEP where the NVLink domain spans trays (only HybridEP runs multi-node NVLink)."""
+    fl, arts = rendered(
+        "mixtral-8x7b",
+        {"dp": 64, "ep": 8, "distributed_optimizer": True, "moe_token_dispatcher": "flex"},
+        nodes=8,
+        gpu=gpu,
+    )
+    assert fl.one("--moe-token-dispatcher-type") == "flex"
+    assert fl.one("--moe-flex-dispatcher-backend") == backend
+    check_megatron(arts)
+    assert spec.loads(arts.files["plan.json"]).strategy.moe_token_dispatcher == "flex"
+    plain, _ = rendered("mixtral-8x7b", {"dp": 64, "ep": 8, "distributed_optimizer": True}, nodes=8)
+    assert plain.one("--moe-token-dispatcher-type") == "alltoall" and not plain.has("--moe-flex-dispatcher-backend")
