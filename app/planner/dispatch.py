@@ -74,3 +74,26 @@ def all_to_all_time(
     nic_bw = cluster.inter_bw * cluster.gpu.efficiency.network * g.nics / g.per_domain
     network = tokens * token_bytes * domains / nic_bw if g.crosses else 0.0
     return comm.latency("all_to_all", g, cluster) + max(nvlink, network)
+
+
+DEEPEP_SMS = 20  # megatron-core TransformerConfig.moe_deepep_num_sms; DeepEP runs one channel per two SMs
+NVL_PEERS = 8  # DeepEP NUM_MAX_NVL_PEERS: ranks beyond eight are RDMA peers
+MAX_TOPK = MAX_SCALES = 128  # kNumMaxTopK, kNumMaxScales of the buffer size hints
+
+
+def flex_buffer_bytes(model: ModelSpec, ep: int, expert_tp: int) -> float:
+    """Device bytes of DeepEP's communication buffer, as megatron-core's `fused_a2a.get_buffer` sizes it (DeepEP
+    `csrc/config.hpp` size hints over its dispatch/combine configs: 256 NVLink receive tokens per channel and peer up
+    to 8 ranks, 288 above, 128 RDMA receive tokens, doubled for the send side). Outside PyTorch's allocator
+    (cudaMalloc for NVLink IPC, nvshmem_malloc for RDMA)."""
+    ranks = ep * expert_tp  # the flex dispatcher communicates over the TP x EP group
+    if ranks <= 1:
+        return 0.0
+    channels = DEEPEP_SMS // 2
+    slot = 2 * model.hidden_size + MAX_TOPK * (8 + 4) + MAX_SCALES * 4  # token + top-k indices, weights + scales
+    nvl_tokens = 256 if ranks <= NVL_PEERS else 288
+    nvl = channels * min(ranks, NVL_PEERS) * nvl_tokens * slot
+    rdma = 0.0
+    if ranks > NVL_PEERS:
+        rdma = channels * (ranks // NVL_PEERS) * 128 * 2 * (slot + 16) + 2**20
+    return float(nvl + rdma)

@@ -32,6 +32,7 @@ import math
 from dataclasses import dataclass
 
 from app.planner import activations as act
+from app.planner import dispatch
 from app.planner import params as pc
 from app.planner.layout import StageShape, alike_stages, num_microbatches, stage_layer_kinds, stage_shapes
 from app.planner.pipeline import in_flight
@@ -378,7 +379,9 @@ def _stage_bytes(
     allocated = max(backward, step)
     costs = training.software.generation(cluster.gpu.generation)
     reserved = allocated * (1 + costs.allocator_fragmentation) + costs.allocator_slack_bytes
-    runtime = cluster.gpu.efficiency.runtime_overhead_bytes
+    runtime = float(cluster.gpu.efficiency.runtime_overhead_bytes)
+    if moe and par.moe_token_dispatcher == "flex":
+        runtime += dispatch.flex_buffer_bytes(model, par.ep, par.expert_tp)
     return states, flight, acts, static, backward, step, allocated, reserved, runtime
 
 
@@ -463,7 +466,7 @@ def memory_estimate(
     peak = max(stages, key=lambda s: s.total_bytes)
     capacity = cluster.gpu.memory_bytes
     local = min(cluster.gpus_per_node, par.world_size)
-    runtime = cluster.gpu.efficiency.runtime_overhead_bytes
+    runtime = float(cluster.gpu.efficiency.runtime_overhead_bytes)
     return MemoryEstimate(
         peak_bytes=peak.total_bytes,
         peak_stage=peak.stage,

@@ -102,3 +102,22 @@ def test_the_planner_picks_deepep_for_expert_parallelism_unless_pinned() -> None
     assert plan(PlanRequest(**request)).plans[0].parallel.moe_token_dispatcher == "alltoall"
     deepspeed = TrainingSpec(global_batch_size=256, framework="megatron-deepspeed")
     assert not deepspeed.software.can.flex_dispatcher
+
+
+def test_deepep_buffers_as_its_size_hints_give_them() -> None:
+    """10 channels (20 SMs) x 8 NVLink peers x 256 receive tokens x (2 x 7168 + 128 x 12 + 128 x 4) bytes at EP8;
+    from 16 ranks 288 tokens and an RDMA buffer of 10 x peers/8 x 128 x 2 x (slot + 16) + 1 MiB."""
+    model = preset("deepseek-v3-like")
+    slot = 2 * 7168 + 128 * 12 + 128 * 4
+    assert dispatch.flex_buffer_bytes(model, 8, 1) == 10 * 8 * 256 * slot
+    assert dispatch.flex_buffer_bytes(model, 64, 1) == 10 * 8 * 288 * slot + 10 * 8 * 128 * 2 * (slot + 16) + 2**20
+    assert dispatch.flex_buffer_bytes(model, 1, 1) == 0.0
+    cluster = ClusterSpec(num_nodes=8, gpus_per_node=8, gpu="H100-SXM")
+    training = TrainingSpec(global_batch_size=512, precision="bf16")
+    small = preset("deepseek-v3-like", num_layers=8, seq_length=4096)
+    base = {"pp": 2, "vpp": 2, "dp": 32, "ep": 64, "etp": 1, "distributed_optimizer": True}
+    totals = {
+        d: evaluate(small, cluster, training, ParallelConfig(**base, moe_token_dispatcher=d)).memory.peak_bytes
+        for d in ("alltoall", "flex")
+    }
+    assert totals["flex"] - totals["alltoall"] == pytest.approx(dispatch.flex_buffer_bytes(small, 64, 1), rel=1e-6)
