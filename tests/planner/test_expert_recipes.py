@@ -85,3 +85,22 @@ def test_unstated_fields_are_completed_not_guessed(rows: list[dict[str, Any]]) -
     row = next(r for r in rows if r["name"] == "megatron-lm-readme/gpt-177b/h100x2304")
     assert row["completed"] and "sequence_parallel=True" in row["completed"]
     assert row["expert_layout"].startswith("TP8 PP6")
+
+
+def test_published_moe_throughput_where_the_host_keeps_ahead(rows: list[dict[str, Any]]) -> None:
+    """Out-of-sample MoE runs (NVIDIA's published tokens/s, not in the validation set) where the host cost the
+    planner does not model is absent: a full-iteration CUDA graph, or layers wide enough (hidden >= 4096) that eager
+    launches keep ahead of the GPU. Within 15 %. DeepSeek-V3 on 256 B200 (EP32 over four nodes, DeepEP) was -50 %
+    while the all-to-all was charged one copy per expert instead of one per node and GPU."""
+    host_ahead = {
+        "megatron-bridge/deepseek-v3/b200x256/fp8mx",
+        "megatron-bridge/deepseek-v3/gb200x256/fp8mx",
+        "megatron-bridge/qwen3-30b-a3b/gb200x8/fp8mx",
+        "megatron-bridge/qwen3-235b-a22b/gb200x256/fp8mx",
+        "megatron-bridge/qwen3-235b-a22b/h100x256/fp8cs",
+    }
+    errors = {
+        r["name"]: r["predicted"] / r["measured"] - 1 for r in rows if r["name"] in host_ahead and r.get("measured")
+    }
+    assert set(errors) == host_ahead
+    assert all(abs(e) <= 0.15 for e in errors.values()), errors
