@@ -431,7 +431,7 @@ def overlap_options(
     return {
         "tp_comm_overlap": tp_overlap,
         "moe_ep_overlap": ep_overlap,
-        "moe_token_dispatcher": dispatcher if ep > 1 else "alltoall",
+        "moe_token_dispatcher": dispatcher if ep > 1 or pins.moe_token_dispatcher else "alltoall",
         "fp8_recipe": recipe if fp8 else None,
         "grad_reduce_dtype": training.reduce_dtype,
     }

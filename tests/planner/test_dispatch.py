@@ -121,3 +121,15 @@ def test_deepep_buffers_as_its_size_hints_give_them() -> None:
         for d in ("alltoall", "flex")
     }
     assert totals["flex"] - totals["alltoall"] == pytest.approx(dispatch.flex_buffer_bytes(small, 64, 1), rel=1e-6)
+
+
+def test_a_flex_pin_without_experts_is_refused_by_name() -> None:
+    request = {
+        "model": "llama-2-7b",
+        "cluster": {"num_nodes": 1, "gpus_per_node": 8, "gpu": "H100-SXM"},
+        "training": {"global_batch_size": 64, "pinned": {"moe_token_dispatcher": "flex"}},
+    }
+    result = plan(PlanRequest(**request))
+    assert not result.plans
+    assert [g.reason for g in result.rejected][0] == "moe_token_dispatcher"
+    assert any("without your pinned moe_token_dispatcher=flex" in s for s in result.suggestions)
