@@ -131,5 +131,5 @@ def test_a_flex_pin_without_experts_is_refused_by_name() -> None:
     }
     result = plan(PlanRequest(**request))
     assert not result.plans
-    assert [g.reason for g in result.rejected][0] == "moe_token_dispatcher"
+    assert result.rejected[0].reason == "moe_token_dispatcher"
     assert any("without your pinned moe_token_dispatcher=flex" in s for s in result.suggestions)
