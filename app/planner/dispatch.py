@@ -24,12 +24,14 @@ so a domain of the EP group holds a contiguous block.
 
 from __future__ import annotations
 
+from functools import cache
 from math import comb
 
 from app.planner import comm
 from app.planner.specs import ClusterSpec, ModelSpec
 
 
+@cache
 def reach(experts: int, held: int, topk: int, groups: int | None = None, group_topk: int | None = None) -> float:
     """Probability that a token's top-k reaches a unit (GPU or NVLink domain) holding `held` contiguous experts."""
     held = min(held, experts)
@@ -97,3 +99,18 @@ def flex_buffer_bytes(model: ModelSpec, ep: int, expert_tp: int) -> float:
     if ranks > NVL_PEERS:
         rdma = channels * (ranks // NVL_PEERS) * 128 * 2 * (slot + 16) + 2**20
     return float(nvl + rdma)
+
+
+FLEX_MIN_SAVING = 0.05  # below this the flex dispatcher buys nothing worth its dependency (deep_ep, NVSHMEM)
+
+
+def flex_saves(model: ModelSpec, ep: int) -> bool:
+    """Whether the flex dispatcher moves less than alltoall at expert parallelism `ep`, counted at the GPU level
+    (what it also saves across nodes only adds to this): Mixtral's top-2 of 8 experts on EP8 sends the same two
+    copies either way, DeepSeek-V3's top-8 of 256 on EP8 about 5.3 instead of 7."""
+    if ep <= 1 or not model.is_moe:
+        return False
+    experts, topk = model.num_experts or 1, model.moe_router_topk or 1
+    alltoall = topk * (ep - 1) / ep
+    flex = (ep - 1) * reach(experts, experts // ep, topk, model.moe_router_num_groups, model.moe_router_group_topk)
+    return flex < (1 - FLEX_MIN_SAVING) * alltoall

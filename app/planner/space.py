@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.planner import dispatch
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 
 MAX_MICRO_BATCH = 32
@@ -417,15 +418,16 @@ def overlap_options(
     model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, tp: int, ep: int, pp: int, vpp: int, recompute: str
 ) -> dict[str, object]:
     """Overlaps that cost nothing but memory the model counts: TP comm overlap with SP (TE userbuffers), EP overlap
-    where megatron-core allows it (no full recompute; interleaving with PP), the flex (DeepEP) dispatcher with EP
-    where the stack has it (it never moves more than alltoall: dispatch.py), FP8 primary weights with the
+    where megatron-core allows it (no full recompute; interleaving with PP), the flex (DeepEP) dispatcher where the
+    stack has it and it moves at least 5 % less than alltoall (dispatch.py), FP8 primary weights with the
     distributed optimizer; and the FP8 recipe of the GPU generation when the request leaves it open."""
     can, pins = training.software.can, training.pinned
     tp_overlap = can.tp_comm_overlap and tp > 1 and can.sequence_parallel
     if pins.tp_comm_overlap is not None:
         tp_overlap = pins.tp_comm_overlap and tp > 1
     ep_overlap = can.ep_overlap and ep > 1 and recompute != "full" and (pp == 1 or vpp > 1)
-    dispatcher = pins.moe_token_dispatcher or ("flex" if can.flex_dispatcher and ep > 1 else "alltoall")
+    flex = can.flex_dispatcher and dispatch.flex_saves(model, ep)
+    dispatcher = pins.moe_token_dispatcher or ("flex" if flex else "alltoall")
     fp8 = training.precision == "fp8"
     recipe = training.fp8_recipe or ("mxfp8" if cluster.gpu.generation == "blackwell" else "tensorwise")
     return {

@@ -104,6 +104,21 @@ def test_the_planner_picks_deepep_for_expert_parallelism_unless_pinned() -> None
     assert not deepspeed.software.can.flex_dispatcher
 
 
+def test_flex_only_where_it_moves_less() -> None:
+    """Mixtral's top-2 of 8 on EP8 sends two copies either way: the simpler alltoall stays (no deep_ep needed);
+    on EP2 a token whose two experts share the other GPU goes once (21 % less), and DeepSeek-V3 saves 24 % on EP8."""
+    mixtral, deepseek = preset("mixtral-8x7b"), preset("deepseek-v3-like")
+    assert not dispatch.flex_saves(mixtral, 8)
+    assert dispatch.flex_saves(mixtral, 2) and dispatch.flex_saves(deepseek, 8)
+    assert not dispatch.flex_saves(deepseek, 1) and not dispatch.flex_saves(preset("llama-2-7b"), 8)
+    request = {
+        "model": "mixtral-8x7b",
+        "cluster": {"num_nodes": 8, "gpus_per_node": 8, "gpu": "H100-SXM"},
+        "training": {"global_batch_size": 512, "pinned": {"ep": 8}},
+    }
+    assert plan(PlanRequest(**request)).plans[0].parallel.moe_token_dispatcher == "alltoall"
+
+
 def test_deepep_buffers_as_its_size_hints_give_them() -> None:
     """10 channels (20 SMs) x 8 NVLink peers x 256 receive tokens x (2 x 7168 + 128 x 12 + 128 x 4) bytes at EP8;
     from 16 ranks 288 tokens and an RDMA buffer of 10 x peers/8 x 128 x 2 x (slot + 16) + 1 MiB."""
