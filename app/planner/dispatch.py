@@ -104,13 +104,15 @@ def flex_buffer_bytes(model: ModelSpec, ep: int, expert_tp: int) -> float:
 FLEX_MIN_SAVING = 0.05  # below this the flex dispatcher buys nothing worth its dependency (deep_ep, NVSHMEM)
 
 
-def flex_saves(model: ModelSpec, ep: int) -> bool:
-    """Whether the flex dispatcher moves less than alltoall at expert parallelism `ep`, counted at the GPU level
-    (what it also saves across nodes only adds to this): Mixtral's top-2 of 8 experts on EP8 sends the same two
-    copies either way, DeepSeek-V3's top-8 of 256 on EP8 about 5.3 instead of 7."""
-    if ep <= 1 or not model.is_moe:
+def flex_saves(model: ModelSpec, g: comm.Group) -> bool:
+    """Whether the flex dispatcher moves at least `FLEX_MIN_SAVING` less than alltoall over the EP group `g`, across
+    the network where the group leaves its NVLink domain, else over NVLink: Mixtral's top-2 of 8 on EP8 inside a node
+    sends the same two copies either way; DeepSeek-V3's top-8 of 256 on EP8 about 5.3 instead of 7, and Kimi-K2's
+    384 experts on EP64 over eight nodes 4.6 copies across the network instead of 7."""
+    if g.size <= 1 or not model.is_moe:
         return False
-    experts, topk = model.num_experts or 1, model.moe_router_topk or 1
-    alltoall = topk * (ep - 1) / ep
-    flex = (ep - 1) * reach(experts, experts // ep, topk, model.moe_router_num_groups, model.moe_router_group_topk)
-    return flex < (1 - FLEX_MIN_SAVING) * alltoall
+    topk = model.moe_router_topk or 1
+    gpus, domains = flex_copies(model, g)
+    if g.crosses:
+        return domains < (1 - FLEX_MIN_SAVING) * topk * (g.size - g.per_domain) / g.size
+    return gpus < (1 - FLEX_MIN_SAVING) * topk * (g.size - 1) / g.size

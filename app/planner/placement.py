@@ -48,7 +48,9 @@ class Placement:
         sp = self.tp > 1 and training.software.can.sequence_parallel
         if training.pinned.sequence_parallel is not None:
             sp = training.pinned.sequence_parallel
-        overlap = space.overlap_options(model, training, cluster, self.tp, self.ep, self.pp, self.vpp, recompute)
+        overlap = space.overlap_options(
+            model, training, cluster, self.tp, self.ep, self.pp, self.vpp, recompute, self.etp
+        )
         if not sp:
             overlap["tp_comm_overlap"] = False
         out: dict[str, object] = dict(

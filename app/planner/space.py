@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.planner import dispatch
+from app.planner import comm, dispatch
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 
 MAX_MICRO_BATCH = 32
@@ -415,7 +415,15 @@ def _full(training: TrainingSpec, per_chunk: int, pinned: int | None) -> list[Re
 
 
 def overlap_options(
-    model: ModelSpec, training: TrainingSpec, cluster: ClusterSpec, tp: int, ep: int, pp: int, vpp: int, recompute: str
+    model: ModelSpec,
+    training: TrainingSpec,
+    cluster: ClusterSpec,
+    tp: int,
+    ep: int,
+    pp: int,
+    vpp: int,
+    recompute: str,
+    etp: int | None = None,
 ) -> dict[str, object]:
     """Overlaps that cost nothing but memory the model counts: TP comm overlap with SP (TE userbuffers), EP overlap
     where megatron-core allows it (no full recompute; interleaving with PP), the flex (DeepEP) dispatcher where the
@@ -426,7 +434,7 @@ def overlap_options(
     if pins.tp_comm_overlap is not None:
         tp_overlap = pins.tp_comm_overlap and tp > 1
     ep_overlap = can.ep_overlap and ep > 1 and recompute != "full" and (pp == 1 or vpp > 1)
-    flex = can.flex_dispatcher and dispatch.flex_saves(model, ep)
+    flex = can.flex_dispatcher and ep > 1 and dispatch.flex_saves(model, comm.group(ep, etp or tp, cluster))
     dispatcher = pins.moe_token_dispatcher or ("flex" if flex else "alltoall")
     fp8 = training.precision == "fp8"
     recipe = training.fp8_recipe or ("mxfp8" if cluster.gpu.generation == "blackwell" else "tensorwise")
