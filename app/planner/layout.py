@@ -294,8 +294,12 @@ def dp_cp_group(par: ParallelConfig, cluster: ClusterSpec) -> comm.Group:
 
 
 def ep_group(par: ParallelConfig, cluster: ClusterSpec) -> comm.Group:
+    return expert_group(par.ep, par.expert_tp, cluster)
+
+
+def expert_group(ep: int, expert_tp: int, cluster: ClusterSpec) -> comm.Group:
     """EP groups take consecutive expert-TP blocks inside the TP x CP x DP plane (Megatron's expert grid)."""
-    return comm.group(par.ep, par.expert_tp, cluster)
+    return comm.group(ep, expert_tp, cluster)
 
 
 def expert_dp_group(par: ParallelConfig, cluster: ClusterSpec) -> comm.Group:

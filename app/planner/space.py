@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.planner import comm, dispatch
+from app.planner import dispatch, layout
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 
 MAX_MICRO_BATCH = 32
@@ -434,14 +434,14 @@ def overlap_options(
     if pins.tp_comm_overlap is not None:
         tp_overlap = pins.tp_comm_overlap and tp > 1
     ep_overlap = can.ep_overlap and ep > 1 and recompute != "full" and (pp == 1 or vpp > 1)
-    flex = can.flex_dispatcher and ep > 1 and dispatch.flex_saves(model, comm.group(ep, etp or tp, cluster))
+    flex = can.flex_dispatcher and ep > 1 and dispatch.flex_saves(model, layout.expert_group(ep, etp or tp, cluster))
     dispatcher = pins.moe_token_dispatcher or ("flex" if flex else "alltoall")
     fp8 = training.precision == "fp8"
     recipe = training.fp8_recipe or ("mxfp8" if cluster.gpu.generation == "blackwell" else "tensorwise")
     return {
         "tp_comm_overlap": tp_overlap,
         "moe_ep_overlap": ep_overlap,
-        "moe_token_dispatcher": dispatcher if ep > 1 or pins.moe_token_dispatcher else "alltoall",
+        "moe_token_dispatcher": dispatcher,
         "fp8_recipe": recipe if fp8 else None,
         "grad_reduce_dtype": training.reduce_dtype,
     }
