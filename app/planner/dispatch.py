@@ -107,8 +107,9 @@ FLEX_MIN_SAVING = 0.05  # below this the flex dispatcher buys nothing worth its 
 def flex_saves(model: ModelSpec, g: comm.Group) -> bool:
     """Whether the flex dispatcher moves at least `FLEX_MIN_SAVING` less than alltoall over the EP group `g`, across
     the network where the group leaves its NVLink domain, else over NVLink: Mixtral's top-2 of 8 on EP8 inside a node
-    sends the same two copies either way; DeepSeek-V3's top-8 of 256 on EP8 about 5.3 instead of 7, and Kimi-K2's
-    384 experts on EP64 over eight nodes 4.6 copies across the network instead of 7."""
+    sends the same two copies either way; DeepSeek-V3's top-8 of 256 on EP8 3.2 instead of 7 (its 8 groups, 4
+    chosen; 4.6 without groups), and Kimi-K2's 384 experts on EP64 over eight nodes 4.6 copies across the network
+    instead of 7."""
     if g.size <= 1 or not model.is_moe:
         return False
     topk = model.moe_router_topk or 1
