@@ -1,0 +1,134 @@
+"""The cluster: nodes of identical GPUs, their links and NICs, hosts and storage."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator, model_validator
+
+from app.planner import catalog
+from app.planner.gpu import GPUSpec
+from app.planner.profile import ClusterProfile
+from app.planner.specs.common import Frozen, check_safe_name, check_safe_path
+
+
+class ClusterSpec(Frozen):
+    """Nodes of identical GPUs; bandwidths per GPU and per direction, in GB/s (bytes)."""
+
+    num_nodes: int = Field(description="Number of nodes.", ge=1, le=100_000)
+    gpus_per_node: int = Field(8, description="GPUs in each node.", ge=1, le=256)
+    gpu: GPUSpec = Field(description="GPU type: a catalogue name or custom numbers.")
+    intra_node_GBps: float | None = Field(
+        None,
+        ge=0.01,
+        le=100_000,
+        description="GPU-to-GPU bandwidth inside a node, per GPU and direction, GB/s "
+        "(default: the catalogue's NVLink figure).",
+    )
+    inter_node_GBps: float | None = Field(
+        None,
+        ge=0.001,
+        le=10_000,
+        description="Network bandwidth between nodes per GPU and direction, GB/s "
+        "(a 400 Gb/s NIC per GPU is 50 GB/s; default from the catalogue).",
+    )
+    nics: tuple[str, ...] = Field((), description="InfiniBand HCA names (e.g. mlx5_0 … mlx5_7), used for NCCL_IB_HCA.")
+    socket_ifname: str | None = Field(
+        None, description="Network interface for NCCL's bootstrap and sockets (NCCL_SOCKET_IFNAME), e.g. eth0."
+    )
+    hosts: tuple[str, ...] = Field((), description="Host names, one per node, head node first (optional).")
+    cpu_memory_GiB: float = Field(1024.0, ge=1, le=1_048_576, description="CPU memory per node, GiB (for offload).")
+    nvme_path: str | None = Field(None, description="Local NVMe mount for ZeRO-Infinity offload, e.g. /local_nvme.")
+    nvme_GBps: float = Field(6.0, ge=0.01, le=10_000, description="NVMe read/write bandwidth per node, GB/s.")
+    host_to_device_GBps: float | None = Field(
+        None,
+        ge=0.01,
+        le=10_000,
+        description="Pinned host↔GPU copy bandwidth per GPU, GB/s (default: the catalogue's PCIe).",
+    )
+    cpu_adam_params_per_s: float = Field(
+        1.0e9,
+        ge=1e3,
+        le=1e15,
+        description="CPU Adam updates per second per node (DeepSpeedCPUAdam), for offload plans.",
+    )
+    mtbf_hours: float | None = Field(
+        None,
+        ge=0.01,
+        le=10_000_000,
+        description="Mean time between failures of the whole job, hours (for the checkpoint interval and goodput; "
+        "default: 50,677 GPU-hours per failure, Llama 3's rate on 16,384 H100, divided by the job's GPUs).",
+    )
+    checkpoint_storage_GBps: float | None = Field(
+        None,
+        ge=0.001,
+        le=100_000,
+        description="Aggregate bandwidth of the checkpoint storage for the whole job, GB/s (default: 1 GB/s per "
+        "node, what Llama 3's 2 TB/s store gave each of its 2,048 nodes).",
+    )
+    restart_overhead_s: float | None = Field(
+        None,
+        ge=0,
+        le=86_400,
+        description="Seconds a restart costs besides loading the checkpoint: detection, rescheduling, start-up "
+        "and initialisation (default 300).",
+    )
+    profile: ClusterProfile | None = Field(
+        None,
+        description="A cluster profile from `python -m launcher probe`: measured GEMM, NCCL and copy "
+        "rates used in place of the catalogue's.",
+    )
+
+    @field_validator("gpu", mode="before")
+    @classmethod
+    def _resolve_gpu(cls, gpu: object) -> object:
+        """`gpu` may be a catalogue name, or {"preset": name, ...overrides}, or all GPUSpec fields."""
+        if isinstance(gpu, str):
+            return catalog.gpu(gpu)
+        if isinstance(gpu, dict) and "preset" in gpu:
+            base = catalog.gpu(str(gpu["preset"])).model_dump()
+            return {**base, **{k: v for k, v in gpu.items() if k != "preset"}}
+        return gpu
+
+    @model_validator(mode="after")
+    def _check(self) -> ClusterSpec:
+        for nic in self.nics:
+            check_safe_name("cluster.nics", nic)
+        for host in self.hosts:
+            check_safe_name("cluster.hosts", host)
+        if self.socket_ifname is not None:
+            check_safe_name("cluster.socket_ifname", self.socket_ifname)
+        if self.nvme_path is not None:
+            check_safe_path("cluster.nvme_path", self.nvme_path)
+        if self.hosts and len(self.hosts) != self.num_nodes:
+            raise ValueError(f"cluster.hosts lists {len(self.hosts)} hosts but num_nodes is {self.num_nodes}")
+        if len(set(self.hosts)) != len(self.hosts):
+            raise ValueError("cluster.hosts has duplicates")
+        return self
+
+    @property
+    def world_size(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+    @property
+    def nvlink_domain(self) -> int:
+        """GPUs that share the NVLink fabric: the node (or part of it), or a multi-node NVLink domain such as a
+        GB200 NVL72 rack of 18 trays, capped at the cluster."""
+        domain = self.gpu.nvlink_domain
+        if domain <= 1:
+            return 1
+        if self.gpu.nvlink_spans_nodes:
+            return min(domain, self.world_size)
+        return min(self.gpus_per_node, domain)
+
+    @property
+    def intra_bw(self) -> float:
+        """Bytes/s per GPU inside the NVLink domain."""
+        return (self.intra_node_GBps or self.gpu.nvlink_GBps) * 1e9
+
+    @property
+    def inter_bw(self) -> float:
+        """Bytes/s per GPU across nodes (or across NVLink domains)."""
+        return (self.inter_node_GBps or self.gpu.network_GBps) * 1e9
+
+    @property
+    def h2d_bw(self) -> float:
+        return (self.host_to_device_GBps or self.gpu.pcie_GBps) * 1e9
