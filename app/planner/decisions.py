@@ -4,8 +4,8 @@ The renderer formats these and never calls back into the cost model, so a stored
 forever (docs/conventions.md, "The Plan carries its decisions"). Each value names the code or document it
 follows:
 
-- ZeRO buckets, `overlap_comm` and the BF16_Optimizer choice are the memory model's own (`memory.zero_buckets`,
-  `memory.zero_overlap_comm`, `memory.deepspeed_uses_bf16_optimizer`), so ds_config.json configures exactly the
+- ZeRO buckets, `overlap_comm` and the BF16_Optimizer choice are the memory model's own (`states.zero_buckets`,
+  `states.zero_overlap_comm`, `states.deepspeed_uses_bf16_optimizer`), so ds_config.json configures exactly the
   buffers the estimate counted.
 - `sub_group_size` (ZeRO-3): DeepSpeed's NVMe optimizer swapper pins `buffer_count` (4) host buffers of the largest
   sub-group (deepspeed/runtime/swap_tensor/optimizer_utils.py, `SwapBufferManager(num_elems=largest_numel,
@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 
 from app.planner import layout as lay
-from app.planner.memory import deepspeed_uses_bf16_optimizer, zero_buckets, zero_overlap_comm
 from app.planner.results import (
     Decisions,
     DeepSpeedDecision,
@@ -31,6 +30,7 @@ from app.planner.results import (
     ZeroDecision,
 )
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
+from app.planner.states import deepspeed_uses_bf16_optimizer, zero_buckets, zero_overlap_comm
 
 # DeepSpeed's NVMe buffers as the memory model counts them (memory._offload_buffers: 4 x 1e8 fp32 optimizer
 # elements, 5 x 1e8 16-bit parameter elements); offload_config.py defaults: buffer_count 4 / 5, buffer_size 1e8.

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from app.planner import compute, rules, uncertainty
 from app.planner.layout import alike_stages, num_microbatches, stage_layer_kinds, stage_shapes
-from app.planner.memory import memory_estimate, stage_params
+from app.planner.memory import memory_estimate
 from app.planner.pipeline import pipeline_time
 from app.planner.results import Estimate, MemoryEstimate, TimeEstimate
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
+from app.planner.states import stage_params
 from app.planner.step import StageTime, layer_floor, optimizer_times, stage_recompute_floor, stage_time
 from app.planner.traffic import dp_exposed, sharding_floor
 

@@ -33,11 +33,9 @@ from app.planner import comm, compute, dispatch, layout
 from app.planner.activations import ACT, layer_bytes, routed_tokens
 from app.planner.attention import attention_shape
 from app.planner.layout import StageShape
-from app.planner.memory import (
-    deepspeed_uses_bf16_optimizer,
-)
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from app.planner.stack import GenerationCosts
+from app.planner.states import deepspeed_uses_bf16_optimizer, megatron_optimizer_bytes, optimizer_shards
 from app.planner.traffic import (
     fp32_accumulation,
     gather_per_layer_exposed,
@@ -306,8 +304,6 @@ def optimizer_times(
     stage_params_list: list[tuple[int, int]],
 ) -> tuple[float, float]:
     """(GPU optimizer step with the stack's host time per step, exposed offload work) for the slowest stage."""
-    from app.planner.memory import megatron_optimizer_bytes, optimizer_shards
-
     dense_n, expert_n = optimizer_shards(par, training)
     sharded = par.distributed_optimizer or par.zero_stage >= 1 or "fsdp" in training.software.can.sharding
     costs = training.software.generation(cluster.gpu.generation)

@@ -20,14 +20,14 @@ from app.planner import comm, compute, layout
 from app.planner.activations import ACT
 from app.planner.attention import attention_shape
 from app.planner.layout import StageShape
-from app.planner.memory import (
+from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
+from app.planner.states import (
     deepspeed_uses_bf16_optimizer,
     reduce_dtype,
     stage_params,
     zero_buckets,
     zero_overlap_comm,
 )
-from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 
 if TYPE_CHECKING:
     from app.planner.step import StageTime

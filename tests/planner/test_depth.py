@@ -9,9 +9,9 @@ from app.planner import PlanRequest, comm, params, plan, rules
 from app.planner import activations as act
 from app.planner.estimate import evaluate
 from app.planner.layout import StageShape
-from app.planner.memory import optimizer_shards, stage_params, stage_states
 from app.planner.specs import ClusterSpec, ParallelConfig, TrainingSpec
 from app.planner.stack import get as get_stack
+from app.planner.states import optimizer_shards, stage_params, stage_states
 from app.planner.step import _ep_comm
 
 from .conftest import preset

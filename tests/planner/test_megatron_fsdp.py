@@ -11,8 +11,8 @@ import pytest
 from app.planner import PlanRequest, comm, layout, plan, rules
 from app.planner.estimate import evaluate, time_estimate
 from app.planner.layout import stage_layer_kinds, stage_shapes
-from app.planner.memory import stage_params, stage_states
 from app.planner.specs import ClusterSpec, ParallelConfig, TrainingSpec
+from app.planner.states import stage_params, stage_states
 from tests.planner.conftest import preset
 
 LAYER = 4096 * 4096 * 2 + 4096 * 1024 * 2 + 3 * 4096 * 14336 + 2 * 4096

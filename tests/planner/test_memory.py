@@ -9,9 +9,10 @@ from app.planner import activations as act
 from app.planner import validation
 from app.planner.estimate import evaluate
 from app.planner.layout import StageShape
-from app.planner.memory import memory_estimate, stage_parts, stage_states, zero_buckets
+from app.planner.memory import memory_estimate, stage_parts
 from app.planner.pipeline import in_flight
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
+from app.planner.states import stage_states, zero_buckets
 
 from .conftest import korthikanti_training, preset
 

@@ -9,9 +9,9 @@ import pytest
 from app.planner import comm, compute, layout, stack
 from app.planner.estimate import evaluate, time_estimate
 from app.planner.layout import StageShape, stage_layer_kinds, stage_shapes
-from app.planner.memory import stage_params
 from app.planner.pipeline import pipeline_time
 from app.planner.specs import ClusterSpec, ParallelConfig, TrainingSpec
+from app.planner.states import stage_params
 from app.planner.step import stage_time
 from app.planner.traffic import zero3_regathered_fraction
 

@@ -11,8 +11,8 @@ from render_cases import fixed_result
 
 from app.planner import PlanRequest, plan
 from app.planner.decisions import decide
-from app.planner.memory import ZERO3_NVME_SUB_GROUP_SIZE
 from app.planner.results import PlanResult
+from app.planner.states import ZERO3_NVME_SUB_GROUP_SIZE
 from app.render import render
 
 RENDER = Path(__file__).resolve().parents[2] / "app" / "render"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from render_cases import fixed_result
 
-from app.planner.memory import deepspeed_uses_bf16_optimizer, zero_buckets
+from app.planner.states import deepspeed_uses_bf16_optimizer, zero_buckets
 from app.render import RenderOptions, render
 
 VARIANTS = (  # (request changes, parallel): every ZeRO stage, both 16-bit types, CPU and NVMe offload, DeepSpeed PP
