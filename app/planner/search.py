@@ -1,4 +1,4 @@
-"""The search: flat candidate generators (space.py), named pruning rules (rules.py), ranking by the objective.
+"""The search: flat candidate generators (space.py), named pruning rules (rules/), ranking by the objective.
 
 Candidates are the product of small generators over placements (TP, CP and its communication type, PP, VPP, the
 layer split, EP, expert TP), the sharding options of the stack, and micro-batch sizes. Each is checked against the

@@ -1,0 +1,215 @@
+"""Rules on the shape of a configuration: the world against the cluster, TP against the heads and the NVLink domain,
+the pipeline's layer split and layout string, the batch, interleaving, sequence, context and expert parallelism
+(Megatron-LM's validate_args, megatron-core's ModelParallelConfig/TransformerConfig `__post_init__`, DeepSpeed's
+pipeline engine)."""
+
+from __future__ import annotations
+
+from app.planner.layout import layout_vpp, num_microbatches, parse_layout, parse_layout_text
+from app.planner.rules.base import Ctx, Violation
+
+
+def world_fits_cluster(c: Ctx) -> Violation | None:
+    """The job uses at most the GPUs available, in whole nodes (or part of a single node)."""
+    p, g = c.par, c.cluster.gpus_per_node
+    w = p.world_size
+    if w > c.world_size:
+        return Violation(
+            "world_size", f"tp({p.tp}) * pp({p.pp}) * cp({p.cp}) * dp({p.dp}) = {w} > GPUs available({c.world_size})"
+        )
+    if w > g and w % g:
+        return Violation("whole_nodes", f"world size {w} is not a whole number of nodes of {g} GPUs")
+    return None
+
+
+def heads_divisible_by_tp(c: Ctx) -> Violation | None:
+    heads = c.model.num_attention_heads
+    if heads % c.par.tp:
+        return Violation("heads_divisible_by_tp", f"num_attention_heads({heads}) % tp({c.par.tp}) != 0")
+    return None
+
+
+def query_groups_fit_tp(c: Ctx) -> Violation | None:
+    """TransformerConfig: num_query_groups must be a multiple or a divisor of TP."""
+    g, t = c.model.num_query_groups or c.model.num_attention_heads, c.par.tp
+    if g % t and t % g:
+        return Violation("query_groups_fit_tp", f"num_query_groups({g}) is neither a multiple nor a divisor of tp({t})")
+    return None
+
+
+def tp_within_nvlink_domain(c: Ctx) -> Violation | None:
+    domain = c.cluster.nvlink_domain
+    if c.par.tp > domain and not c.training.allow_tp_across_nodes:
+        return Violation(
+            "tp_within_nvlink_domain",
+            f"tp({c.par.tp}) > GPUs sharing NVLink({domain}); set training.allow_tp_across_nodes to force it",
+        )
+    return None
+
+
+def pipeline_layers(c: Ctx) -> Violation | None:
+    """validate_args / TransformerConfig pipeline checks: even split, uneven first/last stages (each and every
+    middle stage divisible by VPP), account-for-embedding/loss (`(L + accounted) % (PP x VPP) == 0`), or a layout
+    string (stages a multiple of PP, VPP = stages / PP, E first and L last, `t` count = num_layers). DeepSpeed's
+    PipelineModule balances any layer count itself."""
+    p, L = c.par, c.model.num_layers
+    if p.pp > L:
+        return Violation("layers_divisible_by_pp", f"pp({p.pp}) > num_layers({L})")
+    if p.pipeline_layout is not None:
+        return _layout_rule(c)
+    if c.training.software.can.pipeline == "deepspeed":
+        return None if p.vpp == 1 else Violation("framework_support", "DeepSpeed's PipelineEngine has no interleaving")
+    uneven = p.first_stage_layers is not None or p.last_stage_layers is not None
+    accounted = int(p.account_for_embedding_in_pipeline_split) + int(p.account_for_loss_in_pipeline_split)
+    if uneven and accounted:
+        return Violation(
+            "uneven_stages", "first/last stage layers cannot be combined with account_for_embedding/loss (Megatron)"
+        )
+    if uneven:
+        return _uneven_rule(c)
+    n = L + accounted
+    if n % p.pp:
+        what = f"num_layers({L})" + (f" + accounted({accounted})" if accounted else "")
+        return Violation("layers_divisible_by_pp", f"{what} % pp({p.pp}) != 0")
+    if (n // p.pp) % p.vpp:
+        return Violation("layers_divisible_by_vpp", f"layers per stage({n // p.pp}) % vpp({p.vpp}) != 0")
+    return None
+
+
+def _uneven_rule(c: Ctx) -> Violation | None:
+    p, L = c.par, c.model.num_layers
+    if p.pp == 1:
+        return Violation("uneven_stages_need_pp", "first/last stage layers are set but pp is 1")
+    fixed = [x for x in (p.first_stage_layers, p.last_stage_layers) if x is not None]
+    middle_stages, rest = p.pp - len(fixed), L - sum(fixed)
+    if rest < 0 or (middle_stages == 0 and rest != 0) or (middle_stages and (rest % middle_stages or rest == 0)):
+        return Violation(
+            "uneven_stages",
+            f"num_layers({L}) - first/last({sum(fixed)}) = {rest} does not split "
+            f"evenly over the {middle_stages} middle stages",
+        )
+    counts = [*fixed, *([rest // middle_stages] if middle_stages else [])]
+    if any(n % p.vpp for n in counts):
+        return Violation("layers_divisible_by_vpp", f"stage layers {counts} not divisible by vpp({p.vpp})")
+    return None
+
+
+def _layout_rule(c: Ctx) -> Violation | None:
+    p, L = c.par, c.model.num_layers
+    assert p.pipeline_layout is not None
+    if not c.training.software.can.uneven_stages:
+        return Violation("framework_support", f"{c.training.software.label} takes no pipeline layout string")
+    try:
+        shapes = parse_layout(p.pipeline_layout, p.pp)
+        v = layout_vpp(p.pipeline_layout, p.pp)
+    except ValueError as exc:
+        return Violation("pipeline_layout", str(exc))
+    layers = sum(s.layers for s in shapes)
+    if layers != L:
+        return Violation("pipeline_layout", f"pipeline_layout places {layers} layers, num_layers is {L}")
+    if v != p.vpp:
+        return Violation("pipeline_layout", f"pipeline_layout has {v} virtual stages per rank, vpp is {p.vpp}")
+    return _layout_mtp_rule(c, p.pipeline_layout)
+
+
+def _layout_mtp_rule(c: Ctx, layout: str) -> Violation | None:
+    """PipelineParallelLayerLayout.validate_layer_layout: as many `m` as mtp_num_layers, after every decoder layer,
+    all in one virtual stage, which is its rank's last."""
+    want = c.model.mtp_num_layers
+    text = parse_layout_text(layout)
+    stages = text.split("|")
+    have = text.count("m")
+    if have != want:
+        return Violation("pipeline_layout", f"pipeline_layout has {have} MTP layers ('m'), mtp_num_layers is {want}")
+    if not want:
+        return None
+    if "t" in text[text.index("m") :]:
+        return Violation("pipeline_layout", "pipeline_layout: every decoder layer ('t') must come before the MTP ('m')")
+    holding = [i for i, s in enumerate(stages) if "m" in s]  # virtual stage i: rank i % pp, chunk i // pp
+    pp = c.par.pp
+    if len(holding) != 1 or holding[0] // pp != len(stages) // pp - 1:
+        return Violation(
+            "pipeline_layout",
+            "pipeline_layout: the MTP layers must all be in one virtual stage, the last one of its pipeline rank "
+            "(megatron-core pipeline_parallel_layer_layout.py)",
+        )
+    return None
+
+
+def batch_divisible(c: Ctx) -> Violation | None:
+    """num_microbatches_calculator: global_batch_size % (micro_batch_size * dp) == 0."""
+    gbs, mbs, dp = c.training.global_batch_size, c.par.micro_batch_size, c.par.dp
+    if gbs % (mbs * dp):
+        return Violation(
+            "global_batch_divisible", f"global_batch_size({gbs}) % (micro_batch_size({mbs}) * dp({dp})) != 0"
+        )
+    return None
+
+
+def interleaving_allowed(c: Ctx) -> Violation | None:
+    """Interleaved 1F1B needs PP > 1 and (with the default group size PP) micro-batches a multiple of PP."""
+    p = c.par
+    if p.vpp == 1:
+        return None
+    if p.pp == 1:
+        return Violation("vpp_needs_pp", f"vpp({p.vpp}) needs pp > 1")
+    if not c.training.software.can.interleaving:
+        return Violation("framework_support", f"vpp({p.vpp}): {c.training.software.label} has no interleaving")
+    m = num_microbatches(c.training, p)
+    if m % p.pp:
+        return Violation("interleaving_microbatches", f"num_microbatches({m}) % pp({p.pp}) != 0 (interleaved schedule)")
+    return None
+
+
+def sequence_parallel_needs_tp(c: Ctx) -> Violation | None:
+    if c.par.sequence_parallel and c.par.tp == 1:
+        return Violation("sequence_parallel_needs_tp", "sequence_parallel needs tp > 1 (ModelParallelConfig)")
+    return None
+
+
+def context_parallel(c: Ctx) -> Violation | None:
+    p, s = c.par, c.model.seq_length
+    if p.cp == 1:
+        return None
+    can = c.training.software.can.context_parallel
+    if p.cp_comm_type not in can:
+        what = f"cp_comm_type {p.cp_comm_type}" if can else "context parallelism"
+        return Violation("framework_support", f"cp({p.cp}): {c.training.software.label} has no {what}")
+    if s % (2 * p.cp):
+        return Violation("seq_divisible_by_2cp", f"seq_length({s}) % (2 * cp({p.cp})) != 0")
+    if not c.training.flash_attention:
+        return Violation("cp_needs_flash_attention", "context parallelism runs on fused (flash) attention only")
+    if p.cp_comm_type in ("a2a", "a2a+p2p"):
+        heads = c.model.num_attention_heads // p.tp
+        inner = p.hierarchical_cp_sizes[0] if p.hierarchical_cp_sizes else p.cp
+        if heads % inner:
+            return Violation(
+                "cp_heads", f"a2a context parallelism: heads per TP rank({heads}) % a2a size({inner}) != 0"
+            )
+    return None
+
+
+def expert_parallel(c: Ctx) -> Violation | None:
+    """validate_args: num_experts % EP == 0; parallel_state: TP*CP*DP must factor as ETP*EP*EDP."""
+    p, m = c.par, c.model
+    if p.ep == 1 and (p.etp is None or p.etp == p.tp):
+        return None
+    if not m.is_moe:
+        return Violation("ep_needs_moe", f"ep({p.ep}) > 1 but the model has no experts")
+    if (m.num_experts or 0) % p.ep:
+        return Violation("experts_divisible_by_ep", f"num_experts({m.num_experts}) % ep({p.ep}) != 0")
+    plane = p.tp * p.cp * p.dp
+    if plane % (p.expert_tp * p.ep):
+        return Violation("expert_grid", f"tp*cp*dp({plane}) % (etp({p.expert_tp}) * ep({p.ep})) != 0")
+    return None
+
+
+def enough_microbatches(c: Ctx) -> Violation | None:
+    m = c.training.global_batch_size // (c.par.micro_batch_size * c.par.dp)
+    if m < 1:
+        return Violation(
+            "global_batch_divisible",
+            f"global_batch_size({c.training.global_batch_size}) < "
+            f"micro_batch_size({c.par.micro_batch_size}) * dp({c.par.dp})",
+        )
+    return None
