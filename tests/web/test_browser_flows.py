@@ -158,8 +158,11 @@ def test_time_to_train_and_cost(page: Any, server: str, tmp_path: Path) -> None:
     assert "'abc' is not a number" in page.inner_text("#field-price")
     assert page.input_value("#in-price") == "abc" and page.input_value("#in-tokens") == "1e12"
     page.fill("#in-price", "2.5")
-    page.click("#cost-button")
-    row = page.locator("table.cost tbody tr").first.locator("td").all_inner_texts()
+    with page.expect_navigation():
+        page.click("#cost-button")
+    cells = page.locator("table.cost tbody tr").first.locator("td")
+    cells.nth(6).wait_for()  # all_inner_texts does not wait: under load it read a page still loading
+    row = cells.all_inner_texts()
     gpus, hours, cost = int(row[1]), float(row[5].replace(",", "")), float(row[6].replace(",", ""))
     assert gpus == 16 and cost == pytest.approx(2.5 * hours, rel=0.01)
     shots(page, tmp_path, "cost")
