@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
 
-from app.planner import space
+from app.planner import space, splits
 from app.planner.specs import PARALLEL_DEFAULTS, ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 
 
@@ -27,7 +27,7 @@ class Placement:
     ep: int
     vpp: int
     etp: int | None = None
-    split: space.Split = field(default_factory=space.Split)
+    split: splits.Split = field(default_factory=splits.Split)
     cp_comm: tuple[str, tuple[int, int] | None] = ("p2p", None)
     _fields: dict[str, dict[str, object]] = field(default_factory=dict, repr=False, compare=False)
     # configs made for this placement, by (micro-batch, recomputation, id of the sharding dict): the bounds, the
@@ -101,8 +101,10 @@ def _inner(
         space.etp_options(model, training, tp),
         space.cp_comm_options(model, cluster, training, tp, cp),
     ):
-        splits = model.memo(("splits", pp, vpp), partial(space.split_options, model, training, pp, vpp), training)
-        for split in splits:
+        layer_splits = model.memo(
+            ("splits", pp, vpp), partial(splits.split_options, model, training, pp, vpp), training
+        )
+        for split in layer_splits:
             yield Placement(tp, cp, pp, dp, ep, vpp, etp, split, cp_comm)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.planner import PlanRequest, plan, space
+from app.planner import PlanRequest, plan, splits
 from app.planner import params as pc
 from app.planner.compute import model_flops_per_token
 from app.planner.estimate import evaluate
@@ -86,7 +86,7 @@ def test_generated_layouts_carry_the_mtp_layer() -> None:
     """Megatron wants every MTP layer in a layout string; the search writes it beside the loss, and lightens the
     last virtual stage for it as NVIDIA does."""
     r = request(1)
-    layouts = [s.layout for s in space.split_options(r.model, r.training, 8, 2) if s.layout]
+    layouts = [s.layout for s in splits.split_options(r.model, r.training, 8, 2) if s.layout]
     assert layouts and all(x.endswith("mL") and x.count("m") == 1 for x in layouts)
     assert "Et*4|(t*4|)*14tmL" in layouts  # NVIDIA's, commas aside
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.planner import PlanRequest, plan, space
+from app.planner import PlanRequest, plan, space, splits
 from app.planner.api import feasible_layouts
 from app.planner.estimate import step_lower_bound, time_estimate
 from app.planner.layout import parse_layout
@@ -51,9 +51,9 @@ def test_nvidia_layout_strings_are_generated() -> None:
     """Llama-3 70B PP8 x VP5 (Megatron-Bridge: `Et*2|(t*2|)*34,t*3|(t*2|)*3,tL`) and the 61-layer Kimi-K2 /
     DeepSeek-V3 at PP16 x VP2 (`Et|(tt|)*30L`)."""
     bridge = parse_layout("Et*2|(t*2|)*34,t*3|(t*2|)*3,tL", 8)
-    assert [parse_layout(x, 8) for x in space._lighter_ends(80, 8, 5)] == [bridge]
-    assert parse_layout("Et|(tt|)*30L", 16) in [parse_layout(x, 16) for x in space._lighter_ends(61, 16, 2)]
-    assert space.layout_string([2, 2, 2, 3, 1]) == "Et*2|(t*2|)*2t*3|tL"
+    assert [parse_layout(x, 8) for x in splits._lighter_ends(80, 8, 5)] == [bridge]
+    assert parse_layout("Et|(tt|)*30L", 16) in [parse_layout(x, 16) for x in splits._lighter_ends(61, 16, 2)]
+    assert splits.layout_string([2, 2, 2, 3, 1]) == "Et*2|(t*2|)*2t*3|tL"
 
 
 @pytest.mark.parametrize("pp", [8, 16])
@@ -198,9 +198,9 @@ def test_blooms_split_is_generated_for_the_fork_that_has_it() -> None:
     fork = request("bloom-176b", 48, 2048, framework="megatron-deepspeed", stack="megatron-deepspeed-bigscience")
     upstream = request("bloom-176b", 48, 2048, framework="megatron-deepspeed")
     assert fork.model.num_layers == 70
-    methods = {s.partition for s in space.split_options(fork.model, fork.training, 12, 1)}
+    methods = {s.partition for s in splits.split_options(fork.model, fork.training, 12, 1)}
     assert methods == {None, "type:transformer|embedding"}
-    assert {s.partition for s in space.split_options(upstream.model, upstream.training, 12, 1)} == {None}
+    assert {s.partition for s in splits.split_options(upstream.model, upstream.training, 12, 1)} == {None}
     pls = [p for p in placements(fork.model, fork.cluster, fork.training, 384) if (p.tp, p.pp) == (4, 12)]
     assert any(p.split.partition == "type:transformer|embedding" for p in pls)
 
