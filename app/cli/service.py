@@ -1,0 +1,192 @@
+"""`trainplan serve`, `users` and `tokens`: the web service's start (with a first admin on an empty database) and
+its accounts."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from app.cli.common import fail, input_error
+from app.planner.errors import FieldError
+
+
+def _accounts(settings: Any = None) -> Any:
+    """The account store on DATABASE_URL (tables created if missing)."""
+    from app.settings import Settings
+    from app.store import AccountStore, PlanStore
+
+    settings = settings or Settings.from_env()
+    store = PlanStore(settings.database_url, settings.sqlite_synchronous)
+    store.init()
+    return AccountStore(store.engine)
+
+
+def first_admin(settings: Any) -> None:
+    """On a database without users: create `admin` with a generated password and say how to log in."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from app.store import AccountError
+    from app.store.hashing import new_password
+
+    try:
+        accounts = _accounts(settings)
+        if accounts.count_users():
+            return
+    except SQLAlchemyError as exc:  # the server's own start reports it (and retries under an orchestrator)
+        print(
+            f"trainplan: cannot check for users yet ({type(exc).__name__}); the server starts anyway", file=sys.stderr
+        )
+        return
+    password = new_password()
+    try:
+        accounts.add_user("admin", "admin", password, actor="first start")
+    except AccountError:  # another worker or replica made it first
+        return
+    token, _info = accounts.create_token("admin", "first start", actor="first start")
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
+    print(
+        f"trainplan: no users yet, so one was made. Log in at http://{host}:{settings.port}/login as\n"
+        f"    name: admin\n    password: {password}\n"
+        f"API token for scripts (Authorization: Bearer ...):\n    {token}\n"
+        "Shown once. Change them with `trainplan users passwd admin` and `trainplan tokens revoke "
+        f"{_info.id}`; add people with `trainplan users add NAME --role user`.",
+        flush=True,
+    )
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """The web service (uvicorn app.main:app); settings from the environment, host/port/workers also as flags."""
+    import uvicorn
+
+    from app.settings import ENV_NAMES, Settings
+
+    try:
+        settings = Settings.from_env(host=args.host, port=args.port, workers=args.workers)
+    except ValueError as exc:
+        return input_error(exc)
+    first_admin(settings)
+    # the app (in each worker) reads its settings from the environment: pass the flags on that way
+    os.environ.update(
+        {
+            ENV_NAMES["host"]: settings.host,
+            ENV_NAMES["port"]: str(settings.port),
+            ENV_NAMES["workers"]: str(settings.workers),
+        }
+    )
+    if settings.workers == 1:  # asyncio's own listening socket: TCP_NODELAY on every connection
+        uvicorn.run("app.main:app", host=settings.host, port=settings.port, log_level=settings.log_level)
+        return 0
+    from uvicorn.supervisors import Multiprocess
+
+    # uvicorn's --workers binds socket.socket(family) (protocol 0), on whose connections asyncio skips TCP_NODELAY:
+    # Nagle's algorithm and delayed ACKs then add ~40 ms to every keep-alive request (benchmarks/service_latency.py
+    # --keepalive). The same supervisor, on a socket that is TCP by protocol and has TCP_NODELAY set.
+    config = uvicorn.Config(
+        "app.main:app", host=settings.host, port=settings.port, workers=settings.workers, log_level=settings.log_level
+    )
+    Multiprocess(config, sockets=[tcp_listener(settings.host, settings.port)]).run()
+    return 0
+
+
+def tcp_listener(host: str, port: int) -> Any:
+    """The listening socket for several workers (uvicorn's supervisor hands it to each)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+def add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", help="address to bind (default: TRAINPLAN_HOST or 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port (default: TRAINPLAN_PORT or 8000)")
+    p.add_argument("--workers", type=int, help="worker processes (default: TRAINPLAN_WORKERS or 1)")
+
+
+def _secret(args: argparse.Namespace) -> tuple[str, bool]:
+    """(password, generated?): one line from stdin with --password-stdin, else a generated one."""
+    from app.store.hashing import new_password
+
+    if getattr(args, "password_stdin", False):
+        return sys.stdin.readline().rstrip("\n"), False
+    return new_password(), True
+
+
+def cmd_users(args: argparse.Namespace) -> int:
+    """users add|list|passwd|role|disable|enable."""
+    accounts = _accounts()
+    try:
+        if args.action == "list":
+            for u in accounts.users():
+                state = "disabled" if u.disabled else ("web login" if u.has_password else "tokens only")
+                print(f"{u.name:<24} {u.role:<10} {state:<12} since {u.created_at:%Y-%m-%d}")
+            return 0
+        if args.action in ("add", "passwd"):
+            password, generated = _secret(args)
+            if args.action == "add":
+                accounts.add_user(args.name, args.role, password)
+            else:
+                accounts.set_password(args.name, password)
+            print(f"{args.name}: password {password}" if generated else f"{args.name}: password set")
+        elif args.action == "role":
+            accounts.set_role(args.name, args.role)
+        else:
+            accounts.set_disabled(args.name, args.action == "disable")
+    except ValueError as exc:  # AccountError, or a password outside the length rules
+        return fail([FieldError("", str(exc))])
+    return 0
+
+
+def cmd_tokens(args: argparse.Namespace) -> int:
+    """tokens create|list|revoke."""
+    from app.store import AccountError
+
+    accounts = _accounts()
+    try:
+        if args.action == "create":
+            token, info = accounts.create_token(args.name, args.label)
+            print(token)
+            print(f"(token {info.id} for {info.user}; shown once, stored hashed)", file=sys.stderr)
+        elif args.action == "revoke":
+            accounts.revoke_token(args.id)
+        else:
+            for t in accounts.tokens(args.name):
+                state = f"revoked {t.revoked_at:%Y-%m-%d}" if t.revoked_at else "active"
+                print(f"{t.id}  {t.user:<24} {state:<18} {t.created_at:%Y-%m-%d}  {t.label}")
+    except AccountError as exc:
+        return fail([FieldError("", str(exc))])
+    return 0
+
+
+def add_account_arguments(name: str, p: argparse.ArgumentParser) -> None:
+    from app.store import ROLES
+
+    actions = p.add_subparsers(dest="action", required=True)
+    if name == "users":
+        add = actions.add_parser("add", help="create a user (prints a generated password)")
+        add.add_argument("name")
+        add.add_argument("--role", choices=ROLES, default="user")
+        add.add_argument("--password-stdin", action="store_true", help="read the password from stdin instead")
+        actions.add_parser("list", help="list users")
+        passwd = actions.add_parser("passwd", help="set a new password (prints a generated one)")
+        passwd.add_argument("name")
+        passwd.add_argument("--password-stdin", action="store_true", help="read the password from stdin instead")
+        role = actions.add_parser("role", help="change a user's role")
+        role.add_argument("name")
+        role.add_argument("role", choices=ROLES)
+        for verb in ("disable", "enable"):
+            actions.add_parser(verb, help=f"{verb} a user (disabling ends its sessions and tokens)").add_argument(
+                "name"
+            )
+        return
+    create = actions.add_parser("create", help="a new API token for a user (printed once)")
+    create.add_argument("name")
+    create.add_argument("--label", default="", help="what the token is for")
+    actions.add_parser("list", help="list tokens").add_argument("name", nargs="?")
+    actions.add_parser("revoke", help="revoke a token by its id").add_argument("id")
