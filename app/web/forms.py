@@ -101,12 +101,8 @@ def _stack_options() -> tuple[tuple[str, str], ...]:
 
 
 def build_fields() -> dict[str, list[FormField]]:
-    """The form, section by section."""
-    seq_help = ModelSpec.model_fields["seq_length"].description or ""
-    gpus = tuple((g.name, f"{g.name} ({g.memory_bytes / 2**30:.0f} GiB)") for g in catalog.gpus())
-    presets = tuple((p.name, p.label) for p in cluster_presets())
-    dims = spec_fields(ModelSpec, "model", overrides={k: {"default": v} for k, v in DIMS_DEFAULTS.items()})
-    dims_main, dims_more = _split(dims, MODEL_MAIN, "model.")
+    """The form, section by section: the model's, the cluster's, then those generated from the training, pin and
+    render specs (each split into the fields shown and those behind "more")."""
     training = spec_fields(
         TrainingSpec,
         "training",
@@ -117,11 +113,27 @@ def build_fields() -> dict[str, list[FormField]]:
         },
     )
     training_main, training_more = _split(training, TRAINING_MAIN, "training.")
-    pins = spec_fields(ParallelPins, "training.pinned", empty="search")
-    pins_main, pins_more = _split(pins, PINS_MAIN, "training.pinned.")
-    render = spec_fields(RenderOptions, "render")
-    render_main, render_more = _split(render, RENDER_MAIN, "render.")
-    cluster = spec_fields(ClusterSpec, "cluster", skip=("num_nodes", "gpu"))
+    pins_main, pins_more = _split(
+        spec_fields(ParallelPins, "training.pinned", empty="search"), PINS_MAIN, "training.pinned."
+    )
+    render_main, render_more = _split(spec_fields(RenderOptions, "render"), RENDER_MAIN, "render.")
+    return {
+        **_model_sections(),
+        **_cluster_sections(),
+        "training": training_main,
+        "training_more": training_more,
+        "pins": pins_main,
+        "pins_more": pins_more,
+        "render": render_main,
+        "render_more": render_more,
+    }
+
+
+def _model_sections() -> dict[str, list[FormField]]:
+    """The three ways to give the model: a preset, its dimensions, or a Hugging Face config.json."""
+    seq_help = ModelSpec.model_fields["seq_length"].description or ""
+    dims = spec_fields(ModelSpec, "model", overrides={k: {"default": v} for k, v in DIMS_DEFAULTS.items()})
+    dims_main, dims_more = _split(dims, MODEL_MAIN, "model.")
     return {
         "model_preset": [
             FormField(
@@ -157,6 +169,26 @@ def build_fields() -> dict[str, list[FormField]]:
             ),
             FormField("hf.name", "Name", "A label for the plan (default: config.json's _name_or_path).", "text"),
         ],
+    }
+
+
+def _cluster_sections() -> dict[str, list[FormField]]:
+    """The node count, then a node type from the presets or a custom node (a catalogue GPU whose numbers the
+    overrides change)."""
+    gpus = tuple((g.name, f"{g.name} ({g.memory_bytes / 2**30:.0f} GiB)") for g in catalog.gpus())
+    presets = tuple((p.name, p.label) for p in cluster_presets())
+    gpu = spec_field(
+        ClusterSpec,
+        "gpu",
+        "cluster",
+        kind="select",
+        options=gpus,
+        default="H100-SXM",
+        help="A catalogue GPU; change its numbers below.",
+    )
+    overrides = spec_fields(GPUSpec, "cluster.gpu", skip=("efficiency",), blank_defaults=True, empty="catalogue")
+    overrides += spec_fields(Efficiency, "cluster.gpu.efficiency", blank_defaults=True, empty="catalogue")
+    return {
         "cluster_common": [spec_field(ClusterSpec, "num_nodes", "cluster", default="2")],
         "cluster_preset": [
             FormField(
@@ -168,28 +200,8 @@ def build_fields() -> dict[str, list[FormField]]:
                 presets[0][0] if presets else "",
             )
         ],
-        "cluster_custom": [
-            spec_field(
-                ClusterSpec,
-                "gpu",
-                "cluster",
-                kind="select",
-                options=gpus,
-                default="H100-SXM",
-                help="A catalogue GPU; change its numbers below.",
-            ),
-            *cluster,
-        ],
-        "gpu_overrides": spec_fields(
-            GPUSpec, "cluster.gpu", skip=("efficiency",), blank_defaults=True, empty="catalogue"
-        )
-        + spec_fields(Efficiency, "cluster.gpu.efficiency", blank_defaults=True, empty="catalogue"),
-        "training": training_main,
-        "training_more": training_more,
-        "pins": pins_main,
-        "pins_more": pins_more,
-        "render": render_main,
-        "render_more": render_more,
+        "cluster_custom": [gpu, *spec_fields(ClusterSpec, "cluster", skip=("num_nodes", "gpu"))],
+        "gpu_overrides": overrides,
     }
 
 
