@@ -9,7 +9,7 @@ the ratio of the two (within one run, so the machine's speed cancels out):
 
 - `uvicorn --workers 2`: uvicorn's own multi-process mode (it binds a socket of protocol 0, on whose connections
   asyncio does not set TCP_NODELAY: Nagle's algorithm waits for the delayed ACK, ~40 ms per keep-alive request);
-- `trainplan serve --workers 2`: the same supervisor on a TCP listener with TCP_NODELAY (app/cli.py);
+- `trainplan serve --workers 2`: the same supervisor on a TCP listener with TCP_NODELAY (app/cli/service.py);
 - `trainplan serve`: one worker, the searches in the planner processes (the shipped default).
 
 Requests: GET /healthz (no database work but the ping) and GET /plans/{id} (one stored plan read back).
