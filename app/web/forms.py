@@ -12,8 +12,6 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel
-
 from app.planner import catalog
 from app.planner.errors import FieldError
 from app.planner.gpu import Efficiency, GPUSpec
@@ -400,7 +398,3 @@ def from_request(sections: dict[str, list[FormField]], raw: Mapping[str, Any], r
         options = RenderOptions.model_validate(render)
         values.update(values_of(sections["render"] + sections["render_more"], options, "render."))
     return values
-
-
-def dump(spec: BaseModel) -> dict[str, Any]:
-    return spec.model_dump(mode="json")
