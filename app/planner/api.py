@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import time
 
-from app.planner import __version__
+from app.planner import __version__, collector
 from app.planner.calibration import apply_profile, constants
 from app.planner.candidates import Found, SearchState
 from app.planner.decisions import decide
@@ -96,6 +96,11 @@ def _rank_key(training: TrainingSpec, f: Found, t: TimeEstimate) -> tuple[float,
 
 def plan(request: PlanRequest) -> PlanResult:
     """Search every parallel layout for the request and return the ranked feasible plans."""
+    with collector.paused():
+        return _plan(request)
+
+
+def _plan(request: PlanRequest) -> PlanResult:
     model, training = request.model, request.training
     cluster, notes = apply_profile(request.cluster, training)
     start = time.perf_counter()
@@ -140,7 +145,8 @@ def feasible_layouts(request: PlanRequest) -> list[ParallelConfig]:
     cluster, _notes = apply_profile(request.cluster, request.training)
     training = request.training
     state = SearchState()
-    _search(request.model, cluster, training, time.perf_counter() + training.search_time_limit_s, False, state)
+    with collector.paused():
+        _search(request.model, cluster, training, time.perf_counter() + training.search_time_limit_s, False, state)
     return [f.par for f in state.found]
 
 
