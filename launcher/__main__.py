@@ -1,7 +1,11 @@
-"""`python -m launcher`: see launcher/cli.py."""
+"""`python -m launcher`: see launcher/cli.py. Collection waits until the agents run (launcher/startup.py)."""
 
-import sys
+from launcher import startup
 
-from launcher.cli import main
+startup.defer_collection()
+
+import sys  # noqa: E402
+
+from launcher.cli import main  # noqa: E402
 
 sys.exit(main())

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, cast
 
+from launcher import startup
 from launcher.fields import PlanError
 from launcher.rundir import RunDirError
 
@@ -146,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     args.extra = extra
     if extra and args.verb not in ("run", "dry-run", "bench"):
         parser().error(f"extra script arguments after -- are only for run, dry-run and bench, not {args.verb}")
+    if args.verb != "run":  # `run` resumes collection once its agents run (launcher/startup.py)
+        startup.resume_collection()
     try:
         return VERBS[args.verb][0](args)
     except PlanError as exc:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-from launcher import procs
+from launcher import procs, startup
 from launcher.command import Command, is_local, launch_argv, with_max_restarts
 from launcher.events import EventLog
 from launcher.guardian import TOKEN_ENV, Guardian
@@ -164,6 +164,7 @@ class Runner:
         # of start-up): an agent that has just been exec'd has no children yet that could be orphaned, and the
         # guardian's sweep by TRAINPLAN_LAUNCH_ID (at close, or when we die) reaches even those that were.
         procs.make_subreaper()
+        startup.resume_collection()  # deferred by `python -m launcher` until the agents run
         if failed:
             self.log(failed)
             self.failed_rc = 127
