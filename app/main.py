@@ -14,7 +14,7 @@ from app.api import clusters_router, deadline_router, docs, errors, misc_router,
 from app.api.errors import error_response
 from app.api.limits import BodyLimitMiddleware
 from app.api.middleware import OriginCheckMiddleware, SecurityHeadersMiddleware
-from app.planner import __version__
+from app.planner import __version__, collector
 from app.planner.errors import FieldError
 from app.service.auth import RateLimiter
 from app.service.compute import PlannerPool
@@ -42,7 +42,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         store.init()  # creates the SQLite file (and ./var/) or the PostgreSQL tables on first start
         log.info("trainplan %s: plans in %s", __version__, store.engine.url.render_as_string(hide_password=True))
-        yield
+        with collector.settled():  # the loaded app out of the collector's walks (app/planner/collector.py)
+            yield
         pool.close()
         store.close()
 

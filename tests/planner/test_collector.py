@@ -79,3 +79,15 @@ def test_a_search_leaves_no_reference_cycles() -> None:
     result = plan(PlanRequest(**REQUEST))
     del result
     assert gc.collect() == 0
+
+
+def test_settled_freezes_the_start_and_spaces_collections_until_it_ends() -> None:
+    before_thresholds, before_frozen = gc.get_threshold(), gc.get_freeze_count()
+    kept = [object() for _ in range(100)]  # alive at the start: frozen
+    with collector.settled():
+        assert gc.get_threshold()[0] == collector.SERVICE_GEN0
+        assert gc.get_threshold()[1:] == before_thresholds[1:]
+        assert gc.get_freeze_count() >= before_frozen + len(kept)
+        assert gc.isenabled()  # the service keeps collecting (its pages leave a few cycles)
+    assert gc.get_threshold() == before_thresholds
+    assert gc.get_freeze_count() == 0
