@@ -23,7 +23,9 @@ def collecting() -> Iterator[None]:
     was = gc.isenabled()
     gc.enable()
     yield
-    if not was:
+    if was:  # as it was: a test that turned it off must not leave the rest of the session without collection
+        gc.enable()
+    else:
         gc.disable()
 
 
