@@ -4,8 +4,9 @@ A search allocates some 10^5 short-lived objects (configurations, stage times, m
 cycles: reference counting frees all of it (a 70B and a 1T MoE search leave 0 objects for `gc.collect()` to find).
 Yet every 700 allocations the collector starts, and its older generations traverse everything alive: the model's
 memo, the catalogue, pydantic's schemas. On Llama-2 70B over 256 H100 that was about 10 % of the search's CPU time,
-on a 1T MoE over 16,384 H100 about 24 % (alternating runs; docs/planner.md, "Search"). The collector is therefore paused while any search
-runs in the process (threads may run several: the last to finish resumes it) and left as it was found.
+on a 1T MoE over 16,384 H100 about 24 % (alternating runs; docs/planner.md, "Search"). The collector is therefore
+paused while any search runs in the process (threads may run several: the last to finish resumes it) and left as it
+was found.
 
 The web process allocates the same way when it draws a large stored plan (a PP64 x VPP2 result page builds some
 10^5 objects from the stored JSON and the charts), and leaves a few cycles (87 objects per page, Jinja's and
