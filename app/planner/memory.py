@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from app.planner import activations as act
 from app.planner import dispatch
 from app.planner.layout import StageShape, alike_stages, num_microbatches, stage_layer_kinds, stage_shapes
-from app.planner.pipeline import in_flight
+from app.planner.pipeline import in_flight, peak_live
 from app.planner.results import MemoryEstimate, StageMemory
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from app.planner.states import ZERO3_NVME_SUB_GROUP_SIZE, States, stage_states
@@ -36,38 +36,41 @@ def _stage_activations(
     shape: StageShape,
     dense: int,
     moe: int,
-    flight: float,
+    stage: int,
+    microbatches: int,
 ) -> float:
-    """Activations a stage holds at its peak: every in-flight micro-batch's kept tensors, plus the working set of
-    the layer being recomputed, the first stage's token ids and the last stage's logits."""
+    """Activations a stage holds at its peak: what each in-flight forward of each of its chunks keeps (chunks differ
+    when the embedding or the loss is a pipeline unit, or under a layout string: pipeline.live_chunks), plus the
+    working set of the layer being recomputed, the first stage's token ids and the last stage's logits."""
     per_dense = act.layer_bytes(model, par, training, moe=False)
     per_moe = act.layer_bytes(model, par, training, moe=True) if moe else 0.0
     layers = dense + moe
     kept = dense * per_dense + moe * per_moe
+    chunks = shape.chunks or (0,)
+    mean_layer = kept / layers if layers else 0.0
+    working = 0.0
     if par.recompute == "full" and layers:
-        chunks = max(1, len(shape.chunks))
-        recomputed = _recomputed_layers(par, layers / chunks) * chunks
-        mean_layer = kept / layers
         ckpt = act.checkpoint_bytes(model, par)
         if par.recompute_method == "uniform" and par.recompute_num_layers:
-            kept = (layers / par.recompute_num_layers) * ckpt
+            per_chunk = [n / par.recompute_num_layers * ckpt for n in chunks]
             working = par.recompute_num_layers * max(per_dense if dense else 0.0, per_moe)
         else:
-            kept = recomputed * ckpt + (layers - recomputed) * mean_layer
+            recomputed = [_recomputed_layers(par, n) for n in chunks]
+            per_chunk = [r * ckpt + (n - r) * mean_layer for n, r in zip(chunks, recomputed, strict=True)]
             working = max(per_dense if dense else 0.0, per_moe)
-        total = kept * flight + working
     elif par.cpu_offloading_num_layers and layers:
         # TE's offload handler copies an offloaded layer's saved tensors to the host after its forward and waits
         # for that copy at the end of the next layer's, so one offloaded layer is on the GPU besides the kept ones
         # (transformer_engine/pytorch/cpu_offload.py; PP 1, one micro-batch in flight)
         offloaded = min(par.cpu_offloading_num_layers, layers)
-        total = kept * flight * (layers - offloaded + 1) / layers
+        per_chunk = [n * mean_layer * (layers - offloaded + 1) / layers for n in chunks]
     else:
-        total = kept * flight
-    if shape.embedding:
-        total += act.embedding_stage_bytes(model, par) * flight
-    if shape.mtp:  # each MTP layer's embedding of the shifted tokens, its two norms and eh_proj's 2h input
-        total += shape.mtp * act.mtp_input_bytes(model, par) * flight
+        per_chunk = [n * mean_layer for n in chunks]
+    if shape.embedding:  # the first chunk's
+        per_chunk[0] += act.embedding_stage_bytes(model, par)
+    if shape.mtp:  # the last chunk's: each MTP layer's embedding of the shifted tokens, its two norms, eh_proj's input
+        per_chunk[-1] += shape.mtp * act.mtp_input_bytes(model, par)
+    total = peak_live(par, stage, microbatches, per_chunk) + working
     if shape.loss:  # the main logits and every MTP layer's (GPTModel._postprocess computes them all before backward)
         total += act.output_stage_bytes(model, par, training) * (1 + model.mtp_num_layers)
     return total
@@ -112,8 +115,9 @@ def _stage_bytes(
     """(states, micro-batches in flight, activations, static, backward peak, step peak, allocated, reserved, runtime)
     of one stage: `stage_parts` in numbers (the search's memory check reads only the total and the host bytes)."""
     states = stage_states(model, training, par, shape, dense, moe)
-    flight = in_flight(par, stage, max(1, num_microbatches(training, par)))
-    acts = _stage_activations(model, par, training, shape, dense, moe, flight)
+    microbatches = max(1, num_microbatches(training, par))
+    flight = in_flight(par, stage, microbatches)
+    acts = _stage_activations(model, par, training, shape, dense, moe, stage, microbatches)
     static = states.weights + states.grads + states.optimizer + states.buffers
     if par.tp_comm_overlap:  # Transformer Engine userbuffers: a [tokens, h] 16-bit buffer per overlapped GEMM
         static += 4 * 2.0 * model.seq_length // par.cp * par.micro_batch_size * model.hidden_size

@@ -8,24 +8,110 @@ One module for every consumer (memory, step time, the renderer's notes, the web 
 - Interleaved 1F1B (sec. 2.2.2): each rank runs v model chunks of 1/v of its layers; Megatron's warm-up is
   `(p - r - 1) x 2 + (v - 1) x p` chunk forwards plus the one in flight (schedules.py get_pp_rank_microbatches),
   so rank 0 holds `1 + (p - 1)/(p v)` times the 1F1B activations; the bubble shrinks to `(p - 1) x t_avg / v`.
+  With `--overlap-moe-expert-parallel-comm` the warm-up runs one forward more (the same function).
+- Which chunks those in-flight forwards belong to matters when a rank's chunks are not alike (the embedding or the
+  loss counted as a pipeline unit, a layout string): `live_chunks` replays Megatron's order (forwards through
+  `get_schedule_table`, backwards through the same table with the chunks reversed, one backward after each
+  steady-state forward) and returns the live forwards per chunk at every point where the peak can fall.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from app.planner.specs import ParallelConfig
 
 
 def in_flight(par: ParallelConfig, stage: int, microbatches: int) -> float:
-    """Micro-batches of activations stage `stage` holds at its peak, in units of the stage's full layer set."""
+    """Micro-batches of activations stage `stage` holds at its peak, in units of the stage's full layer set (exact
+    when the rank's chunks are alike; `live_chunks` says which chunks they are)."""
     p, v, m = par.pp, par.vpp, microbatches
     if p == 1:
         return 1.0
     if par.schedule == "1f1b":
         return float(min(p - stage, m))
-    chunks = min((p - stage - 1) * 2 + (v - 1) * p + 1, m * v)
-    return chunks / v
+    return min(warmup_forwards(par, stage, m) + 1, m * v) / v
+
+
+def warmup_forwards(par: ParallelConfig, stage: int, microbatches: int) -> int:
+    """Chunk forwards rank `stage` runs before its first backward (megatron/core/pipeline_parallel/schedules.py
+    get_pp_rank_microbatches); all of them when that is every forward of the step."""
+    p, v, m = par.pp, par.vpp, microbatches
+    if v == 1:
+        return min(m, p - stage - 1)
+    warm = (p - stage - 1) * 2 + (v - 1) * p + (1 if par.moe_ep_overlap else 0)
+    return min(warm, m * v)
+
+
+def live_chunks(par: ParallelConfig, stage: int, microbatches: int) -> tuple[tuple[int, ...], ...]:
+    """Live forwards per chunk on rank `stage` at each point where its activations can peak (right after a
+    forward), keeping only the points no other point exceeds in every chunk. One chunk: `(in_flight,)`."""
+    p, v, m = par.pp, par.vpp, microbatches
+    if p == 1 or v == 1 or par.schedule == "1f1b":
+        return ((round(in_flight(par, stage, m)),),)
+    return _live_chunks(v, m, p, warmup_forwards(par, stage, m))
+
+
+@functools.lru_cache(maxsize=4096)
+def _live_chunks(v: int, m: int, group: int, warm: int) -> tuple[tuple[int, ...], ...]:
+    table = [chunk for _, chunk in schedule_table(m, v, group)]
+    live = [0] * v
+    for chunk in table[:warm]:
+        live[chunk] += 1
+    if warm == len(table):  # every forward before the first backward
+        return (tuple(live),)
+    points = set()
+    for i in range(len(table) - warm):  # steady state: forward warm + i, then backward i
+        live[table[warm + i]] += 1
+        points.add(tuple(live))
+        live[v - 1 - table[i]] -= 1
+    return tuple(sorted(a for a in points if not any(b != a and _covers(b, a) for b in points)))
+
+
+def _covers(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """`a` holds at least as many forwards as `b` in every chunk."""
+    return all(x >= y for x, y in zip(a, b, strict=True))
+
+
+@functools.lru_cache(maxsize=1024)
+def schedule_table(microbatches: int, chunks: int, group: int) -> tuple[tuple[int, int], ...]:
+    """The (micro-batch, chunk) of each forward in the order a rank runs them: micro-batches through the chunks
+    in groups of `group` (microbatch_group_size_per_vp_stage, default p), the last group taking what is left
+    (schedules.py get_schedule_table); the k-th backward runs entry k with chunk `chunks - 1 - chunk`."""
+    out: list[tuple[int, int]] = []
+    for first in range(0, microbatches, group):
+        last = microbatches if first + group >= microbatches else first + group
+        out.extend((mb, chunk) for chunk in range(chunks) for mb in range(first, last))
+    return tuple(out)
+
+
+def peak_live(par: ParallelConfig, stage: int, microbatches: int, chunk_bytes: list[float]) -> float:
+    """The most bytes rank `stage` holds in in-flight forwards, given what one forward of each of its chunks keeps.
+    Chunks that keep alike are counted together, so alike chunks cost one multiplication (the search asks this for
+    every candidate's every distinct stage)."""
+    p, v, m = par.pp, par.vpp, microbatches
+    if p == 1 or v == 1 or par.schedule == "1f1b" or len(chunk_bytes) != v:
+        return in_flight(par, stage, m) * sum(chunk_bytes)
+    values: dict[float, int] = {}
+    groups = tuple(values.setdefault(b, len(values)) for b in chunk_bytes)
+    if len(values) == 1:
+        return min(warmup_forwards(par, stage, m) + 1, m * v) * chunk_bytes[0]
+    weights = list(values)
+    return max(
+        sum(n * w for n, w in zip(point, weights, strict=True))
+        for point in _grouped_points(v, m, p, warmup_forwards(par, stage, m), groups)
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _grouped_points(v: int, m: int, group: int, warm: int, groups: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """`_live_chunks` summed over the chunks of each group, keeping the points no other exceeds in every group."""
+    sums = {
+        tuple(sum(n for n, g in zip(point, groups, strict=True) if g == k) for k in range(max(groups) + 1))
+        for point in _live_chunks(v, m, group, warm)
+    }
+    return tuple(sorted(a for a in sums if not any(b != a and _covers(b, a) for b in sums)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,29 +142,17 @@ def schedule_slots(par: ParallelConfig, microbatches: int) -> list[list[tuple[st
     """Per rank, the order of (F|B, micro-batch, chunk) the schedule runs: warm-up forwards, steady 1F1B pairs,
     cool-down backwards (Megatron's forward_backward_pipelining_with/without_interleaving). For charts."""
     p, v, m = par.pp, par.vpp, microbatches
+    table = schedule_table(m, v, p)
     out: list[list[tuple[str, int, int]]] = []
-    total = m * v
     for rank in range(p):
-        warm = min(total, (p - rank - 1) * 2 + (v - 1) * p) if v > 1 else min(m, p - rank - 1)
-        fwd = [_chunk_of(k, p, v) for k in range(total)]
-        bwd = [_chunk_of(k, p, v, backward=True) for k in range(total)]
-        order: list[tuple[str, int, int]] = [("F", *fwd[k]) for k in range(warm)]
-        f, b = warm, 0
-        while b < total:
-            if f < total:
-                order.append(("F", *fwd[f]))
+        warm = warmup_forwards(par, rank, m)
+        order: list[tuple[str, int, int]] = [("F", *table[k]) for k in range(warm)]
+        f = warm
+        for b in range(len(table)):
+            if f < len(table):
+                order.append(("F", *table[f]))
                 f += 1
-            order.append(("B", *bwd[b]))
-            b += 1
+            mb, chunk = table[b]
+            order.append(("B", mb, v - 1 - chunk))
         out.append(order)
     return out
-
-
-def _chunk_of(k: int, p: int, v: int, backward: bool = False) -> tuple[int, int]:
-    """The (micro-batch, chunk) of the k-th forward (or backward) on a rank: micro-batches go through the chunks
-    in groups of p (Megatron's microbatch_group_size_per_vp_stage = p)."""
-    if v == 1:
-        return k, 0
-    group, within = divmod(k, p * v)
-    chunk = within // p
-    return group * p + within % p, (v - 1 - chunk) if backward else chunk
