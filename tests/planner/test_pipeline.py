@@ -12,7 +12,9 @@ from app.planner import activations as act
 from app.planner.layout import stage_shapes
 from app.planner.memory import stage_parts
 from app.planner.pipeline import in_flight, live_chunks, schedule_slots, schedule_table, warmup_forwards
-from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
+from app.planner.specs import ClusterSpec, ParallelConfig, TrainingSpec
+
+from .conftest import preset
 
 CASES = [(4, 2, 8), (4, 2, 16), (4, 3, 12), (8, 4, 8), (16, 8, 32), (4, 1, 6), (2, 4, 6)]
 
@@ -81,17 +83,8 @@ def test_embedding_and_loss_chunks_at_pp16_vpp8() -> None:
     assert max(sum(point[:7]) for point in last) == 113
     assert max(point[7] for point in last) == 1
 
-    model = ModelSpec(
-        num_layers=126,
-        hidden_size=16384,
-        num_attention_heads=128,
-        num_query_groups=8,
-        ffn_hidden_size=53248,
-        vocab_size=128256,
-        seq_length=8192,
-        swiglu=True,
-        untie_embeddings_and_output_weights=True,
-    )
+    model = preset("llama-3-405b", seq_length=8192)
+    assert (model.num_layers, model.hidden_size, model.ffn_hidden_size) == (126, 16384, 53248)
     cluster = ClusterSpec(num_nodes=1024, gpu="H100-SXM")
     training = TrainingSpec(global_batch_size=2048)
     par = par.model_copy(update={"dp": 64})
