@@ -61,12 +61,13 @@ def _shard_group(par: ParallelConfig, cluster: ClusterSpec, training: TrainingSp
 
 
 def recomputed_fraction(par: ParallelConfig, shape: StageShape) -> float:
-    """Share of a stage's layers fully recomputed (`--recompute-num-layers` per chunk with the block method)."""
+    """Share of a stage's layers fully recomputed (`--recompute-num-layers` per chunk with the block method: the
+    first N layers of every chunk, all of a chunk shorter than N)."""
     if par.recompute != "full":
         return 0.0
     if par.recompute_method == "block" and par.recompute_num_layers is not None:
-        per_chunk = shape.layers / max(1, len(shape.chunks))
-        return min(1.0, par.recompute_num_layers / per_chunk) if per_chunk else 0.0
+        n = par.recompute_num_layers
+        return sum(min(n, layers) for layers in shape.chunks) / shape.layers if shape.layers else 0.0
     return 1.0
 
 

@@ -9,10 +9,11 @@ from types import SimpleNamespace
 import pytest
 
 from app.planner import activations as act
-from app.planner.layout import stage_shapes
+from app.planner.layout import StageShape, stage_shapes
 from app.planner.memory import stage_parts
 from app.planner.pipeline import in_flight, live_chunks, schedule_slots, schedule_table, warmup_forwards
 from app.planner.specs import ClusterSpec, ParallelConfig, TrainingSpec
+from app.planner.traffic import recomputed_fraction
 
 from .conftest import preset
 
@@ -99,3 +100,14 @@ def test_embedding_and_loss_chunks_at_pp16_vpp8() -> None:
     assert rank15.activations == pytest.approx(113 * layer + head)
     middle = stage_parts(model, cluster, training, par, shapes[1], 8, 0, 1)  # alike chunks: 141 forwards of 1 layer
     assert middle.activations == pytest.approx(141 * layer)
+
+
+def test_block_recompute_counts_each_chunk() -> None:
+    """`--recompute-method block --recompute-num-layers N` recomputes the first N layers of every chunk: a rank with
+    chunks of 3 and 5 layers and N = 4 recomputes 3 + 4 = 7 of its 8 (the chunk average, 4 of 4, said all)."""
+    par = ParallelConfig(pp=2, vpp=2, recompute="full", recompute_method="block", recompute_num_layers=4)
+    assert recomputed_fraction(par, StageShape((3, 5), False, False)) == pytest.approx(7 / 8)
+    assert recomputed_fraction(par, StageShape((4, 4), False, False)) == 1.0
+    assert (
+        recomputed_fraction(par.model_copy(update={"recompute_num_layers": 2}), StageShape((3, 5), True, False)) == 0.5
+    )
