@@ -7,6 +7,7 @@ from pydantic import ValidationError
 
 from app.planner import PlanRequest, catalog
 from app.planner.errors import field_errors
+from app.planner.estimate import evaluate
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 
 
@@ -94,7 +95,19 @@ def test_gpu_preset_with_overrides() -> None:
 
 def test_catalogue_has_every_gpu_with_a_source() -> None:
     names = {g.name for g in catalog.gpus()}
-    assert names == {"A100-40GB", "A100-80GB", "H100-SXM", "H100-PCIe", "H200", "B200", "GB200", "L40S", "MI300X"}
+    assert names == {
+        "A100-40GB",
+        "A100-80GB",
+        "A800-80GB",
+        "H100-SXM",
+        "H100-PCIe",
+        "H800",
+        "H200",
+        "B200",
+        "GB200",
+        "L40S",
+        "MI300X",
+    }
     assert catalog.gpu("GB200").nvlink_spans_nodes and not catalog.gpu("H100-SXM").nvlink_spans_nodes
     for g in catalog.gpus():
         assert g.source and g.memory_bytes > 30 * 2**30 and g.bf16_TFLOPs > 100
@@ -164,3 +177,22 @@ def test_layer_keys_follow_the_fields_a_layer_reads() -> None:
     assert base.layer_key != base.model_copy(update={"recompute": "full"}).layer_key
     assert base.state_key == base.model_copy(update={"micro_batch_size": 8}).state_key
     assert base.state_key != base.model_copy(update={"dp": 8}).state_key
+
+
+@pytest.mark.parametrize(("capped", "full"), [("H800", "H100-SXM"), ("A800-80GB", "A100-80GB")])
+def test_export_variants_differ_only_in_nvlink(capped: str, full: str) -> None:
+    """H800 and A800 are the H100 SXM's and A100 80GB's silicon with NVLink cut to 400 GB/s bidirectional: the same
+    rates and memory, so a plan that moves nothing over NVLink runs alike, and TP traffic takes 450/200 (300/200) as
+    long on its bandwidth term."""
+    a, b = catalog.gpu(capped), catalog.gpu(full)
+    same = ("generation", "memory_bytes", "bf16_TFLOPs", "fp8_TFLOPs", "hbm_TBps", "network_GBps", "nvlink_domain")
+    assert all(getattr(a, f) == getattr(b, f) for f in same)
+    assert a.nvlink_GBps == 200 and b.nvlink_GBps > 200
+    model = ModelSpec(**catalog.model_fields("llama-2-70b"))
+    training = TrainingSpec(global_batch_size=64)
+    times = {}
+    for name in (capped, full):
+        cluster = ClusterSpec(num_nodes=1, gpu=name)
+        one = evaluate(model, cluster, training, ParallelConfig(tp=8, micro_batch_size=1, sequence_parallel=True))
+        times[name] = one.time.breakdown["tp_comm_s"]
+    assert times[capped] / times[full] == pytest.approx(b.nvlink_GBps / a.nvlink_GBps, rel=0.1)

@@ -197,7 +197,8 @@ def test_plan_list_search_csv_and_delete(page: Any, server: str, tmp_path: Path)
     pid = url.rsplit("/", 1)[1]
     page.goto(f"{server}/recent")
     page.fill("#f-q", pid)
-    page.click("#filter-button")
+    with page.expect_navigation():  # count the filtered page's rows once it has loaded, not while it loads
+        page.click("#filter-button")
     assert page.locator("table.plans tbody tr").count() == 1
     shots(page, tmp_path, "plans")
     with page.expect_download() as download:
