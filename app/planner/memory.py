@@ -19,6 +19,7 @@ from app.planner.pipeline import in_flight, peak_live
 from app.planner.results import MemoryEstimate, StageMemory
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from app.planner.states import ZERO3_NVME_SUB_GROUP_SIZE, States, stage_states
+from app.planner.traffic import recomputed_layers
 
 
 def static_bytes(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, stage: int) -> float:
@@ -55,7 +56,7 @@ def _stage_activations(
             per_chunk = [n / par.recompute_num_layers * ckpt for n in chunks]
             working = par.recompute_num_layers * max(per_dense if dense else 0.0, per_moe)
         else:
-            recomputed = [_recomputed_layers(par, n) for n in chunks]
+            recomputed = [recomputed_layers(par, n) for n in chunks]
             per_chunk = [r * ckpt + (n - r) * mean_layer for n, r in zip(chunks, recomputed, strict=True)]
             working = max(per_dense if dense else 0.0, per_moe)
     elif par.cpu_offloading_num_layers and layers:
@@ -74,13 +75,6 @@ def _stage_activations(
     if shape.loss:  # the main logits and every MTP layer's (GPTModel._postprocess computes them all before backward)
         total += act.output_stage_bytes(model, par, training) * (1 + model.mtp_num_layers)
     return total
-
-
-def _recomputed_layers(par: ParallelConfig, chunk_layers: float) -> float:
-    """Layers per chunk fully recomputed: `--recompute-num-layers` with the block method, else all."""
-    if par.recompute_method == "block" and par.recompute_num_layers is not None:
-        return min(float(par.recompute_num_layers), chunk_layers)
-    return chunk_layers
 
 
 @dataclass(frozen=True, slots=True)

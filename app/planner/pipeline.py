@@ -18,6 +18,7 @@ One module for every consumer (memory, step time, the renderer's notes, the web 
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from app.planner.specs import ParallelConfig
@@ -55,23 +56,37 @@ def live_chunks(par: ParallelConfig, stage: int, microbatches: int) -> tuple[tup
 
 @functools.lru_cache(maxsize=4096)
 def _live_chunks(v: int, m: int, group: int, warm: int) -> tuple[tuple[int, ...], ...]:
-    table = [chunk for _, chunk in schedule_table(m, v, group)]
-    live = [0] * v
-    for chunk in table[:warm]:
+    live, points, forwards = [0] * v, set(), 0
+    for kind, _, chunk in _order(m, v, group, warm):
+        if kind == "B":
+            live[chunk] -= 1
+            continue
         live[chunk] += 1
-    if warm == len(table):  # every forward before the first backward
-        return (tuple(live),)
-    points = set()
-    for i in range(len(table) - warm):  # steady state: forward warm + i, then backward i
-        live[table[warm + i]] += 1
-        points.add(tuple(live))
-        live[v - 1 - table[i]] -= 1
+        forwards += 1
+        if forwards > warm or forwards == m * v:  # the peak falls right after a forward past the warm-up
+            points.add(tuple(live))
+    return _maximal(points)
+
+
+def _maximal(points: set[tuple[int, ...]]) -> tuple[tuple[int, ...], ...]:
+    """The points no other point exceeds or equals in every coordinate, sorted."""
     return tuple(sorted(a for a in points if not any(b != a and _covers(b, a) for b in points)))
 
 
 def _covers(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     """`a` holds at least as many forwards as `b` in every chunk."""
     return all(x >= y for x, y in zip(a, b, strict=True))
+
+
+def _order(m: int, v: int, group: int, warm: int) -> Iterator[tuple[str, int, int]]:
+    """(F|B, micro-batch, chunk) in the order one rank runs them: `warm` forwards, then a forward and a backward at a
+    time, then the remaining backwards."""
+    table = schedule_table(m, v, group)
+    yield from (("F", *table[k]) for k in range(warm))
+    for b, (mb, chunk) in enumerate(table):
+        if warm + b < len(table):
+            yield ("F", *table[warm + b])
+        yield ("B", mb, v - 1 - chunk)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -91,12 +106,10 @@ def peak_live(par: ParallelConfig, stage: int, microbatches: int, chunk_bytes: l
     Chunks that keep alike are counted together, so alike chunks cost one multiplication (the search asks this for
     every candidate's every distinct stage)."""
     p, v, m = par.pp, par.vpp, microbatches
-    if p == 1 or v == 1 or par.schedule == "1f1b" or len(chunk_bytes) != v:
-        return in_flight(par, stage, m) * sum(chunk_bytes)
     values: dict[float, int] = {}
     groups = tuple(values.setdefault(b, len(values)) for b in chunk_bytes)
-    if len(values) == 1:
-        return min(warmup_forwards(par, stage, m) + 1, m * v) * chunk_bytes[0]
+    if p == 1 or v == 1 or par.schedule == "1f1b" or len(chunk_bytes) != v or len(values) == 1:
+        return in_flight(par, stage, m) * sum(chunk_bytes)  # one chunk, or all alike
     weights = list(values)
     return max(
         sum(n * w for n, w in zip(point, weights, strict=True))
@@ -111,7 +124,7 @@ def _grouped_points(v: int, m: int, group: int, warm: int, groups: tuple[int, ..
         tuple(sum(n for n, g in zip(point, groups, strict=True) if g == k) for k in range(max(groups) + 1))
         for point in _live_chunks(v, m, group, warm)
     }
-    return tuple(sorted(a for a in sums if not any(b != a and _covers(b, a) for b in sums)))
+    return _maximal(sums)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,17 +155,4 @@ def schedule_slots(par: ParallelConfig, microbatches: int) -> list[list[tuple[st
     """Per rank, the order of (F|B, micro-batch, chunk) the schedule runs: warm-up forwards, steady 1F1B pairs,
     cool-down backwards (Megatron's forward_backward_pipelining_with/without_interleaving). For charts."""
     p, v, m = par.pp, par.vpp, microbatches
-    table = schedule_table(m, v, p)
-    out: list[list[tuple[str, int, int]]] = []
-    for rank in range(p):
-        warm = warmup_forwards(par, rank, m)
-        order: list[tuple[str, int, int]] = [("F", *table[k]) for k in range(warm)]
-        f = warm
-        for b in range(len(table)):
-            if f < len(table):
-                order.append(("F", *table[f]))
-                f += 1
-            mb, chunk = table[b]
-            order.append(("B", mb, v - 1 - chunk))
-        out.append(order)
-    return out
+    return [list(_order(m, v, p, warmup_forwards(par, rank, m))) for rank in range(p)]

@@ -60,15 +60,21 @@ def _shard_group(par: ParallelConfig, cluster: ClusterSpec, training: TrainingSp
     return railed(layout.dp_group(par, cluster), training)
 
 
+def recomputed_layers(par: ParallelConfig, chunk_layers: int) -> int:
+    """Layers of one chunk a full recomputation recomputes: with the block method the first
+    `--recompute-num-layers` (all of a chunk shorter than that), else all."""
+    if par.recompute_method == "block" and par.recompute_num_layers is not None:
+        return min(par.recompute_num_layers, chunk_layers)
+    return chunk_layers
+
+
 def recomputed_fraction(par: ParallelConfig, shape: StageShape) -> float:
-    """Share of a stage's layers fully recomputed (`--recompute-num-layers` per chunk with the block method: the
-    first N layers of every chunk, all of a chunk shorter than N)."""
+    """Share of a stage's layers fully recomputed, chunk by chunk (`recomputed_layers`)."""
     if par.recompute != "full":
         return 0.0
-    if par.recompute_method == "block" and par.recompute_num_layers is not None:
-        n = par.recompute_num_layers
-        return sum(min(n, layers) for layers in shape.chunks) / shape.layers if shape.layers else 0.0
-    return 1.0
+    if par.recompute_method != "block" or par.recompute_num_layers is None:
+        return 1.0
+    return sum(recomputed_layers(par, n) for n in shape.chunks) / shape.layers if shape.layers else 0.0
 
 
 def fp32_accumulation(
