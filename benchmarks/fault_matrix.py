@@ -49,6 +49,7 @@ from faultlib import (
     two_hosts,
 )
 
+from launcher.linger import TERM_S
 from launcher.watchdog import Limits
 
 POLL_S = Limits.from_plan(fault_plan("x")).poll_s  # type: ignore[union-attr]
@@ -441,6 +442,38 @@ def slow_link(work: Path) -> Outcome:
     )
 
 
+def agent_missing_at_exit(work: Path) -> Outcome:
+    """Node 1's torchrun agent is stopped (SIGSTOP) while its rank trains on: the training ends everywhere, and
+    node 0's agent waits in torch's exit barrier for an agent that never comes (torch: 300 s). Each launcher ends
+    its node's lingering agent at the plan's bound (`Limits.exit_wait`) and exits 0."""
+    with two_hosts(f"x{os.getpid() % 10000}") as ns:
+        runs = _two_node_runs(work, ns, "exit-barrier", steps=8, restarts=0)
+        runs[0].wait_step(2)
+        agent = int(runs[1].wait_event(r"node 1: started pid \d+", 10)[1].rsplit("pid ", 1)[1])
+        os.kill(agent, signal.SIGSTOP)
+        t0 = runs[0].wait_event(r"exited: rank 0 .* exited with code 0", 60)[0]
+        detected = runs[0].wait_event(r"worker\(s\) exited 0 .* ago", 60, t0)
+        codes, orphans = _finish_all(runs)
+        ended = max(r.wait_event(r"^job finished", 1, t0)[0] for r in runs)
+    bound = Limits.from_plan(runs[0].plan).exit_wait()[0]  # type: ignore[union-attr]
+    limit = bound + TERM_S + POLL_S + 1.0
+    return Outcome(
+        "an agent missing at torch's exit barrier (SIGSTOP of node 1's agent)",
+        detected[0] - t0,
+        None,
+        0,
+        orphans,
+        max(codes, key=abs),
+        detected[1],
+        {
+            "both exit 0": codes == [0, 0],
+            f"both done within {limit:.1f} s of the training's end": ended - t0 <= limit,
+            "node 0 named": detected[1].startswith("node 0: "),
+            "node 1's stopped agent ended": runs[1].event(r"^node 1: all 1 worker\(s\) exited 0", t0) is not None,
+        },
+    )
+
+
 FAULTS: dict[str, tuple[Fault, str | None]] = {  # name -> (fault, what it needs)
     "worker-sigkill": (worker_sigkill, None),
     "agent-sigkill": (agent_sigkill, None),
@@ -449,6 +482,7 @@ FAULTS: dict[str, tuple[Fault, str | None]] = {  # name -> (fault, what it needs
     "store-lost": (rendezvous_store_lost, "netns"),
     "link-down": (link_down, "netns"),
     "slow-link": (slow_link, "netns"),
+    "agent-missing-at-exit": (agent_missing_at_exit, "netns"),
     "disk-full": (disk_full_at_checkpoint, "root"),
     "sigterm": (signal_to_launcher(signal.SIGTERM), None),
     "sigint": (signal_to_launcher(signal.SIGINT), None),

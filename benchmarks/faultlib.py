@@ -132,7 +132,7 @@ class Run:
         name: str = "out",
     ) -> None:
         work.mkdir(parents=True, exist_ok=True)
-        self.work, self.plan_path = work, work / "plan.json"
+        self.work, self.plan, self.plan_path = work, plan, work / "plan.json"
         self.run_dir = run_dir or work / "run"
         self.out = work / f"{name}.txt"
         dump(plan, self.plan_path)

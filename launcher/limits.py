@@ -71,6 +71,16 @@ class Limits:
             how = f"{self.k:g} x {seen:.3g} s slowest recent step{per} + {self.floor_s:g} s floor"
         return self.k * max(predicted, seen) * steps + self.floor_s, how
 
+    def exit_wait(self) -> tuple[float, str]:
+        """(seconds, how they were derived) an agent may outlive its workers once all of them exited 0
+        (launcher/linger.py): the longer of a step's timeout and a checkpoint save's, which is all the other nodes'
+        ranks may still be doing after the job's last collective."""
+        step = self.k * (self.step_high_s or 0.0) + self.floor_s
+        if step >= self.checkpoint_s:
+            high = self.step_high_s or 0.0
+            return step, f"{self.k:g} x {high:.3g} s predicted step upper bound + {self.floor_s:g} s floor"
+        return self.checkpoint_s, "the checkpoint-save timeout"
+
     @property
     def poll_s(self) -> float:
         shortest = min(self.floor_s + self.k * (self.step_high_s or 0.0), self.checkpoint_s)

@@ -35,6 +35,7 @@ from launcher.guardian import TOKEN_ENV, Guardian
 if TYPE_CHECKING:  # imported where used, once the agents run: not on the way to their start (below)
     from launcher.follow import Follower
     from launcher.limits import Limits
+    from launcher.linger import Linger
     from launcher.watch import WorkerWatch
     from launcher.watchdog import Hang, ProgressWatch
 
@@ -55,6 +56,7 @@ class Running:
     follower: Follower | None
     tail: bytearray = field(default_factory=bytearray)
     pipe_open: bool = True
+    linger: Linger | None = None  # its workers all exited 0 while it still runs (torchrun's exit barrier)
 
 
 @dataclass(frozen=True)
@@ -260,6 +262,7 @@ class Runner:
             waits.append(max(0.0, self.next_poll - time.monotonic()))
         if self.stop_deadline is not None:
             waits.append(max(0.0, self.stop_deadline - time.monotonic()))
+        waits += [max(0.0, linger.deadline() - time.monotonic()) for _, linger in self._lingering()]
         return min(waits) if waits else None
 
     def _step(self) -> None:
@@ -285,6 +288,9 @@ class Runner:
             self.next_poll = max(min([now + self.policy.limits.poll_s, *deadlines]), now + DEADLINE_SLACK_S)
         if self.stop_deadline is not None and time.monotonic() >= self.stop_deadline:
             self._kill_all()
+        for r, linger in self._lingering():
+            others = [o.command.node_rank for o in self.running if o is not r and o.popen.returncode is None]
+            linger.act(time.monotonic(), r.popen.pid, others, self.log)
 
     # Progress -------------------------------------------------------------------------------------------------
     def _watch_progress(self, now: float) -> None:
@@ -308,6 +314,16 @@ class Runner:
         progress = self.progress.get(watch.node_rank)
         if death and death.root and progress:
             progress.note_failure(time.monotonic())
+        if watch.succeeded and self.policy.limits and not self.stopping:
+            from launcher.linger import Linger
+
+            r = next(r for r in self.running if r.watch is watch)
+            bound, how = self.policy.limits.exit_wait()
+            r.linger = Linger(watch.node_rank, watch.expected, time.monotonic(), bound, how)
+
+    # Agents that outlive their workers (launcher/linger.py) -------------------------------------------------------
+    def _lingering(self) -> list[tuple[Running, Linger]]:
+        return [(r, r.linger) for r in self.running if r.linger and r.popen.returncode is None and not self.stopping]
 
     # Events -----------------------------------------------------------------------------------------------------
     def _read_output(self, r: Running) -> None:
@@ -345,6 +361,9 @@ class Runner:
         if r.follower:
             r.follower.poll()
         node = r.command.node_rank
+        if r.linger and r.linger.ended:
+            self.log(f"node {node}: agent {procs.describe_returncode(code)} once ended; its workers had succeeded")
+            return
         self.log(f"node {node}: agent {procs.describe_returncode(code)}", echo=code != 0)
         if code < 0 and not self.stopping and not self.signalled:  # killed, and not by us
             self.agent_killed = f"the agent on node {node} was {procs.describe_returncode(code)}"

@@ -72,6 +72,13 @@ class WorkerWatch:
         return [worker for worker, _ in self.alive.values()]
 
     @property
+    def succeeded(self) -> bool:
+        """Every worker of the agent's latest group has exited with code 0, each read from its own wait status
+        (a status the agent collected first is unknown, so not counted as a success)."""
+        last = self.deaths[-self.expected :]
+        return not self.alive and len(last) == self.expected and all(d.status == 0 for d in last)
+
+    @property
     def first_failure(self) -> Death | None:
         return next((d for d in self.deaths if d.root), None)
 

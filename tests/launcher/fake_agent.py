@@ -1,7 +1,10 @@
 """A stand-in for torchrun in the runner tests (no torch): starts N workers with RANK/LOCAL_RANK in their
 own sessions, as torchrun does, and fails when one of them fails.
 
-    fake_agent.py N MODE [TAG]     MODE: ok | fail1 | hang | orphan | abandon | flaky:<marker file>
+    fake_agent.py N MODE [TAG]     MODE: ok | fail1 | hang | orphan | abandon | linger | flaky:<marker file>
+
+linger: once its workers have all exited 0 the agent stays, deaf to SIGTERM, as torchrun's does in its exit barrier
+(a C++ store wait for the other nodes' agents that a Python signal handler cannot interrupt).
 
 TAG is appended to every process's command line, so that a test can find whatever it left behind.
 """
@@ -25,7 +28,7 @@ if mode == "hang":
 if mode == "fail1" and rank == 1:
     time.sleep(0.5)
     sys.exit(3)
-time.sleep(0.5 if mode in ("ok", "orphan") or mode.startswith("flaky") else 600)  # abandon: 600
+time.sleep(0.5 if mode in ("ok", "orphan", "linger") or mode.startswith("flaky") else 600)  # abandon: 600
 """
 
 
@@ -71,6 +74,9 @@ def main() -> int:
             print("fake agent: a worker failed", flush=True)
             return 1
         if all(c == 0 for c in codes):
+            if mode == "linger":
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                time.sleep(600)
             return 0
         time.sleep(0.05)
 

@@ -17,6 +17,8 @@ from conftest import launcher_env, processes_mentioning, wait_for
 
 from launcher.command import Command
 from launcher.events import EventLog
+from launcher.limits import Limits
+from launcher.linger import TERM_S
 from launcher.runner import Runner, RunPolicy
 
 HERE = Path(__file__).resolve().parent
@@ -37,12 +39,18 @@ def agent(tmp_path: Path, mode: str, workers: int = 2, console: bool = True) -> 
 
 
 def run(
-    tmp_path: Path, commands: list[Command], restarts_inside: bool = True, max_restarts: int = 0, grace_s: float = 5.0
+    tmp_path: Path,
+    commands: list[Command],
+    restarts_inside: bool = True,
+    max_restarts: int = 0,
+    grace_s: float = 5.0,
+    limits: Limits | None = None,
 ) -> tuple[int, str, str]:
     (tmp_path / "logs").mkdir(exist_ok=True)
     console = io.BytesIO()
     log = EventLog(tmp_path / "launcher.log", echo=None)
-    code = Runner(commands, RunPolicy(grace_s, max_restarts, restarts_inside, tmp_path), log, console).run()
+    policy = RunPolicy(grace_s, max_restarts, restarts_inside, tmp_path, limits)
+    code = Runner(commands, policy, log, console).run()
     log.close()
     return code, console.getvalue().decode(), (tmp_path / "launcher.log").read_text()
 
@@ -161,4 +169,22 @@ def test_an_agent_that_exits_0_while_its_workers_run_has_not_finished_the_job(tm
     code, _, log = run(tmp_path, [agent(tmp_path, "abandon")], grace_s=1.0)
     assert code == 1
     assert "the agent exited with code 0 while rank(s) 0, 1 still run: the job did not finish" in log
+    assert not processes_mentioning(str(tmp_path))
+
+
+def test_an_agent_that_outlives_its_workers_is_ended_at_the_plans_bound(tmp_path: Path) -> None:
+    """torchrun's exit barrier, stood in for: the workers exit 0 after 0.5 s and the agent stays, deaf to SIGTERM.
+    The bound is the plan's checkpoint-save timeout (1 s > 2 x 0.1 s + 0.5 s), then SIGTERM, SIGKILL TERM_S later;
+    the node's result is its workers' success."""
+    limits = Limits(2.0, 0.5, 5.0, 0.1, 0.0, 1.0, 1.5, 5, False)
+    started = time.monotonic()
+    code, _, log = run(tmp_path, [agent(tmp_path, "linger")], grace_s=30.0, limits=limits)
+    took = time.monotonic() - started
+    assert code == 0, log
+    assert "node 0: all 2 worker(s) exited 0 1.0 s ago, but its agent still runs" in log
+    assert "ending it at the plan's bound of 1.0 s (the checkpoint-save timeout): node 0 succeeded" in log
+    assert f"node 0: its agent is still there {TERM_S:g} s after the SIGTERM: SIGKILL" in log
+    assert "node 0: agent killed by signal 9 (SIGKILL) once ended; its workers had succeeded" in log
+    assert "job finished: exit code 0" in log
+    assert took < 0.5 + 1.0 + TERM_S + 3.0  # not the job's 30 s grace period, nor torch's 300 s
     assert not processes_mentioning(str(tmp_path))
