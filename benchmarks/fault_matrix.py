@@ -138,6 +138,32 @@ def slow_rank(work: Path) -> Outcome:
     )
 
 
+def teardown_abort(work: Path) -> Outcome:
+    """Rank 1 aborts (SIGABRT) after its last step, once it reported done (as a crash in destroying the process group
+    does). The training had finished: torchrun, with a restart left, is not left to restart the group, and the job
+    succeeded."""
+    run = Run(work, fault_plan("teardown", steps=8, restarts=1, extra=("--inject-teardown-abort", "1")))
+    code = run.finish()
+    detected = run.wait_event(r"^after its training: rank 1 ", 1)
+    beat = run.beat(1)
+    t0 = float(beat["time"]) if beat else detected[0]  # rank 1's "done" heartbeat, just before its abort
+    return Outcome(
+        "a rank aborts in its teardown, after reporting done (SIGABRT)",
+        detected[0] - t0,
+        None,
+        0,
+        run.orphans(),
+        code,
+        detected[1],
+        {
+            "exit 0": code == 0,
+            "rank 1 named": "killed by signal 6 (SIGABRT) once its heartbeat said done at step 8" in detected[1],
+            "node 0 succeeded": run.event(r"node 0 succeeded$") is not None,
+            "not restarted": run.event(r"restarted by the agent|^restart \d") is None,
+        },
+    )
+
+
 def disk_full_at_checkpoint(work: Path) -> Outcome:
     with tmpfs(work / "ckpt", "3m") as ckpt:
         extra = ("--save", str(ckpt), "--load", str(ckpt))
@@ -479,6 +505,7 @@ FAULTS: dict[str, tuple[Fault, str | None]] = {  # name -> (fault, what it needs
     "agent-sigkill": (agent_sigkill, None),
     "rank-sigstop": (rank_sigstop, None),
     "slow-rank": (slow_rank, None),
+    "teardown-abort": (teardown_abort, None),
     "store-lost": (rendezvous_store_lost, "netns"),
     "link-down": (link_down, "netns"),
     "slow-link": (slow_link, "netns"),

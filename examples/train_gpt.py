@@ -88,6 +88,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     a("--throttle-s", type=float, default=0.0, help="sleep after each step (fault-injection tests)")
     a("--inject-slow-rank", type=int, default=None, help="this rank sleeps --inject-slow-s in each step's compute")
     a("--inject-slow-s", type=float, default=0.0)
+    a("--inject-teardown-abort", type=int, default=None, help="this rank aborts (SIGABRT) after reporting done")
     a(
         "--exit-signal-handler",
         dest="exit_signal_handler",
@@ -400,6 +401,8 @@ def main(argv: list[str]) -> int:
     # Every rank is past its last collective before any tears the group down: a rank that leaves first closes
     # gloo/NCCL connections a slower rank is still using, which aborts it at exit.
     dist.barrier()
+    if rank == args.inject_teardown_abort:  # as a crash in the process group's teardown does
+        os.abort()
     dist.destroy_process_group()
     return 0
 

@@ -1,4 +1,5 @@
-"""An agent that outlives its workers: torchrun's exit barrier, bounded by the plan.
+"""An agent that outlives its workers: torchrun's exit barrier, bounded by the plan; and a finished group that
+torchrun would restart because a rank failed in its teardown.
 
 Once every worker of a node has exited 0, its torchrun agent waits in an exit barrier for every other node's agent
 (torch/distributed/elastic/agent/server/api.py `_exit_barrier`: 300 s by default, not settable from the torchrun
@@ -10,6 +11,11 @@ TERM_S. The agent turns a SIGTERM into an exception only between Python steps, a
 C++ call that returns at its own timeout (seen: a SIGTERMed agent in the barrier still there 15 s later), so the
 job's grace period, meant for saving, would only be waited out. The node's result is its workers' success: the
 agent's own exit code or signal after that is not a failure.
+
+A rank that fails after its heartbeat said its training was done (a crash while destroying the process group,
+an abort at interpreter exit) fails the worker group in torchrun's eyes, which restarts it: every rank loads the
+last checkpoint again to find nothing left to train, minutes on a large model. When every rank of the node had
+finished, the launcher ends the agent at once instead (bound 0), and the node succeeded.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ class Linger:
     since: float  # monotonic time the last of them exited
     bound_s: float  # how long the agent may outlive them (Limits.exit_wait)
     how: str  # where the bound comes from, for the message
+    teardown: tuple[int, ...] = ()  # ranks that failed only in their teardown, after reporting done
     ended_at: float | None = None  # when the launcher sent the SIGTERM
     killed: bool = False
 
@@ -54,20 +61,27 @@ class Linger:
         """The launcher ended the agent: its exit (whatever its code or signal) follows the workers' success."""
         return self.ended_at is not None
 
-    def act(self, now: float, pgid: int, others: list[int | None], log: Callable[[str], None]) -> None:
-        """Signal the agent's process group `pgid` if `due`, saying why; `others`: the nodes still running under
-        this launcher."""
+    def act(self, now: float, pgid: int, others: list[int | None], log: Callable[[str], None]) -> bool:
+        """Signal the agent's process group `pgid` if `due`, saying why (True when it was signalled); `others`: the
+        nodes still running under this launcher."""
         sig = self.due(now)
         if sig == signal.SIGTERM:
             log(self.describe(now, others))
         elif sig == signal.SIGKILL:
             log(f"node {self.node}: its agent is still there {TERM_S:g} s after the SIGTERM: SIGKILL")
-        if sig is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, sig)
+        if sig is None:
+            return False
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+        return True
 
     def describe(self, now: float, others: list[int | None]) -> str:
         still = f"; still running under this launcher: node(s) {', '.join(map(str, others))}" if others else ""
+        if self.teardown:
+            return (
+                f"node {self.node}: every rank finished its training and rank(s) {', '.join(map(str, self.teardown))} "
+                f"failed only in teardown{still}; ending the agent now ({self.how}): node {self.node} succeeded"
+            )
         return (
             f"node {self.node}: all {self.workers} worker(s) exited 0 {now - self.since:.1f} s ago, but its agent "
             f"still runs (torchrun's exit barrier waits up to 300 s for every other node's agent){still}; ending it "

@@ -229,6 +229,7 @@ class Runner:
                 self.log,
                 self.policy.run_dir / name,
                 self.policy.max_restarts,
+                self.policy.run_dir / HEARTBEAT_DIR,
             )
             if self.policy.limits and command.node_rank not in self.progress:
                 self.progress[command.node_rank] = ProgressWatch(
@@ -290,7 +291,8 @@ class Runner:
             self._kill_all()
         for r, linger in self._lingering():
             others = [o.command.node_rank for o in self.running if o is not r and o.popen.returncode is None]
-            linger.act(time.monotonic(), r.popen.pid, others, self.log)
+            if linger.act(time.monotonic(), r.popen.pid, others, self.log) and r.watch:
+                r.watch.stopping = True  # the deaths that follow (a teardown the agent cuts short) are ours
 
     # Progress -------------------------------------------------------------------------------------------------
     def _watch_progress(self, now: float) -> None:
@@ -314,16 +316,35 @@ class Runner:
         progress = self.progress.get(watch.node_rank)
         if death and death.root and progress:
             progress.note_failure(time.monotonic())
-        if watch.succeeded and self.policy.limits and not self.stopping:
-            from launcher.linger import Linger
+        if self.stopping or not (watch.succeeded or watch.teardown_failures):
+            return
+        from launcher.linger import Linger
 
-            r = next(r for r in self.running if r.watch is watch)
+        teardown = tuple(d.worker.rank for d in watch.teardown_failures)
+        if teardown and watch.finished_training():
+            # torchrun restarts a group with a failed rank: this one had finished training, so the agent is ended
+            # at once, the moment the first rank fails in teardown (the agent polls its workers every 0.1 s)
+            bound, how = 0.0, "no restart of a group whose training is done"
+        elif watch.succeeded and self.policy.limits:
             bound, how = self.policy.limits.exit_wait()
-            r.linger = Linger(watch.node_rank, watch.expected, time.monotonic(), bound, how)
+        else:
+            return
+        r = next(r for r in self.running if r.watch is watch)
+        r.linger = Linger(watch.node_rank, watch.expected, time.monotonic(), bound, how, teardown)
 
     # Agents that outlive their workers (launcher/linger.py) -------------------------------------------------------
     def _lingering(self) -> list[tuple[Running, Linger]]:
-        return [(r, r.linger) for r in self.running if r.linger and r.popen.returncode is None and not self.stopping]
+        """Agents whose workers have all finished while they still run (not while a restarted group runs), and
+        those the launcher has begun to end."""
+        if self.stopping:
+            return []
+        return [
+            (r, r.linger)
+            for r in self.running
+            if r.linger
+            and (r.linger.ended or r.linger.teardown or (r.watch and r.watch.succeeded))
+            and r.popen.returncode is None
+        ]
 
     # Events -----------------------------------------------------------------------------------------------------
     def _read_output(self, r: Running) -> None:
@@ -363,6 +384,13 @@ class Runner:
         node = r.command.node_rank
         if r.linger and r.linger.ended:
             self.log(f"node {node}: agent {procs.describe_returncode(code)} once ended; its workers had succeeded")
+            return
+        if code != 0 and not self.stopping and r.watch and r.watch.succeeded and r.watch.teardown_failures:
+            ranks = ", ".join(str(d.worker.rank) for d in r.watch.teardown_failures)
+            self.log(
+                f"node {node}: agent {procs.describe_returncode(code)}, but every rank of the node had finished its "
+                f"training (rank(s) {ranks} failed only in teardown): node {node} succeeded"
+            )
             return
         self.log(f"node {node}: agent {procs.describe_returncode(code)}", echo=code != 0)
         if code < 0 and not self.stopping and not self.signalled:  # killed, and not by us

@@ -27,6 +27,7 @@ class Death:
     node_rank: int | None
     status: int | None  # raw wait status, None if the agent collected it first
     root: bool = False  # the first failure, not one caused by stopping the job
+    done_step: int | None = None  # a failed or unknown exit after its heartbeat said "done" at this step: teardown
 
     @property
     def failed(self) -> bool:
@@ -49,10 +50,12 @@ class WorkerWatch:
         log: Callable[..., None],
         workers_file: Path | None,
         max_restarts: int,
+        beats: Path | None = None,
     ) -> None:
         self.agent_pid, self.expected, self.node_rank = agent_pid, expected, node_rank
         self.selector, self.log, self.workers_file = selector, log, workers_file
         self.max_restarts = max_restarts
+        self.beats = beats  # the heartbeat directory: a rank that fails after reporting done is not a failure
         self.alive: dict[int, tuple[procs.Worker, int]] = {}  # pid -> (worker, pidfd)
         self.seen: dict[int, procs.Worker] = {}
         self.deaths: list[Death] = []
@@ -73,10 +76,31 @@ class WorkerWatch:
 
     @property
     def succeeded(self) -> bool:
-        """Every worker of the agent's latest group has exited with code 0, each read from its own wait status
-        (a status the agent collected first is unknown, so not counted as a success)."""
+        """Every worker of the agent's latest group has exited with code 0, read from its own wait status, or
+        exited (failed, or with a status the agent collected first) after its heartbeat said its training was done
+        (`Death.done_step`). An unknown status without that heartbeat is not counted as a success."""
         last = self.deaths[-self.expected :]
-        return not self.alive and len(last) == self.expected and all(d.status == 0 for d in last)
+        return (
+            not self.alive
+            and len(last) == self.expected
+            and all(d.status == 0 or d.done_step is not None for d in last)
+        )
+
+    @property
+    def teardown_failures(self) -> list[Death]:
+        """The latest group's workers that failed only after their training was done (`Death.done_step`)."""
+        return [d for d in self.deaths[-self.expected :] if d.done_step is not None and d.failed]
+
+    def finished_training(self) -> bool:
+        """Every worker of the latest group is past its training: exited 0, or reported done in its heartbeat
+        (the ones still alive included: they are in their teardown)."""
+        gone = self.expected - len(self.alive)
+        last = self.deaths[-gone:] if gone > 0 else []
+        return (
+            len(last) == gone
+            and all(d.status == 0 or d.done_step is not None for d in last)
+            and all(self._done_step(w) is not None for w in self.workers())
+        )
 
     @property
     def first_failure(self) -> Death | None:
@@ -123,12 +147,20 @@ class WorkerWatch:
             self.selector.unregister(fd)
         os.close(fd)
         failed = status not in (0, None)
-        first = self.first_failure is None and failed and not self.stopping and pid not in self.killed
-        death = Death(worker, self.node_rank, status, root=first)
+        watched = not self.stopping and pid not in self.killed
+        # a failed or unknown exit after the rank's heartbeat said done: its training had finished
+        done = self._done_step(worker) if status != 0 and watched else None
+        first = self.first_failure is None and failed and done is None and watched
+        death = Death(worker, self.node_rank, status, root=first, done_step=done)
         self.deaths.append(death)
         self._died_since_restart = True
         if pid in self.killed:
             self.log(f"stopped by the watchdog: {death.describe()}", echo=False)
+        elif done is not None and failed:
+            self.log(
+                f"after its training: {death.describe()} once its heartbeat said done at step {done}; a failure in "
+                f"its teardown (e.g. destroying the process group), not in training"
+            )
         elif failed:
             self.log(("died first: " if first else "stopped: ") + death.describe(), echo=first)
         else:
@@ -136,6 +168,15 @@ class WorkerWatch:
         self._scan_since = time.monotonic()  # an agent with restarts left will start new workers
         self._write_workers()
         return death
+
+    def _done_step(self, worker: procs.Worker) -> int | None:
+        """The step at which this very process (its pid) reported its training done in its heartbeat, if it did."""
+        if self.beats is None:
+            return None
+        from launcher.heartbeat import read_beat
+
+        beat = read_beat(self.beats, worker.rank)
+        return beat.step if beat and beat.phase == "done" and beat.pid == worker.pid else None
 
     def close(self) -> None:
         for _, fd in self.alive.values():

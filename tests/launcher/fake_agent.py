@@ -1,10 +1,14 @@
 """A stand-in for torchrun in the runner tests (no torch): starts N workers with RANK/LOCAL_RANK in their
 own sessions, as torchrun does, and fails when one of them fails.
 
-    fake_agent.py N MODE [TAG]     MODE: ok | fail1 | hang | orphan | abandon | linger | flaky:<marker file>
+    fake_agent.py N MODE [TAG]     MODE: ok | fail1 | hang | orphan | abandon | linger | teardown | early-abort
+                                         | flaky:<marker file>
 
 linger: once its workers have all exited 0 the agent stays, deaf to SIGTERM, as torchrun's does in its exit barrier
 (a C++ store wait for the other nodes' agents that a Python signal handler cannot interrupt).
+teardown: every worker writes a "done" heartbeat (examples/heartbeat.py, in $TRAINPLAN_RUN_DIR), then rank 1 aborts
+(SIGABRT), as a rank whose process-group teardown crashes does. early-abort: rank 0 reports done and exits 0, rank 1
+aborts at step 3 without reporting done.
 
 TAG is appended to every process's command line, so that a test can find whatever it left behind.
 """
@@ -17,9 +21,23 @@ import subprocess
 import sys
 import time
 
+EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples")
 WORKER = r"""
 import os, signal, sys, time
 rank, mode = int(os.environ["RANK"]), sys.argv[1]
+if mode in ("teardown", "early-abort"):
+    sys.path.insert(0, os.environ["EXAMPLES_DIR"])
+    from heartbeat import Heartbeat, heartbeat_dir
+    beat = Heartbeat(heartbeat_dir(), rank)
+    beat.beat(phase="train", step=3)
+    if mode == "early-abort" and rank == 1:
+        time.sleep(0.3)
+        os.abort()
+    beat.beat(phase="done", step=5)
+    time.sleep(0.3)
+    if rank == 1:
+        os.abort()
+    sys.exit(0)
 if mode == "hang":  # before anything else: a SIGTERM may come as soon as the launcher has seen this process
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 print(f"worker rank {rank} pid {os.getpid()} up", flush=True)
@@ -49,7 +67,7 @@ def main() -> int:
         subprocess.Popen(
             [sys.executable, "-c", WORKER, mode, tag],
             start_new_session=True,
-            env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r)},
+            env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "EXAMPLES_DIR": EXAMPLES},
         )
         for r in range(n)
     ]

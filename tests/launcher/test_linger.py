@@ -58,3 +58,11 @@ def test_a_node_succeeded_only_when_every_worker_of_its_latest_group_exited_0() 
     assert not _watch([0, None]).succeeded  # the agent collected one status first: unknown
     assert not _watch([0, 0], alive=1).succeeded
     assert _watch([9, 0, 0, 0]).succeeded  # a failed group, restarted, then a group that succeeded
+
+
+def test_an_exit_after_a_done_heartbeat_counts_as_finished_whatever_its_status() -> None:
+    finished = [Death(procs.Worker(1000 + i, i, i, 0), 0, status, done_step=5) for i, status in enumerate((None, 134))]
+    watch = _watch([])
+    watch.deaths.extend(finished)
+    assert watch.succeeded  # an unknown status and a SIGABRT, each after the rank reported done
+    assert [d.worker.rank for d in watch.teardown_failures] == [1]  # only the known failure is a teardown failure

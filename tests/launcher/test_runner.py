@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -187,4 +188,35 @@ def test_an_agent_that_outlives_its_workers_is_ended_at_the_plans_bound(tmp_path
     assert "node 0: agent killed by signal 9 (SIGKILL) once ended; its workers had succeeded" in log
     assert "job finished: exit code 0" in log
     assert took < 0.5 + 1.0 + TERM_S + 3.0  # not the job's 30 s grace period, nor torch's 300 s
+    assert not processes_mentioning(str(tmp_path))
+
+
+def test_a_rank_that_fails_only_after_reporting_done_does_not_fail_the_job(tmp_path: Path) -> None:
+    """Both ranks report done at step 5 in their heartbeats, then rank 1 aborts (SIGABRT, as in a crashed process-group
+    teardown): the training had finished, so the job has, and the agent is not left to restart or fail it."""
+    command = agent(tmp_path, "teardown")
+    command = replace(command, env={**command.env, "TRAINPLAN_RUN_DIR": str(tmp_path)})
+    code, _, log = run(tmp_path, [command])
+    assert code == 0, log
+    assert "after its training: rank 1 (local_rank 1, pid " in log
+    assert "killed by signal 6 (SIGABRT) once its heartbeat said done at step 5; a failure in its teardown" in log
+    assert "died first" not in log
+    # the stand-in agent, like torchrun, would restart the group or exit 1 after its poll: it is ended first
+    assert (
+        "node 0: every rank finished its training and rank(s) 1 failed only in teardown; ending the agent now "
+        "(no restart of a group whose training is done): node 0 succeeded"
+    ) in log
+    assert "node 0: agent exited with code 143 (128 + SIGTERM) once ended; its workers had succeeded" in log
+    assert "job finished: exit code 0" in log
+    assert not processes_mentioning(str(tmp_path))
+
+
+def test_a_rank_that_fails_before_reporting_done_fails_the_job(tmp_path: Path) -> None:
+    """Rank 0 reports done and exits 0; rank 1 aborts at step 3 without reporting done: a failure, named first."""
+    command = agent(tmp_path, "early-abort")
+    command = replace(command, env={**command.env, "TRAINPLAN_RUN_DIR": str(tmp_path)})
+    code, _, log = run(tmp_path, [command])
+    assert code == 1, log
+    assert "died first: rank 1 (local_rank 1, pid " in log and "killed by signal 6 (SIGABRT)" in log
+    assert "after its training" not in log and "succeeded" not in log
     assert not processes_mentioning(str(tmp_path))
