@@ -26,6 +26,9 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from launcher.limits import Limits
+from launcher.watch import WorkerWatch
+
 TERM_S = 2.0  # from the SIGTERM to the SIGKILL of a lingering agent
 
 
@@ -87,3 +90,18 @@ class Linger:
             f"still runs (torchrun's exit barrier waits up to 300 s for every other node's agent){still}; ending it "
             f"at the plan's bound of {self.bound_s:.1f} s ({self.how}): node {self.node} succeeded"
         )
+
+
+def arm(watch: WorkerWatch, limits: Limits | None, now: float) -> Linger | None:
+    """The bound on the agent of `watch` after one of its workers exited at `now`: at once when every rank had
+    finished training and one failed in teardown (torchrun would restart the group), the plan's exit wait when
+    they all exited 0 (torchrun's exit barrier); None otherwise (also without the plan's limits, for the barrier)."""
+    teardown = tuple(d.worker.rank for d in watch.teardown_failures)
+    if teardown and watch.finished_training():
+        return Linger(
+            watch.node_rank, watch.expected, now, 0.0, "no restart of a group whose training is done", teardown
+        )
+    if watch.succeeded and limits:
+        bound, how = limits.exit_wait()
+        return Linger(watch.node_rank, watch.expected, now, bound, how)
+    return None

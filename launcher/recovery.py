@@ -11,6 +11,7 @@ from pathlib import Path
 from launcher import procs, stacks
 from launcher.explain import agent_report, signal_of_negative_exit
 from launcher.heartbeat import read_beat
+from launcher.linger import Linger
 from launcher.watch import WorkerWatch
 from launcher.watchdog import Hang, ProgressWatch
 
@@ -32,6 +33,25 @@ def tear_down_hung(
     killed = procs.signal_pids([w.pid for w in workers], signal.SIGKILL)
     ranks_killed = ", ".join(str(w.rank) for w in workers if w.pid in killed)
     log(f"node {watch.node_rank}: watchdog killed rank(s) {ranks_killed} to restart from the last checkpoint")
+
+
+def node_finished(
+    code: int, watch: WorkerWatch | None, linger: Linger | None, stopping: bool, node: int | None, log: Log
+) -> bool:
+    """An agent's exit that does not fail the node, said why: the launcher ended it after its workers finished
+    (launcher/linger.py), or it failed (on its own) after every rank had finished training and one failed only in
+    teardown."""
+    if linger and linger.ended:
+        log(f"node {node}: agent {procs.describe_returncode(code)} once ended; its workers had succeeded")
+        return True
+    if code != 0 and not stopping and watch and watch.succeeded and watch.teardown_failures:
+        ranks = ", ".join(str(d.worker.rank) for d in watch.teardown_failures)
+        log(
+            f"node {node}: agent {procs.describe_returncode(code)}, but every rank of the node had finished its "
+            f"training (rank(s) {ranks} failed only in teardown): node {node} succeeded"
+        )
+        return True
+    return False
 
 
 def job_code(code: int, output: str, watch: WorkerWatch | None, stopping: bool, node: int | None, log: Log) -> int:

@@ -316,21 +316,11 @@ class Runner:
         progress = self.progress.get(watch.node_rank)
         if death and death.root and progress:
             progress.note_failure(time.monotonic())
-        if self.stopping or not (watch.succeeded or watch.teardown_failures):
-            return
-        from launcher.linger import Linger
-
-        teardown = tuple(d.worker.rank for d in watch.teardown_failures)
-        if teardown and watch.finished_training():
-            # torchrun restarts a group with a failed rank: this one had finished training, so the agent is ended
-            # at once, the moment the first rank fails in teardown (the agent polls its workers every 0.1 s)
-            bound, how = 0.0, "no restart of a group whose training is done"
-        elif watch.succeeded and self.policy.limits:
-            bound, how = self.policy.limits.exit_wait()
-        else:
-            return
         r = next(r for r in self.running if r.watch is watch)
-        r.linger = Linger(watch.node_rank, watch.expected, time.monotonic(), bound, how, teardown)
+        if not self.stopping and not (r.linger and r.linger.ended):  # an agent being ended stays so
+            from launcher.linger import arm
+
+            r.linger = arm(watch, self.policy.limits, time.monotonic())
 
     # Agents that outlive their workers (launcher/linger.py) -------------------------------------------------------
     def _lingering(self) -> list[tuple[Running, Linger]]:
@@ -382,15 +372,9 @@ class Runner:
         if r.follower:
             r.follower.poll()
         node = r.command.node_rank
-        if r.linger and r.linger.ended:
-            self.log(f"node {node}: agent {procs.describe_returncode(code)} once ended; its workers had succeeded")
-            return
-        if code != 0 and not self.stopping and r.watch and r.watch.succeeded and r.watch.teardown_failures:
-            ranks = ", ".join(str(d.worker.rank) for d in r.watch.teardown_failures)
-            self.log(
-                f"node {node}: agent {procs.describe_returncode(code)}, but every rank of the node had finished its "
-                f"training (rank(s) {ranks} failed only in teardown): node {node} succeeded"
-            )
+        from launcher import recovery
+
+        if recovery.node_finished(code, r.watch, r.linger, self.stopping, node, self.log):
             return
         self.log(f"node {node}: agent {procs.describe_returncode(code)}", echo=code != 0)
         if code < 0 and not self.stopping and not self.signalled:  # killed, and not by us
@@ -398,8 +382,6 @@ class Runner:
             progress = self.progress.get(node)
             if progress:
                 progress.note_failure(time.monotonic())
-        from launcher import recovery
-
         code = recovery.job_code(code, r.tail.decode(errors="replace"), r.watch, self.stopping, node, self.log)
         if code != 0 and self.failed_rc is None:
             self.failed_rc = code
