@@ -65,6 +65,15 @@ def cluster_presets() -> tuple[ClusterPreset, ...]:
             "NVIDIA DGX B200 datasheet: 8x ConnectX-7 400 Gb/s (compute fabric)",
         ),
         ClusterPreset(
+            "dgx-b300",
+            "DGX B300: 8 × B300, 8 × 800 Gb/s InfiniBand",
+            "B300",
+            8,
+            800,
+            _mlx5(8),
+            "NVIDIA DGX B300 datasheet: 8x single-port ConnectX-8 VPI, up to 800 Gb/s (compute fabric)",
+        ),
+        ClusterPreset(
             "dgx-a100",
             "DGX A100: 8 × A100 80GB, 8 × 200 Gb/s HDR InfiniBand",
             "A100-80GB",

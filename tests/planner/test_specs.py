@@ -104,11 +104,14 @@ def test_catalogue_has_every_gpu_with_a_source() -> None:
         "H800",
         "H200",
         "B200",
+        "B300",
         "GB200",
+        "GB300",
         "L40S",
         "MI300X",
     }
     assert catalog.gpu("GB200").nvlink_spans_nodes and not catalog.gpu("H100-SXM").nvlink_spans_nodes
+    assert catalog.gpu("GB300").nvlink_spans_nodes and not catalog.gpu("B300").nvlink_spans_nodes
     for g in catalog.gpus():
         assert g.source and g.memory_bytes > 30 * 2**30 and g.bf16_TFLOPs > 100
     assert catalog.gpu("A100-80GB").fp8_TFLOPs is None and catalog.gpu("H100-SXM").fp8_TFLOPs == pytest.approx(1978.9)
