@@ -384,3 +384,16 @@ def test_request_form_request_is_the_identity(raw: dict[str, Any]) -> None:
     except ValueError:  # pins the spec refuses together: no stored request could hold them
         assume(False)
     round_trip(raw)
+
+
+@pytest.mark.parametrize(("preset", "gpu", "nic_gbit"), [("gb200-nvl72", "GB200", 400), ("gb300-nvl72", "GB300", 800)])
+def test_an_nvl72_tray_preset_is_four_gpus_a_node_in_one_rack_wide_nvlink_domain(
+    preset: str, gpu: str, nic_gbit: int
+) -> None:
+    """The NVL72 presets say what a user otherwise has to know: 4 GPUs per compute tray (the node), one NIC each, and
+    18 trays in one NVLink domain, so 16 trays (64 GPUs) run TP and EP over NVLink across trays."""
+    request = forms.to_request(SECTIONS, form(cluster_preset=preset, cluster__num_nodes="16"), None)
+    cluster = spec_of(request).cluster
+    assert (cluster.gpu.name, cluster.gpus_per_node, cluster.world_size) == (gpu, 4, 64)
+    assert cluster.inter_node_GBps == nic_gbit / 8 and cluster.nics == ("mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3")
+    assert cluster.nvlink_domain == 64 and cluster.gpu.nvlink_spans_nodes
