@@ -140,8 +140,10 @@ def slow_rank(work: Path) -> Outcome:
 
 def teardown_abort(work: Path) -> Outcome:
     """Rank 1 aborts (SIGABRT) after its last step, once it reported done (as a crash in destroying the process group
-    does). The training had finished: torchrun, with a restart left, is not left to restart the group, and the job
-    succeeded."""
+    does). The training had finished: the job succeeded. The launcher ends the agent as soon as it sees the abort, so
+    torchrun, with a restart left, does not restart the group when the launcher is first; torchrun polls its workers
+    every 0.1 s and on a loaded machine can be first (seen in one CI run), and the restarted group then finishes the
+    same way. The launcher being first is tested deterministically in tests/launcher/test_runner.py."""
     run = Run(work, fault_plan("teardown", steps=8, restarts=1, extra=("--inject-teardown-abort", "1")))
     code = run.finish()
     detected = run.wait_event(r"^after its training: rank 1 ", 1)
@@ -159,7 +161,6 @@ def teardown_abort(work: Path) -> Outcome:
             "exit 0": code == 0,
             "rank 1 named": "killed by signal 6 (SIGABRT) once its heartbeat said done at step 8" in detected[1],
             "node 0 succeeded": run.event(r"node 0 succeeded$") is not None,
-            "not restarted": run.event(r"restarted by the agent|^restart \d") is None,
         },
     )
 
@@ -482,7 +483,7 @@ def agent_missing_at_exit(work: Path) -> Outcome:
         codes, orphans = _finish_all(runs)
         ended = max(r.wait_event(r"^job finished", 1, t0)[0] for r in runs)
     bound = Limits.from_plan(runs[0].plan).exit_wait()[0]  # type: ignore[union-attr]
-    limit = bound + TERM_S + POLL_S + 1.0
+    limit = bound + TERM_S + POLL_S + 2.0  # 2 s for the processes to go and the logs to land on a busy machine
     return Outcome(
         "an agent missing at torch's exit barrier (SIGSTOP of node 1's agent)",
         detected[0] - t0,
