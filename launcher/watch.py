@@ -79,12 +79,7 @@ class WorkerWatch:
         """Every worker of the agent's latest group has exited with code 0, read from its own wait status, or
         exited (failed, or with a status the agent collected first) after its heartbeat said its training was done
         (`Death.done_step`). An unknown status without that heartbeat is not counted as a success."""
-        last = self.deaths[-self.expected :]
-        return (
-            not self.alive
-            and len(last) == self.expected
-            and all(d.status == 0 or d.done_step is not None for d in last)
-        )
+        return not self.alive and self.finished_training()
 
     @property
     def teardown_failures(self) -> list[Death]:
