@@ -15,7 +15,7 @@ from app.planner.explain import why
 from app.planner.goodput import checkpoint_plan
 from app.planner.layout import make_layout
 from app.planner.results import Estimate, Plan, PlanResult, RejectedGroup, SearchStats, TimeEstimate
-from app.planner.search import search_world
+from app.planner.search import fewest_gpus, search_world
 from app.planner.specs import ClusterSpec, EstimateRequest, ModelSpec, ParallelConfig, PlanRequest, TrainingSpec
 from app.planner.suggest import suggestions
 
@@ -69,10 +69,13 @@ def fewer_nodes(nodes: int) -> list[int]:
 def _search(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, deadline: float, offload: bool, state: SearchState
 ) -> None:
+    floor = 0.0 if offload else fewest_gpus(model, cluster, training)
     for world in world_sizes(cluster, training):
         if time.perf_counter() > deadline:
             state.truncated = True
             return
+        if world < floor and world < cluster.world_size:
+            continue  # too few GPUs for the model states alone: every candidate would run out of memory
         if training.objective == "min_gpus" and state.keep:
             # the first world with a plan is ranked by throughput, bounded; a world without one is searched whole
             # either way, where bounds prune nothing: a yes/no search first, which is all such a world gets

@@ -24,6 +24,7 @@ from app.planner.memory import static_bytes
 from app.planner.pipeline import pipeline_time
 from app.planner.placement import Placement, make_config, placements
 from app.planner.specs import ClusterSpec, ModelSpec, TrainingSpec
+from app.planner.states import states_floor_bytes
 from app.planner.traffic import moves_per_microbatch
 
 
@@ -265,6 +266,18 @@ def _no_states_fit(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpe
     return bool(sizes) and not any(
         _states_fit(model, cluster, training, pl, sizes, levels, s, None, budget) for s in work.shardings
     )
+
+
+def fewest_gpus(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> float:
+    """The fewest GPUs of the cluster's kind whose memory could hold the model states of a plan without offload
+    (`states_floor_bytes` over the GPU count, at the upper end of the memory interval, with the runtime beside it):
+    on fewer, every candidate runs out of memory, so a search there can be skipped (the `min_gpus` objective and the
+    node-count hint try many counts). A bound, not a count that fits: divisibility and activations decide that."""
+    usable = cluster.gpu.memory_bytes * (1 - training.memory_headroom)
+    room = usable - cluster.gpu.efficiency.runtime_overhead_bytes
+    if room <= 0:
+        return float("inf")
+    return states_floor_bytes(model, training) * _upper_factor(cluster, training) / room
 
 
 def _upper_factor(cluster: ClusterSpec, training: TrainingSpec) -> float:

@@ -164,6 +164,19 @@ def _megatron_states(model: ModelSpec, training: TrainingSpec, par: ParallelConf
     return States(n, weights, grads, 0.0, opt, buffers, 0.0, 0.0, 0.0)
 
 
+def states_floor_bytes(model: ModelSpec, training: TrainingSpec) -> float:
+    """The fewest model-state bytes a plan without offload keeps on its GPUs, all of them together, whatever its
+    sharding: every parameter's weight (1 B counted for an FP8 primary weight, else 2 B), its gradient (at least a
+    16-bit one) and Adam's states (`megatron_optimizer_bytes` without FP8 primary weights, its least: 6 B with bf16
+    moments over a 16-bit master remainder, 12 B in fp32, 16 B under fp16; DeepSpeed and FSDP keep at least the fp32
+    12 B). Fully sharded, a plan's busiest GPU holds at least this divided by its GPU count."""
+    weight = 1.0 if training.precision == "fp8" else 2.0
+    optimizer = 16.0 if training.precision == "fp16" else 12.0
+    if training.optimizer_states == "bf16":
+        optimizer -= 4.0 if training.precision == "fp16" else 6.0
+    return model.num_parameters * (weight + 2.0 + optimizer)
+
+
 def megatron_optimizer_bytes(training: TrainingSpec, par: ParallelConfig) -> float:
     """Optimizer bytes per sharded parameter: fp32 master weights and Adam's exp_avg and exp_avg_sq (4 + 4 + 4;
     fp16 training 16). Bf16 moments (precision-aware optimizer: Transformer Engine's FusedAdam with

@@ -7,7 +7,7 @@ import time
 
 from app.planner.candidates import Found, SearchState
 from app.planner.explain import describe
-from app.planner.search import search_world
+from app.planner.search import fewest_gpus, search_world
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelPins, PlanRequest, TrainingSpec
 
 GiB = 2**30
@@ -54,6 +54,8 @@ def _fits_on(
     if time.perf_counter() > deadline:
         return None, False
     trial = _on_nodes(cluster, nodes)
+    if not offload and trial.world_size < fewest_gpus(model, trial, training):
+        return None, True  # the model states alone cannot fit in these GPUs' memory: known without a search
     state = SearchState(first_fit=True)
     cap = min(time.perf_counter() + SUB_SEARCH_S, deadline)
     search_world(model, trial, training, trial.world_size, state, cap, offload)
