@@ -10,9 +10,10 @@ import contextlib
 import json
 import os
 import selectors
+import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from launcher import procs
@@ -40,6 +41,11 @@ class Death:
         return f"rank {w.rank} (local_rank {w.local_rank}, pid {w.pid}{node}) {procs.describe_status(self.status)}"
 
 
+def _stopped_by_agent(status: int | None) -> bool:
+    """Killed by the signal an agent stops a worker group with (torchrun: SIGTERM, then SIGKILL after a grace)."""
+    return status is not None and os.WIFSIGNALED(status) and os.WTERMSIG(status) in (signal.SIGTERM, signal.SIGKILL)
+
+
 class WorkerWatch:
     def __init__(
         self,
@@ -64,6 +70,7 @@ class WorkerWatch:
         self.killed: set[int] = set()  # pids the runner killed itself (a hang): not a failure of their own
         self._write_failed = False
         self._died_since_restart = False
+        self._group_deaths = 0  # deaths in the agent's current worker group (since its last restart)
         self._scan_since = time.monotonic()
         self._last_scan = 0.0
 
@@ -127,6 +134,7 @@ class WorkerWatch:
         if self._died_since_restart:
             self.restarts += 1
             self._died_since_restart = False
+            self._group_deaths = 0
             self.log(
                 f"node {self.node_rank}: worker group restarted by the agent "
                 f"(restart {self.restarts} of at most {self.max_restarts})"
@@ -146,8 +154,19 @@ class WorkerWatch:
         # a failed or unknown exit after the rank's heartbeat said done: its training had finished
         done = self._done_step(worker) if status != 0 and watched else None
         first = self.first_failure is None and failed and done is None and watched
+        earlier = self._unexplained_exit() if first and _stopped_by_agent(status) else None
+        if earlier is not None:
+            # the agent stops the rest of a group when one of its ranks has died: this rank is one it stopped, and
+            # the one that died first is the rank before it whose status the agent collected before we could
+            self.deaths[earlier] = replace(self.deaths[earlier], root=True)
+            first = False
+            self.log(
+                f"died first: {self.deaths[earlier].describe()} before its training was done; the agent then "
+                f"stopped the other ranks (its report gives the status)"
+            )
         death = Death(worker, self.node_rank, status, root=first, done_step=done)
         self.deaths.append(death)
+        self._group_deaths += 1
         self._died_since_restart = True
         if pid in self.killed:
             self.log(f"stopped by the watchdog: {death.describe()}", echo=False)
@@ -163,6 +182,18 @@ class WorkerWatch:
         self._scan_since = time.monotonic()  # an agent with restarts left will start new workers
         self._write_workers()
         return death
+
+    def _unexplained_exit(self) -> int | None:
+        """The index of a rank of the current group that exited before its training was done (no "done" heartbeat)
+        with a status its agent collected before the launcher could read it, and that the launcher did not stop
+        itself; None if there is none."""
+        group = self.deaths[len(self.deaths) - self._group_deaths :] if self._group_deaths else []
+        offset = len(self.deaths) - len(group)
+        return next(
+            (offset + i for i, d in enumerate(group)
+             if d.status is None and d.done_step is None and d.worker.pid not in self.killed),
+            None,
+        )  # fmt: skip
 
     def _done_step(self, worker: procs.Worker) -> int | None:
         """The step at which this very process (its pid) reported its training done in its heartbeat, if it did."""

@@ -76,7 +76,14 @@ def test_killed_worker_stops_the_job_and_is_named(tmp_path: Path, backend: str) 
     code = proc.wait(timeout=60)
     assert code != 0
     log = (run_dir / "launcher.log").read_text()
-    assert f"died first: rank 1 (local_rank 1, pid {victim['pid']}, node 0) killed by signal 9 (SIGKILL)" in log
+    # the launcher reads the status itself, or (when torchrun reaps the rank first) names it from the order of deaths
+    # and torchrun's report gives the signal; never the rank torchrun stopped afterwards
+    named = f"died first: rank 1 (local_rank 1, pid {victim['pid']}, node 0) "
+    assert named + "killed by signal 9 (SIGKILL)" in log or (
+        named + "exited (status already collected by its parent) before its training was done" in log
+        and "Signal 9 (SIGKILL) received by PID " + str(victim["pid"]) in log
+    ), log
+    assert "died first: rank 0" not in log
     assert "job failed" in log and "step 400/" not in out.read_text()
     assert_nothing_left(tmp_path)
 

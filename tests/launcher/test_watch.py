@@ -1,0 +1,97 @@
+"""Which rank died first, with real processes and signals, when the agent collects a rank's exit status before the
+launcher can read it (torchrun polls its workers every 0.1 s; on a busy machine it can win the race)."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+
+from launcher import procs
+from launcher.watch import WorkerWatch
+
+
+def _child() -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+
+def _watching(children: list[subprocess.Popen[bytes]]) -> tuple[WorkerWatch, list[str]]:
+    lines: list[str] = []
+    selector = selectors.DefaultSelector()
+    watch = WorkerWatch(os.getpid(), len(children), 0, selector, lambda msg, **_: lines.append(msg), None, 0)
+    for rank, child in enumerate(children):
+        fd = os.pidfd_open(child.pid)
+        watch.alive[child.pid] = (procs.Worker(child.pid, rank, rank, 0), fd)
+        selector.register(fd, selectors.EVENT_READ)
+    return watch, lines
+
+
+def _unreaped(child: subprocess.Popen[bytes], sig: int) -> None:
+    """Signal the child and wait until it is a zombie whose status the launcher can read (not reaped)."""
+    os.kill(child.pid, sig)
+    deadline = time.monotonic() + 10
+    while procs.zombie_status(child.pid) is None:
+        assert time.monotonic() < deadline, "the child did not exit"
+        time.sleep(0.01)
+
+
+def _collected_by_the_agent(child: subprocess.Popen[bytes]) -> None:
+    child.kill()
+    child.wait()  # reaped: its status is gone before the launcher looks
+
+
+def test_a_rank_whose_status_the_agent_collected_first_is_named_before_the_ranks_it_stopped() -> None:
+    """Rank 0 is killed and reaped by its agent before the launcher reads it; the agent then stops rank 1 with
+    SIGTERM. Rank 1's SIGTERM is the agent's doing, so rank 0 died first (in the CI run of 2026-12-05 the launcher
+    named rank 1's SIGTERM instead)."""
+    first, second = _child(), _child()
+    watch, lines = _watching([first, second])
+    _collected_by_the_agent(first)
+    watch.on_exit(first.pid)
+    _unreaped(second, signal.SIGTERM)
+    watch.on_exit(second.pid)
+    second.wait()
+    root = watch.first_failure
+    assert root is not None and root.worker.rank == 0 and root.status is None
+    assert lines[-2] == (
+        f"died first: rank 0 (local_rank 0, pid {first.pid}, node 0) exited (status already collected by its "
+        f"parent) before its training was done; the agent then stopped the other ranks (its report gives the status)"
+    )
+    assert lines[-1] == f"stopped: rank 1 (local_rank 1, pid {second.pid}, node 0) killed by signal 15 (SIGTERM)"
+
+
+def test_a_crash_after_an_unseen_exit_is_itself_the_first_failure() -> None:
+    """A SIGABRT is not how an agent stops a group: the rank that aborted is named, not the one before it whose
+    status is unknown (it may have finished normally)."""
+    first, second = _child(), _child()
+    watch, lines = _watching([first, second])
+    _collected_by_the_agent(first)
+    watch.on_exit(first.pid)
+    _unreaped(second, signal.SIGABRT)
+    watch.on_exit(second.pid)
+    second.wait()
+    root = watch.first_failure
+    assert root is not None and root.worker.rank == 1
+    assert lines[-1].startswith(f"died first: rank 1 (local_rank 1, pid {second.pid}, node 0) killed by signal 6")
+
+
+def test_an_unseen_exit_of_a_group_the_agent_restarted_is_not_blamed_for_the_next_group() -> None:
+    """After a restart the new group's first SIGTERM death is not pinned on a rank of the old group."""
+    old = _child()
+    watch, lines = _watching([old])
+    _collected_by_the_agent(old)
+    watch.on_exit(old.pid)
+    watch._note_restart()  # the agent started a new group (as the /proc scan notices)
+    new = _child()
+    fd = os.pidfd_open(new.pid)
+    watch.alive[new.pid] = (procs.Worker(new.pid, 0, 0, 0), fd)
+    watch.selector.register(fd, selectors.EVENT_READ)
+    _unreaped(new, signal.SIGTERM)
+    watch.on_exit(new.pid)
+    new.wait()
+    root = watch.first_failure
+    assert root is not None and root.worker.pid == new.pid
+    assert watch.restarts == 1 and lines[-1].startswith("died first: rank 0")
