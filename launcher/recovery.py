@@ -3,13 +3,14 @@ and requeue a preempted Slurm job. Plain functions over the runner's data (launc
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 from launcher import procs, stacks
-from launcher.explain import agent_report, signal_of_negative_exit
+from launcher.explain import DEEPSPEED_RC, agent_report, signal_of_negative_exit
 from launcher.heartbeat import read_beat
 from launcher.linger import Linger
 from launcher.watch import WorkerWatch
@@ -56,8 +57,23 @@ def node_finished(
 
 def job_code(code: int, output: str, watch: WorkerWatch | None, stopping: bool, node: int | None, log: Log) -> int:
     """An agent's exit code as the job's (negative: killed by that signal). DeepSpeed's 256 - n for a rank killed
-    by signal n becomes -n (so the launcher exits 128 + n: 137, not 247), and an agent that exits 0 while its
-    ranks still run has not finished the job (DeepSpeed's runner exits 0 when its launch.py is killed)."""
+    by signal n becomes -n (so the launcher exits 128 + n: 137, not 247); where DeepSpeed's launch.py reports the
+    code of a rank that failed after the one the launcher saw die first, the first one's is reported; and an agent
+    that exits 0 while its ranks still run has not finished the job (DeepSpeed's runner exits 0 when its launch.py
+    is killed)."""
+    root = watch.first_failure if watch and not stopping else None
+    said = DEEPSPEED_RC.findall(output)
+    if root is not None and root.status is not None and said and code == int(said[-1]) % 256:
+        # DeepSpeed's launch.py exits with the code of the first failed rank its poll meets in a set of processes:
+        # when the peers of a killed rank have failed too by then, that can be a peer's (exit 1), not the cause's
+        first = -os.WTERMSIG(root.status) if os.WIFSIGNALED(root.status) else os.WEXITSTATUS(root.status)
+        if first != int(said[-1]):
+            shown = 128 - first if first < 0 else first
+            log(
+                f"node {node}: DeepSpeed's launcher exited with return code {said[-1]}, a rank that failed after "
+                f"{root.describe()}: reporting that first failure's code, {shown}"
+            )
+            return first
     sig = signal_of_negative_exit(code, output)
     if sig is not None:
         log(

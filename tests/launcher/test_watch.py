@@ -11,7 +11,8 @@ import sys
 import time
 
 from launcher import procs
-from launcher.watch import WorkerWatch
+from launcher.recovery import job_code
+from launcher.watch import Death, WorkerWatch
 
 
 def _child() -> subprocess.Popen[bytes]:
@@ -95,3 +96,32 @@ def test_an_unseen_exit_of_a_group_the_agent_restarted_is_not_blamed_for_the_nex
     root = watch.first_failure
     assert root is not None and root.worker.pid == new.pid
     assert watch.restarts == 1 and lines[-1].startswith("died first: rank 0")
+
+
+def _watch_with_root(status: int | None) -> WorkerWatch:
+    watch = WorkerWatch(1, 2, 0, selectors.DefaultSelector(), lambda *a, **k: None, None, 0)
+    watch.deaths.append(Death(procs.Worker(1001, 1, 1, 0), 0, status, root=True))
+    return watch
+
+
+SIGKILLED = signal.SIGKILL  # a raw wait status of a process killed by SIGKILL is the signal number
+DS_SAID_1 = "[launch.py:...] ['python', 'train.py'] exits with return code = 1\n"
+DS_SAID_KILL = "[launch.py:...] ['python', 'train.py'] exits with return code = -9\n"
+
+
+def test_deepspeeds_code_of_a_later_failure_is_replaced_by_the_first_ranks() -> None:
+    """DeepSpeed's launch.py exits with the code of the first failed rank its poll meets in a set: after rank 1 is
+    SIGKILLed, rank 0's gloo error (exit 1) can come first (a CI run of 2026-12-05 got exit 1 instead of 137). The
+    launcher saw rank 1 die first and reports its code; a DeepSpeed code that is the first failure's, or a first
+    failure whose status is unknown, is left as it was."""
+    lines: list[str] = []
+    code = job_code(1, DS_SAID_1, _watch_with_root(SIGKILLED), False, 0, lambda msg, **_: lines.append(msg))
+    assert code == -signal.SIGKILL  # the launcher exits 137
+    assert lines == [
+        "node 0: DeepSpeed's launcher exited with return code 1, a rank that failed after rank 1 (local_rank 1, "
+        "pid 1001, node 0) killed by signal 9 (SIGKILL): reporting that first failure's code, 137"
+    ]
+    assert job_code(247, DS_SAID_KILL, _watch_with_root(SIGKILLED), False, 0, lambda *a, **k: None) == -9
+    assert job_code(1, DS_SAID_1, _watch_with_root(None), False, 0, lambda *a, **k: None) == 1
+    assert job_code(1, DS_SAID_1, _watch_with_root(SIGKILLED), True, 0, lambda *a, **k: None) == 1  # stopping
+    assert job_code(1, "torchrun output\n", _watch_with_root(SIGKILLED), False, 0, lambda *a, **k: None) == 1
