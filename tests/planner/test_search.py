@@ -229,3 +229,30 @@ def test_cp_twins_share_memory_verdicts_without_changing_the_search(monkeypatch:
         (r.reason, r.count, r.message) for r in alone.rejected
     ]
     assert shared.stats.evaluated < alone.stats.evaluated
+
+
+@pytest.mark.parametrize(
+    ("framework", "hint", "then"),
+    [
+        ("megatron-deepspeed", "set training.stack 'megatron-deepspeed-bigscience'", {}),
+        (
+            "megatron",
+            "set training.framework 'megatron-deepspeed' with training.stack 'megatron-deepspeed-bigscience'",
+            {"framework": "megatron-deepspeed"},
+        ),
+    ],
+)
+def test_an_alibi_model_on_a_stack_without_alibi_names_the_stack_that_runs_it(
+    framework: str, hint: str, then: dict[str, str]
+) -> None:
+    """BLOOM-176B (ALiBi) on 384 A100: upstream Megatron-DeepSpeed and Megatron-core have no ALiBi, so every
+    candidate is refused, and the reason names the stack that trained BLOOM (BigScience's fork, in the stack data);
+    following it plans BLOOM as that fork runs it."""
+    cluster = {"num_nodes": 48, "gpu": "A100-80GB"}
+    refused = plan(PlanRequest(model="bloom-176b", cluster=cluster,
+                               training={"global_batch_size": 2048, "framework": framework}))  # fmt: skip
+    assert refused.plans == []
+    reason = next(r for r in refused.rejected if r.reason == "framework_support")
+    assert "bloom-176b uses ALiBi" in reason.message and hint in reason.message
+    training = {"global_batch_size": 2048, "framework": framework, **then, "stack": "megatron-deepspeed-bigscience"}
+    assert plan(PlanRequest(model="bloom-176b", cluster=cluster, training=training)).plans

@@ -4,6 +4,7 @@ precisions, recomputation, activation offload and model families, read from its 
 from __future__ import annotations
 
 from app.planner.rules.base import Ctx, Violation
+from app.planner.stack import stacks
 
 
 def sharding_supported(c: Ctx) -> Violation | None:
@@ -178,10 +179,21 @@ def model_fits_framework(c: Ctx) -> Violation | None:
             f"(--mtp-num-layers), {s.label} does not; set mtp_num_layers 0 to plan without them",
         )
     if m.position_embedding_type == "alibi" and not s.can.alibi:
+        # the nearest stack that runs it: the same framework's, else a Megatron fork's for a Megatron user
+        able = sorted(
+            (st.framework != s.framework, "megatron" not in st.framework, st.name, st.framework)
+            for st in stacks()
+            if st.can.alibi
+        )
+        other, _, name, framework = able[0] if able else (False, False, "", "")
+        where = f"training.stack {name!r}"
+        if other:
+            where = f"training.framework {framework!r} with {where}"
+        choose = f"set {where} to plan it as that stack runs it, or " if able else ""
         return Violation(
             "framework_support",
             f"{m.name} uses ALiBi, which {s.label} does not implement (BigScience's Megatron-DeepSpeed fork, Hugging "
-            f"Face and llm-foundry do); for a same-size plan set position_embedding_type to rope",
+            f"Face and llm-foundry do); {choose}set position_embedding_type to rope for a same-size plan",
         )
     return None
 
