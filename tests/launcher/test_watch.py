@@ -44,39 +44,40 @@ def _collected_by_the_agent(child: subprocess.Popen[bytes]) -> None:
     child.wait()  # reaped: its status is gone before the launcher looks
 
 
-def test_a_rank_whose_status_the_agent_collected_first_is_named_before_the_ranks_it_stopped() -> None:
-    """Rank 0 is killed and reaped by its agent before the launcher reads it; the agent then stops rank 1 with
-    SIGTERM. Rank 1's SIGTERM is the agent's doing, so rank 0 died first (in the CI run of 2026-12-05 the launcher
-    named rank 1's SIGTERM instead)."""
+def _unseen_exit_then(sig: int) -> tuple[WorkerWatch, list[str], int, int]:
+    """Rank 0 killed and reaped by its agent before the launcher reads it, then rank 1 killed by `sig` (its status
+    read by the launcher); returns the watch, its log lines and the two pids."""
     first, second = _child(), _child()
     watch, lines = _watching([first, second])
     _collected_by_the_agent(first)
     watch.on_exit(first.pid)
-    _unreaped(second, signal.SIGTERM)
+    _unreaped(second, sig)
     watch.on_exit(second.pid)
     second.wait()
+    return watch, lines, first.pid, second.pid
+
+
+def test_a_rank_whose_status_the_agent_collected_first_is_named_before_the_ranks_it_stopped() -> None:
+    """Rank 0 is killed and reaped by its agent before the launcher reads it; the agent then stops rank 1 with
+    SIGTERM. Rank 1's SIGTERM is the agent's doing, so rank 0 died first (in the CI run of 2026-12-05 the launcher
+    named rank 1's SIGTERM instead)."""
+    watch, lines, first, second = _unseen_exit_then(signal.SIGTERM)
     root = watch.first_failure
     assert root is not None and root.worker.rank == 0 and root.status is None
     assert lines[-2] == (
-        f"died first: rank 0 (local_rank 0, pid {first.pid}, node 0) exited (status already collected by its "
+        f"died first: rank 0 (local_rank 0, pid {first}, node 0) exited (status already collected by its "
         f"parent) before its training was done; the agent then stopped the other ranks (its report gives the status)"
     )
-    assert lines[-1] == f"stopped: rank 1 (local_rank 1, pid {second.pid}, node 0) killed by signal 15 (SIGTERM)"
+    assert lines[-1] == f"stopped: rank 1 (local_rank 1, pid {second}, node 0) killed by signal 15 (SIGTERM)"
 
 
 def test_a_crash_after_an_unseen_exit_is_itself_the_first_failure() -> None:
     """A SIGABRT is not how an agent stops a group: the rank that aborted is named, not the one before it whose
     status is unknown (it may have finished normally)."""
-    first, second = _child(), _child()
-    watch, lines = _watching([first, second])
-    _collected_by_the_agent(first)
-    watch.on_exit(first.pid)
-    _unreaped(second, signal.SIGABRT)
-    watch.on_exit(second.pid)
-    second.wait()
+    watch, lines, _, second = _unseen_exit_then(signal.SIGABRT)
     root = watch.first_failure
     assert root is not None and root.worker.rank == 1
-    assert lines[-1].startswith(f"died first: rank 1 (local_rank 1, pid {second.pid}, node 0) killed by signal 6")
+    assert lines[-1].startswith(f"died first: rank 1 (local_rank 1, pid {second}, node 0) killed by signal 6")
 
 
 def test_an_unseen_exit_of_a_group_the_agent_restarted_is_not_blamed_for_the_next_group() -> None:
