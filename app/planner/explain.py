@@ -79,9 +79,14 @@ def why(
         iv = t.tokens_per_s_interval
         lines.append(f"80% interval {iv.low:,.0f}-{iv.high:,.0f} tokens/s ({iv.basis})")
     if available_gpus and par.world_size < available_gpus:
+        because = (
+            "the objective is the fewest GPUs, and no plan fits on fewer"
+            if objective == "min_gpus"
+            else "it is faster or factors where the whole cluster does not"
+        )
         lines.append(
             f"uses {par.world_size} of the {available_gpus} GPUs ({available_gpus - par.world_size} stay idle): "
-            f"it is faster or factors where the whole cluster does not"
+            f"{because}"
         )
     if par.pp > 1:
         lines.append(
