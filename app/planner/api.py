@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import math
 import time
 
 from app.planner import __version__, collector
@@ -50,11 +51,27 @@ def world_sizes(cluster: ClusterSpec, training: TrainingSpec) -> list[int]:
             raise InputError(
                 "training.pinned.num_nodes", f"{training.pinned.num_nodes} > cluster.num_nodes({cluster.num_nodes})"
             )
-        return [training.pinned.num_nodes * g]
-    if training.objective != "min_gpus":
-        return [cluster.world_size] + [n * g for n in fewer_nodes(cluster.num_nodes)]
-    partial = [d for d in range(1, g) if g % d == 0]
-    return partial + [n * g for n in range(1, cluster.num_nodes + 1)]
+        worlds = [training.pinned.num_nodes * g]
+    elif training.objective != "min_gpus":
+        worlds = [cluster.world_size] + [n * g for n in fewer_nodes(cluster.num_nodes)]
+    else:
+        worlds = [d for d in range(1, g) if g % d == 0] + [n * g for n in range(1, cluster.num_nodes + 1)]
+    _check_pins_divide(worlds, training)
+    return worlds
+
+
+def _check_pins_divide(worlds: list[int], training: TrainingSpec) -> None:
+    """Pinned sizes whose product divides none of the GPU counts the search would try are an input error, not a
+    search of nothing (tp 3 on nodes of 8 GPUs)."""
+    p = training.pinned
+    pins = [(name, value) for name, value in (("tp", p.tp), ("pp", p.pp), ("cp", p.cp), ("dp", p.dp)) if value]
+    product = math.prod(value for _, value in pins)
+    if product <= 1 or any(w % product == 0 for w in worlds):
+        return
+    field = f"training.pinned.{pins[0][0]}" if len(pins) == 1 else "training.pinned"
+    named = f"{product}" if len(pins) == 1 else " x ".join(f"{name}({value})" for name, value in pins) + f" = {product}"
+    counts = ", ".join(map(str, sorted(worlds)[:8])) + (", ..." if len(worlds) > 8 else "")
+    raise InputError(field, f"{named} divides none of the GPU counts the search tries ({counts})")
 
 
 def fewer_nodes(nodes: int) -> list[int]:

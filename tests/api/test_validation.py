@@ -85,6 +85,19 @@ def test_a_planner_value_error_after_validation_is_a_422(sqlite_client: Any) -> 
     assert "training.pinned.num_nodes" in _errors(r)
 
 
+def test_pins_that_divide_no_gpu_count_searched_are_a_422_naming_the_numbers(sqlite_client: Any) -> None:
+    """tp 3 on one node of 8 GPUs: no world the search tries holds it, which is the user's input to fix, not an
+    empty search ("searched 0 candidates")."""
+    r = sqlite_client.post("/plans", json=_with("training.pinned.tp", 3, _with("cluster.gpus_per_node", 8)))
+    assert r.status_code == 422
+    assert _errors(r)["training.pinned.tp"].endswith("3 divides none of the GPU counts the search tries (8)")
+    both = _with("training.pinned.pp", 3, _with("training.pinned.tp", 2, _with("cluster.gpus_per_node", 8)))
+    r = sqlite_client.post("/plans", json=both)
+    assert r.status_code == 422
+    expected = "tp(2) x pp(3) = 6 divides none of the GPU counts the search tries (8)"
+    assert _errors(r)["training.pinned"].endswith(expected)
+
+
 @pytest.mark.parametrize(
     ("content", "words"),
     [
