@@ -66,7 +66,7 @@ def job_code(code: int, output: str, watch: WorkerWatch | None, stopping: bool, 
     if root is not None and root.status is not None and said and code == int(said[-1]) % 256:
         # DeepSpeed's launch.py exits with the code of the first failed rank its poll meets in a set of processes:
         # when the peers of a killed rank have failed too by then, that can be a peer's (exit 1), not the cause's
-        first = -os.WTERMSIG(root.status) if os.WIFSIGNALED(root.status) else os.WEXITSTATUS(root.status)
+        first = os.waitstatus_to_exitcode(root.status)  # a Popen returncode: -n for signal n
         if first != int(said[-1]):
             shown = 128 - first if first < 0 else first
             log(

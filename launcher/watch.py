@@ -187,11 +187,10 @@ class WorkerWatch:
         """The index of a rank of the current group that exited before its training was done (no "done" heartbeat)
         with a status its agent collected before the launcher could read it, and that the launcher did not stop
         itself; None if there is none."""
-        group = self.deaths[len(self.deaths) - self._group_deaths :] if self._group_deaths else []
-        offset = len(self.deaths) - len(group)
+        start = len(self.deaths) - self._group_deaths
         return next(
-            (offset + i for i, d in enumerate(group)
-             if d.status is None and d.done_step is None and d.worker.pid not in self.killed),
+            (i for i in range(start, len(self.deaths))
+             if (d := self.deaths[i]).status is None and d.done_step is None and d.worker.pid not in self.killed),
             None,
         )  # fmt: skip
 

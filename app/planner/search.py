@@ -38,12 +38,7 @@ def search_world(
     offload: bool,
 ) -> None:
     """Every candidate on `world` GPUs: record the feasible ones and why the others fail."""
-    budget = Budget(
-        usable=cluster.gpu.memory_bytes * (1 - training.memory_headroom),
-        host=cluster.cpu_memory_GiB * 2**30 * 0.9,
-        limit=_upper_factor(cluster, training),
-        runtime=cluster.gpu.efficiency.runtime_overhead_bytes,
-    )
+    budget = _budget(cluster, training)
     queue: list[tuple[float, int, Work]] = []
     twins: dict[tuple[object, ...], dict[tuple[object, ...], Outcome]] = {}
     for pl in placements(model, cluster, training, world):
@@ -273,11 +268,20 @@ def fewest_gpus(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) 
     (`states_floor_bytes` over the GPU count, at the upper end of the memory interval, with the runtime beside it):
     on fewer, every candidate runs out of memory, so a search there can be skipped (the `min_gpus` objective and the
     node-count hint try many counts). A bound, not a count that fits: divisibility and activations decide that."""
-    usable = cluster.gpu.memory_bytes * (1 - training.memory_headroom)
-    room = usable - cluster.gpu.efficiency.runtime_overhead_bytes
+    budget = _budget(cluster, training)
+    room = budget.usable - budget.runtime
     if room <= 0:
         return float("inf")
-    return states_floor_bytes(model, training) * _upper_factor(cluster, training) / room
+    return states_floor_bytes(model, training) * budget.limit / room
+
+
+def _budget(cluster: ClusterSpec, training: TrainingSpec) -> Budget:
+    return Budget(
+        usable=cluster.gpu.memory_bytes * (1 - training.memory_headroom),
+        host=cluster.cpu_memory_GiB * 2**30 * 0.9,
+        limit=_upper_factor(cluster, training),
+        runtime=cluster.gpu.efficiency.runtime_overhead_bytes,
+    )
 
 
 def _upper_factor(cluster: ClusterSpec, training: TrainingSpec) -> float:

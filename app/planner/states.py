@@ -171,9 +171,7 @@ def states_floor_bytes(model: ModelSpec, training: TrainingSpec) -> float:
     moments over a 16-bit master remainder, 12 B in fp32, 16 B under fp16; DeepSpeed and FSDP keep at least the fp32
     12 B). Fully sharded, a plan's busiest GPU holds at least this divided by its GPU count."""
     weight = 1.0 if training.precision == "fp8" else 2.0
-    optimizer = 16.0 if training.precision == "fp16" else 12.0
-    if training.optimizer_states == "bf16":
-        optimizer -= 4.0 if training.precision == "fp16" else 6.0
+    optimizer = megatron_optimizer_bytes(training, ParallelConfig.trusted())  # no FP8 primary weights: the least
     return model.num_parameters * (weight + 2.0 + optimizer)
 
 
