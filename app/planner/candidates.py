@@ -83,7 +83,12 @@ class SearchState:
         micro-batch or less recomputation): counted and rejected without an evaluation."""
         if count:
             self.candidates += count
-            self.rejected.counts["out_of_memory"] = self.rejected.counts.get("out_of_memory", 0) + count
+            r = self.rejected
+            r.counts["out_of_memory"] = r.counts.get("out_of_memory", 0) + count
+            if "out_of_memory" not in r.messages:  # the smaller candidates that decided it broke a rule instead
+                r.messages["out_of_memory"] = "runs out of memory where a smaller micro-batch or less recomputation did"
+                r.scores["out_of_memory"] = float("inf")  # any evaluated miss is a closer one
+                r.examples.setdefault("out_of_memory", [])
 
     def add(self, found: Found, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> None:
         if self.keep:

@@ -270,7 +270,7 @@ def overlap_options(
     etp: int | None = None,
 ) -> dict[str, object]:
     """Overlaps that cost nothing but memory the model counts: TP comm overlap with SP (TE userbuffers), EP overlap
-    where megatron-core allows it (no full recompute; interleaving with PP), the flex (DeepEP) dispatcher where the
+    where megatron-core allows it (no full recompute; interleaving with PP; one MTP layer at most, with PP), the flex (DeepEP) dispatcher where the
     stack has it and it moves at least 5 % less than alltoall (dispatch.py), FP8 primary weights with the
     distributed optimizer; and the FP8 recipe of the GPU generation when the request leaves it open."""
     can, pins = training.software.can, training.pinned
@@ -278,6 +278,8 @@ def overlap_options(
     if pins.tp_comm_overlap is not None:
         tp_overlap = pins.tp_comm_overlap and tp > 1
     ep_overlap = can.ep_overlap and ep > 1 and recompute != "full" and (pp == 1 or vpp > 1)
+    if model.mtp_num_layers and (model.mtp_num_layers > 1 or pp == 1):
+        ep_overlap = False  # megatron-core 0.16 TransformerConfig.__post_init__: at most one MTP layer, and pp > 1
     flex = can.flex_dispatcher and ep > 1 and dispatch.flex_saves(model, layout.expert_group(ep, etp or tp, cluster))
     dispatcher = pins.moe_token_dispatcher or ("flex" if flex else "alltoall")
     fp8 = training.precision == "fp8"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.planner import PlanRequest, plan, splits
+from app.planner import PlanRequest, plan, space, splits
 from app.planner import params as pc
 from app.planner.compute import model_flops_per_token
 from app.planner.estimate import evaluate
@@ -136,3 +136,34 @@ def test_hf_import_reads_the_mtp_depth() -> None:
 
     assert ModelSpec(**from_hf_config({**DEEPSEEK_V3, "num_nextn_predict_layers": 1})).mtp_num_layers == 1
     assert ModelSpec(**from_hf_config({**DEEPSEEK_V3, "num_nextn_predict_layers": 0})).mtp_num_layers == 0
+
+
+def _small_moe(mtp: int) -> ModelSpec:
+    return ModelSpec(name="moe-mtp", num_layers=8, hidden_size=1024, num_attention_heads=8, vocab_size=32000,
+                     seq_length=4096, swiglu=True, num_experts=16, moe_router_topk=2, moe_ffn_hidden_size=1024,
+                     mtp_num_layers=mtp)  # fmt: skip
+
+
+@pytest.mark.parametrize(("mtp", "pp", "vpp", "allowed"), [(0, 1, 1, True), (1, 1, 1, False), (1, 2, 2, True),
+                                                           (2, 2, 2, False), (2, 1, 1, False)])  # fmt: skip
+def test_ep_overlap_only_where_megatron_core_takes_it_with_mtp(mtp: int, pp: int, vpp: int, allowed: bool) -> None:
+    """megatron-core 0.16 TransformerConfig.__post_init__ asserts at most one MTP layer under
+    overlap_moe_expert_parallel_comm, and PP > 1 with it: the search never offers the overlap elsewhere, so the
+    candidates without full recomputation are not all refused for it."""
+    r = PlanRequest(model=_small_moe(mtp), cluster={"num_nodes": 1, "gpu": "H100-SXM"},
+                    training={"global_batch_size": 64})  # fmt: skip
+    overlap = space.overlap_options(r.model, r.training, r.cluster, 1, 8, pp, vpp, "none")
+    assert overlap["moe_ep_overlap"] is allowed
+
+
+def test_two_mtp_layers_plan_without_recomputation() -> None:
+    """Before, every level but full recomputation broke the EP-overlap rule; the search took that for running out
+    of memory, counted the larger micro-batches as out of memory without any message, and the result failed to
+    build (KeyError 'out_of_memory')."""
+    r = PlanRequest(model=_small_moe(2), cluster={"num_nodes": 1, "gpu": "H100-SXM"},
+                    training={"global_batch_size": 64})  # fmt: skip
+    result = plan(r)
+    assert result.plans
+    assert result.plans[0].parallel.recompute == "none"
+    assert not any(p.parallel.moe_ep_overlap for p in result.plans)
+    assert all(g.message for g in result.rejected)

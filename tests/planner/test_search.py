@@ -256,3 +256,21 @@ def test_an_alibi_model_on_a_stack_without_alibi_names_the_stack_that_runs_it(
     assert "bloom-176b uses ALiBi" in reason.message and hint in reason.message
     training = {"global_batch_size": 2048, "framework": framework, **then, "stack": "megatron-deepspeed-bigscience"}
     assert plan(PlanRequest(model="bloom-176b", cluster=cluster, training=training)).plans
+
+
+def test_out_of_memory_by_monotonicity_alone_still_has_a_message() -> None:
+    """Candidates counted out of memory because smaller ones did not fit, before any evaluated miss gave the reason
+    its message (the smaller ones broke a rule instead): the rejected list still builds, and an evaluated miss
+    replaces the generic message."""
+    from app.planner.api import _rejected
+    from app.planner.candidates import SearchState
+    from app.planner.specs import ParallelConfig
+
+    state = SearchState()
+    state.known_out_of_memory(3)
+    (group,) = _rejected(state)
+    assert (group.reason, group.count, group.examples) == ("out_of_memory", 3, [])
+    assert "runs out of memory" in group.message
+    state.rejected.add("out_of_memory", "needs 90.0 GiB per GPU", ParallelConfig(), score=90.0)
+    (group,) = _rejected(state)
+    assert (group.count, group.message, len(group.examples)) == (4, "needs 90.0 GiB per GPU", 1)
