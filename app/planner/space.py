@@ -270,9 +270,10 @@ def overlap_options(
     etp: int | None = None,
 ) -> dict[str, object]:
     """Overlaps that cost nothing but memory the model counts: TP comm overlap with SP (TE userbuffers), EP overlap
-    where megatron-core allows it (no full recompute; interleaving with PP; one MTP layer at most, with PP), the flex (DeepEP) dispatcher where the
-    stack has it and it moves at least 5 % less than alltoall (dispatch.py), FP8 primary weights with the
-    distributed optimizer; and the FP8 recipe of the GPU generation when the request leaves it open."""
+    where megatron-core allows it (no full recompute; interleaving with PP; one MTP layer at most, with PP), the
+    flex (DeepEP) dispatcher where the stack has it and it moves at least 5 % less than alltoall (dispatch.py), FP8
+    primary weights with the distributed optimizer; and the FP8 recipe of the GPU generation when the request leaves
+    it open."""
     can, pins = training.software.can, training.pinned
     tp_overlap = can.tp_comm_overlap and tp > 1 and can.sequence_parallel
     if pins.tp_comm_overlap is not None:
