@@ -16,6 +16,7 @@ from app.planner.explain import why
 from app.planner.goodput import checkpoint_plan
 from app.planner.layout import make_layout
 from app.planner.results import Estimate, Plan, PlanResult, RejectedGroup, SearchStats, TimeEstimate
+from app.planner.rules.shape import layout_violation
 from app.planner.search import fewest_gpus, search_world
 from app.planner.specs import ClusterSpec, EstimateRequest, ModelSpec, ParallelConfig, PlanRequest, TrainingSpec
 from app.planner.suggest import suggestions
@@ -26,8 +27,19 @@ GiB = 2**30
 def estimate(request: EstimateRequest) -> Estimate:
     """Evaluate one fixed parallel configuration on the cluster (with its measured profile, if any)."""
     cluster, _notes = apply_profile(request.cluster, request.training)
+    _check_fixed_layout(request.model, cluster, request.training, request.parallel)
     est = evaluate(request.model, cluster, request.training, request.parallel)
     return est.model_copy(update={"constants": constants(cluster, request.training)})
+
+
+def _check_fixed_layout(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig) -> None:
+    """What a fixed layout needs before its memory and time mean anything, as an input error naming the field: FP8
+    on a GPU that has it, and a layout string that parses and places the model's layers (other broken rules leave
+    numbers to show, and are reported beside them)."""
+    if training.precision == "fp8" and cluster.gpu.fp8_TFLOPs is None:
+        raise InputError("training.precision", f"fp8: {cluster.gpu.name} has no FP8 tensor cores (use bf16)")
+    if par.pipeline_layout is not None and (bad := layout_violation(model, par)) is not None:
+        raise InputError("parallel.pipeline_layout", bad.message.removeprefix("pipeline_layout "))
 
 
 def _check_pins(cluster: ClusterSpec, training: TrainingSpec) -> None:

@@ -114,3 +114,28 @@ def test_every_route_declares_its_response(sqlite_client: Any) -> None:
                 schemas = [c.get("schema") for c in response["content"].values()]
                 media = set(response["content"])
                 assert any(schemas) or media & {"application/zip", "text/plain"}, (method, path, code)
+
+
+def test_estimate_refuses_what_has_no_numbers_naming_the_field(sqlite_client: Any) -> None:
+    """A fixed layout whose memory and time cannot be worked out is a 422 naming the field (before, the service
+    answered these with an unnamed message or, for a layout string placing the wrong number of layers on a dense
+    model, with a planner bug: AssertionError in expert_params)."""
+    cases = [
+        ({"training": {"global_batch_size": 64, "precision": "fp8"}, "cluster": {"num_nodes": 2, "gpu": "A100-80GB"}},
+         {"tp": 2}, "training.precision", "A100-80GB has no FP8 tensor cores"),
+        ({}, {"pp": 2, "pipeline_layout": "Et*40|t*40L"}, "parallel.pipeline_layout",
+         "places 80 layers, num_layers is 32"),
+        ({}, {"pp": 4, "pipeline_layout": "Et*16|t*16L"}, "parallel.pipeline_layout",
+         "2 stages, not a multiple of pp(4)"),
+        ({}, {"pp": 2, "pipeline_layout": "t*16|Et*16L"}, "parallel.pipeline_layout", "must start with E, end with L"),
+    ]  # fmt: skip
+    for update, parallel, field, words in cases:
+        r = sqlite_client.post("/estimate", json={**SMALL, **update, "parallel": parallel})
+        assert r.status_code == 422, r.text
+        errors = {e["field"]: e["message"] for e in r.json()["errors"]}
+        assert words in errors[field], errors
+    # a layout that parses and places every layer, with a VPP that disagrees, is still evaluated and says why
+    r = sqlite_client.post(
+        "/estimate", json={**SMALL, "parallel": {"pp": 2, "vpp": 1, "pipeline_layout": "Et*8|t*8|t*8|t*8L"}}
+    )
+    assert r.status_code == 200 and any("virtual stages per rank" in x for x in r.json()["reasons"])

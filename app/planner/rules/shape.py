@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from app.planner.layout import layout_vpp, num_microbatches, parse_layout, parse_layout_text
 from app.planner.rules.base import Ctx, Violation
+from app.planner.specs import ModelSpec, ParallelConfig
 
 
 def world_fits_cluster(c: Ctx) -> Violation | None:
@@ -94,19 +95,29 @@ def _uneven_rule(c: Ctx) -> Violation | None:
     return None
 
 
-def _layout_rule(c: Ctx) -> Violation | None:
-    p, L = c.par, c.model.num_layers
+def layout_violation(model: ModelSpec, p: ParallelConfig) -> Violation | None:
+    """The layout string itself: it parses for `p.pp` (stages a multiple of PP, E first and L last) and places the
+    model's `num_layers` decoder layers. Without both, no stage has a shape to size or time."""
     assert p.pipeline_layout is not None
-    if not c.training.software.can.uneven_stages:
-        return Violation("framework_support", f"{c.training.software.label} takes no pipeline layout string")
     try:
         shapes = parse_layout(p.pipeline_layout, p.pp)
-        v = layout_vpp(p.pipeline_layout, p.pp)
     except ValueError as exc:
         return Violation("pipeline_layout", str(exc))
     layers = sum(s.layers for s in shapes)
-    if layers != L:
-        return Violation("pipeline_layout", f"pipeline_layout places {layers} layers, num_layers is {L}")
+    if layers != model.num_layers:
+        return Violation("pipeline_layout", f"pipeline_layout places {layers} layers, num_layers is {model.num_layers}")
+    return None
+
+
+def _layout_rule(c: Ctx) -> Violation | None:
+    p = c.par
+    assert p.pipeline_layout is not None
+    if not c.training.software.can.uneven_stages:
+        return Violation("framework_support", f"{c.training.software.label} takes no pipeline layout string")
+    bad = layout_violation(c.model, p)
+    if bad is not None:
+        return bad
+    v = layout_vpp(p.pipeline_layout, p.pp)
     if v != p.vpp:
         return Violation("pipeline_layout", f"pipeline_layout has {v} virtual stages per rank, vpp is {p.vpp}")
     return _layout_mtp_rule(c, p.pipeline_layout)
