@@ -82,6 +82,8 @@ def placements(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, w
         if world % tp:
             continue
         for cp in space.cp_options(model, training, world // tp):
+            if (world // tp) % cp:
+                continue  # a pinned CP that this world does not hold (min_gpus and the hint try smaller worlds)
             for pp in space.pp_options(model, training, world // (tp * cp)):
                 if (world // (tp * cp)) % pp:
                     continue

@@ -274,3 +274,15 @@ def test_out_of_memory_by_monotonicity_alone_still_has_a_message() -> None:
     state.rejected.add("out_of_memory", "needs 90.0 GiB per GPU", ParallelConfig(), score=90.0)
     (group,) = _rejected(state)
     assert (group.count, group.message, len(group.examples)) == (4, "needs 90.0 GiB per GPU", 1)
+
+
+def test_a_pinned_cp_is_skipped_on_worlds_that_cannot_hold_it() -> None:
+    """min_gpus tries worlds from one GPU up; a pinned CP of 2 (with a pinned PP) on one GPU left no data-parallel
+    rank (dp 0) and the search failed (ZeroDivisionError in placement._inner, found by
+    tests/api/test_random_inputs.py)."""
+    training = {"global_batch_size": 64, "objective": "min_gpus", "pinned": {"cp": 2, "pp": 1}}
+    r = PlanRequest(model="tiny-gpt", cluster={"num_nodes": 1, "gpu": "H100-SXM"}, training=training)
+    result = plan(r)
+    assert result.plans
+    assert all(p.parallel.cp == 2 and p.parallel.dp >= 1 for p in result.plans)
+    assert {p.parallel.world_size for p in result.plans} == {result.plans[0].parallel.world_size}
