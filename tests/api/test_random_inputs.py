@@ -25,10 +25,6 @@ GPUS = ["A100-40GB", "A100-80GB", "H100-SXM", "H200", "B200", "GB200", "L40S", "
 FIELD_FIRST = re.compile(r"^[a-z_][a-z_0-9.\[\]]*: ")  # a render refusal starts with the field it is about
 
 
-def _or_none(values: list[Any]) -> st.SearchStrategy[Any]:
-    return st.one_of(st.none(), st.sampled_from(values))
-
-
 @st.composite
 def custom_models(draw: st.DrawFn) -> dict[str, Any]:
     heads = draw(st.sampled_from([1, 2, 8, 16, 32]))
@@ -50,45 +46,52 @@ def custom_models(draw: st.DrawFn) -> dict[str, Any]:
 
 def models() -> st.SearchStrategy[Any]:
     preset = st.builds(lambda p, s: {"preset": p} | ({"seq_length": s} if s else {}), st.sampled_from(PRESETS),
-                       _or_none([1, 128, 8192, 131072]))  # fmt: skip
+                       st.sampled_from([None, 1, 128, 8192, 131072]))  # fmt: skip
     return st.one_of(preset, custom_models())
+
+
+PINS = {
+    "tp": [1, 2, 3, 8], "pp": [1, 2, 4], "cp": [1, 2], "vpp": [1, 2, 3], "dp": [1, 2, 4], "ep": [1, 2, 8],
+    "etp": [1, 2],
+    "micro_batch_size": [1, 2, 3], "recompute": ["none", "selective", "full"], "zero_stage": [0, 1, 2, 3],
+    "offload_optimizer": ["none", "cpu", "nvme"], "offload_param": ["none", "cpu"], "num_nodes": [1, 2],
+    "recompute_modules": [["mlp"], ["core_attn"], ["moe_act", "layernorm"]], "recompute_num_layers": [1, 2, 7],
+    "moe_token_dispatcher": ["alltoall", "flex"], "cpu_offloading_num_layers": [1, 100],
+    "megatron_fsdp": ["optim", "optim_grads", "optim_grads_params"], "distributed_optimizer": [True, False],
+    "sequence_parallel": [True, False], "cp_comm_type": ["p2p", "all_gather", "a2a", "a2a+p2p"],
+    "tp_comm_overlap": [True, False], "fp8_param_gather": [True, False],
+}  # fmt: skip
+
+
+def some_of(choices: dict[str, list[Any]], most: int) -> st.SearchStrategy[dict[str, Any]]:
+    """A few of the fields (at most `most`), each with one of its values."""
+    keys = st.dictionaries(st.sampled_from(sorted(choices)), st.none(), max_size=most)
+    return keys.flatmap(lambda ks: st.fixed_dictionaries({k: st.sampled_from(choices[k]) for k in ks}))
 
 
 @st.composite
 def trainings(draw: st.DrawFn) -> dict[str, Any]:
-    pins = {
-        name: value
-        for name, value in {
-            "tp": draw(_or_none([1, 2, 3, 8])),
-            "pp": draw(_or_none([1, 2, 4])),
-            "cp": draw(_or_none([1, 2])),
-            "vpp": draw(_or_none([1, 2, 3])),
-            "micro_batch_size": draw(_or_none([1, 2, 3])),
-            "recompute": draw(_or_none(["none", "selective", "full"])),
-            "zero_stage": draw(_or_none([0, 1, 2, 3])),
-            "offload_optimizer": draw(_or_none(["none", "cpu", "nvme"])),
-            "recompute_modules": draw(_or_none([["mlp"], ["core_attn"], ["moe_act", "layernorm"]])),
-            "moe_token_dispatcher": draw(_or_none(["alltoall", "flex"])),
-        }.items()
-        if value is not None
-    }
     return {
         "global_batch_size": draw(st.sampled_from([1, 3, 8, 64, 256])),
         "framework": draw(st.sampled_from(["megatron", "deepspeed", "megatron-deepspeed", "pytorch-fsdp"])),
         "precision": draw(st.sampled_from(["bf16", "fp16", "fp8"])),
         "objective": draw(st.sampled_from(["throughput", "min_gpus", "headroom"])),
         "memory_headroom": draw(st.sampled_from([0.0, 0.1, 0.5])),
-        "pinned": pins,
+        "optimizer_states": draw(st.sampled_from(["fp32", "bf16"])),
+        "flash_attention": draw(st.booleans()),
+        "pinned": draw(some_of(PINS, 2)),
         "search_time_limit_s": 2.0,
     }
 
 
 def clusters() -> st.SearchStrategy[dict[str, Any]]:
-    return st.builds(lambda n, g, gpu: {"num_nodes": n, "gpus_per_node": g, "gpu": gpu},
-                     st.sampled_from([1, 2, 3]), st.sampled_from([1, 2, 4, 8]), st.sampled_from(GPUS))  # fmt: skip
+    nodes, per_node = st.sampled_from([1, 2, 3, 5]), st.sampled_from([1, 2, 4, 6, 8])
+    return st.builds(
+        lambda n, g, gpu: {"num_nodes": n, "gpus_per_node": g, "gpu": gpu}, nodes, per_node, st.sampled_from(GPUS)
+    )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(model=models(), cluster=clusters(), training=trainings())
 def test_a_random_plan_request_is_answered_or_names_its_field(
     model: dict[str, Any], cluster: dict[str, Any], training: dict[str, Any]
@@ -133,9 +136,7 @@ def _training(framework: str, precision: str) -> dict[str, Any]:
     training=st.builds(
         _training, st.sampled_from(["megatron", "deepspeed", "pytorch-fsdp"]), st.sampled_from(["bf16", "fp8"])
     ),
-    parallel=st.dictionaries(st.sampled_from(sorted(PARALLEL)), st.none(), max_size=6).flatmap(
-        lambda keys: st.fixed_dictionaries({k: st.sampled_from(PARALLEL[k]) for k in keys})
-    ),
+    parallel=some_of(PARALLEL, 6),
 )
 def test_a_random_estimate_is_answered_or_names_its_field(
     model: str, cluster: dict[str, Any], training: dict[str, Any], parallel: dict[str, Any]
