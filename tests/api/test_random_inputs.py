@@ -5,6 +5,8 @@ this keeps the search for the next one running."""
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from typing import Any
 
@@ -63,6 +65,14 @@ PINS = {
 }  # fmt: skip
 
 
+def assert_finite(value: Any) -> None:
+    """Every number in a JSON document is finite."""
+    if isinstance(value, float):
+        assert math.isfinite(value), value
+    for item in value.values() if isinstance(value, dict) else value if isinstance(value, list) else ():
+        assert_finite(item)
+
+
 def some_of(choices: dict[str, list[Any]], most: int) -> st.SearchStrategy[dict[str, Any]]:
     """A few of the fields (at most `most`), each with one of its values."""
     keys = st.dictionaries(st.sampled_from(sorted(choices)), st.none(), max_size=most)
@@ -102,6 +112,7 @@ def test_a_random_plan_request_is_answered_or_names_its_field(
     except (Refused, InputError, ValidationError):
         return
     assert all(group.message for group in result.rejected)
+    assert_finite(json.loads(result.model_dump_json()))  # a NaN or infinity would fail the service's JSON response
     for rank in range(1, min(2, len(result.plans)) + 1):
         try:
             files = render(result, rank).files
@@ -150,3 +161,4 @@ def test_a_random_estimate_is_answered_or_names_its_field(
         assert exc.field and exc.message
         return
     assert est.feasible == (not est.reasons)
+    assert_finite(json.loads(est.model_dump_json()))
