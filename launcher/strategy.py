@@ -30,6 +30,10 @@ class Strategy:
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
     pipeline_layout: str | None = None
+    # the embedding and the loss as pipeline units (Megatron's --account-for-embedding/loss-in-pipeline-split): a
+    # virtual stage may then hold one of them and no transformer layer (NVIDIA's 126-layer 405B on PP16 x VPP8)
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
     sequence_parallel: bool = False
     distributed_optimizer: bool = False
     megatron_fsdp: str | None = None
@@ -69,6 +73,8 @@ class Strategy:
         for name in ("pipeline_layout", "megatron_fsdp", "recompute_method", "fp8_recipe"):
             need_opt(f"strategy.{name}", getattr(self, name), need_str)
         for name in (
+            "account_for_embedding_in_pipeline_split",
+            "account_for_loss_in_pipeline_split",
             "sequence_parallel",
             "distributed_optimizer",
             "fp8_param_gather",

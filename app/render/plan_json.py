@@ -108,6 +108,8 @@ def _strategy(f: Facts) -> spec.Strategy:
         first_stage_layers=par.first_stage_layers,
         last_stage_layers=par.last_stage_layers,
         pipeline_layout=par.pipeline_layout,
+        account_for_embedding_in_pipeline_split=par.account_for_embedding_in_pipeline_split,
+        account_for_loss_in_pipeline_split=par.account_for_loss_in_pipeline_split,
         sequence_parallel=par.sequence_parallel and par.tp > 1,
         distributed_optimizer=par.distributed_optimizer,
         megatron_fsdp=par.megatron_fsdp,

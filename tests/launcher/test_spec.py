@@ -168,3 +168,32 @@ def test_replace_keeps_validation() -> None:
     plan = tiny_plan()
     with pytest.raises(PlanError, match=r"= 2 != parallel world size tp\(1\)\*pp\(1\)\*cp\(1\)\*dp\(3\) = 3"):
         replace(plan, parallel=replace(plan.parallel, dp=3, global_batch_size=6))
+
+
+def test_virtual_stages_may_hold_the_embedding_or_the_loss_alone() -> None:
+    """NVIDIA's Llama-3.1 405B: 126 layers on PP16 x VPP8 = 128 virtual stages, the embedding and the loss counted
+    as pipeline units (--account-for-embedding/loss-in-pipeline-split). plan.json carries both flags, and the
+    layout is taken; without them, or with one more stage, it is refused (before, the renderer could not write
+    plan.json for this layout: 'model.num_layers(126) < pp(16) * vpp(8) = 128')."""
+    from launcher.sections import Model
+    from launcher.strategy import Strategy
+
+    def plan(vpp: int, **accounted: bool) -> Plan:
+        return Plan(
+            job=Job(name="l405"),
+            world=World(num_nodes=16, gpus_per_node=8, master_addr="head"),
+            parallel=Parallel(tp=8, pp=16, vpp=vpp, dp=1, global_batch_size=16),
+            entrypoint=Entrypoint(script="pretrain_gpt.py"),
+            model=Model(num_layers=126, hidden_size=16384, num_attention_heads=128, vocab_size=128256, seq_length=8192),
+            strategy=Strategy(schedule="interleaved", **accounted),
+        )
+
+    both = {"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True}
+    taken = plan(8, **both)
+    assert Plan.from_dict(json.loads(json.dumps(taken.to_dict()))) == taken
+    with pytest.raises(PlanError, match=r"model\.num_layers\(126\) < pp\(16\) \* vpp\(8\) = 128"):
+        plan(8)
+    with pytest.raises(PlanError, match=r"num_layers\(126\) \+ the embedding/loss units\(1\) < pp\(16\) \* vpp\(8\)"):
+        plan(8, account_for_embedding_in_pipeline_split=True)
+    with pytest.raises(PlanError, match=r"\+ the embedding/loss units\(2\) < pp\(16\) \* vpp\(9\) = 144"):
+        plan(9, **both)

@@ -73,6 +73,31 @@ def test_moe_plan_with_expert_tp_1_gets_a_plan_json() -> None:
     assert "--expert-tensor-parallel-size 1" in arts.files["megatron_args.txt"].splitlines()
 
 
+def test_nvidia_405b_layout_gets_a_plan_json() -> None:
+    """126 layers on PP16 x VPP8 with the embedding and the loss as pipeline units (NVIDIA's Llama-3.1 405B): the
+    launcher took num_layers < pp x vpp for an error, so plan.json was not rendered for this layout."""
+    request = {
+        "model": "llama-3-405b",
+        "cluster": {"num_nodes": 128, "gpus_per_node": 8, "gpu": "H100-SXM"},
+        "training": {"global_batch_size": 512, "framework": "megatron"},
+    }
+    arts = render(
+        fixed_result(
+            request,
+            {"tp": 8, "pp": 16, "vpp": 8, "dp": 8, "account_for_embedding_in_pipeline_split": True,
+             "account_for_loss_in_pipeline_split": True, "sequence_parallel": True, "distributed_optimizer": True,
+             "micro_batch_size": 1},
+        ),
+        options=RenderOptions(master_addr="10.0.0.1"),
+    )  # fmt: skip
+    assert not any("plan.json not rendered" in n for n in arts.notes), arts.notes
+    plan = spec.loads(arts.files["plan.json"])
+    assert (plan.parallel.pp, plan.parallel.vpp, plan.model.num_layers) == (16, 8, 126)
+    assert plan.strategy.account_for_embedding_in_pipeline_split and plan.strategy.account_for_loss_in_pipeline_split
+    args = arts.files["megatron_args.txt"].splitlines()
+    assert "--account-for-embedding-in-pipeline-split" in args and "--account-for-loss-in-pipeline-split" in args
+
+
 def _train_gpt():
     sys.path.insert(0, str(ROOT / "examples"))
     import train_gpt
