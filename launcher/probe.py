@@ -29,7 +29,7 @@ def gemm_shapes(model: Model | None, micro_batch_size: int) -> list[list[int]]:
     if model is None:
         return DEFAULT_SHAPES
     tokens = micro_batch_size * model.seq_length
-    h, head = model.hidden_size, model.hidden_size // model.num_attention_heads
+    h, head = model.hidden_size, model.head_size
     return [[tokens, h, h], [tokens, model.ffn_size, h], [model.seq_length, model.seq_length, head]]
 
 

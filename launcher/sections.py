@@ -27,6 +27,7 @@ class Model:
     normalization: str = "RMSNorm"
     position_embedding_type: str = "rope"
     untie_embeddings_and_output_weights: bool = False
+    kv_channels: int | None = None  # --kv-channels: the head size; None: hidden_size / num_attention_heads
 
     def __post_init__(self) -> None:
         for name in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length"):
@@ -38,15 +39,23 @@ class Model:
         need_str("model.normalization", self.normalization, ("LayerNorm", "RMSNorm"))
         need_str("model.position_embedding_type", self.position_embedding_type, ("learned_absolute", "rope"))
         need_bool("model.untie_embeddings_and_output_weights", self.untie_embeddings_and_output_weights)
+        need_opt("model.kv_channels", self.kv_channels, need_int, 1, 1 << 40)
         h, heads, groups = self.hidden_size, self.num_attention_heads, self.query_groups
-        if h % heads:
-            raise PlanError(f"model.hidden_size({h}) is not divisible by model.num_attention_heads({heads})")
+        if self.kv_channels is None and h % heads:  # Megatron-LM validate_args: only without --kv-channels
+            raise PlanError(
+                f"model.hidden_size({h}) is not divisible by model.num_attention_heads({heads}) and no "
+                "model.kv_channels is given"
+            )
         if heads % groups:
             raise PlanError(f"model.num_attention_heads({heads}) is not a multiple of num_query_groups({groups})")
 
     @property
     def query_groups(self) -> int:
         return self.num_query_groups or self.num_attention_heads
+
+    @property
+    def head_size(self) -> int:
+        return self.kv_channels or self.hidden_size // self.num_attention_heads
 
     @property
     def ffn_size(self) -> int:

@@ -84,6 +84,7 @@ def _model(f: Facts) -> spec.Model | None:
         normalization=m.normalization,
         position_embedding_type=position,
         untie_embeddings_and_output_weights=m.untie_embeddings_and_output_weights,
+        kv_channels=m.kv_channels,
     )
 
 

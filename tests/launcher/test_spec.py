@@ -197,3 +197,19 @@ def test_virtual_stages_may_hold_the_embedding_or_the_loss_alone() -> None:
         plan(8, account_for_embedding_in_pipeline_split=True)
     with pytest.raises(PlanError, match=r"\+ the embedding/loss units\(2\) < pp\(16\) \* vpp\(9\) = 144"):
         plan(9, **both)
+
+
+def test_a_head_size_of_its_own_needs_no_divisible_width() -> None:
+    """Megatron-LM asserts hidden_size % num_attention_heads only without --kv-channels; plan.json carries the
+    head size, so a model with its own (hidden 8, 16 heads of 64) is taken, and without it refused by name."""
+    from launcher.sections import Model
+
+    own = Model(num_layers=2, hidden_size=8, num_attention_heads=16, vocab_size=100, seq_length=64, kv_channels=64)
+    assert own.head_size == 64
+    assert Model(num_layers=2, hidden_size=64, num_attention_heads=16, vocab_size=100, seq_length=64).head_size == 4
+    with pytest.raises(
+        PlanError, match=r"hidden_size\(8\) is not divisible by model\.num_attention_heads\(16\) and no"
+    ):
+        Model(num_layers=2, hidden_size=8, num_attention_heads=16, vocab_size=100, seq_length=64)
+    with pytest.raises(PlanError, match=r"model\.kv_channels"):
+        Model(num_layers=2, hidden_size=8, num_attention_heads=16, vocab_size=100, seq_length=64, kv_channels=0)

@@ -98,6 +98,19 @@ def test_nvidia_405b_layout_gets_a_plan_json() -> None:
     assert "--account-for-embedding-in-pipeline-split" in args and "--account-for-loss-in-pipeline-split" in args
 
 
+def test_a_model_with_its_own_head_size_gets_a_plan_json() -> None:
+    """hidden 1000 with 16 heads of 64 (--kv-channels 64): Megatron takes it, so plan.json carries the head size
+    and the launcher takes it too (before: 'model.hidden_size(1000) is not divisible by ...', no plan.json)."""
+    model = {"name": "odd-width", "num_layers": 4, "hidden_size": 1000, "num_attention_heads": 16, "kv_channels": 64,
+             "vocab_size": 32000, "seq_length": 2048, "swiglu": True}  # fmt: skip
+    request = {"model": model, "cluster": {"num_nodes": 1, "gpus_per_node": 8, "gpu": "H100-SXM"},
+               "training": {"global_batch_size": 64}}  # fmt: skip
+    arts = render(fixed_result(request, {"tp": 1, "pp": 1, "dp": 8, "distributed_optimizer": True}))
+    assert not any("plan.json not rendered" in n for n in arts.notes), arts.notes
+    assert spec.loads(arts.files["plan.json"]).model.head_size == 64
+    assert "--kv-channels 64" in arts.files["megatron_args.txt"].splitlines()
+
+
 def _train_gpt():
     sys.path.insert(0, str(ROOT / "examples"))
     import train_gpt
