@@ -1,7 +1,7 @@
 """Random requests through what the service does with them (parse, plan, render the top plans, estimate a layout):
 each ends in an answer or in an input error that names its field, never in another exception. The two bugs a fuzz
 like this found (2026-12-05) are pinned by their own tests (tests/planner/test_mtp.py, tests/api/test_misc.py);
-this keeps the search for the next one running."""
+this keeps the search for the next one running. Every plan.json rendered must load in the launcher."""
 
 from __future__ import annotations
 
@@ -17,9 +17,11 @@ from pydantic import ValidationError
 from app.planner import plan
 from app.planner.api import estimate
 from app.planner.errors import InputError
+from app.render.options import RenderOptions
 from app.render.render import render
 from app.service.errors import Refused
 from app.service.requests import parse_estimate_request, parse_plan_request
+from launcher import spec as launcher_spec
 
 PRESETS = ["tiny-gpt", "llama-2-7b", "llama-3-8b", "llama-3-8b-128k", "mixtral-8x7b", "qwen3-30b-a3b",
            "deepseek-v3-like", "bloom-176b", "gpt3-175b"]  # fmt: skip
@@ -115,11 +117,17 @@ def test_a_random_plan_request_is_answered_or_names_its_field(
     assert_finite(json.loads(result.model_dump_json()))  # a NaN or infinity would fail the service's JSON response
     for rank in range(1, min(2, len(result.plans)) + 1):
         try:
-            files = render(result, rank).files
+            arts = render(result, rank, RenderOptions(master_addr="10.0.0.1"))
         except ValueError as exc:  # the renderer's refusals name their field first
             assert FIELD_FIRST.match(str(exc)), str(exc)
-        else:
-            assert files
+            continue
+        # the launcher takes every plan the planner makes (its plan.json checks agree with the planner's rules)
+        assert not [n for n in arts.notes if "launcher/spec.py refuses" in n], arts.notes
+        if "plan.json" in arts.files:
+            assert (
+                launcher_spec.loads(arts.files["plan.json"]).parallel.world_size
+                == result.plans[rank - 1].layout.world_size
+            )
 
 
 PARALLEL = {
