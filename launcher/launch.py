@@ -19,6 +19,8 @@ from launcher.storage import quick_checks
 if TYPE_CHECKING:
     import argparse
 
+    from launcher.strategy import Strategy
+
 
 def context_from_args(args: argparse.Namespace) -> LaunchContext:
     plan = spec.load(args.plan)
@@ -122,9 +124,11 @@ def show(args: argparse.Namespace) -> int:
             (
                 "model",
                 f"{m.name}: {m.num_layers} layers, h {m.hidden_size}, {m.num_attention_heads} heads "
-                f"({m.query_groups} kv), ffn {m.ffn_size}, vocab {m.vocab_size}, seq {m.seq_length}",
+                f"of {m.head_size} ({m.query_groups} kv), ffn {m.ffn_size}, vocab {m.vocab_size}, seq {m.seq_length}",
             )
         )
+    if plan.strategy:
+        rows.append(("strategy", strategy_summary(plan.strategy)))
     if plan.prediction:
         pr = plan.prediction
         mem = ", ".join(f"{b / 2**30:.2f}" for b in pr.peak_memory_bytes) or "-"
@@ -141,6 +145,47 @@ def show(args: argparse.Namespace) -> int:
 
     print(table(("section", "summary"), rows))
     return 0
+
+
+def strategy_summary(st: Strategy) -> str:
+    """What megatron_args.txt / ds_config.json set, in the words of their flags: the schedule and the pipeline
+    split, the sharding, recomputation and offload, CP communication, precision and the overlaps."""
+    split = (
+        f"layout {st.pipeline_layout}"
+        if st.pipeline_layout
+        else ", ".join(
+            part
+            for part in (
+                f"first stage {st.first_stage_layers} layers" if st.first_stage_layers else "",
+                f"last stage {st.last_stage_layers} layers" if st.last_stage_layers else "",
+                "embedding as a stage unit" if st.account_for_embedding_in_pipeline_split else "",
+                "loss as a stage unit" if st.account_for_loss_in_pipeline_split else "",
+            )
+            if part
+        )
+    )
+    recompute = st.recompute
+    if st.recompute_modules:
+        recompute += f" ({'+'.join(st.recompute_modules)})"
+    if st.recompute_method:
+        recompute += f" ({st.recompute_method}, {st.recompute_num_layers} layers)"
+    parts = [
+        st.schedule + (f" ({split})" if split else ""),
+        "SP" if st.sequence_parallel else "",
+        "distributed optimizer" if st.distributed_optimizer else "",
+        f"Megatron-FSDP {st.megatron_fsdp}" if st.megatron_fsdp else "",
+        f"recompute {recompute}" if st.recompute != "none" else "",
+        f"activation offload {st.cpu_offloading_num_layers} layers" if st.cpu_offloading_num_layers else "",
+        f"offload optimizer {st.offload_optimizer}" if st.offload_optimizer != "none" else "",
+        f"offload params {st.offload_param}" if st.offload_param != "none" else "",
+        f"CP {st.cp_comm_type}" + (f" {list(st.hierarchical_cp_sizes)}" if st.hierarchical_cp_sizes else ""),
+        st.precision + (f" ({st.fp8_recipe}{', FP8 weights' if st.fp8_param_gather else ''})" if st.fp8_recipe else ""),
+        f"grads reduced in {st.grad_reduce_dtype}",
+        "TP overlap" if st.tp_comm_overlap else "",
+        "EP overlap" if st.moe_ep_overlap else "",
+        f"{st.moe_token_dispatcher} dispatcher" if st.moe_token_dispatcher != "alltoall" else "",
+    ]
+    return "; ".join(part for part in parts if part)
 
 
 def checkpoint_summary(pr: spec.Prediction) -> str:

@@ -53,6 +53,26 @@ def test_show_summarises(tmp_path: Path) -> None:
     assert "tiny-gpt: 2 layers, h 64" in done.stdout
 
 
+def test_show_says_what_the_strategy_sets(tmp_path: Path) -> None:
+    """The optional strategy section (what megatron_args.txt sets) and the model's head size, in words."""
+    from launcher.sections import Model
+    from launcher.strategy import Strategy
+
+    model = Model(num_layers=4, hidden_size=1000, num_attention_heads=16, vocab_size=100, seq_length=64, kv_channels=64)
+    strategy = Strategy(schedule="1f1b", account_for_embedding_in_pipeline_split=True, sequence_parallel=True,
+                        distributed_optimizer=True, recompute="selective", recompute_modules=("mlp",),
+                        cp_comm_type="a2a", precision="fp8", fp8_recipe="mxfp8", fp8_param_gather=True)  # fmt: skip
+    plan = replace(tiny_plan(procs=2), model=model, strategy=strategy)
+    done = run_launcher("show", str(write_plan(tmp_path, plan)))
+    assert done.returncode == 0, done.stderr
+    assert "16 heads of 64" in done.stdout
+    row = next(line for line in done.stdout.splitlines() if line.startswith("strategy"))
+    for words in ("1f1b (embedding as a stage unit)", "SP", "distributed optimizer", "recompute selective (mlp)",
+                  "CP a2a", "fp8 (mxfp8, FP8 weights)", "grads reduced in fp32"):  # fmt: skip
+        assert words in row, row
+    assert "TP overlap" not in row and "offload" not in row
+
+
 def refused(tmp_path: Path, text: str, *extra: str) -> str:
     path = tmp_path / "plan.json"
     path.write_text(text)
