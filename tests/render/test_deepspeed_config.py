@@ -8,8 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
 from render_cases import fixed_result
 
+from app.planner import PlanRequest, plan
+from app.planner.errors import InputError
 from app.planner.states import deepspeed_uses_bf16_optimizer, zero_buckets
 from app.render import RenderOptions, render
 
@@ -182,3 +187,57 @@ def test_optimizer_path_is_the_one_the_memory_model_assumed(deepspeed_config, al
         assert (path == BFLOAT16) == deepspeed_uses_bf16_optimizer(result.training, par), (label, path)
         expected_wire = "fp32" if path == BFLOAT16 else result.training.precision
         assert cfg["communication_data_type"] == expected_wire, label
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])  # fmt: skip
+@given(
+    framework=st.sampled_from(["deepspeed", "megatron-deepspeed"]),
+    model=st.sampled_from(["tiny-gpt", "llama-2-7b"]),
+    gpus=st.sampled_from([(1, 1), (1, 2), (1, 8), (2, 4), (2, 8)]),
+    batch=st.sampled_from([1, 8, 24, 64, 256]),
+    precision=st.sampled_from(["bf16", "fp16"]),
+    pins=st.sampled_from(
+        [
+            {},
+            {"zero_stage": 3},
+            {"zero_stage": 2},
+            {"recompute": "full"},
+            {"micro_batch_size": 2},
+            {"offload_optimizer": "cpu", "zero_stage": 3},
+            {"tp": 2},
+            {"pp": 2},
+        ]
+    ),
+)
+def test_deepspeed_accepts_the_config_of_every_plan_the_search_returns(
+    deepspeed_config: Any,
+    framework: str,
+    model: str,
+    gpus: tuple[int, int],
+    batch: int,
+    precision: str,
+    pins: dict[str, Any],
+) -> None:
+    """Random DeepSpeed and Megatron-DeepSpeed requests, planned by the search (not a fixed layout): each of the top
+    plans' ds_config.json builds DeepSpeed's own DeepSpeedConfig with the plan's DP, and keeps the batch identity."""
+    request = {
+        "model": model,
+        "cluster": {"num_nodes": gpus[0], "gpus_per_node": gpus[1], "gpu": "A100-80GB"},
+        "training": {"global_batch_size": batch, "framework": framework, "precision": precision, "pinned": pins,
+                     "search_time_limit_s": 5.0},
+    }  # fmt: skip
+    try:
+        result = plan(PlanRequest(**request))
+    except (InputError, ValidationError):
+        return
+    options = RenderOptions(**(DATA if framework == "megatron-deepspeed" else {}), master_addr="10.0.0.1")
+    for rank in range(1, min(3, len(result.plans)) + 1):
+        par = result.plans[rank - 1].parallel
+        cfg = json.loads(render(result, rank, options).files["ds_config.json"])
+        ds = deepspeed_config(cfg, par.dp, par.tp * par.pp)
+        assert ds.world_size == par.dp
+        assert (
+            ds.train_batch_size == batch == ds.train_micro_batch_size_per_gpu * ds.gradient_accumulation_steps * par.dp
+        )
+        assert ds.zero_optimization_stage == par.zero_stage
