@@ -132,7 +132,10 @@ def cmd_render(args: argparse.Namespace) -> int:
         arts = render(result, rank=args.rank, options=options)
     except ValueError as exc:  # a plan the tools cannot run, or options that do not fit it
         return input_error(exc, "render")
-    written = write_artifacts(arts, args.out)
+    try:
+        written = write_artifacts(arts, args.out)
+    except OSError as exc:  # not a directory, no permission, a full disk: named, not a traceback
+        return fail([FieldError("--out", f"cannot write the files into {args.out}: {exc.strerror or exc}")])
     chosen = result.plans[args.rank - 1]
     print(f"plan #{args.rank}: {describe(chosen.parallel)} ({chosen.estimate.time.tokens_per_s:,.0f} tokens/s)")
     for path in written:

@@ -55,3 +55,16 @@ def test_infeasible_estimate_says_why() -> None:
     data = json.loads(out.stdout)
     assert data["feasible"] is False
     assert any("num_attention_heads(32) % tp(3) != 0" in r for r in data["reasons"])
+
+
+def test_render_into_a_path_it_cannot_write_names_out(tmp_path: Path) -> None:
+    """A file where the directory should be, or a parent that does not exist: exit 2 naming --out and the reason
+    (before, a FileExistsError / FileNotFoundError traceback after the plan was made)."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    for out_dir, reason in ((blocker, "File exists"), (blocker / "sub", "Not a directory")):
+        done = run("render", "--out", str(out_dir), stdin=json.dumps(REQUEST))
+        assert done.returncode == 2, done.stderr
+        assert "Traceback" not in done.stderr
+        assert f"error: --out: cannot write the files into {out_dir}: {reason}" in done.stderr, done.stderr
+    assert blocker.read_text() == "x"
