@@ -21,6 +21,11 @@ def read_request(path: str) -> dict[str, Any]:
         text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()  # noqa: SIM115
     except OSError as exc:
         raise RequestError(f"cannot read request {path!r}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:  # JSON is UTF-8 text: name the file and the first byte that is not
+        byte = exc.object[exc.start]
+        raise RequestError(
+            f"cannot read request {path!r}: not UTF-8 text (byte 0x{byte:02x} at offset {exc.start})"
+        ) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

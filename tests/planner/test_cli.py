@@ -68,3 +68,14 @@ def test_render_into_a_path_it_cannot_write_names_out(tmp_path: Path) -> None:
         assert "Traceback" not in done.stderr
         assert f"error: --out: cannot write the files into {out_dir}: {reason}" in done.stderr, done.stderr
     assert blocker.read_text() == "x"
+
+
+def test_a_request_that_is_not_utf8_names_the_file_and_the_byte(tmp_path: Path) -> None:
+    path = tmp_path / "req.json"
+    path.write_bytes(b'{"model": "llama-2-7b"\xff}')
+    for verb in ("plan", "estimate", "render"):
+        extra = ("--out", str(tmp_path / "out")) if verb == "render" else ()
+        done = run(verb, str(path), *extra)
+        assert done.returncode == 2, done.stderr
+        assert f"error: cannot read request '{path}': not UTF-8 text (byte 0xff at offset 22)" in done.stderr
+        assert "Traceback" not in done.stderr
