@@ -274,11 +274,13 @@ class Plan:
         if st is not None and (st.schedule == "interleaved") != (p.vpp > 1):
             raise PlanError(f"strategy.schedule({st.schedule}) does not match parallel.vpp({p.vpp})")
         if self.model and (st is None or st.pipeline_layout is None):  # a layout string sets its own stages
-            units, what = self.model.num_layers, f"model.num_layers({self.model.num_layers})"
-            if st is not None and (accounted := st.account_for_embedding_in_pipeline_split
-                                   + st.account_for_loss_in_pipeline_split):  # fmt: skip
-                units, what = units + accounted, f"{what} + the embedding/loss units({accounted})"
-            if units < p.pp * p.vpp:
+            units = (
+                0 if st is None else st.account_for_embedding_in_pipeline_split + st.account_for_loss_in_pipeline_split
+            )
+            what = f"model.num_layers({self.model.num_layers})"
+            if units:
+                what += f" + the embedding/loss units({units})"
+            if self.model.num_layers + units < p.pp * p.vpp:
                 raise PlanError(f"{what} < pp({p.pp}) * vpp({p.vpp}) = {p.pp * p.vpp}")
 
     # Serialisation --------------------------------------------------------------------------------------

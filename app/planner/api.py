@@ -6,7 +6,7 @@ import heapq
 import math
 import time
 
-from app.planner import __version__, collector
+from app.planner import __version__, collector, rules
 from app.planner.calibration import apply_profile, constants
 from app.planner.candidates import Found, SearchState
 from app.planner.decisions import decide
@@ -17,6 +17,7 @@ from app.planner.goodput import checkpoint_plan
 from app.planner.layout import make_layout
 from app.planner.results import Estimate, Plan, PlanResult, RejectedGroup, SearchStats, TimeEstimate
 from app.planner.rules.shape import layout_violation
+from app.planner.rules.stack import fp8_supported
 from app.planner.search import fewest_gpus, search_world
 from app.planner.specs import ClusterSpec, EstimateRequest, ModelSpec, ParallelConfig, PlanRequest, TrainingSpec
 from app.planner.suggest import suggestions
@@ -36,8 +37,8 @@ def _check_fixed_layout(model: ModelSpec, cluster: ClusterSpec, training: Traini
     """What a fixed layout needs before its memory and time mean anything, as an input error naming the field: FP8
     on a GPU that has it, and a layout string that parses and places the model's layers (other broken rules leave
     numbers to show, and are reported beside them)."""
-    if training.precision == "fp8" and cluster.gpu.fp8_TFLOPs is None:
-        raise InputError("training.precision", f"fp8: {cluster.gpu.name} has no FP8 tensor cores (use bf16)")
+    for violation in rules.check(model, cluster, training, par, only=(fp8_supported,)):
+        raise InputError("training.precision", f"fp8: {violation.message} (use bf16)")
     if par.pipeline_layout is not None and (bad := layout_violation(model, par)) is not None:
         raise InputError("parallel.pipeline_layout", bad.message.removeprefix("pipeline_layout "))
 
