@@ -46,7 +46,10 @@ if mode == "hang":
 if mode == "fail1" and rank == 1:
     time.sleep(0.5)
     sys.exit(3)
-time.sleep(0.5 if mode in ("ok", "orphan", "linger") or mode.startswith("flaky") else 600)  # abandon: 600
+# 1.5 s: long enough that the launcher's /proc scan (every 0.2 s) sees every worker even on a CI core starved by the
+# planner tests beside it (0.5 s was not, once); a worker it never saw leaves the group's success unknown, and then
+# nothing bounds a lingering agent's stay
+time.sleep(1.5 if mode in ("ok", "orphan", "linger") or mode.startswith("flaky") else 600)  # abandon: 600
 """
 
 
