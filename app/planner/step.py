@@ -64,9 +64,13 @@ class StageTime:
     engine: float = 0.0  # the framework's own per-micro-batch machinery (DeepSpeed's PipelineEngine)
     offload: float = 0.0  # activation copies to and from the host that the compute does not hide
     host_wait: float = 0.0  # device idle while the CPU dispatches (host-bound micro-batches)
-    fwd: float = 0.0  # forward part, the window for overlapping parameter gathers
-    bwd: float = 0.0  # backward part, the window for overlapping gradient reduction
+    fwd: float = 0.0  # forward compute, the window for overlapping parameter gathers
+    bwd: float = 0.0  # backward compute (and recomputation), the window for overlapping gradient reduction
     host: float = 0.0  # CPU time the micro-batch needs
+    # exposed TP / CP / EP communication of each pass whose group stays inside the NVLink domain: a collective over
+    # the NICs runs beside it on another link
+    fwd_side: float = 0.0
+    bwd_side: float = 0.0
 
     @property
     def device(self) -> float:
@@ -85,6 +89,17 @@ class StageTime:
     @property
     def total(self) -> float:
         return self.device + self.host_wait
+
+    def window(self, backward: bool, over_nics: bool) -> float:
+        """The wall time of the micro-batch's backward (or forward) pass that a data-parallel collective runs beside:
+        its compute, its share of the host waits (the GPU idles on the CPU), and, for a collective over the NICs,
+        the pass's exposed communication inside the NVLink domain (another link). Not the exposed communication
+        that shares the collective's link: the two would split its bandwidth. More compute or faster links never
+        shrink one pass's wall time by more than they shrink the step, so no overlap can make a faster GPU slower."""
+        compute = self.bwd if backward else self.fwd
+        side = (self.bwd_side if backward else self.fwd_side) if over_nics else 0.0
+        both = self.fwd + self.bwd
+        return compute + side + (self.host_wait * compute / both if both > 0 else 0.0)
 
 
 def _tp_comm(
@@ -189,6 +204,7 @@ def _layer_part(
     repeat = recomputed if full else 0.0
     recompute = lt.recompute * (recomputed if full else 1.0)
     ep = _ep_comm(model, par, cluster, training, lt, costs) if moe else 0.0
+    side_f, side_b = _side_comm(model, par, cluster, (tp_f * (1 + repeat), tp_b), (cp_f * (1 + repeat), cp_b), ep)
     ops = lt.ops_fwd * (3 + (repeat if full else (1 if par.recompute == "selective" else 0)))
     hooks = 0.0
     if par.zero_stage == 3 and training.software.costs.zero3_module_hook_s:
@@ -203,7 +219,30 @@ def _layer_part(
         fwd=lt.fwd,
         bwd=lt.bwd + recompute,
         host=ops * costs.host_op_s + hooks,
+        fwd_side=side_f,
+        bwd_side=side_b,
     )
+
+
+def _side_comm(
+    model: ModelSpec,
+    par: ParallelConfig,
+    cluster: ClusterSpec,
+    tp: tuple[float, float],
+    cp: tuple[float, float],
+    ep: float,
+) -> tuple[float, float]:
+    """(forward, backward) exposed TP, CP and EP communication of one layer whose groups stay inside the NVLink
+    domain (`StageTime.fwd_side`): the EP all-to-all runs once per pass, a recomputed forward being one more."""
+    fwd = bwd = 0.0
+    if par.tp > 1 and not layout.tp_group(par, cluster).crosses:
+        fwd, bwd = fwd + tp[0], bwd + tp[1]
+    if par.cp > 1 and not layout.cp_group(par, cluster).crosses:
+        fwd, bwd = fwd + cp[0], bwd + cp[1]
+    if ep and not layout.ep_group(par, cluster).crosses:
+        backward = ep / (3 if par.recompute == "full" else 2)
+        fwd, bwd = fwd + ep - backward, bwd + backward
+    return fwd, bwd
 
 
 def layer_floor(
@@ -250,7 +289,18 @@ def stage_time(
     for count, is_moe in ((dense, False), (moe, True)):
         if count:
             part = _layer_part(model, cluster, training, par, is_moe, recomputed)
-            for name in ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "fwd", "bwd", "host"):
+            for name in (
+                "compute",
+                "recompute",
+                "tp_comm",
+                "cp_comm",
+                "ep_comm",
+                "fwd",
+                "bwd",
+                "host",
+                "fwd_side",
+                "bwd_side",
+            ):
                 setattr(out, name, getattr(out, name) + count * getattr(part, name))
     costs = training.software.generation(cluster.gpu.generation)
     if shape.loss:  # the main logits and each MTP layer's, through the one output layer

@@ -384,7 +384,8 @@ def _sync_time(
     if par.zero_stage == 1:
         return reduce + gather  # overlap_comm is off for ZeRO-1 as rendered: reduced in blocking hooks
     bucket = min(1.0, max(MEGATRON_BUCKET_PARAMS, 1_000_000 * g.size) / max(params, 1))
-    exposed_reduce = comm.exposed(reduce * (1 - bucket), st.bwd, costs.overlap_contention) + reduce * bucket
+    exposed_reduce = comm.exposed(reduce * (1 - bucket), st.window(True, g.crosses), costs.overlap_contention)
+    exposed_reduce += reduce * bucket
     if training.software.can.overlap_param_gather and par.distributed_optimizer:
-        gather = comm.exposed(gather, st.fwd, costs.overlap_contention)
+        gather = comm.exposed(gather, st.window(False, g.crosses), costs.overlap_contention)
     return exposed_reduce + gather

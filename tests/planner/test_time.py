@@ -12,7 +12,7 @@ from app.planner.layout import StageShape, stage_layer_kinds, stage_shapes
 from app.planner.pipeline import pipeline_time
 from app.planner.specs import ClusterSpec, ParallelConfig, TrainingSpec
 from app.planner.states import stage_params
-from app.planner.step import stage_time
+from app.planner.step import StageTime, stage_time
 from app.planner.traffic import zero3_regathered_fraction
 
 from .conftest import preset
@@ -259,6 +259,48 @@ def test_overlapping_gradient_reduction_hides_communication() -> None:
     overlapped, b_on, _ = _llama(dp=16, training={"overlap_grad_reduce": True})
     exposed, b_off, _ = _llama(dp=16, training={"overlap_grad_reduce": False})
     assert b_on["dp_comm_s"] < b_off["dp_comm_s"] and overlapped < exposed
+
+
+def test_a_data_parallel_collective_runs_beside_the_pass_wall_time() -> None:
+    """The gradient reduce hides behind the backward as it runs: its compute, its share of the host waits, and for a
+    collective over the NICs the pass's exposed communication inside the NVLink domain; not communication on its
+    own link."""
+    st = StageTime(compute=3.0, fwd=1.0, bwd=2.0, host_wait=0.3, fwd_side=0.2, bwd_side=0.5)
+    assert st.window(True, over_nics=True) == pytest.approx(2.0 + 0.5 + 0.3 * 2 / 3)
+    assert st.window(True, over_nics=False) == pytest.approx(2.0 + 0.3 * 2 / 3)
+    assert st.window(False, over_nics=True) == pytest.approx(1.0 + 0.2 + 0.3 * 1 / 3)
+    # TP8 + SP without userbuffers on two nodes: its exposed backward traffic stays in the node, beside DP's
+    m = preset("llama-2-7b")
+    cluster = ClusterSpec(num_nodes=2, gpu="H100-SXM")
+    training = TrainingSpec(global_batch_size=16)
+    par = ParallelConfig(tp=8, dp=2, sequence_parallel=True, distributed_optimizer=True)
+    g = comm.group(8, 1, cluster)
+    size = 2 * m.seq_length * m.hidden_size
+    ag, rs = (
+        comm.collective_time("all_gather", size, g, cluster),
+        comm.collective_time("reduce_scatter", size, g, cluster),
+    )
+    shape = StageShape((m.num_layers,), True, True)
+    st = stage_time(m, cluster, training, par, shape, m.num_layers, 0)
+    assert st.bwd_side == pytest.approx(m.num_layers * (2 * (ag + rs) + 2 * ag))
+    assert st.fwd_side == pytest.approx(m.num_layers * 2 * (ag + rs))
+
+
+def test_a_faster_gpu_never_makes_a_step_slower_where_the_gradient_reduce_is_exposed() -> None:
+    """Tiny GPT on 128 H200, PP4 x DP32 at micro-batch 8: the GPU waits on the CPU for part of each micro-batch, and
+    the gradient reduce over the NICs is partly exposed. A faster GPU leaves the CPU's pace, so the backward's wall
+    time shrinks less than its compute; timed against the compute alone, the reduce's window shrank by more than the
+    step gained (with `bf16_TFLOPs` x 1.5 the step was 0.04 % slower)."""
+    m = preset("tiny-gpt")
+    training = TrainingSpec(global_batch_size=256)
+    par = ParallelConfig(pp=4, dp=32, distributed_optimizer=True, micro_batch_size=8)
+    steps = []
+    for factor in (1.0, 1.5, 2.0, 4.0):
+        gpu = {"preset": "H200", "bf16_TFLOPs": 989.0 * factor, "fp16_TFLOPs": 989.0 * factor}
+        t = time_estimate(m, ClusterSpec(num_nodes=16, gpu=gpu), training, par)  # type: ignore[arg-type]
+        assert t.breakdown["host_s"] > 0 and t.breakdown["dp_comm_s"] > 0
+        steps.append(t.step_s)
+    assert steps == sorted(steps, reverse=True)
 
 
 def test_zero3_traffic_is_paid_per_microbatch() -> None:
