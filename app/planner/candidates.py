@@ -176,10 +176,13 @@ def _try_recompute(
     state: SearchState,
     budget: Budget,
 ) -> tuple[int | None, Found | None]:
-    """The cheapest recomputation that fits; the costlier ones are dominated and not timed. Levels run from the
-    least to the most memory-saving, so the first that fits is found by bisection. Returns its index and the plan;
-    (-1, None) when even the most recomputation runs out of GPU memory, (None, None) when a rule or host memory
-    rejects the candidate."""
+    """The fastest recomputation that fits; the slower ones are dominated and not timed. Levels run from the fastest
+    to the slowest (search._levels_by_cost), so the first that fits is wanted, and every level before it is known to
+    run out of memory. Memory is not monotone along them (a selective module on every layer against one fully
+    recomputed layer), but it is along the chain of full (or offloaded) levels, each keeping less than the one
+    before: the first of the chain that fits is found by bisection, then the other levels before it are tried in
+    order. Returns its index and the plan; (-1, None) when none fits in GPU memory, (None, None) when a rule or host
+    memory rejects the candidate."""
     configs: dict[int, ParallelConfig | None] = {}
 
     def config(i: int) -> ParallelConfig | None:
@@ -202,23 +205,38 @@ def _try_recompute(
         return None, None  # out of host memory
     if isinstance(cheapest, Found):
         return 0, cheapest
-    last = len(levels) - 1
-    most = _fits(model, cluster, training, config(last), state, budget) if last else False
-    if most is None:
-        return None, None
-    if not most:
-        return -1, None
-    lo, hi = 0, last  # levels[lo] does not fit, levels[hi] does
-    best = most
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        result = _fits(model, cluster, training, config(mid), state, budget)
+    chain = [i for i in range(1, len(levels)) if levels[i].recompute == "full" or levels[i].offload]
+    found: tuple[int, Found] | None = None
+    if chain:
+        most = _fits(model, cluster, training, config(chain[-1]), state, budget)
+        if most is None:
+            return None, None
+        if not most and _keeps_least(levels[chain[-1]]):
+            return -1, None  # every layer recomputed keeps the least: nothing else can fit
+        if isinstance(most, Found):
+            lo, hi, best = -1, len(chain) - 1, most  # chain[lo] does not fit (-1: none tried), chain[hi] does
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                result = _fits(model, cluster, training, config(chain[mid]), state, budget)
+                if isinstance(result, Found):
+                    hi, best = mid, result
+                else:
+                    lo = mid
+            found = chain[hi], best
+    in_chain = set(chain)
+    for i in range(1, found[0] if found else len(levels)):  # faster than the chain's: the first that fits
+        if i in in_chain:
+            continue
+        result = _fits(model, cluster, training, config(i), state, budget)
         if isinstance(result, Found):
-            hi, best = mid, result
-        else:
-            lo = mid
-    assert isinstance(best, Found)
-    return hi, best
+            return i, result
+    return found if found else (-1, None)
+
+
+def _keeps_least(level: space.Recompute) -> bool:
+    """Full recomputation of every layer (uniform, one layer per checkpoint, or Megatron's default): no level keeps
+    less activation memory."""
+    return level.recompute == "full" and level.method in (None, "uniform") and not level.offload
 
 
 def shared(

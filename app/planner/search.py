@@ -2,8 +2,9 @@
 
 Candidates are the product of small generators over placements (TP, CP and its communication type, PP, VPP, the
 layer split, EP, expert TP), the sharding options of the stack, and micro-batch sizes. Each is checked against the
-rules and against memory; for every placement and micro-batch size only the cheapest recomputation that fits is
-kept, since more recomputation only adds work. Rejected candidates keep their reason.
+rules and against memory; for every placement, sharding and micro-batch size only the fastest recomputation level
+that fits is kept (the levels tried from the fastest: `_levels_by_cost`, candidates._try_recompute). Rejected
+candidates keep their reason.
 
 For the throughput objective the search is a branch and bound: every placement gets a lower bound on its step
 (the pipeline time of its layers' compute alone, at each micro-batch size), placements are explored from the
@@ -19,13 +20,14 @@ from functools import partial
 from app.planner import space
 from app.planner.candidates import Budget, Outcome, SearchState, Work, placement_ok, shared
 from app.planner.estimate import lower_bounds, placement_lower_bound, sharding_ceiling, step_lower_bound
-from app.planner.layout import num_microbatches
+from app.planner.layout import alike_stages, num_microbatches
 from app.planner.memory import static_bytes
 from app.planner.pipeline import pipeline_time
 from app.planner.placement import Placement, make_config, placements
 from app.planner.specs import ClusterSpec, ModelSpec, TrainingSpec
 from app.planner.states import states_floor_bytes
-from app.planner.traffic import moves_per_microbatch
+from app.planner.step import layer_cost
+from app.planner.traffic import moves_per_microbatch, recomputed_fraction
 
 
 def search_world(
@@ -91,6 +93,38 @@ def _work(
     return Work(pl, shardings, levels, sizes, offloads)
 
 
+def _levels_by_cost(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    pl: Placement,
+    levels: list[space.Recompute],
+    mbs: int,
+    sharding: dict[str, object],
+) -> list[space.Recompute]:
+    """The recomputation levels from the fastest to the slowest on this placement at `mbs`: by the busiest stage's
+    layer time (`layer_cost` of its layers at the share of them the level recomputes), so that the first level that
+    fits is the fastest that fits (candidates._try_recompute). Cached per layer configuration and stage shapes:
+    placements alike in both share it."""
+    probe = make_config(model, cluster, training, pl, mbs, levels[0], sharding)
+    stages = tuple((shape, dense, moe) for _first, shape, dense, moe, _n in alike_stages(model, training, probe))
+
+    def ordered() -> list[space.Recompute]:
+        def cost(level: space.Recompute) -> float:
+            par = make_config(model, cluster, training, pl, mbs, level, sharding)
+            busiest = 0.0
+            for shape, dense, moe in stages:
+                share = recomputed_fraction(par, shape)
+                kinds = ((dense, False), (moe, True))
+                t = sum(n * layer_cost(model, cluster, training, par, is_moe, share) for n, is_moe in kinds if n)
+                busiest = max(busiest, t)
+            return busiest
+
+        return sorted(levels, key=cost)  # stable: equal costs keep the generator's order
+
+    return model.memo(("level_order", id(levels), probe.layer_key, stages), ordered, cluster, training)
+
+
 def _explore_queue(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -133,27 +167,29 @@ def _explore(
     budget: Budget,
     deadline: float,
 ) -> bool:
-    """Every sharding, micro-batch size and (by bisection) recomputation of one placement; False when the time
-    cap stopped it."""
+    """Every sharding, micro-batch size and recomputation of one placement (the fastest level that fits, found with
+    as few memory evaluations as the levels' order allows: candidates._try_recompute); False when the time cap
+    stopped it."""
     pl, levels, sizes = work.pl, work.levels, work.sizes
-    # shardings run from the least to the most memory-saving, each slower at the same micro-batch and
-    # recomputation: a later one is tried only where it can fit with less recomputation than the earlier needed
-    needed: dict[int, int] = {}
+    # shardings run from the least to the most memory-saving, each slower at the same micro-batch and recomputation:
+    # at a micro-batch size, a later one is tried only with the levels faster than the one an earlier one needed
+    needed: dict[int, space.Recompute] = {}
     for sharding in work.shardings:
         if sizes and not _states_fit(model, cluster, training, pl, sizes, levels, sharding, state, budget):
             continue
         # the most a sharding's per-micro-batch traffic can add to a stage's micro-batch (0: it moves none), worked
         # out when a micro-batch size first gets past the placement's bounds
         traffic: float | None = None if work.bounds else 0.0
-        # memory never shrinks with a larger micro-batch, so a larger one needs at least the recomputation level
-        # the smaller one needed under the same sharding: the levels below it run out of memory unevaluated
-        floor = 0
+        # memory never shrinks with a larger micro-batch: a level that ran out of memory at a smaller one under the
+        # same sharding runs out again, unevaluated
+        failed: set[space.Recompute] = set()
         for i, mbs in enumerate(sizes):
             if time.perf_counter() > deadline:
                 state.truncated = True
                 return False
-            end = needed.get(mbs, len(levels))
-            cheaper = levels[floor:end]
+            order = _levels_by_cost(model, cluster, training, pl, levels, mbs, work.shardings[0])
+            tried = order[: order.index(needed[mbs])] if mbs in needed else order
+            cheaper = [level for level in tried if level not in failed]
             if not cheaper:
                 continue
             bound = work.bounds.get(mbs, 0.0)
@@ -166,25 +202,27 @@ def _explore(
             ):
                 state.skipped += len(cheaper)
                 continue
-            state.known_out_of_memory(floor)
+            state.known_out_of_memory(len(tried) - len(cheaper))
             found = shared(
-                model, cluster, training, world, work, mbs, sharding, cheaper, state, budget, ("levels", floor, end)
+                model, cluster, training, world, work, mbs, sharding, cheaper, state, budget, ("levels", *cheaper)
             )
             offloaded = None
-            recomputes = found is not None and found >= 0 and cheaper[found].recompute == "full"
+            recomputes = found is not None and found >= 0 and cheaper[found].recompute != "none"
             if work.offloads and (recomputes or found == -1):
-                # full recomputation was needed, or nothing fit: offloading may fit for less
+                # recomputation was needed, or nothing fit: offloading may fit for less
                 offloaded = shared(
                     model, cluster, training, world, work, mbs, sharding, work.offloads, state, budget, ("offloads",)
                 )
             if found is not None and found >= 0:
-                found += floor
-                floor = found
-                needed[mbs] = min(needed.get(mbs, len(levels)), found)
-            if found == -1 and mbs not in needed and not (offloaded is not None and offloaded >= 0):
-                # activation memory never shrinks with a larger micro-batch: every larger one runs out too
-                state.known_out_of_memory((len(sizes) - i - 1) * len(levels))
-                break
+                failed.update(cheaper[:found])
+                if mbs not in needed or order.index(cheaper[found]) < order.index(needed[mbs]):
+                    needed[mbs] = cheaper[found]
+            if found == -1:
+                failed.update(cheaper)
+                if mbs not in needed and not (offloaded is not None and offloaded >= 0):
+                    # activation memory never shrinks with a larger micro-batch: every larger one runs out too
+                    state.known_out_of_memory((len(sizes) - i - 1) * len(levels))
+                    break
     return True
 
 

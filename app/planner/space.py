@@ -213,7 +213,11 @@ def offload_options(
 
 
 def recompute_options(model: ModelSpec, training: TrainingSpec, layers_per_chunk: int) -> list[Recompute]:
-    """Recomputation choices from cheapest to most memory-saving."""
+    """Recomputation choices: none, the selective module sets, then full recomputation of more and more layers per
+    chunk (block k, then every layer). Neither time nor memory is monotone along the whole list: a selective module
+    on every layer can keep less and cost more than one fully recomputed layer. The search orders them by time
+    (search._levels_by_cost); only the full levels form a chain, each keeping less and costing more than the one
+    before."""
     pins = training.pinned
     if pins.cpu_offloading_num_layers:
         return [Recompute("none", offload=pins.cpu_offloading_num_layers)]

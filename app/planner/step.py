@@ -260,6 +260,26 @@ def layer_floor(
     return model.memo(("layer_floor", par.layer_key, moe, comm), floor, cluster, training)
 
 
+def layer_cost(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    par: ParallelConfig,
+    moe: bool,
+    fraction: float,
+) -> float:
+    """One layer's time in a micro-batch when `fraction` of such layers are fully recomputed (or under `par`'s
+    selective modules): its device time (compute, recomputation, exposed TP, CP and EP traffic) or, where longer, the
+    host's time to dispatch it; cached per layer and fraction. The search tries recomputation levels in this order
+    (space.recompute_options gives them unordered)."""
+
+    def cost() -> float:
+        part = _layer_part(model, cluster, training, par, moe, fraction)
+        return max(part.device, part.host)
+
+    return model.memo(("layer_cost", par.layer_key, moe, fraction), cost, cluster, training)
+
+
 def stage_recompute_floor(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, shape: StageShape, moe: bool
 ) -> float:

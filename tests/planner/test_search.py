@@ -8,10 +8,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.planner import PlanRequest, plan, rules
+from app.planner import PlanRequest, plan, rules, search, space
+from app.planner.calibration import apply_profile
+from app.planner.candidates import Found, SearchState, _fits, _try_recompute
 from app.planner.errors import InputError
-from app.planner.estimate import evaluate
+from app.planner.estimate import evaluate, time_estimate
 from app.planner.layout import num_microbatches
+from app.planner.placement import make_config, placements
 
 MODELS = ["tiny-gpt", "llama-2-7b", "llama-3-8b", "gpt3-175b", "mixtral-8x7b"]
 
@@ -286,3 +289,87 @@ def test_a_pinned_cp_is_skipped_on_worlds_that_cannot_hold_it() -> None:
     assert result.plans
     assert all(p.parallel.cp == 2 and p.parallel.dp >= 1 for p in result.plans)
     assert {p.parallel.world_size for p in result.plans} == {result.plans[0].parallel.world_size}
+
+
+def test_the_search_keeps_the_fastest_recomputation_that_fits() -> None:
+    """Mixtral 8x7B on one H200 node, TP1 EP4 at micro-batch 1. Memory is not monotone along the recomputation
+    levels: selective recomputation of the norms and the expert activations on every layer keeps less than full
+    recomputation of up to 16 of the 32 layers, and costs less time. A bisection that took the levels as one chain
+    ran into a full level that did not fit, searched only above it, and kept full recomputation of 31 layers under
+    Megatron-FSDP optim_grads (7.46 s against 5.62 s); the plan ranked first was then another sharding's, 2 % slower
+    than the fastest layout that fits. The first plan is no slower than any sharding and level that fit here."""
+    pins = {"tp": 1, "pp": 1, "cp": 1, "ep": 4, "micro_batch_size": 1}
+    request = PlanRequest(model="mixtral-8x7b", cluster={"num_nodes": 1, "gpu": "H200"},
+                          training={"global_batch_size": 64, "pinned": pins})  # fmt: skip
+    result = plan(request)
+    best = result.plans[0]
+    steps = []
+    for sharding in space.sharding_options(request.training, best.parallel.dp, 1, 1, False):
+        for level in space.recompute_options(request.model, request.training, request.model.num_layers):
+            full = level.recompute == "full"
+            par = best.parallel.model_copy(
+                update={
+                    "distributed_optimizer": True,
+                    "megatron_fsdp": None,
+                    **sharding,
+                    "recompute": level.recompute,
+                    "recompute_modules": level.modules,
+                    "recompute_method": level.method,
+                    "recompute_num_layers": level.layers,
+                    "moe_ep_overlap": best.parallel.moe_ep_overlap and not full,
+                }
+            )
+            estimate = evaluate(request.model, result.cluster, request.training, par)
+            if estimate.feasible and estimate.time is not None:
+                steps.append((estimate.time.step_s, sharding, level))
+    fastest = min(steps, key=lambda s: s[0])
+    assert len(steps) >= 4
+    assert best.estimate.time is not None
+    assert best.estimate.time.step_s <= fastest[0] * (1 + 1e-9), (best.parallel, fastest)
+
+
+@pytest.mark.parametrize(
+    ("model", "gpu", "nodes", "batch"),
+    [
+        ("mixtral-8x7b", "H200", 1, 64),
+        ("qwen3-30b-a3b", "A100-40GB", 8, 256),
+        ("llama-3-70b", "H200", 8, 256),
+        ("llama-2-70b", "A100-80GB", 4, 1024),
+        ("llama-2-7b", "L40S", 1, 64),
+    ],
+)
+def test_the_level_tried_first_that_fits_is_the_fastest_that_fits(model: str, gpu: str, nodes: int, batch: int) -> None:
+    """For every tenth placement, its first two shardings and three smallest micro-batch sizes: the level the search
+    keeps (the first in the order it tries that fits) is within 2 % of the fastest level that fits, found by timing
+    every level. The bisection over the levels as one chain kept levels up to 33 % slower in 68 of 1,001 such sets
+    over 40 random requests; 1 is left there, 0.35 % slower. The order is by the busiest stage's layer time, which
+    leaves out the sharding's per-micro-batch traffic that recomputation gives more time to hide behind (Qwen3-30B-A3B
+    under Megatron-FSDP optim_grads here: full recomputation of 4 layers kept, a level 1.4 % faster fits)."""
+    request = PlanRequest(model=model, cluster={"num_nodes": nodes, "gpu": gpu}, training={"global_batch_size": batch})
+    cluster, _ = apply_profile(request.cluster, request.training)
+    m, training, world = request.model, request.training, cluster.world_size
+    budget = search._budget(cluster, training)
+    checked = 0
+    for pl in list(placements(m, cluster, training, world))[::10]:
+        work = search._work(m, cluster, training, world, pl, SearchState(), False)
+        if work is None:
+            continue
+        for sharding in work.shardings[:2]:
+            for mbs in work.sizes[:3]:
+                order = search._levels_by_cost(m, cluster, training, pl, work.levels, mbs, work.shardings[0])
+                index, found = _try_recompute(
+                    m, cluster, training, world, pl, mbs, sharding, order, SearchState(), budget
+                )
+                fitting = []
+                for level in order:
+                    par = make_config(m, cluster, training, pl, mbs, level, sharding)
+                    if rules.check(m, cluster, training, par, world, only=rules.CANDIDATE_RULES):
+                        continue
+                    if isinstance(_fits(m, cluster, training, par, SearchState(), budget), Found):
+                        fitting.append(time_estimate(m, cluster, training, par).step_s)
+                assert (found is None) == (not fitting), (pl, mbs, sharding)
+                if found is not None:
+                    kept = time_estimate(m, cluster, training, found.par).step_s
+                    assert kept <= min(fitting) * 1.02, (pl, mbs, sharding, order[index or 0])
+                    checked += 1
+    assert checked >= 5
