@@ -171,9 +171,10 @@ def _explore(
     as few memory evaluations as the levels' order allows: candidates._try_recompute); False when the time cap
     stopped it."""
     pl, levels, sizes = work.pl, work.levels, work.sizes
-    # shardings run from the least to the most memory-saving, each slower at the same micro-batch and recomputation:
-    # at a micro-batch size, a later one is tried only with the levels faster than the one an earlier one needed
-    needed: dict[int, space.Recompute] = {}
+    # Every sharding gets every level: none is known to be no faster than another at the same micro-batch and
+    # recomputation (ZeRO-2 overlaps the reduce-scatter that ZeRO-1, as rendered, runs in blocking hooks; Megatron-FSDP
+    # optim_grads reduce-scatters in every backward what the distributed optimizer reduces at the end of the step;
+    # the offload options interleave with the stages)
     for sharding in work.shardings:
         if sizes and not _states_fit(model, cluster, training, pl, sizes, levels, sharding, state, budget):
             continue
@@ -188,8 +189,7 @@ def _explore(
                 state.truncated = True
                 return False
             order = _levels_by_cost(model, cluster, training, pl, levels, mbs, work.shardings[0])
-            tried = order[: order.index(needed[mbs])] if mbs in needed else order
-            cheaper = [level for level in tried if level not in failed]
+            cheaper = [level for level in order if level not in failed]
             if not cheaper:
                 continue
             bound = work.bounds.get(mbs, 0.0)
@@ -202,7 +202,7 @@ def _explore(
             ):
                 state.skipped += len(cheaper)
                 continue
-            state.known_out_of_memory(len(tried) - len(cheaper))
+            state.known_out_of_memory(len(order) - len(cheaper))
             found = shared(
                 model, cluster, training, world, work, mbs, sharding, cheaper, state, budget, ("levels", *cheaper)
             )
@@ -215,11 +215,9 @@ def _explore(
                 )
             if found is not None and found >= 0:
                 failed.update(cheaper[:found])
-                if mbs not in needed or order.index(cheaper[found]) < order.index(needed[mbs]):
-                    needed[mbs] = cheaper[found]
             if found == -1:
                 failed.update(cheaper)
-                if mbs not in needed and not (offloaded is not None and offloaded >= 0):
+                if not (offloaded is not None and offloaded >= 0):
                     # activation memory never shrinks with a larger micro-batch: every larger one runs out too
                     state.known_out_of_memory((len(sizes) - i - 1) * len(levels))
                     break

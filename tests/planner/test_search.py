@@ -291,16 +291,33 @@ def test_a_pinned_cp_is_skipped_on_worlds_that_cannot_hold_it() -> None:
     assert {p.parallel.world_size for p in result.plans} == {result.plans[0].parallel.world_size}
 
 
-def test_the_search_keeps_the_fastest_recomputation_that_fits() -> None:
-    """Mixtral 8x7B on one H200 node, TP1 EP4 at micro-batch 1. Memory is not monotone along the recomputation
-    levels: selective recomputation of the norms and the expert activations on every layer keeps less than full
-    recomputation of up to 16 of the 32 layers, and costs less time. A bisection that took the levels as one chain
-    ran into a full level that did not fit, searched only above it, and kept full recomputation of 31 layers under
-    Megatron-FSDP optim_grads (7.46 s against 5.62 s); the plan ranked first was then another sharding's, 2 % slower
-    than the fastest layout that fits. The first plan is no slower than any sharding and level that fit here."""
-    pins = {"tp": 1, "pp": 1, "cp": 1, "ep": 4, "micro_batch_size": 1}
-    request = PlanRequest(model="mixtral-8x7b", cluster={"num_nodes": 1, "gpu": "H200"},
-                          training={"global_batch_size": 64, "pinned": pins})  # fmt: skip
+CASES = {
+    # Memory is not monotone along the recomputation levels: selective recomputation of the norms and the expert
+    # activations on every layer keeps less than full recomputation of up to 16 of the 32 layers, and costs less
+    # time. A bisection that took the levels as one chain ran into a full level that did not fit, searched only
+    # above it, and kept full recomputation of 31 layers under Megatron-FSDP optim_grads (7.46 s against 5.62 s);
+    # the first plan was another sharding's, 2 % slower than the fastest that fits.
+    "mixtral-selective": (
+        "mixtral-8x7b",
+        "H200",
+        {"global_batch_size": 64, "pinned": {"tp": 1, "pp": 1, "cp": 1, "ep": 4, "micro_batch_size": 1}},
+    ),
+    # DeepSpeed's ZeRO stages are not ordered by time: ZeRO-3 was tried only with the levels faster than the one
+    # ZeRO-1 needed, so the search kept ZeRO-1 (9.613 s) over ZeRO-3 at the same recomputation (9.590 s).
+    "deepspeed-zero": (
+        "llama-3-8b",
+        "H100-SXM",
+        {"global_batch_size": 64, "framework": "deepspeed", "pinned": {"tp": 1, "pp": 1, "micro_batch_size": 2}},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_search_keeps_the_fastest_sharding_and_recomputation_that_fit(case: str) -> None:
+    """The first plan is no slower than any sharding the stack offers with any recomputation level, at its
+    layout and micro-batch size, that fits."""
+    model, gpu, training = CASES[case]
+    request = PlanRequest(model=model, cluster={"num_nodes": 1, "gpu": gpu}, training=training)
     result = plan(request)
     best = result.plans[0]
     steps = []
@@ -309,7 +326,7 @@ def test_the_search_keeps_the_fastest_recomputation_that_fits() -> None:
             full = level.recompute == "full"
             par = best.parallel.model_copy(
                 update={
-                    "distributed_optimizer": True,
+                    "distributed_optimizer": best.parallel.distributed_optimizer,
                     "megatron_fsdp": None,
                     **sharding,
                     "recompute": level.recompute,
@@ -323,7 +340,7 @@ def test_the_search_keeps_the_fastest_recomputation_that_fits() -> None:
             if estimate.feasible and estimate.time is not None:
                 steps.append((estimate.time.step_s, sharding, level))
     fastest = min(steps, key=lambda s: s[0])
-    assert len(steps) >= 4
+    assert len(steps) >= 3
     assert best.estimate.time is not None
     assert best.estimate.time.step_s <= fastest[0] * (1 + 1e-9), (best.parallel, fastest)
 
