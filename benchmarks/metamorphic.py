@@ -86,11 +86,15 @@ def check_one(rnd: random.Random, found: collections.Counter[str]) -> bool:
     if not result.plans:
         return False
     chosen = result.plans[rnd.randrange(len(result.plans))]
-    raw = {**req, "parallel": chosen.parallel.model_dump(exclude_defaults=True)}
+    return check_plan({**req, "parallel": chosen.parallel.model_dump(exclude_defaults=True)}, found)
+
+
+def check_plan(raw: dict[str, Any], found: collections.Counter[str]) -> bool:
+    """Check every relation on one estimate request (a preset GPU by name); False when it has no estimate."""
     base = _estimate(raw)
     if base is None or base.time is None:
         return False
-    gpu = catalog.gpu(req["cluster"]["gpu"])
+    gpu = catalog.gpu(raw["cluster"]["gpu"])
     step, peak, tokens = base.time.step_s, base.memory.peak_bytes, base.time.tokens_per_s
     relations: list[tuple[str, dict[str, Any], Callable[[Estimate], bool]]] = [
         (
@@ -125,7 +129,7 @@ def check_one(rnd: random.Random, found: collections.Counter[str]) -> bool:
         ),
         (
             "batch x 2",
-            _with(raw, "training", "global_batch_size", req["training"]["global_batch_size"] * 2),
+            _with(raw, "training", "global_batch_size", raw["training"]["global_batch_size"] * 2),
             lambda e: e.time is not None and e.time.tokens_per_s >= tokens / SAME and e.memory.peak_bytes >= peak,
         ),
     ]

@@ -340,6 +340,7 @@ def stage_time(
     if per_layer_gathers(training, par) and layers:
         out.zero_comm = gather_per_layer_exposed(model, cluster, training, par, shape, dense, moe, out)
     elif scatters_per_microbatch(par):
+        out.host_wait = max(0.0, out.host - out.device)  # what the reduce-scatter's window holds of the host waits
         out.zero_comm = zero2_exposed(model, cluster, training, par, shape, dense, moe, out)
     if par.cpu_offloading_num_layers and layers:
         out.offload = _activation_offload_exposed(model, cluster, training, par, dense, moe, out)

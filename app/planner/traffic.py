@@ -114,10 +114,11 @@ def zero2_exposed(
     st: StageTime,
 ) -> float:
     """ZeRO-2 (and Megatron-FSDP optim_grads) reduce-scatter the gradients in every micro-batch's backward,
-    overlapped (overlap_comm; FSDP's grad-reduce pipeline)."""
+    overlapped (overlap_comm; FSDP's grad-reduce pipeline) with the backward's wall time (`StageTime.window`)."""
     scatter = _zero2_traffic(model, cluster, training, par, shape, dense, moe)
     costs = training.software.generation(cluster.gpu.generation)
-    return comm.exposed(scatter, st.bwd if zero_overlap_comm(2) else 0.0, costs.overlap_contention)
+    window = st.window(True, _shard_group(par, cluster, training).crosses) if zero_overlap_comm(2) else 0.0
+    return comm.exposed(scatter, window, costs.overlap_contention)
 
 
 def _zero2_traffic(
