@@ -6,7 +6,9 @@ against the bar (`SearchState`). Rejected candidates keep their reason and the n
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
+from typing import overload
 
 from app.planner import rules, space
 from app.planner.estimate import step_lower_bound, time_estimate
@@ -123,12 +125,52 @@ class Work:
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What `_try_recompute` found for one set of candidates: the level index (or -1 / None), the peak bytes of the
-    level that fits, and the rejections it counted."""
+    """What `_try_recompute` found for one set of candidates: the level index (or -1 / None) and the level, the peak
+    bytes of the level that fits, the rejections it counted, and the order the levels were tried in when that
+    decided it (a level past the first: every one before it ran out of memory)."""
 
     found: int | None
+    level: space.Recompute | None
     peak: float
     rejected: dict[str, int]
+    order: tuple[space.Recompute, ...] = ()  # the levels as tried, where the one found is not the first
+
+
+class Levels(Sequence[space.Recompute]):
+    """Recomputation levels in the order the search tries them, fastest first (search._levels_by_cost), put in that
+    order only when a level past the first is asked for: no recomputation is the fastest of all, so where it comes
+    first and fits (most candidates), no order is worked out."""
+
+    def __init__(self, given: list[space.Recompute], order: Callable[[], list[space.Recompute]]) -> None:
+        self._given, self._order = given, order
+        self._sorted: list[space.Recompute] | None = None
+
+    @property
+    def first_known(self) -> bool:
+        """The first level is known without the order: no recomputation, the fastest of all, is still in the set."""
+        return bool(self._given) and self._given[0].recompute == "none" and not self._given[0].offload
+
+    @property
+    def given(self) -> list[space.Recompute]:
+        """The levels in the order they were given (the generator's), none of them known to run out of memory."""
+        return self._given
+
+    def _all(self) -> list[space.Recompute]:
+        if self._sorted is None:
+            self._sorted = self._order()
+        return self._sorted
+
+    def __len__(self) -> int:
+        return len(self._given)
+
+    @overload
+    def __getitem__(self, i: int) -> space.Recompute: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[space.Recompute]: ...
+    def __getitem__(self, i: int | slice) -> space.Recompute | Sequence[space.Recompute]:
+        if isinstance(i, int) and i == 0 and self.first_known:
+            return self._given[0]
+        return self._all()[i]
 
 
 def placement_ok(
@@ -172,7 +214,7 @@ def _try_recompute(
     pl: Placement,
     mbs: int,
     sharding: dict[str, object],
-    levels: list[space.Recompute],
+    levels: Sequence[space.Recompute],
     state: SearchState,
     budget: Budget,
 ) -> tuple[int | None, Found | None]:
@@ -183,24 +225,39 @@ def _try_recompute(
     before: the first of the chain that fits is found by bisection, then the other levels before it are tried in
     order. Returns its index and the plan; (-1, None) when none fits in GPU memory, (None, None) when a rule or host
     memory rejects the candidate."""
-    configs: dict[int, ParallelConfig | None] = {}
+    configs: dict[space.Recompute, ParallelConfig | None] = {}
+    results: dict[space.Recompute, Found | bool | None] = {}
 
-    def config(i: int) -> ParallelConfig | None:
-        if i not in configs:
-            par = make_config(model, cluster, training, pl, mbs, levels[i], sharding)
+    def config(level: space.Recompute, first: bool = False) -> ParallelConfig | None:
+        if level not in configs:
+            par = make_config(model, cluster, training, pl, mbs, level, sharding)
             bad = rules.check(model, cluster, training, par, world, only=rules.CANDIDATE_RULES)
-            configs[i] = None if bad else par
-            if bad and i == 0 and bad[0].code not in ("recompute", "moe_ep_overlap"):
+            configs[level] = None if bad else par
+            if bad and first and bad[0].code not in ("recompute", "moe_ep_overlap"):
                 raise _Rejected(bad[0], par)
-        return configs[i]
+        return configs[level]
+
+    def fits(level: space.Recompute) -> Found | bool | None:
+        if level not in results:
+            results[level] = _fits(model, cluster, training, config(level), state, budget)
+        return results[level]
 
     state.candidates += len(levels)
+    given = levels.given if isinstance(levels, Levels) else list(levels)
     try:
-        config(0)
+        config(given[0], first=True)  # a rule the level does not decide rejects them all
     except _Rejected as exc:
         state.rejected.add(exc.violation.code, exc.violation.message, exc.par, count=len(levels))
         return None, None
-    cheapest = _fits(model, cluster, training, config(0), state, budget)
+    in_chain = [level for level in given if level.recompute == "full" or level.offload]
+    if isinstance(levels, Levels) and not levels.first_known and in_chain:
+        # the fastest level is not known without the order: first rule out that nothing fits
+        most = fits(in_chain[-1])
+        if most is None:
+            return None, None
+        if not most and _keeps_least(in_chain[-1]):
+            return -1, None  # every layer recomputed keeps the least: nothing else can fit
+    cheapest = fits(levels[0])
     if cheapest is None:
         return None, None  # out of host memory
     if isinstance(cheapest, Found):
@@ -208,7 +265,7 @@ def _try_recompute(
     chain = [i for i in range(1, len(levels)) if levels[i].recompute == "full" or levels[i].offload]
     found: tuple[int, Found] | None = None
     if chain:
-        most = _fits(model, cluster, training, config(chain[-1]), state, budget)
+        most = fits(levels[chain[-1]])
         if most is None:
             return None, None
         if not most and _keeps_least(levels[chain[-1]]):
@@ -217,17 +274,17 @@ def _try_recompute(
             lo, hi, best = -1, len(chain) - 1, most  # chain[lo] does not fit (-1: none tried), chain[hi] does
             while hi - lo > 1:
                 mid = (lo + hi) // 2
-                result = _fits(model, cluster, training, config(chain[mid]), state, budget)
+                result = fits(levels[chain[mid]])
                 if isinstance(result, Found):
                     hi, best = mid, result
                 else:
                     lo = mid
             found = chain[hi], best
-    in_chain = set(chain)
+    members = set(chain)
     for i in range(1, found[0] if found else len(levels)):  # faster than the chain's: the first that fits
-        if i in in_chain:
+        if i in members:
             continue
-        result = _fits(model, cluster, training, config(i), state, budget)
+        result = fits(levels[i])
         if isinstance(result, Found):
             return i, result
     return found if found else (-1, None)
@@ -247,7 +304,7 @@ def shared(
     work: Work,
     mbs: int,
     sharding: dict[str, object],
-    levels: list[space.Recompute],
+    levels: Sequence[space.Recompute],
     state: SearchState,
     budget: Budget,
     which: tuple[object, ...],
@@ -259,13 +316,16 @@ def shared(
     pl = work.pl
     key = (mbs, id(sharding), *which)  # the sharding dicts live in the model's memo, shared by the twins
     known = work.twins.get(key) if work.twins is not None else None
+    if known is not None and known.order and tuple(levels) != known.order:
+        known = None  # the twin tried the levels in another order (its CP traffic differs): its verdict may not hold
     if known is not None:
         state.candidates += len(levels)
         for code, n in known.rejected.items():
             state.rejected.counts[code] = state.rejected.counts.get(code, 0) + n
-        if known.found is not None and known.found >= 0:
-            par = make_config(model, cluster, training, pl, mbs, levels[known.found], sharding)
-            state.add(Found(par, par.world_size, known.peak), model, cluster, training)
+        if known.level is None:
+            return known.found
+        par = make_config(model, cluster, training, pl, mbs, known.level, sharding)
+        state.add(Found(par, par.world_size, known.peak), model, cluster, training)
         return known.found
     before = dict(state.rejected.counts) if work.twins is not None else {}
     found, plan = _try_recompute(model, cluster, training, world, pl, mbs, sharding, levels, state, budget)
@@ -274,7 +334,9 @@ def shared(
     if work.twins is not None:
         counts = state.rejected.counts
         rejected = {code: n - before.get(code, 0) for code, n in counts.items() if n != before.get(code, 0)}
-        work.twins[key] = Outcome(found, plan.peak_bytes if plan is not None else 0.0, rejected)
+        level = levels[found] if found is not None and found >= 0 else None
+        order = tuple(levels) if found is not None and found > 0 else ()
+        work.twins[key] = Outcome(found, level, plan.peak_bytes if plan is not None else 0.0, rejected, order)
     return found
 
 

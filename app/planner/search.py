@@ -18,7 +18,7 @@ import time
 from functools import partial
 
 from app.planner import space
-from app.planner.candidates import Budget, Outcome, SearchState, Work, placement_ok, shared
+from app.planner.candidates import Budget, Levels, Outcome, SearchState, Work, placement_ok, shared
 from app.planner.estimate import lower_bounds, placement_lower_bound, sharding_ceiling, step_lower_bound
 from app.planner.layout import alike_stages, num_microbatches
 from app.planner.memory import static_bytes
@@ -26,8 +26,8 @@ from app.planner.pipeline import pipeline_time
 from app.planner.placement import Placement, make_config, placements
 from app.planner.specs import ClusterSpec, ModelSpec, TrainingSpec
 from app.planner.states import states_floor_bytes
-from app.planner.step import layer_cost
-from app.planner.traffic import moves_per_microbatch, recomputed_fraction
+from app.planner.step import layer_cost_line
+from app.planner.traffic import moves_per_microbatch, recomputed_share
 
 
 def search_world(
@@ -103,26 +103,39 @@ def _levels_by_cost(
     sharding: dict[str, object],
 ) -> list[space.Recompute]:
     """The recomputation levels from the fastest to the slowest on this placement at `mbs`: by the busiest stage's
-    layer time (`layer_cost` of its layers at the share of them the level recomputes), so that the first level that
-    fits is the fastest that fits (candidates._try_recompute). Cached per layer configuration and stage shapes:
-    placements alike in both share it."""
+    layer time at the share of its layers each level recomputes (the longer of device and host time,
+    `layer_cost_line`), so that the first level that fits is the fastest that fits (candidates._try_recompute).
+    Cached per layer configuration and stage shapes; each level's line per layer configuration."""
     probe = make_config(model, cluster, training, pl, mbs, levels[0], sharding)
     stages = tuple((shape, dense, moe) for _first, shape, dense, moe, _n in alike_stages(model, training, probe))
 
-    def ordered() -> list[space.Recompute]:
-        def cost(level: space.Recompute) -> float:
-            par = make_config(model, cluster, training, pl, mbs, level, sharding)
-            busiest = 0.0
-            for shape, dense, moe in stages:
-                share = recomputed_fraction(par, shape)
-                kinds = ((dense, False), (moe, True))
-                t = sum(n * layer_cost(model, cluster, training, par, is_moe, share) for n, is_moe in kinds if n)
-                busiest = max(busiest, t)
-            return busiest
+    def line(level: space.Recompute, moe: bool) -> tuple[tuple[float, float], tuple[float, float]]:
+        return model.memo(
+            ("level_line", probe.layer_key, level, moe),
+            lambda: layer_cost_line(model, cluster, training, make_config(model, cluster, training, pl, mbs, level,
+                                                                          sharding), moe),
+            cluster,
+            training,
+        )  # fmt: skip
 
-        return sorted(levels, key=cost)  # stable: equal costs keep the generator's order
+    def cost(level: space.Recompute) -> float:
+        busiest = 0.0
+        for shape, dense, moe in stages:
+            share = recomputed_share(level.recompute, level.method, level.layers, shape.chunks)
+            t = 0.0
+            for n, is_moe in ((dense, False), (moe, True)):
+                if n:
+                    (d0, d1), (h0, h1) = line(level, is_moe)
+                    t += n * max(d0 + (d1 - d0) * share, h0 + (h1 - h0) * share)
+            busiest = max(busiest, t)
+        return busiest
 
-    return model.memo(("level_order", id(levels), probe.layer_key, stages), ordered, cluster, training)
+    return model.memo(
+        ("level_order", id(levels), probe.layer_key, stages),
+        lambda: sorted(levels, key=cost),  # stable: equal costs keep the generator's order
+        cluster,
+        training,
+    )
 
 
 def _explore_queue(
@@ -188,10 +201,10 @@ def _explore(
             if time.perf_counter() > deadline:
                 state.truncated = True
                 return False
-            order = _levels_by_cost(model, cluster, training, pl, levels, mbs, work.shardings[0])
-            cheaper = [level for level in order if level not in failed]
-            if not cheaper:
+            given = [level for level in levels if level not in failed]
+            if not given:
                 continue
+            cheaper = Levels(given, partial(_untried, model, cluster, training, work, mbs, frozenset(failed)))
             bound = work.bounds.get(mbs, 0.0)
             if bound <= state.bar() and traffic is None:
                 traffic = _traffic_ceiling(model, cluster, training, work, sharding)
@@ -202,9 +215,9 @@ def _explore(
             ):
                 state.skipped += len(cheaper)
                 continue
-            state.known_out_of_memory(len(order) - len(cheaper))
+            state.known_out_of_memory(len(levels) - len(cheaper))
             found = shared(
-                model, cluster, training, world, work, mbs, sharding, cheaper, state, budget, ("levels", *cheaper)
+                model, cluster, training, world, work, mbs, sharding, cheaper, state, budget, ("levels", *given)
             )
             offloaded = None
             recomputes = found is not None and found >= 0 and cheaper[found].recompute != "none"
@@ -213,7 +226,7 @@ def _explore(
                 offloaded = shared(
                     model, cluster, training, world, work, mbs, sharding, work.offloads, state, budget, ("offloads",)
                 )
-            if found is not None and found >= 0:
+            if found is not None and found > 0:
                 failed.update(cheaper[:found])
             if found == -1:
                 failed.update(cheaper)
@@ -222,6 +235,19 @@ def _explore(
                     state.known_out_of_memory((len(sizes) - i - 1) * len(levels))
                     break
     return True
+
+
+def _untried(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    work: Work,
+    mbs: int,
+    failed: frozenset[space.Recompute],
+) -> list[space.Recompute]:
+    """The placement's levels at `mbs` from the fastest, less those known to run out of memory."""
+    order = _levels_by_cost(model, cluster, training, work.pl, work.levels, mbs, work.shardings[0])
+    return [level for level in order if level not in failed]
 
 
 def _traffic_ceiling(

@@ -192,19 +192,48 @@ def _p2p(model: ModelSpec, par: ParallelConfig, cluster: ClusterSpec, training: 
     return 2 * one
 
 
+@dataclass(frozen=True, slots=True)
+class _LayerTraffic:
+    """What one layer's share of a micro-batch reads besides the recomputed share, cached per layer: its times, its
+    exposed TP and CP traffic per pass and EP traffic over every pass, and which of those groups stay inside the
+    NVLink domain (`StageTime.fwd_side`)."""
+
+    lt: compute.LayerTime
+    tp: tuple[float, float]
+    cp: tuple[float, float]
+    ep: float
+    inside: tuple[bool, bool, bool]  # TP, CP, EP groups inside the NVLink domain
+
+
+def _layer_traffic(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, moe: bool
+) -> _LayerTraffic:
+    def traffic() -> _LayerTraffic:
+        costs = training.software.generation(cluster.gpu.generation)
+        lt = compute.layer_time(model, par, training, cluster.gpu, costs, moe)
+        ep = _ep_comm(model, par, cluster, training, lt, costs) if moe else 0.0
+        inside = (
+            par.tp > 1 and not layout.tp_group(par, cluster).crosses,
+            par.cp > 1 and not layout.cp_group(par, cluster).crosses,
+            bool(ep) and not layout.ep_group(par, cluster).crosses,
+        )
+        return _LayerTraffic(lt, _tp_comm(model, par, cluster, lt, costs), _cp_comm(model, par, cluster, lt, costs), ep,
+                             inside)  # fmt: skip
+
+    return model.memo(("layer_traffic", par.layer_key, moe), traffic, cluster, training)
+
+
 def _layer_part(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, moe: bool, recomputed: float
 ) -> StageTime:
     """One layer's share of a micro-batch; `recomputed` is the fraction of such layers fully recomputed."""
     costs = training.software.generation(cluster.gpu.generation)
-    lt = compute.layer_time(model, par, training, cluster.gpu, costs, moe)
-    tp_f, tp_b = _tp_comm(model, par, cluster, lt, costs)
-    cp_f, cp_b = _cp_comm(model, par, cluster, lt, costs)
+    t = _layer_traffic(model, cluster, training, par, moe)
+    lt, (tp_f, tp_b), (cp_f, cp_b), ep = t.lt, t.tp, t.cp, t.ep
     full = par.recompute == "full"
     repeat = recomputed if full else 0.0
     recompute = lt.recompute * (recomputed if full else 1.0)
-    ep = _ep_comm(model, par, cluster, training, lt, costs) if moe else 0.0
-    side_f, side_b = _side_comm(model, par, cluster, (tp_f * (1 + repeat), tp_b), (cp_f * (1 + repeat), cp_b), ep)
+    side_f, side_b = _side_comm(par, t.inside, (tp_f * (1 + repeat), tp_b), (cp_f * (1 + repeat), cp_b), ep)
     ops = lt.ops_fwd * (3 + (repeat if full else (1 if par.recompute == "selective" else 0)))
     hooks = 0.0
     if par.zero_stage == 3 and training.software.costs.zero3_module_hook_s:
@@ -225,9 +254,8 @@ def _layer_part(
 
 
 def _side_comm(
-    model: ModelSpec,
     par: ParallelConfig,
-    cluster: ClusterSpec,
+    inside: tuple[bool, bool, bool],
     tp: tuple[float, float],
     cp: tuple[float, float],
     ep: float,
@@ -235,11 +263,11 @@ def _side_comm(
     """(forward, backward) exposed TP, CP and EP communication of one layer whose groups stay inside the NVLink
     domain (`StageTime.fwd_side`): the EP all-to-all runs once per pass, a recomputed forward being one more."""
     fwd = bwd = 0.0
-    if par.tp > 1 and not layout.tp_group(par, cluster).crosses:
+    if inside[0]:
         fwd, bwd = fwd + tp[0], bwd + tp[1]
-    if par.cp > 1 and not layout.cp_group(par, cluster).crosses:
+    if inside[1]:
         fwd, bwd = fwd + cp[0], bwd + cp[1]
-    if ep and not layout.ep_group(par, cluster).crosses:
+    if inside[2]:
         backward = ep / (3 if par.recompute == "full" else 2)
         fwd, bwd = fwd + ep - backward, bwd + backward
     return fwd, bwd
@@ -260,24 +288,18 @@ def layer_floor(
     return model.memo(("layer_floor", par.layer_key, moe, comm), floor, cluster, training)
 
 
-def layer_cost(
-    model: ModelSpec,
-    cluster: ClusterSpec,
-    training: TrainingSpec,
-    par: ParallelConfig,
-    moe: bool,
-    fraction: float,
-) -> float:
-    """One layer's time in a micro-batch when `fraction` of such layers are fully recomputed (or under `par`'s
-    selective modules): its device time (compute, recomputation, exposed TP, CP and EP traffic) or, where longer, the
-    host's time to dispatch it; cached per layer and fraction. The search tries recomputation levels in this order
-    (space.recompute_options gives them unordered)."""
-
-    def cost() -> float:
-        part = _layer_part(model, cluster, training, par, moe, fraction)
-        return max(part.device, part.host)
-
-    return model.memo(("layer_cost", par.layer_key, moe, fraction), cost, cluster, training)
+def layer_cost_line(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, moe: bool
+) -> tuple[tuple[float, float], tuple[float, float]]:
+    """One layer's micro-batch time as a line in the share of such layers fully recomputed (or constant under `par`'s
+    selective modules): ((device time at share 0, at share 1), (host time at share 0, at share 1)). Device time is its
+    compute, recomputation and exposed TP, CP and EP traffic; every term is linear in the share (`_layer_part`). The
+    search tries recomputation levels by it (space.recompute_options gives them unordered)."""
+    none, every = (
+        _layer_part(model, cluster, training, par, moe, 0.0),
+        _layer_part(model, cluster, training, par, moe, 1.0),
+    )
+    return (none.device, every.device), (none.host, every.host)
 
 
 def stage_recompute_floor(

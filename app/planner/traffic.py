@@ -70,11 +70,17 @@ def recomputed_layers(par: ParallelConfig, chunk_layers: int) -> int:
 
 def recomputed_fraction(par: ParallelConfig, shape: StageShape) -> float:
     """Share of a stage's layers fully recomputed, chunk by chunk (`recomputed_layers`)."""
-    if par.recompute != "full":
+    return recomputed_share(par.recompute, par.recompute_method, par.recompute_num_layers, shape.chunks)
+
+
+def recomputed_share(recompute: str, method: str | None, num_layers: int | None, chunks: tuple[int, ...]) -> float:
+    """`recomputed_fraction` from the recomputation fields and the stage's chunk lengths."""
+    if recompute != "full":
         return 0.0
-    if par.recompute_method != "block" or par.recompute_num_layers is None:
+    if method != "block" or num_layers is None:
         return 1.0
-    return sum(recomputed_layers(par, n) for n in shape.chunks) / shape.layers if shape.layers else 0.0
+    layers = sum(chunks)
+    return sum(min(num_layers, n) for n in chunks) / layers if layers else 0.0
 
 
 def fp32_accumulation(
