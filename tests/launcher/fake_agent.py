@@ -4,8 +4,9 @@ own sessions, as torchrun does, and fails when one of them fails.
     fake_agent.py N MODE [TAG]     MODE: ok | fail1 | hang | orphan | abandon | linger | teardown | early-abort
                                          | flaky:<marker file>
 
-linger: once its workers have all exited 0 the agent stays, deaf to SIGTERM, as torchrun's does in its exit barrier
-(a C++ store wait for the other nodes' agents that a Python signal handler cannot interrupt).
+linger: once its workers have all exited 0 (each reporting done in its heartbeat first) the agent stays, deaf to
+SIGTERM, as torchrun's does in its exit barrier (a C++ store wait for the other nodes' agents that a Python signal
+handler cannot interrupt).
 teardown: every worker writes a "done" heartbeat (examples/heartbeat.py, in $TRAINPLAN_RUN_DIR), then rank 1 aborts
 (SIGABRT), as a rank whose process-group teardown crashes does. early-abort: rank 0 reports done and exits 0, rank 1
 aborts at step 3 without reporting done.
@@ -50,6 +51,12 @@ if mode == "fail1" and rank == 1:
 # planner tests beside it (0.5 s was not, once); a worker it never saw leaves the group's success unknown, and then
 # nothing bounds a lingering agent's stay
 time.sleep(1.5 if mode in ("ok", "orphan", "linger") or mode.startswith("flaky") else 600)  # abandon: 600
+if mode == "linger":
+    # the training's end, reported as the example trainer reports it: on a starved core the agent can reap a worker
+    # before the launcher reads its exit status, and without this the group's success would stay unknown
+    sys.path.insert(0, os.environ["EXAMPLES_DIR"])
+    from heartbeat import Heartbeat, heartbeat_dir
+    Heartbeat(heartbeat_dir(), rank).beat(phase="done", step=5)
 """
 
 

@@ -178,12 +178,16 @@ def test_an_agent_that_exits_0_while_its_workers_run_has_not_finished_the_job(tm
 
 
 def test_an_agent_that_outlives_its_workers_is_ended_at_the_plans_bound(tmp_path: Path) -> None:
-    """torchrun's exit barrier, stood in for: the workers exit 0 after 1.5 s and the agent stays, deaf to SIGTERM.
+    """torchrun's exit barrier, stood in for: the workers report done and exit 0 after 1.5 s (the launcher may not
+    read their exit status before the agent reaps them; the heartbeat says their training is done) and the agent stays,
+    deaf to SIGTERM.
     The bound is the plan's checkpoint-save timeout (1 s > 2 x 0.1 s + 0.5 s), then SIGTERM, SIGKILL TERM_S later;
     the node's result is its workers' success."""
     limits = Limits(2.0, 0.5, 5.0, 0.1, 0.0, 1.0, 1.5, 5, False)
+    command = agent(tmp_path, "linger")
+    command = replace(command, env={**command.env, "TRAINPLAN_RUN_DIR": str(tmp_path)})
     started = time.monotonic()
-    code, _, log = run(tmp_path, [agent(tmp_path, "linger")], grace_s=30.0, limits=limits)
+    code, _, log = run(tmp_path, [command], grace_s=30.0, limits=limits)
     took = time.monotonic() - started
     assert code == 0, log
     assert "node 0: all 2 worker(s) exited 0 1.0 s ago, but its agent still runs" in log
