@@ -125,15 +125,14 @@ class Work:
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What `_try_recompute` found for one set of candidates: the level index (or -1 / None) and the level, the peak
-    bytes of the level that fits, the rejections it counted, and the order the levels were tried in when that
-    decided it (a level past the first: every one before it ran out of memory)."""
+    """What `_try_recompute` found for one set of candidates: the level index (or -1 / None), the peak bytes of the
+    level that fits, the rejections it counted, and the order the levels were tried in where that decided which
+    level it is (`_order_decides`)."""
 
     found: int | None
-    level: space.Recompute | None
     peak: float
     rejected: dict[str, int]
-    order: tuple[space.Recompute, ...] = ()  # the levels as tried, where the one found is not the first
+    order: tuple[space.Recompute, ...] = ()
 
 
 class Levels(Sequence[space.Recompute]):
@@ -249,27 +248,24 @@ def _try_recompute(
     except _Rejected as exc:
         state.rejected.add(exc.violation.code, exc.violation.message, exc.par, count=len(levels))
         return None, None
-    in_chain = [level for level in given if level.recompute == "full" or level.offload]
+    in_chain = [level for level in given if _chained(level)]
     if isinstance(levels, Levels) and not levels.first_known and in_chain:
         # the fastest level is not known without the order: first rule out that nothing fits
-        most = fits(in_chain[-1])
-        if most is None:
-            return None, None
-        if not most and _keeps_least(in_chain[-1]):
-            return -1, None  # every layer recomputed keeps the least: nothing else can fit
+        settled = _settled(fits(in_chain[-1]), in_chain[-1])
+        if settled:
+            return settled
     cheapest = fits(levels[0])
     if cheapest is None:
         return None, None  # out of host memory
     if isinstance(cheapest, Found):
         return 0, cheapest
-    chain = [i for i in range(1, len(levels)) if levels[i].recompute == "full" or levels[i].offload]
+    chain = [i for i in range(1, len(levels)) if _chained(levels[i])]
     found: tuple[int, Found] | None = None
     if chain:
         most = fits(levels[chain[-1]])
-        if most is None:
-            return None, None
-        if not most and _keeps_least(levels[chain[-1]]):
-            return -1, None  # every layer recomputed keeps the least: nothing else can fit
+        settled = _settled(most, levels[chain[-1]])
+        if settled:
+            return settled
         if isinstance(most, Found):
             lo, hi, best = -1, len(chain) - 1, most  # chain[lo] does not fit (-1: none tried), chain[hi] does
             while hi - lo > 1:
@@ -288,6 +284,29 @@ def _try_recompute(
         if isinstance(result, Found):
             return i, result
     return found if found else (-1, None)
+
+
+def _chained(level: space.Recompute) -> bool:
+    """Full recomputation or activation offload: along these levels, in their order, each keeps less memory."""
+    return level.recompute == "full" or bool(level.offload)
+
+
+def _settled(most: Found | bool | None, level: space.Recompute) -> tuple[int | None, None] | None:
+    """What a miss of the chain's most memory-saving `level` settles at once: host memory out (None, None), or,
+    where it recomputes every layer, nothing fits (-1, None); None where the other levels still need trying."""
+    if most is None:
+        return None, None
+    if not most and _keeps_least(level):
+        return -1, None  # every layer recomputed keeps the least: nothing else can fit
+    return None
+
+
+def _order_decides(levels: Sequence[space.Recompute], found: int | None) -> bool:
+    """Whether the order the levels were tried in decided the level found: not where none fits or a rule rejected
+    them, nor where the first fits and was known without the order (no recomputation, the fastest of all)."""
+    if found is None or found < 0:
+        return False
+    return found > 0 or (isinstance(levels, Levels) and not levels.first_known)
 
 
 def _keeps_least(level: space.Recompute) -> bool:
@@ -322,10 +341,9 @@ def shared(
         state.candidates += len(levels)
         for code, n in known.rejected.items():
             state.rejected.counts[code] = state.rejected.counts.get(code, 0) + n
-        if known.level is None:
-            return known.found
-        par = make_config(model, cluster, training, pl, mbs, known.level, sharding)
-        state.add(Found(par, par.world_size, known.peak), model, cluster, training)
+        if known.found is not None and known.found >= 0:  # the same level: the same order, or the first known
+            par = make_config(model, cluster, training, pl, mbs, levels[known.found], sharding)
+            state.add(Found(par, par.world_size, known.peak), model, cluster, training)
         return known.found
     before = dict(state.rejected.counts) if work.twins is not None else {}
     found, plan = _try_recompute(model, cluster, training, world, pl, mbs, sharding, levels, state, budget)
@@ -334,9 +352,8 @@ def shared(
     if work.twins is not None:
         counts = state.rejected.counts
         rejected = {code: n - before.get(code, 0) for code, n in counts.items() if n != before.get(code, 0)}
-        level = levels[found] if found is not None and found >= 0 else None
-        order = tuple(levels) if found is not None and found > 0 else ()
-        work.twins[key] = Outcome(found, level, plan.peak_bytes if plan is not None else 0.0, rejected, order)
+        order = tuple(levels) if _order_decides(levels, found) else ()
+        work.twins[key] = Outcome(found, plan.peak_bytes if plan is not None else 0.0, rejected, order)
     return found
 
 
