@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import overload
 
 from app.planner import rules, space
-from app.planner.estimate import step_lower_bound, time_estimate
+from app.planner.estimate import StageFloors, step_lower_bound, time_estimate
 from app.planner.memory import peak_memory
 from app.planner.placement import Placement, make_config
 from app.planner.results import TimeEstimate
@@ -118,21 +118,19 @@ class Work:
     sizes: list[int]
     offloads: list[space.Recompute] = field(default_factory=list)  # activation offload, a chain of its own
     bounds: dict[int, float] = field(default_factory=dict)
-    # what memory decided for this placement's candidates, shared with the placements that differ from it only in
-    # the CP communication type (no memory term and no candidate rule reads it): `Outcome` by candidate set
-    twins: dict[tuple[object, ...], Outcome] | None = None
+    floors: dict[int, StageFloors] = field(default_factory=dict)  # what the bounds are made of, per micro-batch size
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What `_try_recompute` found for one set of candidates: the level index (or -1 / None), the peak bytes of the
-    level that fits, the rejections it counted, and the order the levels were tried in where that decided which
-    level it is (`_order_decides`)."""
+    """What `_try_recompute` found for one set of candidates: the index of the level kept (-1: none fits, None: a
+    rule or host memory rejects them) and its plan, the levels known to run out of memory, and how many levels it
+    left unevaluated because their recomputation alone puts them behind the ranked plans (`behind`)."""
 
     found: int | None
-    peak: float
-    rejected: dict[str, int]
-    order: tuple[space.Recompute, ...] = ()
+    plan: Found | None = None
+    out_of_memory: frozenset[space.Recompute] = frozenset()
+    behind: int = 0
 
 
 class Levels(Sequence[space.Recompute]):
@@ -216,16 +214,21 @@ def _try_recompute(
     levels: Sequence[space.Recompute],
     state: SearchState,
     budget: Budget,
-) -> tuple[int | None, Found | None]:
+    floors: StageFloors | None = None,
+) -> Outcome:
     """The fastest recomputation that fits; the slower ones are dominated and not timed. Levels run from the fastest
     to the slowest (search._levels_by_cost), so the first that fits is wanted, and every level before it is known to
     run out of memory. Memory is not monotone along them (a selective module on every layer against one fully
     recomputed layer), but it is along the chain of full (or offloaded) levels, each keeping less than the one
     before: the first of the chain that fits is found by bisection, then the other levels before it are tried in
-    order. Returns its index and the plan; (-1, None) when none fits in GPU memory, (None, None) when a rule or host
-    memory rejects the candidate."""
+    order. In a bounded search, given the placement's stage `floors` at `mbs`, a level whose recomputation alone
+    puts its step behind the ranked plans (`StageFloors.bound` above the bar) is not evaluated: along the chain that
+    bound only grows, so the chain is cut where it first passes the bar. The outcome's `found` is the kept level's
+    index; -1 when none fits in GPU memory (or none within the bar does, with `behind` > 0); None when a rule or
+    host memory rejects the candidates."""
     configs: dict[space.Recompute, ParallelConfig | None] = {}
     results: dict[space.Recompute, Found | bool | None] = {}
+    bar = state.bar()
 
     def config(level: space.Recompute, first: bool = False) -> ParallelConfig | None:
         if level not in configs:
@@ -241,29 +244,62 @@ def _try_recompute(
             results[level] = _fits(model, cluster, training, config(level), state, budget)
         return results[level]
 
+    beyond: set[space.Recompute] = set()  # levels left unevaluated: their recomputation puts them behind the bar
+
+    def behind(level: space.Recompute) -> bool:
+        """Its recomputation alone puts the candidate behind the ranked plans (the caller bounded the rest)."""
+        if level in beyond:
+            return True
+        if level.recompute == "none" or floors is None or bar == float("inf"):
+            return False
+        par = config(level)
+        if par is None or floors.bound(model, cluster, training, par) <= bar:
+            return False
+        beyond.add(level)
+        return True
+
+    def outcome(found: int, plan: Found | None = None) -> Outcome:
+        out = {level for level, result in results.items() if result is False}
+        out.update(levels[i] for i in range(found) if levels[i] not in beyond)  # before the kept level: none fit
+        if found < 0:
+            out = set(levels) - beyond  # every level within the bar evaluated, or known from the chain: none fits
+        return Outcome(found, plan, frozenset(out), len(beyond))
+
     state.candidates += len(levels)
     given = levels.given if isinstance(levels, Levels) else list(levels)
     try:
         config(given[0], first=True)  # a rule the level does not decide rejects them all
     except _Rejected as exc:
         state.rejected.add(exc.violation.code, exc.violation.message, exc.par, count=len(levels))
-        return None, None
+        return Outcome(None)
     in_chain = [level for level in given if _chained(level)]
     if isinstance(levels, Levels) and not levels.first_known and in_chain:
         # the fastest level is not known without the order: first rule out that nothing fits
-        settled = _settled(fits(in_chain[-1]), in_chain[-1])
+        settled = _settled(fits(in_chain[-1]), in_chain[-1], levels)
         if settled:
             return settled
-    cheapest = fits(levels[0])
-    if cheapest is None:
-        return None, None  # out of host memory
-    if isinstance(cheapest, Found):
-        return 0, cheapest
+    if not behind(levels[0]):
+        cheapest = fits(levels[0])
+        if cheapest is None:
+            return Outcome(None)  # out of host memory
+        if isinstance(cheapest, Found):
+            return outcome(0, cheapest)
     chain = [i for i in range(1, len(levels)) if _chained(levels[i])]
+    # the chain's levels within the bar: its bound only grows along it (more layers recomputed), so they are a
+    # prefix, found by bisection; the rest are behind
+    within, past = -1, len(chain)  # chain[within] is within the bar (-1: none checked), chain[past] behind
+    while past - within > 1:
+        mid = (within + past) // 2
+        if behind(levels[chain[mid]]):
+            past = mid
+        else:
+            within = mid
+    beyond.update(levels[i] for i in chain[past:])
+    chain = chain[:past]
     found: tuple[int, Found] | None = None
     if chain:
         most = fits(levels[chain[-1]])
-        settled = _settled(most, levels[chain[-1]])
+        settled = _settled(most, levels[chain[-1]], levels)
         if settled:
             return settled
         if isinstance(most, Found):
@@ -278,12 +314,12 @@ def _try_recompute(
             found = chain[hi], best
     members = set(chain)
     for i in range(1, found[0] if found else len(levels)):  # faster than the chain's: the first that fits
-        if i in members:
+        if i in members or behind(levels[i]):
             continue
         result = fits(levels[i])
         if isinstance(result, Found):
-            return i, result
-    return found if found else (-1, None)
+            return outcome(i, result)
+    return outcome(*found) if found else outcome(-1)
 
 
 def _chained(level: space.Recompute) -> bool:
@@ -291,22 +327,14 @@ def _chained(level: space.Recompute) -> bool:
     return level.recompute == "full" or bool(level.offload)
 
 
-def _settled(most: Found | bool | None, level: space.Recompute) -> tuple[int | None, None] | None:
-    """What a miss of the chain's most memory-saving `level` settles at once: host memory out (None, None), or,
-    where it recomputes every layer, nothing fits (-1, None); None where the other levels still need trying."""
+def _settled(most: Found | bool | None, level: space.Recompute, levels: Sequence[space.Recompute]) -> Outcome | None:
+    """What a miss of the chain's most memory-saving `level` settles at once: host memory out (None), or, where it
+    recomputes every layer, nothing fits (-1); None where the other levels still need trying."""
     if most is None:
-        return None, None
+        return Outcome(None)
     if not most and _keeps_least(level):
-        return -1, None  # every layer recomputed keeps the least: nothing else can fit
+        return Outcome(-1, out_of_memory=frozenset(levels))  # every layer recomputed keeps the least
     return None
-
-
-def _order_decides(levels: Sequence[space.Recompute], found: int | None) -> bool:
-    """Whether the order the levels were tried in decided the level found: not where none fits or a rule rejected
-    them, nor where the first fits and was known without the order (no recomputation, the fastest of all)."""
-    if found is None or found < 0:
-        return False
-    return found > 0 or (isinstance(levels, Levels) and not levels.first_known)
 
 
 def _keeps_least(level: space.Recompute) -> bool:
@@ -315,7 +343,7 @@ def _keeps_least(level: space.Recompute) -> bool:
     return level.recompute == "full" and level.method in (None, "uniform") and not level.offload
 
 
-def shared(
+def recompute_and_record(
     model: ModelSpec,
     cluster: ClusterSpec,
     training: TrainingSpec,
@@ -326,35 +354,16 @@ def shared(
     levels: Sequence[space.Recompute],
     state: SearchState,
     budget: Budget,
-    which: tuple[object, ...],
-) -> int | None:
-    """`_try_recompute` of the placement's candidates at `mbs` under `sharding` (`which` names the level list and
-    its slice), recording the plan found. A placement differing only in its CP communication type gets the same
-    memory (and candidate-rule) verdict, so its twin's outcome is replayed: the same level, peak and rejection
-    counts, without evaluating memory again."""
-    pl = work.pl
-    key = (mbs, id(sharding), *which)  # the sharding dicts live in the model's memo, shared by the twins
-    known = work.twins.get(key) if work.twins is not None else None
-    if known is not None and known.order and tuple(levels) != known.order:
-        known = None  # the twin tried the levels in another order (its CP traffic differs): its verdict may not hold
-    if known is not None:
-        state.candidates += len(levels)
-        for code, n in known.rejected.items():
-            state.rejected.counts[code] = state.rejected.counts.get(code, 0) + n
-        if known.found is not None and known.found >= 0:  # the same level: the same order, or the first known
-            par = make_config(model, cluster, training, pl, mbs, levels[known.found], sharding)
-            state.add(Found(par, par.world_size, known.peak), model, cluster, training)
-        return known.found
-    before = dict(state.rejected.counts) if work.twins is not None else {}
-    found, plan = _try_recompute(model, cluster, training, world, pl, mbs, sharding, levels, state, budget)
-    if plan is not None:
-        state.add(plan, model, cluster, training)
-    if work.twins is not None:
-        counts = state.rejected.counts
-        rejected = {code: n - before.get(code, 0) for code, n in counts.items() if n != before.get(code, 0)}
-        order = tuple(levels) if _order_decides(levels, found) else ()
-        work.twins[key] = Outcome(found, plan.peak_bytes if plan is not None else 0.0, rejected, order)
-    return found
+) -> Outcome:
+    """`_try_recompute` of the placement's candidates at `mbs` under `sharding`, recording the plan found; the
+    levels it left behind the bar are counted as skipped."""
+    outcome = _try_recompute(model, cluster, training, world, work.pl, mbs, sharding, levels, state, budget,
+                             work.floors.get(mbs))  # fmt: skip
+    state.candidates -= outcome.behind
+    state.skipped += outcome.behind
+    if outcome.plan is not None:
+        state.add(outcome.plan, model, cluster, training)
+    return outcome
 
 
 class _Rejected(Exception):

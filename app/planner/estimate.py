@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from app.planner import compute, rules, uncertainty
-from app.planner.layout import alike_stages, num_microbatches, stage_layer_kinds, stage_shapes
+from app.planner.layout import StageShape, alike_stages, num_microbatches, stage_layer_kinds, stage_shapes
 from app.planner.memory import memory_estimate
 from app.planner.pipeline import pipeline_time
 from app.planner.results import Estimate, MemoryEstimate, TimeEstimate
@@ -91,11 +93,39 @@ def host_step(cluster: ClusterSpec, training: TrainingSpec) -> float:
     return training.software.generation(cluster.gpu.generation).host_step_s
 
 
-def lower_bounds(
+@dataclass(frozen=True, slots=True)
+class StageFloors:
+    """A config's per-stage floors of one micro-batch without recomputation or sharding traffic (its layers' compute
+    and exposed TP/CP/EP traffic, the loss): the stages as (floor seconds, count, shape, dense, MoE layers), the
+    micro-batches per step and the stack's host time per step. `bound` adds a recomputation to them."""
+
+    stages: tuple[tuple[float, int, StageShape, int, int], ...]
+    microbatches: int
+    host: float
+
+    def total(self, par: ParallelConfig) -> float:
+        """The step bound of the floors alone (`step_lower_bound` without recomputation or sharding traffic)."""
+        return pipeline_time([(t, n) for t, n, *_ in self.stages], par, self.microbatches).total_s + self.host
+
+    def bound(self, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig) -> float:
+        """A bound below `step_lower_bound(par, recompute=True)` for `par`, a config of the same placement and
+        micro-batch size with its own recomputation: each stage's floor plus the recomputation `stage_recompute_floor`
+        adds (a few multiplications: the search's check that a level is worth a memory evaluation)."""
+        if par.recompute == "none":
+            return self.total(par)
+        per_stage = []
+        for t, n, shape, dense, moe in self.stages:
+            redone = dense * stage_recompute_floor(model, cluster, training, par, shape, False) if dense else 0.0
+            redone += moe * stage_recompute_floor(model, cluster, training, par, shape, True) if moe else 0.0
+            per_stage.append((t + redone, n))
+        return pipeline_time(per_stage, par, self.microbatches).total_s + self.host
+
+
+def stage_floors(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, probes: list[ParallelConfig]
-) -> list[float]:
-    """`step_lower_bound` of configs that differ only in the micro-batch size (one placement): the stage
-    structure is read once."""
+) -> list[StageFloors]:
+    """`StageFloors` of configs that differ only in the micro-batch size (one placement): the stage structure is
+    read once."""
     if not probes:
         return []
     stages = alike_stages(model, training, probes[0])
@@ -106,11 +136,20 @@ def lower_bounds(
         dense_s = layer_floor(model, cluster, training, par, False)
         moe_s = layer_floor(model, cluster, training, par, True) if model.is_moe else dense_s
         loss = sum(compute.output_layer_time(model, par, training, cluster.gpu, costs)) * (1 + model.mtp_num_layers)
-        per_stage = [
-            (dense * dense_s + moe * moe_s + (loss if shape.loss else 0.0), n) for _i, shape, dense, moe, n in stages
-        ]
-        out.append(pipeline_time(per_stage, par, max(1, num_microbatches(training, par))).total_s + host)
+        per_stage = tuple(
+            (dense * dense_s + moe * moe_s + (loss if shape.loss else 0.0), n, shape, dense, moe)
+            for _i, shape, dense, moe, n in stages
+        )
+        out.append(StageFloors(per_stage, max(1, num_microbatches(training, par)), host))
     return out
+
+
+def lower_bounds(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, probes: list[ParallelConfig]
+) -> list[float]:
+    """`step_lower_bound` of configs that differ only in the micro-batch size (one placement), without the
+    sharding's traffic: the stage structure is read once."""
+    return [f.total(par) for f, par in zip(stage_floors(model, cluster, training, probes), probes, strict=True)]
 
 
 def placement_lower_bound(

@@ -18,8 +18,8 @@ import time
 from functools import partial
 
 from app.planner import space
-from app.planner.candidates import Budget, Levels, Outcome, SearchState, Work, placement_ok, shared
-from app.planner.estimate import lower_bounds, placement_lower_bound, sharding_ceiling, step_lower_bound
+from app.planner.candidates import Budget, Levels, SearchState, Work, placement_ok, recompute_and_record
+from app.planner.estimate import placement_lower_bound, sharding_ceiling, stage_floors, step_lower_bound
 from app.planner.layout import alike_stages, num_microbatches
 from app.planner.memory import static_bytes
 from app.planner.pipeline import pipeline_time
@@ -42,7 +42,6 @@ def search_world(
     """Every candidate on `world` GPUs: record the feasible ones and why the others fail."""
     budget = _budget(cluster, training)
     queue: list[tuple[float, int, Work]] = []
-    twins: dict[tuple[object, ...], dict[tuple[object, ...], Outcome]] = {}
     for pl in placements(model, cluster, training, world):
         if time.perf_counter() > deadline:
             state.truncated = True
@@ -50,8 +49,6 @@ def search_world(
         work = _work(model, cluster, training, world, pl, state, offload)
         if work is None:
             continue
-        if pl.cp > 1:
-            work.twins = twins.setdefault((pl.tp, pl.cp, pl.pp, pl.dp, pl.ep, pl.vpp, pl.etp, pl.split), {})
         if not state.keep:  # unbounded: every placement is explored as it comes
             if not _explore(model, cluster, training, world, work, state, budget, deadline):
                 return
@@ -111,7 +108,8 @@ def _levels_by_cost(
 
     def line(level: space.Recompute, moe: bool) -> tuple[tuple[float, float], tuple[float, float]]:
         return model.memo(
-            ("level_line", probe.layer_key, level, moe),
+            # a layer's cost reads the level's kind and modules, not how many layers it recomputes or offloads
+            ("level_line", probe.layer_key, level.recompute, level.modules, moe),
             lambda: layer_cost_line(model, cluster, training, make_config(model, cluster, training, pl, mbs, level,
                                                                           sharding), moe),
             cluster,
@@ -162,7 +160,9 @@ def _explore_queue(
             continue
         probes = [make_config(model, cluster, training, work.pl, mbs, work.levels[0], work.shardings[0])
                   for mbs in work.sizes]  # fmt: skip
-        work.bounds = dict(zip(work.sizes, lower_bounds(model, cluster, training, probes), strict=True))
+        floors = stage_floors(model, cluster, training, probes)
+        work.floors = dict(zip(work.sizes, floors, strict=True))
+        work.bounds = {mbs: f.total(par) for mbs, f, par in zip(work.sizes, floors, probes, strict=True)}
         if min(work.bounds.values(), default=0.0) > state.bar():
             state.skipped += len(work.shardings) * len(work.sizes) * len(work.levels)
             continue
@@ -216,24 +216,20 @@ def _explore(
                 state.skipped += len(cheaper)
                 continue
             state.known_out_of_memory(len(levels) - len(cheaper))
-            found = shared(
-                model, cluster, training, world, work, mbs, sharding, cheaper, state, budget, ("levels", *given)
-            )
+            tried = recompute_and_record(model, cluster, training, world, work, mbs, sharding, cheaper, state, budget)
             offloaded = None
+            found = tried.found
             recomputes = found is not None and found >= 0 and cheaper[found].recompute != "none"
             if work.offloads and (recomputes or found == -1):
                 # recomputation was needed, or nothing fit: offloading may fit for less
-                offloaded = shared(
-                    model, cluster, training, world, work, mbs, sharding, work.offloads, state, budget, ("offloads",)
-                )
-            if found is not None and found > 0:
-                failed.update(cheaper[:found])
-            if found == -1:
-                failed.update(cheaper)
-                if not (offloaded is not None and offloaded >= 0):
-                    # activation memory never shrinks with a larger micro-batch: every larger one runs out too
-                    state.known_out_of_memory((len(sizes) - i - 1) * len(levels))
-                    break
+                offloaded = recompute_and_record(
+                    model, cluster, training, world, work, mbs, sharding, work.offloads, state, budget
+                ).found
+            failed.update(tried.out_of_memory)
+            if found == -1 and not tried.behind and not (offloaded is not None and offloaded >= 0):
+                # activation memory never shrinks with a larger micro-batch: every larger one runs out too
+                state.known_out_of_memory((len(sizes) - i - 1) * len(levels))
+                break
     return True
 
 

@@ -305,15 +305,12 @@ def layer_cost_line(
 def stage_recompute_floor(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, shape: StageShape, moe: bool
 ) -> float:
-    """One layer's recomputation time on a stage (its share of fully recomputed layers, or the selective modules),
-    cached per layer and share: what a plan's recomputation adds to `layer_floor`."""
-    fraction = recomputed_fraction(par, shape) if shape.layers else 0.0
-    return model.memo(
-        ("recompute_floor", par.layer_key, moe, fraction),
-        lambda: _layer_part(model, cluster, training, par, moe, fraction).recompute,
-        cluster,
-        training,
-    )
+    """One layer's recomputation time on a stage (its share of fully recomputed layers, or the selective modules):
+    what a plan's recomputation adds to `layer_floor` (`_layer_part`'s recompute, from the layer's cached time)."""
+    recompute = _layer_traffic(model, cluster, training, par, moe).lt.recompute
+    if par.recompute != "full":
+        return recompute
+    return recompute * recomputed_fraction(par, shape) if shape.layers else 0.0
 
 
 def stage_time(

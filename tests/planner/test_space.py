@@ -7,7 +7,7 @@ import pytest
 
 from app.planner import PlanRequest, plan, space, splits
 from app.planner.api import feasible_layouts
-from app.planner.estimate import step_lower_bound, time_estimate
+from app.planner.estimate import stage_floors, step_lower_bound, time_estimate
 from app.planner.layout import parse_layout
 from app.planner.memory import peak_memory
 from app.planner.placement import placements
@@ -118,11 +118,32 @@ def test_branch_and_bound_returns_the_exhaustive_ranking(req: PlanRequest) -> No
     assert result.stats.skipped > 0 or len(everything) <= req.training.max_plans
 
 
-def test_the_bound_is_below_every_step() -> None:
-    req = request("mixtral-8x7b", 4, 512)
-    for par in feasible_layouts(req)[::7]:
-        step = time_estimate(req.model, req.cluster, req.training, par).step_s
-        assert step_lower_bound(req.model, req.cluster, req.training, par, recompute=True) <= step * (1 + 1e-12)
+@pytest.mark.parametrize("req", [request("mixtral-8x7b", 4, 512), request("llama-2-70b", 4, 64, gpu="A100-80GB")])
+def test_the_bound_is_below_every_step(req: PlanRequest) -> None:
+    """Every layout at every recomputation level: the stage floors of the layout without recomputation plus the
+    level's (`StageFloors.bound`, what the search checks before evaluating a level's memory) are below the step
+    bound with recomputation, itself below the step; along the full levels (more layers recomputed) the floors'
+    bound never falls."""
+    model, cluster, training = req.model, req.cluster, req.training
+    checked = 0
+    layouts = feasible_layouts(req)
+    for base in layouts[:: max(1, len(layouts) // 6)]:
+        plain = base.model_copy(update={"recompute": "none", "recompute_modules": None, "recompute_method": None,
+                                        "recompute_num_layers": None, "cpu_offloading_num_layers": None})  # fmt: skip
+        (floors,) = stage_floors(model, cluster, training, [plain])
+        chain = []
+        for level in space.recompute_options(model, training, model.num_layers // (base.pp * base.vpp)):
+            fields = {"recompute": level.recompute, "recompute_modules": level.modules,
+                      "recompute_method": level.method, "recompute_num_layers": level.layers}  # fmt: skip
+            par = plain.model_copy(update=fields)
+            step = time_estimate(model, cluster, training, par).step_s
+            bound = step_lower_bound(model, cluster, training, par, recompute=True)
+            assert floors.bound(model, cluster, training, par) <= bound * (1 + 1e-12) <= step * (1 + 2e-12), par
+            if level.recompute == "full":
+                chain.append(floors.bound(model, cluster, training, par))
+            checked += 1
+        assert chain == sorted(chain) and chain[-1] > floors.total(plain)
+    assert checked >= 30
 
 
 @pytest.mark.parametrize(

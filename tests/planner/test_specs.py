@@ -6,6 +6,8 @@ import pytest
 from pydantic import ValidationError
 
 from app.planner import PlanRequest, catalog
+from app.planner.activations import _layer_activations
+from app.planner.compute import _layer_time
 from app.planner.errors import field_errors
 from app.planner.estimate import evaluate
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
@@ -178,6 +180,20 @@ def test_layer_keys_follow_the_fields_a_layer_reads() -> None:
     assert base.layer_key == ParallelConfig.trusted(**base.model_dump()).layer_key
     assert base.layer_key != ParallelConfig(tp=2, pp=2, dp=4, micro_batch_size=4).layer_key
     assert base.layer_key != base.model_copy(update={"recompute": "full"}).layer_key
+    # how many layers are recomputed or offloaded is read per stage, not by a layer: one key, the same layer costs
+    dense, mixtral = (ModelSpec(**catalog.model_fields(name)) for name in ("llama-2-7b", "mixtral-8x7b"))
+    cluster, training = ClusterSpec(num_nodes=1, gpu="H100-SXM"), TrainingSpec(global_batch_size=64)
+    full = base.model_copy(update={"recompute": "full", "recompute_method": "uniform", "recompute_num_layers": 1})
+    block = full.model_copy(update={"recompute_method": "block", "recompute_num_layers": 3})
+    offload = base.model_copy(update={"cpu_offloading_num_layers": 2})
+    costs = training.software.generation(cluster.gpu.generation)
+    for one, other in ((full, block), (base, offload)):
+        assert one.layer_key == other.layer_key
+        for model, moe in ((dense, False), (mixtral, True)):
+            assert _layer_time(model, one, training, cluster.gpu, costs, moe) == _layer_time(
+                model, other, training, cluster.gpu, costs, moe
+            )
+            assert _layer_activations(model, one, training, moe) == _layer_activations(model, other, training, moe)
     assert base.state_key == base.model_copy(update={"micro_batch_size": 8}).state_key
     assert base.state_key != base.model_copy(update={"dp": 8}).state_key
 

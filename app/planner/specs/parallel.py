@@ -205,7 +205,8 @@ def _intern(key: tuple[object, ...]) -> int:
 
 
 PARALLEL_DEFAULTS = {name: f.get_default(call_default_factory=True) for name, f in ParallelConfig.model_fields.items()}
-# Fields a single layer's memory and time cannot depend on (pipeline position and data-parallel replication).
+# Fields a single layer's memory and time cannot depend on (pipeline position, data-parallel replication, and how
+# many of the layers are recomputed or offloaded).
 _NOT_LAYER_FIELDS = frozenset(
     {
         "pp",
@@ -218,6 +219,11 @@ _NOT_LAYER_FIELDS = frozenset(
         "account_for_embedding_in_pipeline_split",
         "account_for_loss_in_pipeline_split",
         "partition_method",
+        # how many layers are fully recomputed or offloaded, read per stage (memory._stage_activations,
+        # traffic.recomputed_fraction), never by one layer's cost
+        "recompute_method",
+        "recompute_num_layers",
+        "cpu_offloading_num_layers",
     }
 )
 _LAYER_KEY_FIELDS = tuple(name for name in ParallelConfig.model_fields if name not in _NOT_LAYER_FIELDS)
