@@ -92,9 +92,13 @@ class SearchState:
                 r.scores["out_of_memory"] = float("inf")  # any evaluated miss is a closer one
                 r.examples.setdefault("out_of_memory", [])
 
-    def add(self, found: Found, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> None:
+    def add(
+        self, found: Found, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, slack: float = 0.0
+    ) -> None:
+        """Record a plan that fits (timed against the bar in a bounded search, unless its bound plus `slack`, the
+        least its step spends after the pipeline, `off_pipeline_floor`, already puts it behind the ranked plans)."""
         if self.keep:
-            if step_lower_bound(model, cluster, training, found.par, recompute=True) > self.bar():
+            if step_lower_bound(model, cluster, training, found.par, recompute=True) + slack > self.bar():
                 self.skipped += 1  # its recomputation alone puts it behind the ranked plans
                 return
             found.time = time_estimate(model, cluster, training, found.par)
@@ -119,6 +123,7 @@ class Work:
     offloads: list[space.Recompute] = field(default_factory=list)  # activation offload, a chain of its own
     bounds: dict[int, float] = field(default_factory=dict)
     floors: dict[int, StageFloors] = field(default_factory=dict)  # what the bounds are made of, per micro-batch size
+    slacks: dict[int, float] = field(default_factory=dict)  # per sharding (by id): `off_pipeline_floor`
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +220,7 @@ def _try_recompute(
     state: SearchState,
     budget: Budget,
     floors: StageFloors | None = None,
+    slack: float = 0.0,
 ) -> Outcome:
     """The fastest recomputation that fits; the slower ones are dominated and not timed. Levels run from the fastest
     to the slowest (search._levels_by_cost), so the first that fits is wanted, and every level before it is known to
@@ -223,16 +229,23 @@ def _try_recompute(
     before: the first of the chain that fits is found by bisection, then the other levels before it are tried in
     order. In a bounded search, given the placement's stage `floors` at `mbs`, a level whose recomputation alone
     puts its step behind the ranked plans (`StageFloors.bound` above the bar) is not evaluated: along the chain that
-    bound only grows, so the chain is cut where it first passes the bar. The outcome's `found` is the kept level's
+    bound only grows, so the chain is cut where it first passes the bar (less `slack`, the least the step spends
+    after its pipeline). The outcome's `found` is the kept level's
     index; -1 when none fits in GPU memory (or none within the bar does, with `behind` > 0); None when a rule or
     host memory rejects the candidates."""
+    made: dict[space.Recompute, ParallelConfig] = {}
     configs: dict[space.Recompute, ParallelConfig | None] = {}
     results: dict[space.Recompute, Found | bool | None] = {}
-    bar = state.bar()
+    bar = state.bar() - slack
+
+    def make(level: space.Recompute) -> ParallelConfig:
+        if level not in made:
+            made[level] = make_config(model, cluster, training, pl, mbs, level, sharding)
+        return made[level]
 
     def config(level: space.Recompute, first: bool = False) -> ParallelConfig | None:
         if level not in configs:
-            par = make_config(model, cluster, training, pl, mbs, level, sharding)
+            par = make(level)
             bad = rules.check(model, cluster, training, par, world, only=rules.CANDIDATE_RULES)
             configs[level] = None if bad else par
             if bad and first and bad[0].code not in ("recompute", "moe_ep_overlap"):
@@ -252,8 +265,7 @@ def _try_recompute(
             return True
         if level.recompute == "none" or floors is None or bar == float("inf"):
             return False
-        par = config(level)
-        if par is None or floors.bound(model, cluster, training, par) <= bar:
+        if floors.bound(model, cluster, training, make(level)) <= bar:
             return False
         beyond.add(level)
         return True
@@ -262,7 +274,7 @@ def _try_recompute(
         out = {level for level, result in results.items() if result is False}
         out.update(levels[i] for i in range(found) if levels[i] not in beyond)  # before the kept level: none fit
         if found < 0:
-            out = set(levels) - beyond  # every level within the bar evaluated, or known from the chain: none fits
+            out = set(given) - beyond  # every level within the bar evaluated, or known from the chain: none fits
         return Outcome(found, plan, frozenset(out), len(beyond))
 
     state.candidates += len(levels)
@@ -272,6 +284,19 @@ def _try_recompute(
     except _Rejected as exc:
         state.rejected.add(exc.violation.code, exc.violation.message, exc.par, count=len(levels))
         return Outcome(None)
+    recomputing = [level for level in given if level.recompute != "none"]
+    if recomputing and len(recomputing) + (given[0] == _NONE) == len(given):
+        # every level recomputes but perhaps the first, no recomputation: where every recomputing level is behind
+        # the bar (along the chain its lightest level decides), only no recomputation is left, and the levels'
+        # order is not needed
+        full = [level for level in recomputing if _chained(level)]
+        if not full or behind(full[0]):
+            beyond.update(full)
+            if all(behind(level) for level in recomputing if not _chained(level)):
+                cheapest = fits(given[0]) if given[0] == _NONE else False
+                if cheapest is None:
+                    return Outcome(None)  # out of host memory
+                return outcome(0, cheapest) if isinstance(cheapest, Found) else outcome(-1)
     in_chain = [level for level in given if _chained(level)]
     if isinstance(levels, Levels) and not levels.first_known and in_chain:
         # the fastest level is not known without the order: first rule out that nothing fits
@@ -322,6 +347,9 @@ def _try_recompute(
     return outcome(*found) if found else outcome(-1)
 
 
+_NONE = space.Recompute("none")
+
+
 def _chained(level: space.Recompute) -> bool:
     """Full recomputation or activation offload: along these levels, in their order, each keeps less memory."""
     return level.recompute == "full" or bool(level.offload)
@@ -357,12 +385,13 @@ def recompute_and_record(
 ) -> Outcome:
     """`_try_recompute` of the placement's candidates at `mbs` under `sharding`, recording the plan found; the
     levels it left behind the bar are counted as skipped."""
+    slack = work.slacks.get(id(sharding), 0.0)
     outcome = _try_recompute(model, cluster, training, world, work.pl, mbs, sharding, levels, state, budget,
-                             work.floors.get(mbs))  # fmt: skip
+                             work.floors.get(mbs), slack)  # fmt: skip
     state.candidates -= outcome.behind
     state.skipped += outcome.behind
     if outcome.plan is not None:
-        state.add(outcome.plan, model, cluster, training)
+        state.add(outcome.plan, model, cluster, training, slack)
     return outcome
 
 

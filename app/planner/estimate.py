@@ -88,6 +88,22 @@ def sharding_ceiling(model: ModelSpec, cluster: ClusterSpec, training: TrainingS
     return max((sharding_floor(model, cluster, training, par, s, d, m, 0.0) for s, d, m in seen), default=0.0)
 
 
+def off_pipeline_floor(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig) -> float:
+    """The least a step of `par` spends after its pipeline, beyond the stack's host time per step that every bound
+    holds (`host_step`): the optimizer step and its offload (`optimizer_times`: they read the stages' parameters and
+    the sharding, not the micro-batch size or the recomputation) and the data-parallel reduce and gather at their
+    least (`dp_exposed` with every overlapped collective hidden, paying its contention; on the stage with the most
+    parameters, at or below the slowest stage's). Added to a bound of the same placement and sharding at any
+    micro-batch size and recomputation, the bound stays below the step."""
+    params = [
+        stage_params(model, par, shape, dense, moe) for _i, shape, dense, moe, _n in alike_stages(model, training, par)
+    ]
+    pairs = [(sp.dense, sp.expert) for sp in params]
+    optimizer_s, offload_s = optimizer_times(model, cluster, training, par, pairs)
+    dp_s = dp_exposed(model, cluster, training, par, None, max(pairs, key=sum))
+    return optimizer_s - host_step(cluster, training) + offload_s + dp_s
+
+
 def host_step(cluster: ClusterSpec, training: TrainingSpec) -> float:
     """The stack's host time per optimizer step: part of every plan's optimizer time (`optimizer_times`)."""
     return training.software.generation(cluster.gpu.generation).host_step_s

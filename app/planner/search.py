@@ -19,7 +19,13 @@ from functools import partial
 
 from app.planner import space
 from app.planner.candidates import Budget, Levels, SearchState, Work, placement_ok, recompute_and_record
-from app.planner.estimate import placement_lower_bound, sharding_ceiling, stage_floors, step_lower_bound
+from app.planner.estimate import (
+    off_pipeline_floor,
+    placement_lower_bound,
+    sharding_ceiling,
+    stage_floors,
+    step_lower_bound,
+)
 from app.planner.layout import alike_stages, num_microbatches
 from app.planner.memory import static_bytes
 from app.planner.pipeline import pipeline_time
@@ -206,12 +212,17 @@ def _explore(
                 continue
             cheaper = Levels(given, partial(_untried, model, cluster, training, work, mbs, frozenset(failed)))
             bound = work.bounds.get(mbs, 0.0)
-            if bound <= state.bar() and traffic is None:
+            bar = state.bar()
+            if bound <= bar and work.bounds:  # what the sharding spends after the pipeline, at the least
+                if id(sharding) not in work.slacks:
+                    work.slacks[id(sharding)] = _slack(model, cluster, training, work, sharding)
+                bar -= work.slacks[id(sharding)]  # what the pipeline must beat
+            if bound <= bar and traffic is None:
                 traffic = _traffic_ceiling(model, cluster, training, work, sharding)
-            if bound > state.bar() or (
+            if bound > bar or (
                 # the traffic bound is worked out only where the traffic could lift the bound past the bar
-                bound + _pipeline_slots(model, cluster, training, work, mbs) * (traffic or 0.0) > state.bar()
-                and _traffic_bound(model, cluster, training, work, mbs, sharding) > state.bar()
+                bound + _pipeline_slots(model, cluster, training, work, mbs) * (traffic or 0.0) > bar
+                and _traffic_bound(model, cluster, training, work, mbs, sharding) > bar
             ):
                 state.skipped += len(cheaper)
                 continue
@@ -244,6 +255,15 @@ def _untried(
     """The placement's levels at `mbs` from the fastest, less those known to run out of memory."""
     order = _levels_by_cost(model, cluster, training, work.pl, work.levels, mbs, work.shardings[0])
     return [level for level in order if level not in failed]
+
+
+def _slack(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, work: Work, sharding: dict[str, object]
+) -> float:
+    """What the placement's steps under `sharding` spend after the pipeline at the least (`off_pipeline_floor`):
+    the same at every micro-batch size and recomputation."""
+    probe = make_config(model, cluster, training, work.pl, work.sizes[0], work.levels[0], sharding)
+    return off_pipeline_floor(model, cluster, training, probe)
 
 
 def _traffic_ceiling(

@@ -333,10 +333,12 @@ def dp_exposed(
     cluster: ClusterSpec,
     training: TrainingSpec,
     par: ParallelConfig,
-    st: StageTime,
+    st: StageTime | None,
     sp: tuple[int, int],
 ) -> float:
-    """Gradient reduction and parameter gathering left on the critical path after the last micro-batch."""
+    """Gradient reduction and parameter gathering left on the critical path after the last micro-batch. With no
+    stage time (`st` None): the least it can be at any micro-batch size and recomputation, every overlapped
+    collective hidden behind an endless window and paying only its contention (a search bound)."""
     if per_layer_gathers(training, par):
         return 0.0  # reduced and gathered per micro-batch (zero_comm)
     dense, expert = sp
@@ -368,7 +370,7 @@ def _megatron(training: TrainingSpec) -> bool:
 
 
 def _sync_time(
-    training: TrainingSpec, par: ParallelConfig, params: int, g: comm.Group, cluster: ClusterSpec, st: StageTime
+    training: TrainingSpec, par: ParallelConfig, params: int, g: comm.Group, cluster: ClusterSpec, st: StageTime | None
 ) -> float:
     costs = training.software.generation(cluster.gpu.generation)
     grads = grad_bytes(training, par) * params
@@ -391,8 +393,9 @@ def _sync_time(
     if par.zero_stage == 1:
         return reduce + gather  # overlap_comm is off for ZeRO-1 as rendered: reduced in blocking hooks
     bucket = min(1.0, max(MEGATRON_BUCKET_PARAMS, 1_000_000 * g.size) / max(params, 1))
-    exposed_reduce = comm.exposed(reduce * (1 - bucket), st.window(True, g.crosses), costs.overlap_contention)
+    backward, forward = (st.window(True, g.crosses), st.window(False, g.crosses)) if st else (math.inf, math.inf)
+    exposed_reduce = comm.exposed(reduce * (1 - bucket), backward, costs.overlap_contention)
     exposed_reduce += reduce * bucket
     if training.software.can.overlap_param_gather and par.distributed_optimizer:
-        gather = comm.exposed(gather, st.window(False, g.crosses), costs.overlap_contention)
+        gather = comm.exposed(gather, forward, costs.overlap_contention)
     return exposed_reduce + gather

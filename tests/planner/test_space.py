@@ -7,7 +7,7 @@ import pytest
 
 from app.planner import PlanRequest, plan, space, splits
 from app.planner.api import feasible_layouts
-from app.planner.estimate import stage_floors, step_lower_bound, time_estimate
+from app.planner.estimate import off_pipeline_floor, stage_floors, step_lower_bound, time_estimate
 from app.planner.layout import parse_layout
 from app.planner.memory import peak_memory
 from app.planner.placement import placements
@@ -122,8 +122,9 @@ def test_branch_and_bound_returns_the_exhaustive_ranking(req: PlanRequest) -> No
 def test_the_bound_is_below_every_step(req: PlanRequest) -> None:
     """Every layout at every recomputation level: the stage floors of the layout without recomputation plus the
     level's (`StageFloors.bound`, what the search checks before evaluating a level's memory) are below the step
-    bound with recomputation, itself below the step; along the full levels (more layers recomputed) the floors'
-    bound never falls."""
+    bound with recomputation, itself below the step even with what the step spends after the pipeline at the
+    least added (`off_pipeline_floor`: optimizer, offload, the DP reduce and gather hidden but for their
+    contention); along the full levels (more layers recomputed) the floors' bound never falls."""
     model, cluster, training = req.model, req.cluster, req.training
     checked = 0
     layouts = feasible_layouts(req)
@@ -139,6 +140,9 @@ def test_the_bound_is_below_every_step(req: PlanRequest) -> None:
             step = time_estimate(model, cluster, training, par).step_s
             bound = step_lower_bound(model, cluster, training, par, recompute=True)
             assert floors.bound(model, cluster, training, par) <= bound * (1 + 1e-12) <= step * (1 + 2e-12), par
+            after = off_pipeline_floor(model, cluster, training, par)  # the same for every level
+            assert 0 < after == pytest.approx(off_pipeline_floor(model, cluster, training, plain), rel=1e-12)
+            assert bound + after <= step * (1 + 1e-12), par
             if level.recompute == "full":
                 chain.append(floors.bound(model, cluster, training, par))
             checked += 1
@@ -173,7 +177,8 @@ def test_the_sharding_traffic_bound_is_below_every_step(req: PlanRequest, shardi
                 par = plain.model_copy(update={"recompute": recompute})
                 step = time_estimate(model, cluster, training, par).step_s
                 assert bound <= step * (1 + 1e-12), par
-                assert step_lower_bound(model, cluster, training, par, recompute=True) <= step * (1 + 1e-12), par
+                bound_with = step_lower_bound(model, cluster, training, par, recompute=True)
+                assert bound_with + off_pipeline_floor(model, cluster, training, par) <= step * (1 + 1e-12), par
                 checked += 1
             compute_only = step_lower_bound(model, cluster, training, base.model_copy(update={"zero_stage": 1}))
             raised += bound > compute_only * 1.001
