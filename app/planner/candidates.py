@@ -285,18 +285,21 @@ def _try_recompute(
         state.rejected.add(exc.violation.code, exc.violation.message, exc.par, count=len(levels))
         return Outcome(None)
     recomputing = [level for level in given if level.recompute != "none"]
-    if recomputing and len(recomputing) + (given[0] == _NONE) == len(given):
-        # every level recomputes but perhaps the first, no recomputation: where every recomputing level is behind
-        # the bar (along the chain its lightest level decides), only no recomputation is left, and the levels'
-        # order is not needed
+    if len(recomputing) + (given[0] == _NONE) == len(given):
+        # every level recomputes but perhaps the first, no recomputation, the fastest of all: tried first; where it
+        # does not fit and every recomputing level is behind the bar (along the chain its lightest level decides),
+        # nothing is left, and the levels' order is not needed
+        if given[0] == _NONE:
+            cheapest = fits(given[0])
+            if cheapest is None:
+                return Outcome(None)  # out of host memory
+            if isinstance(cheapest, Found):
+                return outcome(0, cheapest)
         full = [level for level in recomputing if _chained(level)]
         if not full or behind(full[0]):
             beyond.update(full)
             if all(behind(level) for level in recomputing if not _chained(level)):
-                cheapest = fits(given[0]) if given[0] == _NONE else False
-                if cheapest is None:
-                    return Outcome(None)  # out of host memory
-                return outcome(0, cheapest) if isinstance(cheapest, Found) else outcome(-1)
+                return outcome(-1)
     in_chain = [level for level in given if _chained(level)]
     if isinstance(levels, Levels) and not levels.first_known and in_chain:
         # the fastest level is not known without the order: first rule out that nothing fits
