@@ -14,6 +14,7 @@ best step found: nothing left could enter the ranking. Those placements are coun
 
 from __future__ import annotations
 
+import heapq
 import time
 from functools import partial
 
@@ -152,12 +153,23 @@ def _explore_queue(
     budget: Budget,
     deadline: float,
 ) -> None:
-    """The branch and bound over placements sorted by their bound: each gets its exact bounds per micro-batch size
-    when popped, and is explored unless they exceed the bar; the rest are skipped once one placement's bound does."""
-    for k, (bound, _seq, work) in enumerate(queue):
+    """The branch and bound over placements, best first: a placement comes off the queue by its one-evaluation
+    bound, gets its exact bounds per micro-batch size and what each sharding spends after the pipeline at the
+    least, and goes back on by the least of those; it is explored when it comes off again, so placements are explored
+    in the order of their exact bounds and the bar falls as early as it can. The rest are skipped once the smallest
+    bound on the queue exceeds the bar."""
+    heap: list[tuple[float, int, bool, Work]] = [(bound, seq, False, work) for bound, seq, work in queue]
+    heapq.heapify(heap)
+    while heap:
+        bound, seq, exact, work = heapq.heappop(heap)
         if bound > state.bar():
-            state.skipped += sum(len(w.shardings) * len(w.sizes) * len(w.levels) for _b, _s, w in queue[k:])
+            heap.append((bound, seq, exact, work))
+            state.skipped += sum(len(w.shardings) * len(w.sizes) * len(w.levels) for *_rest, w in heap)
             return
+        if exact:
+            if not _explore(model, cluster, training, world, work, state, budget, deadline):
+                return
+            continue
         if state.bar() == float("inf") and _no_states_fit(model, cluster, training, work, budget):
             # no bar yet, so no bound could skip the placement: `_explore` rejects every sharding on its model
             # states alone (as where nothing fits on the cluster) and needs no bounds for it
@@ -169,11 +181,14 @@ def _explore_queue(
         floors = stage_floors(model, cluster, training, probes)
         work.floors = dict(zip(work.sizes, floors, strict=True))
         work.bounds = {mbs: f.total(par) for mbs, f, par in zip(work.sizes, floors, probes, strict=True)}
-        if min(work.bounds.values(), default=0.0) > state.bar():
+        least = min(work.bounds.values(), default=0.0)
+        if least <= state.bar() and work.sizes:  # what each sharding spends after the pipeline, at the least
+            work.slacks = {id(sh): _slack(model, cluster, training, work, sh) for sh in work.shardings}
+            least += min(work.slacks.values(), default=0.0)
+        if least > state.bar():
             state.skipped += len(work.shardings) * len(work.sizes) * len(work.levels)
             continue
-        if not _explore(model, cluster, training, world, work, state, budget, deadline):
-            return
+        heapq.heappush(heap, (least, seq, True, work))
 
 
 def _explore(
@@ -212,11 +227,7 @@ def _explore(
                 continue
             cheaper = Levels(given, partial(_untried, model, cluster, training, work, mbs, frozenset(failed)))
             bound = work.bounds.get(mbs, 0.0)
-            bar = state.bar()
-            if bound <= bar and work.bounds:  # what the sharding spends after the pipeline, at the least
-                if id(sharding) not in work.slacks:
-                    work.slacks[id(sharding)] = _slack(model, cluster, training, work, sharding)
-                bar -= work.slacks[id(sharding)]  # what the pipeline must beat
+            bar = state.bar() - work.slacks.get(id(sharding), 0.0)  # what the pipeline must beat
             if bound <= bar and traffic is None:
                 traffic = _traffic_ceiling(model, cluster, training, work, sharding)
             if bound > bar or (
