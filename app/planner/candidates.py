@@ -8,6 +8,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
+from functools import partial
 from typing import overload
 
 from app.planner import rules, space
@@ -124,6 +125,7 @@ class Work:
     bounds: dict[int, float] = field(default_factory=dict)
     floors: dict[int, StageFloors] = field(default_factory=dict)  # what the bounds are made of, per micro-batch size
     slacks: dict[int, float] = field(default_factory=dict)  # per sharding (by id): `off_pipeline_floor`
+    level_bounds: dict[tuple[int, space.Recompute], float] = field(default_factory=dict)  # `_level_bound`
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +221,7 @@ def _try_recompute(
     levels: Sequence[space.Recompute],
     state: SearchState,
     budget: Budget,
-    floors: StageFloors | None = None,
+    bound: Callable[[space.Recompute], float] | None = None,
     slack: float = 0.0,
 ) -> Outcome:
     """The fastest recomputation that fits; the slower ones are dominated and not timed. Levels run from the fastest
@@ -227,12 +229,13 @@ def _try_recompute(
     run out of memory. Memory is not monotone along them (a selective module on every layer against one fully
     recomputed layer), but it is along the chain of full (or offloaded) levels, each keeping less than the one
     before: the first of the chain that fits is found by bisection, then the other levels before it are tried in
-    order. In a bounded search, given the placement's stage `floors` at `mbs`, a level whose recomputation alone
-    puts its step behind the ranked plans (`StageFloors.bound` above the bar) is not evaluated: along the chain that
-    bound only grows, so the chain is cut where it first passes the bar (less `slack`, the least the step spends
-    after its pipeline). The outcome's `found` is the kept level's
-    index; -1 when none fits in GPU memory (or none within the bar does, with `behind` > 0); None when a rule or
-    host memory rejects the candidates."""
+    order. In a bounded search, given the `bound` of a level's step (the placement's stage floors at `mbs` plus the
+    level's recomputation, `StageFloors.bound`), a level whose recomputation alone puts its step behind the ranked
+    plans is not evaluated: along the chain that bound only grows, so the chain is cut where it first passes the bar
+    (less `slack`, the least the step spends after its pipeline); where every level recomputes and every one is
+    behind, not even the rules are read. The outcome's `found` is the kept level's index; -1 when none fits in GPU
+    memory (or none within the bar does, with `behind` > 0); None when a rule or host memory rejects the
+    candidates."""
     made: dict[space.Recompute, ParallelConfig] = {}
     configs: dict[space.Recompute, ParallelConfig | None] = {}
     results: dict[space.Recompute, Found | bool | None] = {}
@@ -263,9 +266,9 @@ def _try_recompute(
         """Its recomputation alone puts the candidate behind the ranked plans (the caller bounded the rest)."""
         if level in beyond:
             return True
-        if level.recompute == "none" or floors is None or bar == float("inf"):
+        if level.recompute == "none" or bound is None or bar == float("inf"):
             return False
-        if floors.bound(model, cluster, training, make(level)) <= bar:
+        if bound(level) <= bar:
             return False
         beyond.add(level)
         return True
@@ -277,29 +280,34 @@ def _try_recompute(
             out = set(given) - beyond  # every level within the bar evaluated, or known from the chain: none fits
         return Outcome(found, plan, frozenset(out), len(beyond))
 
+    def all_behind() -> bool:
+        """Every recomputing level is behind the bar (along the chain its lightest level decides)."""
+        full = [level for level in recomputing if _chained(level)]
+        if full and not behind(full[0]):
+            return False
+        beyond.update(full)
+        return all(behind(level) for level in recomputing if not _chained(level))
+
     state.candidates += len(levels)
     given = levels.given if isinstance(levels, Levels) else list(levels)
+    recomputing = [level for level in given if level.recompute != "none"]
+    if len(recomputing) == len(given) and all_behind():
+        return outcome(-1)  # every level recomputes, and every one is behind the bar: no rule or memory is read
     try:
         config(given[0], first=True)  # a rule the level does not decide rejects them all
     except _Rejected as exc:
         state.rejected.add(exc.violation.code, exc.violation.message, exc.par, count=len(levels))
         return Outcome(None)
-    recomputing = [level for level in given if level.recompute != "none"]
-    if len(recomputing) + (given[0] == _NONE) == len(given):
-        # every level recomputes but perhaps the first, no recomputation, the fastest of all: tried first; where it
-        # does not fit and every recomputing level is behind the bar (along the chain its lightest level decides),
-        # nothing is left, and the levels' order is not needed
-        if given[0] == _NONE:
-            cheapest = fits(given[0])
-            if cheapest is None:
-                return Outcome(None)  # out of host memory
-            if isinstance(cheapest, Found):
-                return outcome(0, cheapest)
-        full = [level for level in recomputing if _chained(level)]
-        if not full or behind(full[0]):
-            beyond.update(full)
-            if all(behind(level) for level in recomputing if not _chained(level)):
-                return outcome(-1)
+    if given[0] == _NONE and len(recomputing) + 1 == len(given):
+        # no recomputation, the fastest of all, tried first; where it does not fit and every recomputing level is
+        # behind the bar, nothing is left, and the levels' order is not needed
+        cheapest = fits(given[0])
+        if cheapest is None:
+            return Outcome(None)  # out of host memory
+        if isinstance(cheapest, Found):
+            return outcome(0, cheapest)
+        if all_behind():
+            return outcome(-1)
     in_chain = [level for level in given if _chained(level)]
     if isinstance(levels, Levels) and not levels.first_known and in_chain:
         # the fastest level is not known without the order: first rule out that nothing fits
@@ -389,13 +397,35 @@ def recompute_and_record(
     """`_try_recompute` of the placement's candidates at `mbs` under `sharding`, recording the plan found; the
     levels it left behind the bar are counted as skipped."""
     slack = work.slacks.get(id(sharding), 0.0)
-    outcome = _try_recompute(model, cluster, training, world, work.pl, mbs, sharding, levels, state, budget,
-                             work.floors.get(mbs), slack)  # fmt: skip
+    floors = work.floors.get(mbs)
+    bound = partial(_level_bound, model, cluster, training, work, mbs, floors) if floors is not None else None
+    outcome = _try_recompute(model, cluster, training, world, work.pl, mbs, sharding, levels, state, budget, bound,
+                             slack)  # fmt: skip
     state.candidates -= outcome.behind
     state.skipped += outcome.behind
     if outcome.plan is not None:
         state.add(outcome.plan, model, cluster, training, slack)
     return outcome
+
+
+def _level_bound(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    work: Work,
+    mbs: int,
+    floors: StageFloors,
+    level: space.Recompute,
+) -> float:
+    """The placement's stage floors at `mbs` plus `level`'s recomputation (`StageFloors.bound`), kept on the
+    placement: the same under every sharding (a layer's compute does not read it), so worked out once on the
+    first sharding's config."""
+    key = (mbs, level)
+    value = work.level_bounds.get(key)
+    if value is None:
+        par = make_config(model, cluster, training, work.pl, mbs, level, work.shardings[0])
+        value = work.level_bounds[key] = floors.bound(model, cluster, training, par)
+    return value
 
 
 class _Rejected(Exception):
