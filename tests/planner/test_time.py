@@ -264,11 +264,19 @@ def test_overlapping_gradient_reduction_hides_communication() -> None:
 def test_a_data_parallel_collective_runs_beside_the_pass_wall_time() -> None:
     """The gradient reduce hides behind the backward as it runs: its compute, its share of the host waits, and for a
     collective over the NICs the pass's exposed communication inside the NVLink domain; not communication on its
-    own link."""
+    own link, nor the part of the compute an EP all-to-all hidden behind it holds that link."""
     st = StageTime(compute=3.0, fwd=1.0, bwd=2.0, host_wait=0.3, fwd_side=0.2, bwd_side=0.5)
     assert st.window(True, over_nics=True) == pytest.approx(2.0 + 0.5 + 0.3 * 2 / 3)
     assert st.window(True, over_nics=False) == pytest.approx(2.0 + 0.3 * 2 / 3)
     assert st.window(False, over_nics=True) == pytest.approx(1.0 + 0.2 + 0.3 * 1 / 3)
+    # an EP all-to-all hidden behind the pass holds its link that long: the window shrinks on that link only
+    st.fwd_busy, st.bwd_busy, st.busy_over_nics = 0.4, 0.8, True
+    assert st.window(True, over_nics=True) == pytest.approx(2.0 - 0.8 + 0.5 + 0.3 * 2 / 3)
+    assert st.window(False, over_nics=True) == pytest.approx(1.0 - 0.4 + 0.2 + 0.3 * 1 / 3)
+    assert st.window(True, over_nics=False) == pytest.approx(2.0 + 0.3 * 2 / 3)
+    st.busy_over_nics = False  # the EP group inside the NVLink domain: it shares the link of a DP group there
+    assert st.window(True, over_nics=False) == pytest.approx(2.0 - 0.8 + 0.3 * 2 / 3)
+    assert st.window(True, over_nics=True) == pytest.approx(2.0 + 0.5 + 0.3 * 2 / 3)
     # TP8 + SP without userbuffers on two nodes: its exposed backward traffic stays in the node, beside DP's
     m = preset("llama-2-7b")
     cluster = ClusterSpec(num_nodes=2, gpu="H100-SXM")
