@@ -108,7 +108,7 @@ class StageTime:
         side = (self.bwd_side if backward else self.fwd_side) if over_nics else 0.0
         busy = (self.bwd_busy if backward else self.fwd_busy) if over_nics == self.busy_over_nics else 0.0
         both = self.fwd + self.bwd
-        return max(0.0, compute - busy) + side + (self.host_wait * compute / both if both > 0 else 0.0)
+        return max(0.0, compute + side - busy) + (self.host_wait * compute / both if both > 0 else 0.0)
 
 
 def _tp_comm(
@@ -170,9 +170,11 @@ def _ep_comm(
     training: TrainingSpec,
     lt: compute.LayerTime,
     costs: GenerationCosts,
+    beside: float = 0.0,
 ) -> tuple[float, float]:
     """Dispatch + combine all-to-all of the routed tokens, every pass (forward, backward, recomputed forward): the
-    seconds it adds to the micro-batch, and the seconds of it hidden behind the compute (combined 1F1B)."""
+    seconds it adds to the micro-batch, and the seconds of it hidden behind the other micro-batch's pass (combined
+    1F1B): its compute, and `beside` it the exposed traffic that pass waits on over another link."""
     if par.ep == 1:
         return 0.0, 0.0
     entering = routed_tokens(model, par, training) / (model.moe_router_topk or 1)
@@ -182,7 +184,7 @@ def _ep_comm(
     passes = 3 if par.recompute == "full" else 2
     total = one * passes
     if par.moe_ep_overlap:  # combined 1F1B: one micro-batch's all-to-all behind another's attention and MLP
-        window = lt.fwd + lt.bwd
+        window = lt.fwd + lt.bwd + beside
         return comm.exposed(total, window, costs.overlap_contention), min(total, window)
     return total, 0.0
 
@@ -214,7 +216,7 @@ class _LayerTraffic:
     cp: tuple[float, float]
     ep: float
     inside: tuple[bool, bool, bool]  # TP, CP, EP groups inside the NVLink domain
-    ep_hidden: float = 0.0  # EP traffic hidden behind the layer's compute (combined 1F1B)
+    ep_hidden: tuple[float, float] = (0.0, 0.0)  # EP traffic hidden behind the forward, backward (combined 1F1B)
     ep_over_nics: bool = False  # the EP group spans nodes
 
 
@@ -224,15 +226,19 @@ def _layer_traffic(
     def traffic() -> _LayerTraffic:
         costs = training.software.generation(cluster.gpu.generation)
         lt = compute.layer_time(model, par, training, cluster.gpu, costs, moe)
-        ep, hidden = _ep_comm(model, par, cluster, training, lt, costs) if moe else (0.0, 0.0)
-        ep_crosses = bool(ep) and layout.ep_group(par, cluster).crosses
-        inside = (
-            par.tp > 1 and not layout.tp_group(par, cluster).crosses,
-            par.cp > 1 and not layout.cp_group(par, cluster).crosses,
-            bool(ep) and not ep_crosses,
-        )
-        return _LayerTraffic(lt, _tp_comm(model, par, cluster, lt, costs), _cp_comm(model, par, cluster, lt, costs), ep,
-                             inside, hidden, ep_crosses)  # fmt: skip
+        tp, cp = _tp_comm(model, par, cluster, lt, costs), _cp_comm(model, par, cluster, lt, costs)
+        tp_inside = par.tp > 1 and not layout.tp_group(par, cluster).crosses
+        cp_inside = par.cp > 1 and not layout.cp_group(par, cluster).crosses
+        ep_crosses = moe and par.ep > 1 and layout.ep_group(par, cluster).crosses
+        # over the NICs the EP all-to-all also runs beside the exposed TP / CP traffic of the micro-batch it hides
+        # behind that stays inside the NVLink domain: another link, during which that micro-batch's compute waits
+        beside_f = (tp[0] if tp_inside else 0.0) + (cp[0] if cp_inside else 0.0) if ep_crosses else 0.0
+        beside_b = (tp[1] if tp_inside else 0.0) + (cp[1] if cp_inside else 0.0) if ep_crosses else 0.0
+        ep, hidden = _ep_comm(model, par, cluster, training, lt, costs, beside_f + beside_b) if moe else (0.0, 0.0)
+        inside = (tp_inside, cp_inside, bool(ep) and not ep_crosses)
+        forward = lt.fwd + beside_f  # the hidden part, by each pass's share of the wall time it hides in
+        hidden_f = hidden * forward / (forward + lt.bwd + beside_b) if hidden else 0.0
+        return _LayerTraffic(lt, tp, cp, ep, inside, (hidden_f, hidden - hidden_f), bool(ep) and ep_crosses)
 
     return model.memo(("layer_traffic", par.layer_key, moe), traffic, cluster, training)
 
@@ -253,7 +259,6 @@ def _layer_part(
     if par.zero_stage == 3 and training.software.costs.zero3_module_hook_s:
         modules = MODULES_PER_LAYER[training.software.costs.activation_layout]
         hooks = modules * training.software.costs.zero3_module_hook_s * (2 + repeat)
-    busy_f = t.ep_hidden * lt.fwd / (lt.fwd + lt.bwd) if t.ep_hidden else 0.0  # by each pass's share of compute
     return StageTime(
         compute=lt.fwd + lt.bwd,
         recompute=recompute,
@@ -265,8 +270,8 @@ def _layer_part(
         host=ops * costs.host_op_s + hooks,
         fwd_side=side_f,
         bwd_side=side_b,
-        fwd_busy=busy_f,
-        bwd_busy=t.ep_hidden - busy_f,
+        fwd_busy=t.ep_hidden[0],
+        bwd_busy=t.ep_hidden[1],
         busy_over_nics=t.ep_over_nics,
     )
 
