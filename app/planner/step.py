@@ -71,12 +71,6 @@ class StageTime:
     # the NICs runs beside it on another link
     fwd_side: float = 0.0
     bwd_side: float = 0.0
-    # the EP all-to-all hidden behind each pass's compute (combined 1F1B): it holds its link (the NICs where the EP
-    # group spans nodes, else NVLink) for that long, so a data-parallel collective on the same link has that much
-    # less of the pass to hide in
-    fwd_busy: float = 0.0
-    bwd_busy: float = 0.0
-    busy_over_nics: bool = False
 
     @property
     def device(self) -> float:
@@ -100,15 +94,12 @@ class StageTime:
         """The wall time of the micro-batch's backward (or forward) pass that a data-parallel collective runs beside:
         its compute, its share of the host waits (the GPU idles on the CPU), and, for a collective over the NICs,
         the pass's exposed communication inside the NVLink domain (another link). Not the exposed communication
-        that shares the collective's link (the two would split its bandwidth), and not the part of the compute
-        during which an EP all-to-all hidden behind it holds that link (`fwd_busy`): the link does one transfer at
-        a time. More compute or faster links never shrink one pass's wall time by more than they shrink the step, so
-        no overlap can make a faster GPU slower."""
+        that shares the collective's link: the two would split its bandwidth. More compute or faster links never
+        shrink one pass's wall time by more than they shrink the step, so no overlap can make a faster GPU slower."""
         compute = self.bwd if backward else self.fwd
         side = (self.bwd_side if backward else self.fwd_side) if over_nics else 0.0
-        busy = (self.bwd_busy if backward else self.fwd_busy) if over_nics == self.busy_over_nics else 0.0
         both = self.fwd + self.bwd
-        return max(0.0, compute + side - busy) + (self.host_wait * compute / both if both > 0 else 0.0)
+        return compute + side + (self.host_wait * compute / both if both > 0 else 0.0)
 
 
 def _tp_comm(
@@ -170,13 +161,10 @@ def _ep_comm(
     training: TrainingSpec,
     lt: compute.LayerTime,
     costs: GenerationCosts,
-    beside: float = 0.0,
-) -> tuple[float, float]:
-    """Dispatch + combine all-to-all of the routed tokens, every pass (forward, backward, recomputed forward): the
-    seconds it adds to the micro-batch, and the seconds of it hidden behind the other micro-batch's pass (combined
-    1F1B): its compute, and `beside` it the exposed traffic that pass waits on over another link."""
+) -> float:
+    """Dispatch + combine all-to-all of the routed tokens, every pass (forward, backward, recomputed forward)."""
     if par.ep == 1:
-        return 0.0, 0.0
+        return 0.0
     entering = routed_tokens(model, par, training) / (model.moe_router_topk or 1)
     token_bytes = ACT * model.hidden_size / par.expert_tp
     group = layout.ep_group(par, cluster)
@@ -184,9 +172,8 @@ def _ep_comm(
     passes = 3 if par.recompute == "full" else 2
     total = one * passes
     if par.moe_ep_overlap:  # combined 1F1B: one micro-batch's all-to-all behind another's attention and MLP
-        window = lt.fwd + lt.bwd + beside
-        return comm.exposed(total, window, costs.overlap_contention), min(total, window)
-    return total, 0.0
+        return comm.exposed(total, lt.fwd + lt.bwd, costs.overlap_contention)
+    return total
 
 
 def _p2p(model: ModelSpec, par: ParallelConfig, cluster: ClusterSpec, training: TrainingSpec) -> float:
@@ -216,8 +203,6 @@ class _LayerTraffic:
     cp: tuple[float, float]
     ep: float
     inside: tuple[bool, bool, bool]  # TP, CP, EP groups inside the NVLink domain
-    ep_hidden: tuple[float, float] = (0.0, 0.0)  # EP traffic hidden behind the forward, backward (combined 1F1B)
-    ep_over_nics: bool = False  # the EP group spans nodes
 
 
 def _layer_traffic(
@@ -226,19 +211,14 @@ def _layer_traffic(
     def traffic() -> _LayerTraffic:
         costs = training.software.generation(cluster.gpu.generation)
         lt = compute.layer_time(model, par, training, cluster.gpu, costs, moe)
-        tp, cp = _tp_comm(model, par, cluster, lt, costs), _cp_comm(model, par, cluster, lt, costs)
-        tp_inside = par.tp > 1 and not layout.tp_group(par, cluster).crosses
-        cp_inside = par.cp > 1 and not layout.cp_group(par, cluster).crosses
-        ep_crosses = moe and par.ep > 1 and layout.ep_group(par, cluster).crosses
-        # over the NICs the EP all-to-all also runs beside the exposed TP / CP traffic of the micro-batch it hides
-        # behind that stays inside the NVLink domain: another link, during which that micro-batch's compute waits
-        beside_f = (tp[0] if tp_inside else 0.0) + (cp[0] if cp_inside else 0.0) if ep_crosses else 0.0
-        beside_b = (tp[1] if tp_inside else 0.0) + (cp[1] if cp_inside else 0.0) if ep_crosses else 0.0
-        ep, hidden = _ep_comm(model, par, cluster, training, lt, costs, beside_f + beside_b) if moe else (0.0, 0.0)
-        inside = (tp_inside, cp_inside, bool(ep) and not ep_crosses)
-        forward = lt.fwd + beside_f  # the hidden part, by each pass's share of the wall time it hides in
-        hidden_f = hidden * forward / (forward + lt.bwd + beside_b) if hidden else 0.0
-        return _LayerTraffic(lt, tp, cp, ep, inside, (hidden_f, hidden - hidden_f), bool(ep) and ep_crosses)
+        ep = _ep_comm(model, par, cluster, training, lt, costs) if moe else 0.0
+        inside = (
+            par.tp > 1 and not layout.tp_group(par, cluster).crosses,
+            par.cp > 1 and not layout.cp_group(par, cluster).crosses,
+            bool(ep) and not layout.ep_group(par, cluster).crosses,
+        )
+        return _LayerTraffic(lt, _tp_comm(model, par, cluster, lt, costs), _cp_comm(model, par, cluster, lt, costs), ep,
+                             inside)  # fmt: skip
 
     return model.memo(("layer_traffic", par.layer_key, moe), traffic, cluster, training)
 
@@ -270,9 +250,6 @@ def _layer_part(
         host=ops * costs.host_op_s + hooks,
         fwd_side=side_f,
         bwd_side=side_b,
-        fwd_busy=t.ep_hidden[0],
-        bwd_busy=t.ep_hidden[1],
-        busy_over_nics=t.ep_over_nics,
     )
 
 
@@ -362,11 +339,8 @@ def stage_time(
                 "host",
                 "fwd_side",
                 "bwd_side",
-                "fwd_busy",
-                "bwd_busy",
             ):
                 setattr(out, name, getattr(out, name) + count * getattr(part, name))
-            out.busy_over_nics |= part.busy_over_nics
     costs = training.software.generation(cluster.gpu.generation)
     if shape.loss:  # the main logits and each MTP layer's, through the one output layer
         fwd, bwd = compute.output_layer_time(model, par, training, cluster.gpu, costs)

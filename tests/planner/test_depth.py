@@ -56,13 +56,12 @@ def test_all_to_all_inside_a_node_is_faster_than_across() -> None:
     inside = ParallelConfig(tp=1, dp=32, ep=8, micro_batch_size=1)
     across = ParallelConfig(tp=4, dp=8, ep=8, etp=4, micro_batch_size=1, sequence_parallel=True)
     lt = compute.layer_time(m, inside, training, H100_4.gpu, costs, True)
-    t_in, hidden = _ep_comm(m, inside, H100_4, training, lt, costs)
-    assert hidden == 0.0  # no EP overlap: nothing hides behind the compute
+    t_in = _ep_comm(m, inside, H100_4, training, lt, costs)
     size = 2 * m.seq_length * m.moe_router_topk * 1.1 * m.hidden_size  # x the 1.1 load-imbalance margin
     expected = 2 * 2 * comm.collective_time("all_to_all", size, comm.group(8, 1, H100_4), H100_4)  # fwd + bwd
     assert t_in == pytest.approx(expected)
     lt4 = compute.layer_time(m, across, training, H100_4.gpu, costs, True)
-    assert _ep_comm(m, across, H100_4, training, lt4, costs)[0] > t_in  # EP x ETP = 32 ranks span 4 nodes
+    assert _ep_comm(m, across, H100_4, training, lt4, costs) > t_in  # EP x ETP = 32 ranks span 4 nodes
 
 
 def test_expert_grid_rules() -> None:

@@ -7,7 +7,6 @@ import math
 import pytest
 
 from app.planner import comm, compute, layout, stack
-from app.planner import step as step_module
 from app.planner.estimate import evaluate, time_estimate
 from app.planner.layout import StageShape, stage_layer_kinds, stage_shapes
 from app.planner.pipeline import pipeline_time
@@ -265,22 +264,11 @@ def test_overlapping_gradient_reduction_hides_communication() -> None:
 def test_a_data_parallel_collective_runs_beside_the_pass_wall_time() -> None:
     """The gradient reduce hides behind the backward as it runs: its compute, its share of the host waits, and for a
     collective over the NICs the pass's exposed communication inside the NVLink domain; not communication on its
-    own link, nor the part of the compute an EP all-to-all hidden behind it holds that link."""
+    own link."""
     st = StageTime(compute=3.0, fwd=1.0, bwd=2.0, host_wait=0.3, fwd_side=0.2, bwd_side=0.5)
     assert st.window(True, over_nics=True) == pytest.approx(2.0 + 0.5 + 0.3 * 2 / 3)
     assert st.window(True, over_nics=False) == pytest.approx(2.0 + 0.3 * 2 / 3)
     assert st.window(False, over_nics=True) == pytest.approx(1.0 + 0.2 + 0.3 * 1 / 3)
-    # an EP all-to-all hidden behind the pass holds its link that long: the window shrinks on that link only
-    st.fwd_busy, st.bwd_busy, st.busy_over_nics = 0.4, 0.8, True
-    assert st.window(True, over_nics=True) == pytest.approx(2.0 + 0.5 - 0.8 + 0.3 * 2 / 3)
-    assert st.window(False, over_nics=True) == pytest.approx(1.0 + 0.2 - 0.4 + 0.3 * 1 / 3)
-    st.bwd_busy = 2.5 + 0.1  # hidden beside the exposed NVLink traffic too: the link is never free in that pass
-    assert st.window(True, over_nics=True) == pytest.approx(0.3 * 2 / 3)
-    st.bwd_busy = 0.8
-    assert st.window(True, over_nics=False) == pytest.approx(2.0 + 0.3 * 2 / 3)
-    st.busy_over_nics = False  # the EP group inside the NVLink domain: it shares the link of a DP group there
-    assert st.window(True, over_nics=False) == pytest.approx(2.0 - 0.8 + 0.3 * 2 / 3)
-    assert st.window(True, over_nics=True) == pytest.approx(2.0 + 0.5 + 0.3 * 2 / 3)
     # TP8 + SP without userbuffers on two nodes: its exposed backward traffic stays in the node, beside DP's
     m = preset("llama-2-7b")
     cluster = ClusterSpec(num_nodes=2, gpu="H100-SXM")
@@ -296,30 +284,6 @@ def test_a_data_parallel_collective_runs_beside_the_pass_wall_time() -> None:
     st = stage_time(m, cluster, training, par, shape, m.num_layers, 0)
     assert st.bwd_side == pytest.approx(m.num_layers * (2 * (ag + rs) + 2 * ag))
     assert st.fwd_side == pytest.approx(m.num_layers * 2 * (ag + rs))
-
-
-def test_the_ep_all_to_all_over_the_nics_hides_beside_the_tp_traffic_inside_the_node() -> None:
-    """Combined 1F1B hides one micro-batch's EP all-to-all behind the other's pass: over the NICs it runs beside that
-    pass's exposed TP traffic inside the node too (another link, while the compute waits on it). Inside the node
-    the two share NVLink, and the window is the compute alone. Qwen3-30B-A3B at TP2: EP32 spans four H100 nodes,
-    and its all-to-all outlasts the compute, so the window decides what is exposed."""
-    m = preset("qwen3-30b-a3b")
-    training = TrainingSpec(global_batch_size=256)
-    costs = training.software.generation("hopper")
-    for nodes, ep, crosses in ((4, 32, True), (1, 4, False)):
-        cluster = ClusterSpec(num_nodes=nodes, gpu="H100-SXM")
-        par = ParallelConfig(tp=2, dp=4 * nodes, ep=ep, etp=1, sequence_parallel=True, moe_ep_overlap=True,
-                             distributed_optimizer=True)  # fmt: skip
-        assert layout.ep_group(par, cluster).crosses is crosses
-        t = step_module._layer_traffic(m, cluster, training, par, True)
-        plain = par.model_copy(update={"moe_ep_overlap": False})
-        total, hidden = step_module._ep_comm(m, plain, cluster, training, t.lt, costs)
-        assert hidden == 0.0 and total > 0
-        window = t.lt.fwd + t.lt.bwd + (sum(t.tp) if crosses else 0.0)
-        assert t.ep == pytest.approx(comm.exposed(total, window, costs.overlap_contention))
-        assert sum(t.ep_hidden) == pytest.approx(min(total, window)) and t.ep_over_nics is crosses
-        if crosses:
-            assert total > window and sum(t.tp) > 0  # the TP traffic beside the compute decides it
 
 
 def test_a_faster_gpu_never_makes_a_step_slower_where_the_gradient_reduce_is_exposed() -> None:
