@@ -154,21 +154,26 @@ def _explore_queue(
     deadline: float,
 ) -> None:
     """The branch and bound over placements, best first: a placement comes off the queue by its one-evaluation
-    bound, gets its exact bounds per micro-batch size and what each sharding spends after the pipeline at the
-    least, and goes back on by the least of those; it is explored when it comes off again, so placements are explored
-    in the order of their exact bounds and the bar falls as early as it can. The rest are skipped once the smallest
-    bound on the queue exceeds the bar."""
-    heap: list[tuple[float, int, bool, Work]] = [(bound, seq, False, work) for bound, seq, work in queue]
+    bound and goes back on by its exact bounds per micro-batch size; when it comes off by those, it goes back on once
+    more by what its shardings spend after the pipeline at the least added (worked out only then); it is explored
+    when it comes off again. Placements are so explored in the order of their exact bounds and the bar falls as
+    early as it can. The rest are skipped once the smallest bound on the queue exceeds the bar."""
+    # (bound, queue position, stage: 0 the one-evaluation bound, 1 the exact bounds, 2 and the slacks, placement)
+    heap: list[tuple[float, int, int, Work]] = [(bound, seq, 0, work) for bound, seq, work in queue]
     heapq.heapify(heap)
     while heap:
-        bound, seq, exact, work = heapq.heappop(heap)
+        bound, seq, stage, work = heapq.heappop(heap)
         if bound > state.bar():
-            heap.append((bound, seq, exact, work))
+            heap.append((bound, seq, stage, work))
             state.skipped += sum(len(w.shardings) * len(w.sizes) * len(w.levels) for *_rest, w in heap)
             return
-        if exact:
+        if stage == 2:
             if not _explore(model, cluster, training, world, work, state, budget, deadline):
                 return
+            continue
+        if stage == 1:  # what each sharding spends after the pipeline, at the least
+            work.slacks = {id(sh): _slack(model, cluster, training, work, sh) for sh in work.shardings}
+            heapq.heappush(heap, (bound + min(work.slacks.values(), default=0.0), seq, 2, work))
             continue
         if state.bar() == float("inf") and _no_states_fit(model, cluster, training, work, budget):
             # no bar yet, so no bound could skip the placement: `_explore` rejects every sharding on its model
@@ -182,13 +187,10 @@ def _explore_queue(
         work.floors = dict(zip(work.sizes, floors, strict=True))
         work.bounds = {mbs: f.total(par) for mbs, f, par in zip(work.sizes, floors, probes, strict=True)}
         least = min(work.bounds.values(), default=0.0)
-        if least <= state.bar() and work.sizes:  # what each sharding spends after the pipeline, at the least
-            work.slacks = {id(sh): _slack(model, cluster, training, work, sh) for sh in work.shardings}
-            least += min(work.slacks.values(), default=0.0)
-        if least > state.bar():
+        if least > state.bar() or not work.sizes:
             state.skipped += len(work.shardings) * len(work.sizes) * len(work.levels)
             continue
-        heapq.heappush(heap, (least, seq, True, work))
+        heapq.heappush(heap, (least, seq, 1, work))
 
 
 def _explore(
