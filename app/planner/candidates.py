@@ -125,6 +125,7 @@ class Work:
     bounds: dict[int, float] = field(default_factory=dict)
     floors: dict[int, StageFloors] = field(default_factory=dict)  # what the bounds are made of, per micro-batch size
     slacks: dict[int, float] = field(default_factory=dict)  # per sharding (by id): `off_pipeline_floor`
+    stage_params: list[tuple[int, int]] = field(default_factory=list)  # `stage_param_pairs`, for the slacks
     level_bounds: dict[tuple[int, space.Recompute], float] = field(default_factory=dict)  # `_level_bound`
 
 

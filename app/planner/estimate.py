@@ -88,20 +88,30 @@ def sharding_ceiling(model: ModelSpec, cluster: ClusterSpec, training: TrainingS
     return max((sharding_floor(model, cluster, training, par, s, d, m, 0.0) for s, d, m in seen), default=0.0)
 
 
-def off_pipeline_floor(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig) -> float:
+def off_pipeline_floor(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    par: ParallelConfig,
+    pairs: list[tuple[int, int]] | None = None,
+) -> float:
     """The least a step of `par` spends after its pipeline, beyond the stack's host time per step that every bound
     holds (`host_step`): the optimizer step and its offload (`optimizer_times`: they read the stages' parameters and
     the sharding, not the micro-batch size or the recomputation) and the data-parallel reduce and gather at their
     least (`dp_exposed` with every overlapped collective hidden, paying its contention; on the stage with the most
     parameters, at or below the slowest stage's). Added to a bound of the same placement and sharding at any
-    micro-batch size and recomputation, the bound stays below the step."""
-    params = [
-        stage_params(model, par, shape, dense, moe) for _i, shape, dense, moe, _n in alike_stages(model, training, par)
-    ]
-    pairs = [(sp.dense, sp.expert) for sp in params]
+    micro-batch size and recomputation, the bound stays below the step. `pairs`: the distinct stages' (dense,
+    expert) parameters when known (`stage_param_pairs`; they do not depend on the sharding)."""
+    pairs = pairs if pairs is not None else stage_param_pairs(model, training, par)
     optimizer_s, offload_s = optimizer_times(model, cluster, training, par, pairs)
     dp_s = dp_exposed(model, cluster, training, par, None, max(pairs, key=sum))
     return optimizer_s - host_step(cluster, training) + offload_s + dp_s
+
+
+def stage_param_pairs(model: ModelSpec, training: TrainingSpec, par: ParallelConfig) -> list[tuple[int, int]]:
+    """(dense, expert) parameters of each distinct stage of `par`."""
+    params = (stage_params(model, par, shape, d, m) for _i, shape, d, m, _n in alike_stages(model, training, par))
+    return [(sp.dense, sp.expert) for sp in params]
 
 
 def host_step(cluster: ClusterSpec, training: TrainingSpec) -> float:

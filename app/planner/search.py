@@ -25,6 +25,7 @@ from app.planner.estimate import (
     placement_lower_bound,
     sharding_ceiling,
     stage_floors,
+    stage_param_pairs,
     step_lower_bound,
 )
 from app.planner.layout import alike_stages, num_microbatches
@@ -276,7 +277,9 @@ def _slack(
     """What the placement's steps under `sharding` spend after the pipeline at the least (`off_pipeline_floor`):
     the same at every micro-batch size and recomputation."""
     probe = make_config(model, cluster, training, work.pl, work.sizes[0], work.levels[0], sharding)
-    return off_pipeline_floor(model, cluster, training, probe)
+    if not work.stage_params:  # the same under every sharding
+        work.stage_params = stage_param_pairs(model, training, probe)
+    return off_pipeline_floor(model, cluster, training, probe, work.stage_params)
 
 
 def _traffic_ceiling(
