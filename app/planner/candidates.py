@@ -237,19 +237,13 @@ def _try_recompute(
     behind, not even the rules are read. The outcome's `found` is the kept level's index; -1 when none fits in GPU
     memory (or none within the bar does, with `behind` > 0); None when a rule or host memory rejects the
     candidates."""
-    made: dict[space.Recompute, ParallelConfig] = {}
     configs: dict[space.Recompute, ParallelConfig | None] = {}
     results: dict[space.Recompute, Found | bool | None] = {}
     bar = state.bar() - slack
 
-    def make(level: space.Recompute) -> ParallelConfig:
-        if level not in made:
-            made[level] = make_config(model, cluster, training, pl, mbs, level, sharding)
-        return made[level]
-
     def config(level: space.Recompute, first: bool = False) -> ParallelConfig | None:
         if level not in configs:
-            par = make(level)
+            par = make_config(model, cluster, training, pl, mbs, level, sharding)
             bad = rules.check(model, cluster, training, par, world, only=rules.CANDIDATE_RULES)
             configs[level] = None if bad else par
             if bad and first and bad[0].code not in ("recompute", "moe_ep_overlap"):

@@ -139,11 +139,7 @@ class StageFloors:
         adds (a few multiplications: the search's check that a level is worth a memory evaluation)."""
         if par.recompute == "none":
             return self.total(par)
-        per_stage = []
-        for t, n, shape, dense, moe in self.stages:
-            redone = dense * stage_recompute_floor(model, cluster, training, par, shape, False) if dense else 0.0
-            redone += moe * stage_recompute_floor(model, cluster, training, par, shape, True) if moe else 0.0
-            per_stage.append((t + redone, n))
+        per_stage = [(t + _redone(model, cluster, training, par, s, d, m), n) for t, n, s, d, m in self.stages]
         return pipeline_time(per_stage, par, self.microbatches).total_s + self.host
 
 
@@ -168,14 +164,6 @@ def stage_floors(
         )
         out.append(StageFloors(per_stage, max(1, num_microbatches(training, par)), host))
     return out
-
-
-def lower_bounds(
-    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, probes: list[ParallelConfig]
-) -> list[float]:
-    """`step_lower_bound` of configs that differ only in the micro-batch size (one placement), without the
-    sharding's traffic: the stage structure is read once."""
-    return [f.total(par) for f, par in zip(stage_floors(model, cluster, training, probes), probes, strict=True)]
 
 
 def placement_lower_bound(
@@ -213,10 +201,7 @@ def _stage_floors(
     redo = recompute and par.recompute != "none"
     per_stage = []
     for _first, shape, dense, moe, count in alike_stages(model, training, par):
-        redone = 0.0
-        if redo:
-            redone += dense * stage_recompute_floor(model, cluster, training, par, shape, False) if dense else 0.0
-            redone += moe * stage_recompute_floor(model, cluster, training, par, shape, True) if moe else 0.0
+        redone = _redone(model, cluster, training, par, shape, dense, moe) if redo else 0.0
         loss = sum(compute.output_layer_time(model, par, training, cluster.gpu, costs)) if shape.loss else 0.0
         loss *= 1 + model.mtp_num_layers
         t = dense * dense_s + moe * moe_s + redone + loss
@@ -225,6 +210,20 @@ def _stage_floors(
             t += sharding_floor(model, cluster, training, traffic, shape, dense, moe, window)
         per_stage.append((t, count))
     return per_stage
+
+
+def _redone(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    par: ParallelConfig,
+    shape: StageShape,
+    dense: int,
+    moe: int,
+) -> float:
+    """The least a stage's recomputation adds to one micro-batch (`stage_recompute_floor` of its layer kinds)."""
+    redone = dense * stage_recompute_floor(model, cluster, training, par, shape, False) if dense else 0.0
+    return redone + (moe * stage_recompute_floor(model, cluster, training, par, shape, True) if moe else 0.0)
 
 
 def _breakdown(slow: StageTime, m: int, bubble: float, dp: float, opt: float, offload: float) -> dict[str, float]:
