@@ -7,11 +7,18 @@ from dataclasses import dataclass
 from app.planner import compute, rules, uncertainty
 from app.planner.layout import StageShape, alike_stages, num_microbatches, stage_layer_kinds, stage_shapes
 from app.planner.memory import memory_estimate
-from app.planner.pipeline import pipeline_time
+from app.planner.pipeline import pipeline_time, unpaired_share
 from app.planner.results import Estimate, MemoryEstimate, TimeEstimate
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from app.planner.states import stage_params
-from app.planner.step import StageTime, layer_floor, optimizer_times, stage_recompute_floor, stage_time
+from app.planner.step import (
+    StageTime,
+    layer_floor,
+    optimizer_times,
+    stage_recompute_floor,
+    stage_time,
+    unpaired_ep,
+)
 from app.planner.traffic import dp_exposed, sharding_floor
 
 FLOPS_DEFINITION = (
@@ -26,8 +33,9 @@ def time_estimate(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     m = max(1, num_microbatches(training, par))
     timed: list[tuple[StageTime, int]] = []
     params: list[tuple[int, int]] = []
-    for _first, shape, dense, moe, n in alike_stages(model, training, par):  # stages shaped alike take alike
-        timed.append((stage_time(model, cluster, training, par, shape, dense, moe), n))
+    for first, shape, dense, moe, n in alike_stages(model, training, par):  # stages shaped alike take alike
+        unpaired = unpaired_share(par, first, m)  # the first of them holds the most warm-up forwards
+        timed.append((stage_time(model, cluster, training, par, shape, dense, moe, unpaired), n))
         sp = stage_params(model, par, shape, dense, moe)
         params.append((sp.dense, sp.expert))
     pipe = pipeline_time([(t.total, n) for t, n in timed], par, m)
@@ -158,11 +166,12 @@ def stage_floors(
         dense_s = layer_floor(model, cluster, training, par, False)
         moe_s = layer_floor(model, cluster, training, par, True) if model.is_moe else dense_s
         loss = sum(compute.output_layer_time(model, par, training, cluster.gpu, costs)) * (1 + model.mtp_num_layers)
-        per_stage = tuple(
-            (dense * dense_s + moe * moe_s + (loss if shape.loss else 0.0), n, shape, dense, moe)
-            for _i, shape, dense, moe, n in stages
-        )
-        out.append(StageFloors(per_stage, max(1, num_microbatches(training, par)), host))
+        m = max(1, num_microbatches(training, par))
+        per_stage = []
+        for first, shape, dense, moe, n in stages:
+            floor = dense * dense_s + moe * moe_s + (loss if shape.loss else 0.0)
+            per_stage.append((floor + _alone(model, cluster, training, par, first, moe, m), n, shape, dense, moe))
+        out.append(StageFloors(tuple(per_stage), m, host))
     return out
 
 
@@ -199,17 +208,28 @@ def _stage_floors(
         dense_c = layer_floor(model, cluster, training, par, False, False)
         moe_c = layer_floor(model, cluster, training, par, True, False) if model.is_moe else dense_c
     redo = recompute and par.recompute != "none"
+    m = max(1, num_microbatches(training, par))
     per_stage = []
-    for _first, shape, dense, moe, count in alike_stages(model, training, par):
+    for first, shape, dense, moe, count in alike_stages(model, training, par):
         redone = _redone(model, cluster, training, par, shape, dense, moe) if redo else 0.0
         loss = sum(compute.output_layer_time(model, par, training, cluster.gpu, costs)) if shape.loss else 0.0
         loss *= 1 + model.mtp_num_layers
         t = dense * dense_s + moe * moe_s + redone + loss
+        if comm:
+            t += _alone(model, cluster, training, par, first, moe, m)
         if traffic is not None:
             window = dense * dense_c + moe * moe_c + redone + loss
             t += sharding_floor(model, cluster, training, traffic, shape, dense, moe, window)
         per_stage.append((t, count))
     return per_stage
+
+
+def _alone(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, first: int, moe: int, m: int
+) -> float:
+    """The EP all-to-all the unpaired passes of combined 1F1B expose on the stages from `first` (`stage_time` adds
+    the same)."""
+    return unpaired_ep(model, cluster, training, par, moe, unpaired_share(par, first, m)) if moe else 0.0
 
 
 def _redone(

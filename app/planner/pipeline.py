@@ -45,6 +45,25 @@ def warmup_forwards(par: ParallelConfig, stage: int, microbatches: int) -> int:
     return min(warm, m * v)
 
 
+def unpaired_share(par: ParallelConfig, stage: int, microbatches: int) -> float:
+    """Of rank `stage`'s forward (and, alike, backward) chunk passes, the share that combined 1F1B
+    (`--overlap-moe-expert-parallel-comm`) cannot pair with another micro-batch's opposite pass: the warm-up forwards
+    and as many cool-down backwards (megatron/core/pipeline_parallel/combined_1f1b.py: without a pipeline the
+    first forward and the last backward run alone, "no a2a overlapping"). Their EP all-to-all is exposed
+    (step.stage_time)."""
+    if not par.moe_ep_overlap:
+        return 0.0
+    return alone_passes(par.pp, par.vpp, stage, microbatches) / (microbatches * par.vpp)
+
+
+def alone_passes(p: int, v: int, stage: int, microbatches: int) -> int:
+    """Chunk forwards that combined 1F1B runs alone on rank `stage` (`unpaired_share`): its warm-up, which holds one
+    forward more than the plain schedule's (`warmup_forwards`), all of them when that is every forward of the step."""
+    m = microbatches
+    warm = (p - stage - 1) * 2 + (v - 1) * p if v > 1 else min(m, p - stage - 1)
+    return min(warm + 1, m * v)
+
+
 def live_chunks(par: ParallelConfig, stage: int, microbatches: int) -> tuple[tuple[int, ...], ...]:
     """Live forwards per chunk on rank `stage` at each point where its activations can peak (right after a
     forward), keeping only the points no other point exceeds in every chunk. One chunk: `(in_flight,)`."""

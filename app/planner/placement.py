@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
 
-from app.planner import space, splits
+from app.planner import pipeline, space, splits
 from app.planner.specs import PARALLEL_DEFAULTS, ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 
 
@@ -131,6 +131,10 @@ def make_config(
         values = {**PARALLEL_DEFAULTS, **fixed, "fp8_param_gather": space.fp8_param_gather(training, dist), **sharding}
         base = pl._bases[base_key] = (values, frozenset(fixed) | frozenset(sharding) | _PER_CANDIDATE)
     values, names = base
+    if values["moe_ep_overlap"]:  # combined 1F1B that pairs none of the first rank's passes cannot help: off
+        microbatches = max(1, training.global_batch_size // (pl.dp * mbs))
+        if pipeline.alone_passes(pl.pp, pl.vpp, 0, microbatches) >= microbatches * pl.vpp:
+            values = {**values, "moe_ep_overlap": False}
     # the generators produce only valid values: skip pydantic's validation (a third of the search's time)
     made = pl._configs[key] = ParallelConfig.from_values(
         {

@@ -161,10 +161,12 @@ def _ep_comm(
     training: TrainingSpec,
     lt: compute.LayerTime,
     costs: GenerationCosts,
-) -> float:
-    """Dispatch + combine all-to-all of the routed tokens, every pass (forward, backward, recomputed forward)."""
+) -> tuple[float, float]:
+    """Dispatch + combine all-to-all of the routed tokens, every pass (forward, backward, recomputed forward): (what
+    a pass exposes, what hides behind the other micro-batch's compute in a pass that has one to pair with, which
+    combined 1F1B's warm-up forwards and cool-down backwards do not: `unpaired_passes`)."""
     if par.ep == 1:
-        return 0.0
+        return 0.0, 0.0
     entering = routed_tokens(model, par, training) / (model.moe_router_topk or 1)
     token_bytes = ACT * model.hidden_size / par.expert_tp
     group = layout.ep_group(par, cluster)
@@ -172,8 +174,9 @@ def _ep_comm(
     passes = 3 if par.recompute == "full" else 2
     total = one * passes
     if par.moe_ep_overlap:  # combined 1F1B: one micro-batch's all-to-all behind another's attention and MLP
-        return comm.exposed(total, lt.fwd + lt.bwd, costs.overlap_contention)
-    return total
+        paired = comm.exposed(total, lt.fwd + lt.bwd, costs.overlap_contention)
+        return paired, total - paired
+    return total, 0.0
 
 
 def _p2p(model: ModelSpec, par: ParallelConfig, cluster: ClusterSpec, training: TrainingSpec) -> float:
@@ -202,6 +205,7 @@ class _LayerTraffic:
     tp: tuple[float, float]
     cp: tuple[float, float]
     ep: float
+    ep_paired: float  # of the EP traffic, what hides in a paired pass of combined 1F1B (exposed in an unpaired one)
     inside: tuple[bool, bool, bool]  # TP, CP, EP groups inside the NVLink domain
 
 
@@ -211,14 +215,14 @@ def _layer_traffic(
     def traffic() -> _LayerTraffic:
         costs = training.software.generation(cluster.gpu.generation)
         lt = compute.layer_time(model, par, training, cluster.gpu, costs, moe)
-        ep = _ep_comm(model, par, cluster, training, lt, costs) if moe else 0.0
+        ep, ep_paired = _ep_comm(model, par, cluster, training, lt, costs) if moe else (0.0, 0.0)
         inside = (
             par.tp > 1 and not layout.tp_group(par, cluster).crosses,
             par.cp > 1 and not layout.cp_group(par, cluster).crosses,
             bool(ep) and not layout.ep_group(par, cluster).crosses,
         )
         return _LayerTraffic(lt, _tp_comm(model, par, cluster, lt, costs), _cp_comm(model, par, cluster, lt, costs), ep,
-                             inside)  # fmt: skip
+                             ep_paired, inside)  # fmt: skip
 
     return model.memo(("layer_traffic", par.layer_key, moe), traffic, cluster, training)
 
@@ -313,6 +317,16 @@ def stage_recompute_floor(
     return recompute * recomputed_fraction(par, shape) if shape.layers else 0.0
 
 
+def unpaired_ep(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, moe: int, unpaired: float
+) -> float:
+    """What `moe` MoE layers' all-to-all adds to a micro-batch, on average, when `unpaired` of the passes run alone
+    under combined 1F1B (`pipeline.unpaired_share`): the part a paired pass hides, exposed."""
+    if not (unpaired and moe and par.moe_ep_overlap):
+        return 0.0
+    return unpaired * moe * _layer_traffic(model, cluster, training, par, True).ep_paired
+
+
 def stage_time(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -321,7 +335,11 @@ def stage_time(
     shape: StageShape,
     dense: int,
     moe: int,
+    unpaired: float = 0.0,
 ) -> StageTime:
+    """One micro-batch (forward + backward) on a stage of `shape` with `dense` and `moe` layers. `unpaired`: the share
+    of the stage's passes that combined 1F1B runs alone (`pipeline.unpaired_share`), whose EP all-to-all has no
+    other micro-batch's compute to hide behind."""
     out = StageTime()
     layers = dense + moe
     recomputed = recomputed_fraction(par, shape) if layers else 0.0
@@ -341,6 +359,12 @@ def stage_time(
                 "bwd_side",
             ):
                 setattr(out, name, getattr(out, name) + count * getattr(part, name))
+    alone = unpaired_ep(model, cluster, training, par, moe, unpaired)
+    if alone:
+        out.ep_comm += alone
+        if _layer_traffic(model, cluster, training, par, True).inside[2]:  # beside a collective over the NICs
+            backward = alone / (3 if par.recompute == "full" else 2)
+            out.fwd_side, out.bwd_side = out.fwd_side + alone - backward, out.bwd_side + backward
     costs = training.software.generation(cluster.gpu.generation)
     if shape.loss:  # the main logits and each MTP layer's, through the one output layer
         fwd, bwd = compute.output_layer_time(model, par, training, cluster.gpu, costs)

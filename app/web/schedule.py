@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.planner.layout import stage_layer_kinds, stage_shapes
-from app.planner.pipeline import in_flight, schedule_slots
+from app.planner.pipeline import in_flight, schedule_slots, unpaired_share
 from app.planner.results import Plan
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from app.planner.step import stage_time
@@ -46,7 +46,8 @@ def stage_timing(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     kinds = stage_layer_kinds(model, training, par)
     out = []
     for rank, (shape, (dense, moe)) in enumerate(zip(shapes, kinds, strict=True)):
-        t = stage_time(model, cluster, training, par, shape, dense, moe)
+        unpaired = unpaired_share(par, rank, plan.layout.num_microbatches)  # spread over its passes, as the step is
+        t = stage_time(model, cluster, training, par, shape, dense, moe, unpaired)
         split = t.fwd + t.bwd
         forward = t.total * t.fwd / split if split > 0 else t.total / 3
         layers = max(1, shape.layers)

@@ -32,6 +32,52 @@ def test_expert_weights_and_optimizer_shard_by_ep_and_expert_dp() -> None:
     assert states.optimizer == pytest.approx(12 * (sp.dense / dense_n + sp.expert / expert_n))
 
 
+def test_combined_1f1b_exposes_the_all_to_all_of_its_unpaired_passes() -> None:
+    """Combined 1F1B hides one micro-batch's all-to-all behind another's compute only in paired passes: without a
+    pipeline the first forward and the last backward run alone (combined_1f1b.py), so 1 of m forwards and 1 of m
+    backwards expose it; interleaved, the warm-up forwards (2 (p - r - 1) + (v - 1) p + 1 on rank r) and as many
+    cool-down backwards do."""
+    from app.planner import compute
+    from app.planner.pipeline import unpaired_share
+    from app.planner.step import stage_time
+
+    m = preset("mixtral-8x7b")
+    training = TrainingSpec(global_batch_size=64)
+    costs = get_stack("megatron-core").generation("hopper")
+    flat = ParallelConfig(tp=1, dp=32, ep=8, micro_batch_size=1, moe_ep_overlap=True)
+    assert unpaired_share(flat, 0, 2) == pytest.approx(1 / 2)
+    assert unpaired_share(flat.model_copy(update={"moe_ep_overlap": False}), 0, 2) == 0.0
+    deep = ParallelConfig(tp=1, pp=4, vpp=2, dp=8, ep=8, micro_batch_size=1, moe_ep_overlap=True)
+    assert unpaired_share(deep, 0, 8) == pytest.approx((2 * 3 + 1 * 4 + 1) / 16)
+    assert unpaired_share(deep, 3, 8) == pytest.approx((0 + 4 + 1) / 16)
+    lt = compute.layer_time(m, flat, training, H100_4.gpu, costs, True)
+    paired, hidden = _ep_comm(m, flat, H100_4, training, lt, costs)
+    size = 2 * m.seq_length * m.moe_router_topk * 1.1 * m.hidden_size
+    total = 2 * 2 * comm.collective_time("all_to_all", size, comm.group(8, 1, H100_4), H100_4)
+    assert hidden > 0 and paired + hidden == pytest.approx(total)  # the whole all-to-all, exposed or hidden
+    assert paired == pytest.approx(comm.exposed(total, lt.fwd + lt.bwd, costs.overlap_contention))
+    shape = StageShape((32,), True, True)
+    alone = stage_time(m, H100_4, training, flat, shape, 0, 32, unpaired=0.25).ep_comm
+    assert alone - stage_time(m, H100_4, training, flat, shape, 0, 32).ep_comm == pytest.approx(0.25 * 32 * hidden)
+
+
+
+def test_combined_1f1b_that_pairs_no_pass_is_left_off() -> None:
+    """Qwen3-30B-A3B at PP4 x VPP12 with 4 micro-batches: the first rank's warm-up (2 x 3 + 11 x 4 + 1 = 51 chunk
+    forwards) is longer than its 48, so combined 1F1B would pair nothing and only hold one more micro-batch: the
+    search's configuration leaves it off; at 16 micro-batches (51 of 192 alone) it stays on."""
+    from app.planner import space
+    from app.planner.placement import Placement, make_config
+
+    m = preset("qwen3-30b-a3b")
+    cluster = ClusterSpec(num_nodes=16, gpu="H100-SXM")
+    level, sharding = space.Recompute("none"), {"distributed_optimizer": True}
+    configs = [
+        make_config(m, cluster, TrainingSpec(global_batch_size=gbs), Placement(1, 1, 4, 32, 8, 12), 1, level, sharding)
+        for gbs in (128, 512)  # a placement per request: it caches the configurations it made
+    ]
+    assert [c.moe_ep_overlap for c in configs] == [False, True]
+
 def test_routed_token_activations() -> None:
     """Each GPU keeps its tokens x top-k x imbalance: the grouped fc1's input and the expert output the combine
     keeps (h each), the fc1 output (2f with SwiGLU) and fc2 input (f); the router's fp32 logits."""
@@ -56,12 +102,13 @@ def test_all_to_all_inside_a_node_is_faster_than_across() -> None:
     inside = ParallelConfig(tp=1, dp=32, ep=8, micro_batch_size=1)
     across = ParallelConfig(tp=4, dp=8, ep=8, etp=4, micro_batch_size=1, sequence_parallel=True)
     lt = compute.layer_time(m, inside, training, H100_4.gpu, costs, True)
-    t_in = _ep_comm(m, inside, H100_4, training, lt, costs)
+    t_in, hidden = _ep_comm(m, inside, H100_4, training, lt, costs)
     size = 2 * m.seq_length * m.moe_router_topk * 1.1 * m.hidden_size  # x the 1.1 load-imbalance margin
     expected = 2 * 2 * comm.collective_time("all_to_all", size, comm.group(8, 1, H100_4), H100_4)  # fwd + bwd
     assert t_in == pytest.approx(expected)
+    assert hidden == 0.0  # no combined 1F1B: nothing hides
     lt4 = compute.layer_time(m, across, training, H100_4.gpu, costs, True)
-    assert _ep_comm(m, across, H100_4, training, lt4, costs) > t_in  # EP x ETP = 32 ranks span 4 nodes
+    assert _ep_comm(m, across, H100_4, training, lt4, costs)[0] > t_in  # EP x ETP = 32 ranks span 4 nodes
 
 
 def test_expert_grid_rules() -> None:
