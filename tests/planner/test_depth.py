@@ -61,7 +61,6 @@ def test_combined_1f1b_exposes_the_all_to_all_of_its_unpaired_passes() -> None:
     assert alone - stage_time(m, H100_4, training, flat, shape, 0, 32).ep_comm == pytest.approx(0.25 * 32 * hidden)
 
 
-
 def test_combined_1f1b_that_pairs_no_pass_is_left_off() -> None:
     """Qwen3-30B-A3B at PP4 x VPP12 with 4 micro-batches: the first rank's warm-up (2 x 3 + 11 x 4 + 1 = 51 chunk
     forwards) is longer than its 48, so combined 1F1B would pair nothing and only hold one more micro-batch: the
@@ -77,6 +76,7 @@ def test_combined_1f1b_that_pairs_no_pass_is_left_off() -> None:
         for gbs in (128, 512)  # a placement per request: it caches the configurations it made
     ]
     assert [c.moe_ep_overlap for c in configs] == [False, True]
+
 
 def test_routed_token_activations() -> None:
     """Each GPU keeps its tokens x top-k x imbalance: the grouped fc1's input and the expert output the combine
