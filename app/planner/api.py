@@ -220,13 +220,16 @@ def _plans(
     best: Estimate | None = None
     for rank, (found, timed) in enumerate(ranked, start=1):
         est = evaluate(model, cluster, training, found.par, world_size=found.world, time=timed)
+        layout = make_layout(model, cluster, training, found.par)
         plans.append(
             Plan(
                 rank=rank,
                 parallel=found.par,
-                layout=make_layout(model, cluster, training, found.par),
+                layout=layout,
                 estimate=est,
-                why=why(found.par, est, best, feasible, cluster.world_size, training.objective),
+                why=why(
+                    found.par, est, best, feasible, cluster.world_size, training.objective, layout.num_microbatches
+                ),
                 checkpoint=checkpoint_plan(model, cluster, found.world, est.time.step_s),
                 decisions=decide(model, cluster, training, found.par, est),
             )

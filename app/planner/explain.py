@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.planner.pipeline import alone_passes
 from app.planner.results import Estimate
 from app.planner.specs import ParallelConfig
 
@@ -68,6 +69,7 @@ def why(
     feasible_count: int,
     available_gpus: int | None = None,
     objective: str = "throughput",
+    microbatches: int | None = None,
 ) -> list[str]:
     t, mem = est.time, est.memory
     b = t.breakdown
@@ -96,6 +98,14 @@ def why(
     if exposed > 0:
         detail = ", ".join(f"{k} {100 * v / step:.1f}%" for k, v in sorted(comm.items(), key=lambda kv: -kv[1]))
         lines.append(f"exposed communication {100 * exposed / step:.1f}% ({detail})")
+    if par.moe_ep_overlap and microbatches:
+        passes = microbatches * par.vpp
+        alone = alone_passes(par.pp, par.vpp, 0, microbatches)
+        lines.append(
+            f"EP all-to-all hidden behind another micro-batch's compute (combined 1F1B) in {passes - alone} of the "
+            f"first rank's {passes} forward passes; its {alone} warm-up forwards and as many cool-down backwards "
+            f"run alone and expose it"
+        )
     if b.get("recompute_s", 0) > 0:
         lines.append(f"recomputation {100 * b['recompute_s'] / step:.1f}% of the step ({_recompute(par)})")
     if b.get("host_s", 0) > 0.02 * step:

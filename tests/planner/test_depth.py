@@ -78,6 +78,20 @@ def test_combined_1f1b_that_pairs_no_pass_is_left_off() -> None:
     assert [c.moe_ep_overlap for c in configs] == [False, True]
 
 
+def test_why_says_how_many_passes_combined_1f1b_pairs() -> None:
+    """A plan that overlaps the EP all-to-all says in how many of the first rank's passes it hides: 8 micro-batches
+    without a pipeline pair 7 forwards with backwards; the first one runs alone."""
+    from app.planner import PlanRequest, plan
+    from app.planner.specs import ParallelPins
+
+    training = TrainingSpec(global_batch_size=256, pinned=ParallelPins(tp=1, pp=1, ep=8, micro_batch_size=1))
+    cluster = ClusterSpec(num_nodes=4, gpu="H100-SXM")
+    result = plan(PlanRequest(model=preset("mixtral-8x7b"), cluster=cluster, training=training))
+    best = result.plans[0]
+    assert best.parallel.moe_ep_overlap and best.layout.num_microbatches == 8
+    assert any("in 7 of the first rank's 8 forward passes; its 1 warm-up" in line for line in best.why), best.why
+
+
 def test_routed_token_activations() -> None:
     """Each GPU keeps its tokens x top-k x imbalance: the grouped fc1's input and the expert output the combine
     keeps (h each), the fc1 output (2f with SwiGLU) and fc2 input (f); the router's fp32 logits."""
