@@ -131,7 +131,7 @@ def make_config(
         values = {**PARALLEL_DEFAULTS, **fixed, "fp8_param_gather": space.fp8_param_gather(training, dist), **sharding}
         base = pl._bases[base_key] = (values, frozenset(fixed) | frozenset(sharding) | _PER_CANDIDATE)
     values, names = base
-    if values["moe_ep_overlap"]:  # combined 1F1B that pairs none of the first rank's passes cannot help: off
+    if values["moe_ep_overlap"] and training.pinned.moe_ep_overlap is None:  # pairing nothing, it cannot help: off
         microbatches = max(1, training.global_batch_size // (pl.dp * mbs))
         if pipeline.alone_passes(pl.pp, pl.vpp, 0, microbatches) >= microbatches * pl.vpp:
             values = {**values, "moe_ep_overlap": False}

@@ -285,6 +285,8 @@ def overlap_options(
     ep_overlap = can.ep_overlap and ep > 1 and recompute != "full" and (pp == 1 or vpp > 1)
     if model.mtp_num_layers and (model.mtp_num_layers > 1 or pp == 1):
         ep_overlap = False  # megatron-core 0.16 TransformerConfig.__post_init__: at most one MTP layer, and pp > 1
+    if pins.moe_ep_overlap is not None:
+        ep_overlap = pins.moe_ep_overlap and ep_overlap  # on: wherever Megatron can run it, as tp_comm_overlap's pin
     flex = can.flex_dispatcher and ep > 1 and dispatch.flex_saves(model, layout.expert_group(ep, etp or tp, cluster))
     dispatcher = pins.moe_token_dispatcher or ("flex" if flex else "alltoall")
     fp8 = training.precision == "fp8"

@@ -67,6 +67,7 @@ def test_combined_1f1b_that_pairs_no_pass_is_left_off() -> None:
     search's configuration leaves it off; at 16 micro-batches (51 of 192 alone) it stays on."""
     from app.planner import space
     from app.planner.placement import Placement, make_config
+    from app.planner.specs import ParallelPins
 
     m = preset("qwen3-30b-a3b")
     cluster = ClusterSpec(num_nodes=16, gpu="H100-SXM")
@@ -76,6 +77,9 @@ def test_combined_1f1b_that_pairs_no_pass_is_left_off() -> None:
         for gbs in (128, 512)  # a placement per request: it caches the configurations it made
     ]
     assert [c.moe_ep_overlap for c in configs] == [False, True]
+    pinned = [TrainingSpec(global_batch_size=128, pinned=ParallelPins(moe_ep_overlap=on)) for on in (True, False)]
+    configs = [make_config(m, cluster, t, Placement(1, 1, 4, 32, 8, 12), 1, level, sharding) for t in pinned]
+    assert [c.moe_ep_overlap for c in configs] == [True, False]  # a pin is kept, paired passes or not
 
 
 def test_why_says_how_many_passes_combined_1f1b_pairs() -> None:
@@ -90,6 +94,9 @@ def test_why_says_how_many_passes_combined_1f1b_pairs() -> None:
     best = result.plans[0]
     assert best.parallel.moe_ep_overlap and best.layout.num_microbatches == 8
     assert any("in 7 of the first rank's 8 forward passes; its 1 warm-up" in line for line in best.why), best.why
+    off = training.model_copy(update={"pinned": training.pinned.model_copy(update={"moe_ep_overlap": False})})
+    result = plan(PlanRequest(model=preset("mixtral-8x7b"), cluster=cluster, training=off))
+    assert result.plans and not any(p.parallel.moe_ep_overlap for p in result.plans)
 
 
 def test_routed_token_activations() -> None:

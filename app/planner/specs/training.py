@@ -56,6 +56,11 @@ class ParallelPins(Frozen):
     )
     fp8_param_gather: bool | None = Field(None, description="FP8 primary weights (--fp8-param-gather).")
     tp_comm_overlap: bool | None = Field(None, description="Overlap TP communication (--tp-comm-overlap).")
+    moe_ep_overlap: bool | None = Field(
+        None,
+        description="Overlap the EP all-to-all with another micro-batch's compute (--overlap-moe-expert-parallel-comm, "
+        "combined 1F1B): on wherever Megatron can run it, or off; default: where it can run and pairs passes.",
+    )
     moe_token_dispatcher: MoETokenDispatcher | None = Field(
         None, description="MoE token dispatcher: alltoall, or flex (DeepEP/HybridEP; needs the deep_ep package)."
     )
