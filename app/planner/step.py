@@ -164,7 +164,7 @@ def _ep_comm(
 ) -> tuple[float, float]:
     """Dispatch + combine all-to-all of the routed tokens, every pass (forward, backward, recomputed forward): (what
     a pass exposes, what hides behind the other micro-batch's compute in a pass that has one to pair with, which
-    combined 1F1B's warm-up forwards and cool-down backwards do not: `unpaired_passes`)."""
+    combined 1F1B's warm-up forwards and cool-down backwards do not: `pipeline.unpaired_share`)."""
     if par.ep == 1:
         return 0.0, 0.0
     entering = routed_tokens(model, par, training) / (model.moe_router_topk or 1)
@@ -205,7 +205,7 @@ class _LayerTraffic:
     tp: tuple[float, float]
     cp: tuple[float, float]
     ep: float
-    ep_paired: float  # of the EP traffic, what hides in a paired pass of combined 1F1B (exposed in an unpaired one)
+    ep_hidden: float  # of the EP traffic, what a paired pass of combined 1F1B hides (an unpaired one exposes it)
     inside: tuple[bool, bool, bool]  # TP, CP, EP groups inside the NVLink domain
 
 
@@ -215,14 +215,14 @@ def _layer_traffic(
     def traffic() -> _LayerTraffic:
         costs = training.software.generation(cluster.gpu.generation)
         lt = compute.layer_time(model, par, training, cluster.gpu, costs, moe)
-        ep, ep_paired = _ep_comm(model, par, cluster, training, lt, costs) if moe else (0.0, 0.0)
+        ep, ep_hidden = _ep_comm(model, par, cluster, training, lt, costs) if moe else (0.0, 0.0)
         inside = (
             par.tp > 1 and not layout.tp_group(par, cluster).crosses,
             par.cp > 1 and not layout.cp_group(par, cluster).crosses,
             bool(ep) and not layout.ep_group(par, cluster).crosses,
         )
         return _LayerTraffic(lt, _tp_comm(model, par, cluster, lt, costs), _cp_comm(model, par, cluster, lt, costs), ep,
-                             ep_paired, inside)  # fmt: skip
+                             ep_hidden, inside)  # fmt: skip
 
     return model.memo(("layer_traffic", par.layer_key, moe), traffic, cluster, training)
 
@@ -324,7 +324,7 @@ def unpaired_ep(
     under combined 1F1B (`pipeline.unpaired_share`): the part a paired pass hides, exposed."""
     if not (unpaired and moe and par.moe_ep_overlap):
         return 0.0
-    return unpaired * moe * _layer_traffic(model, cluster, training, par, True).ep_paired
+    return unpaired * moe * _layer_traffic(model, cluster, training, par, True).ep_hidden
 
 
 def stage_time(
