@@ -104,10 +104,11 @@ class StageTime:
 
 def _tp_comm(
     model: ModelSpec, par: ParallelConfig, cluster: ClusterSpec, lt: compute.LayerTime, costs: GenerationCosts
-) -> tuple[float, float]:
-    """(forward, backward) exposed TP communication of one layer."""
+) -> tuple[tuple[float, float], float]:
+    """((forward, backward) exposed TP communication of one layer, what of it userbuffers hide behind the layer's
+    GEMMs in both passes)."""
     if par.tp == 1:
-        return 0.0, 0.0
+        return (0.0, 0.0), 0.0
     size = ACT * model.seq_length / par.cp * par.micro_batch_size * model.hidden_size
     g = layout.tp_group(par, cluster)
     if par.sequence_parallel:
@@ -117,10 +118,10 @@ def _tp_comm(
     else:
         fwd = bwd = 2 * comm.collective_time("all_reduce", size, g, cluster)
     if par.tp_comm_overlap:
-        return comm.exposed(fwd, lt.gemm_fwd, costs.overlap_contention), comm.exposed(
-            bwd, 2 * lt.gemm_fwd, costs.overlap_contention
-        )
-    return fwd, bwd
+        c = costs.overlap_contention
+        hidden = min(fwd, lt.gemm_fwd) + min(bwd, 2 * lt.gemm_fwd)
+        return (comm.exposed(fwd, lt.gemm_fwd, c), comm.exposed(bwd, 2 * lt.gemm_fwd, c)), hidden
+    return (fwd, bwd), 0.0
 
 
 def _cp_comm(
@@ -161,6 +162,7 @@ def _ep_comm(
     training: TrainingSpec,
     lt: compute.LayerTime,
     costs: GenerationCosts,
+    busy: float = 0.0,
 ) -> tuple[float, float]:
     """Dispatch + combine all-to-all of the routed tokens, every pass (forward, backward, recomputed forward): (what
     a pass exposes, what hides behind the other micro-batch's compute in a pass that has one to pair with, which
@@ -174,7 +176,8 @@ def _ep_comm(
     passes = 3 if par.recompute == "full" else 2
     total = one * passes
     if par.moe_ep_overlap:  # combined 1F1B: one micro-batch's all-to-all behind another's attention and MLP
-        paired = comm.exposed(total, lt.fwd + lt.bwd, costs.overlap_contention)
+        # `busy`: the TP traffic already hidden behind that compute on the same NVLink, which the two cannot share
+        paired = comm.exposed(total, lt.fwd + lt.bwd - busy, costs.overlap_contention)
         return paired, total - paired
     return total, 0.0
 
@@ -215,14 +218,13 @@ def _layer_traffic(
     def traffic() -> _LayerTraffic:
         costs = training.software.generation(cluster.gpu.generation)
         lt = compute.layer_time(model, par, training, cluster.gpu, costs, moe)
-        ep, ep_hidden = _ep_comm(model, par, cluster, training, lt, costs) if moe else (0.0, 0.0)
-        inside = (
-            par.tp > 1 and not layout.tp_group(par, cluster).crosses,
-            par.cp > 1 and not layout.cp_group(par, cluster).crosses,
-            bool(ep) and not layout.ep_group(par, cluster).crosses,
-        )
-        return _LayerTraffic(lt, _tp_comm(model, par, cluster, lt, costs), _cp_comm(model, par, cluster, lt, costs), ep,
-                             ep_hidden, inside)  # fmt: skip
+        tp, tp_hidden = _tp_comm(model, par, cluster, lt, costs)
+        tp_inside = par.tp > 1 and not layout.tp_group(par, cluster).crosses
+        ep_inside = moe and par.ep > 1 and not layout.ep_group(par, cluster).crosses
+        busy = tp_hidden if tp_inside and ep_inside else 0.0  # both on the NVLink beside the same compute
+        ep, ep_hidden = _ep_comm(model, par, cluster, training, lt, costs, busy) if moe else (0.0, 0.0)
+        inside = (tp_inside, par.cp > 1 and not layout.cp_group(par, cluster).crosses, bool(ep) and ep_inside)
+        return _LayerTraffic(lt, tp, _cp_comm(model, par, cluster, lt, costs), ep, ep_hidden, inside)
 
     return model.memo(("layer_traffic", par.layer_key, moe), traffic, cluster, training)
 
