@@ -162,11 +162,12 @@ def _ep_comm(
     training: TrainingSpec,
     lt: compute.LayerTime,
     costs: GenerationCosts,
-    busy: float = 0.0,
+    window: float | None = None,
 ) -> tuple[float, float]:
     """Dispatch + combine all-to-all of the routed tokens, every pass (forward, backward, recomputed forward): (what
     a pass exposes, what hides behind the other micro-batch's compute in a pass that has one to pair with, which
-    combined 1F1B's warm-up forwards and cool-down backwards do not: `pipeline.unpaired_share`)."""
+    combined 1F1B's warm-up forwards and cool-down backwards do not: `pipeline.unpaired_share`). `window`: the time
+    it can hide behind in a paired pass (default: the layer's compute)."""
     if par.ep == 1:
         return 0.0, 0.0
     entering = routed_tokens(model, par, training) / (model.moe_router_topk or 1)
@@ -176,8 +177,7 @@ def _ep_comm(
     passes = 3 if par.recompute == "full" else 2
     total = one * passes
     if par.moe_ep_overlap:  # combined 1F1B: one micro-batch's all-to-all behind another's attention and MLP
-        # `busy`: the TP traffic already hidden behind that compute on the same NVLink, which the two cannot share
-        paired = comm.exposed(total, lt.fwd + lt.bwd - busy, costs.overlap_contention)
+        paired = comm.exposed(total, lt.fwd + lt.bwd if window is None else window, costs.overlap_contention)
         return paired, total - paired
     return total, 0.0
 
@@ -221,8 +221,12 @@ def _layer_traffic(
         tp, tp_hidden = _tp_comm(model, par, cluster, lt, costs)
         tp_inside = par.tp > 1 and not layout.tp_group(par, cluster).crosses
         ep_inside = moe and par.ep > 1 and not layout.ep_group(par, cluster).crosses
-        busy = tp_hidden if tp_inside and ep_inside else 0.0  # both on the NVLink beside the same compute
-        ep, ep_hidden = _ep_comm(model, par, cluster, training, lt, costs, busy) if moe else (0.0, 0.0)
+        window = lt.fwd + lt.bwd  # what the combined-1F1B all-to-all hides behind: the other micro-batch's layer
+        if tp_inside and ep_inside:  # on the NVLink with the TP traffic: only what that leaves of the compute
+            window -= tp_hidden
+        elif tp_inside:  # over the NICs: also while that layer waits for its exposed TP traffic (StageTime.window)
+            window += tp[0] + tp[1]
+        ep, ep_hidden = _ep_comm(model, par, cluster, training, lt, costs, window) if moe else (0.0, 0.0)
         inside = (tp_inside, par.cp > 1 and not layout.cp_group(par, cluster).crosses, bool(ep) and ep_inside)
         return _LayerTraffic(lt, tp, _cp_comm(model, par, cluster, lt, costs), ep, ep_hidden, inside)
 

@@ -56,9 +56,9 @@ def test_combined_1f1b_exposes_the_all_to_all_of_its_unpaired_passes() -> None:
     total = 2 * 2 * comm.collective_time("all_to_all", size, comm.group(8, 1, H100_4), H100_4)
     assert hidden > 0 and paired + hidden == pytest.approx(total)  # the whole all-to-all, exposed or hidden
     assert paired == pytest.approx(comm.exposed(total, lt.fwd + lt.bwd, costs.overlap_contention))
-    busy = 0.5 * (lt.fwd + lt.bwd)  # TP traffic hidden behind the same compute on the same NVLink
-    shared = comm.exposed(total, lt.fwd + lt.bwd - busy, costs.overlap_contention)
-    assert _ep_comm(m, flat, H100_4, training, lt, costs, busy) == pytest.approx((shared, total - shared))
+    window = 0.5 * (lt.fwd + lt.bwd)  # what TP traffic on the same NVLink leaves of the compute
+    shared = comm.exposed(total, window, costs.overlap_contention)
+    assert _ep_comm(m, flat, H100_4, training, lt, costs, window) == pytest.approx((shared, total - shared))
     shape = StageShape((32,), True, True)
     alone = stage_time(m, H100_4, training, flat, shape, 0, 32, unpaired=0.25).ep_comm
     assert alone - stage_time(m, H100_4, training, flat, shape, 0, 32).ep_comm == pytest.approx(0.25 * 32 * hidden)
