@@ -98,14 +98,21 @@ def why(
     if exposed > 0:
         detail = ", ".join(f"{k} {100 * v / step:.1f}%" for k, v in sorted(comm.items(), key=lambda kv: -kv[1]))
         lines.append(f"exposed communication {100 * exposed / step:.1f}% ({detail})")
-    if par.moe_ep_overlap and microbatches:
+    if par.ep > 1 and microbatches:
         passes = microbatches * par.vpp
         alone = alone_passes(par.pp, par.vpp, 0, microbatches)
-        lines.append(
-            f"EP all-to-all hidden behind another micro-batch's compute (combined 1F1B) in {passes - alone} of the "
-            f"first rank's {passes} forward passes; its {alone} warm-up forwards and as many cool-down backwards "
-            f"run alone and expose it"
-        )
+        if par.moe_ep_overlap:
+            lines.append(
+                f"EP all-to-all hidden behind another micro-batch's compute (combined 1F1B) in {passes - alone} of "
+                f"the first rank's {passes} forward passes; its {alone} warm-up forwards and as many cool-down "
+                f"backwards run alone and expose it"
+            )
+        elif alone >= passes and par.recompute != "full" and (par.pp == 1 or par.vpp > 1):
+            lines.append(
+                f"EP all-to-all not overlapped: with {microbatches} micro-batches combined 1F1B would pair none of "
+                f"the first rank's {passes} forward passes (its warm-up holds them all), so it would only hold one "
+                f"more micro-batch's activations"
+            )
     if b.get("recompute_s", 0) > 0:
         lines.append(f"recomputation {100 * b['recompute_s'] / step:.1f}% of the step ({_recompute(par)})")
     if b.get("host_s", 0) > 0.02 * step:

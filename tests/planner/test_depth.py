@@ -100,6 +100,11 @@ def test_why_says_how_many_passes_combined_1f1b_pairs() -> None:
     off = training.model_copy(update={"pinned": training.pinned.model_copy(update={"moe_ep_overlap": False})})
     result = plan(PlanRequest(model=preset("mixtral-8x7b"), cluster=cluster, training=off))
     assert result.plans and not any(p.parallel.moe_ep_overlap for p in result.plans)
+    pins = ParallelPins(tp=1, pp=4, vpp=12, ep=8, micro_batch_size=1)  # 4 micro-batches: warm-up 51 >= 48 passes
+    few = TrainingSpec(global_batch_size=32, pinned=pins)
+    result = plan(PlanRequest(model=preset("qwen3-30b-a3b"), cluster=cluster, training=few))
+    assert result.plans and not result.plans[0].parallel.moe_ep_overlap
+    assert any("would pair none of the first rank's 48 forward passes" in line for line in result.plans[0].why)
 
 
 def test_routed_token_activations() -> None:
