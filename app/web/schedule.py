@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.planner.layout import stage_layer_kinds, stage_shapes
-from app.planner.pipeline import in_flight, schedule_slots, unpaired_share
+from app.planner.pipeline import alone_passes, in_flight, schedule_slots
 from app.planner.results import Plan
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
-from app.planner.step import stage_time
+from app.planner.step import stage_time, unpaired_ep
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,9 @@ class StageTiming:
     chunk_share: tuple[float, ...]  # fraction of the rank's time in each chunk (sums to 1)
     in_flight: float
     layers: int
+    # what a forward and a backward of one micro-batch take longer when combined 1F1B runs them alone: their EP
+    # all-to-all exposed (the warm-up forwards and as many cool-down backwards, pipeline.alone_passes)
+    alone_s: tuple[float, float] = (0.0, 0.0)
 
 
 def stage_timing(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, plan: Plan) -> list[StageTiming]:
@@ -46,8 +49,8 @@ def stage_timing(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
     kinds = stage_layer_kinds(model, training, par)
     out = []
     for rank, (shape, (dense, moe)) in enumerate(zip(shapes, kinds, strict=True)):
-        unpaired = unpaired_share(par, rank, plan.layout.num_microbatches)  # spread over its passes, as the step is
-        t = stage_time(model, cluster, training, par, shape, dense, moe, unpaired)
+        t = stage_time(model, cluster, training, par, shape, dense, moe)  # every pass paired
+        alone = unpaired_ep(model, cluster, training, par, moe, 1.0)  # the all-to-all paired passes hide
         split = t.fwd + t.bwd
         forward = t.total * t.fwd / split if split > 0 else t.total / 3
         layers = max(1, shape.layers)
@@ -56,9 +59,10 @@ def stage_timing(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec,
             if shape.layers
             else tuple(1 / len(shape.chunks) for _ in shape.chunks)
         )
+        m = plan.layout.num_microbatches
         out.append(
             StageTiming(
-                forward, t.total - forward, share, in_flight(par, rank, plan.layout.num_microbatches), shape.layers
+                forward, t.total - forward, share, in_flight(par, rank, m), shape.layers, (alone / 2, alone / 2)
             )
         )
     return out
@@ -72,6 +76,8 @@ def simulate(par: ParallelConfig, microbatches: int, timing: list[StageTiming]) 
     if len(timing) != pp:
         raise ValueError(f"{len(timing)} stage timings for pp({pp}) stages")
     orders = schedule_slots(par, microbatches)
+    alone = [alone_passes(pp, vpp, s, microbatches) if par.moe_ep_overlap else 0 for s in range(pp)]
+    runs = [{"F": 0, "B": 0} for _ in range(pp)]  # forwards and backwards each rank has run
     pos, free = [0] * pp, [0.0] * pp
     done: dict[tuple[str, int, int], float] = {}  # (kind, virtual stage, microbatch) -> end time
     last_v = pp * vpp - 1
@@ -89,7 +95,13 @@ def simulate(par: ParallelConfig, microbatches: int, timing: list[StageTiming]) 
                 start = max(free[s], ready)
                 t = timing[s]
                 share = t.chunk_share[chunk] if chunk < len(t.chunk_share) else 1 / vpp
-                end = start + (t.forward_s if kind == "F" else t.backward_s) * share
+                seconds = t.forward_s if kind == "F" else t.backward_s
+                n = runs[s][kind]
+                warm_up, cool_down = kind == "F" and n < alone[s], kind == "B" and n >= microbatches * vpp - alone[s]
+                if warm_up or cool_down:  # combined 1F1B runs it alone: its all-to-all is exposed
+                    seconds += t.alone_s[0 if warm_up else 1]
+                runs[s][kind] = n + 1
+                end = start + seconds * share
                 done[(kind, v, mb)] = end
                 free[s] = end
                 ops.append(Op(s, kind, mb, chunk, start, end))

@@ -193,3 +193,17 @@ def test_chart_text_is_escaped() -> None:
     text = str(svg(TEMPLATES, chart))
     assert "<script>" not in text and "&lt;script&gt;" in text
     draw(chart)
+
+
+def test_combined_1f1b_draws_its_unpaired_passes_longer() -> None:
+    """PP2 x VPP2 with EP overlap and 4 micro-batches: rank 0 runs its warm-up (2 + 2 + 1 = 5 chunk forwards) and its
+    last 5 backwards alone, each longer by its share of the exposed all-to-all; the paired ones are not."""
+    par = ParallelConfig(pp=2, vpp=2, ep=2, moe_ep_overlap=True)
+    timing = [StageTiming(1.0, 2.0, (0.5, 0.5), 1.0, 8, (0.4, 0.6)) for _ in range(2)]
+    ops = [op for op in simulate(par, 4, timing) if op.stage == 0]
+    forwards = [round(op.end - op.start, 9) for op in ops if op.kind == "F"]
+    backwards = [round(op.end - op.start, 9) for op in ops if op.kind == "B"]
+    assert forwards == [0.7] * 5 + [0.5] * 3
+    assert backwards == [1.0] * 3 + [1.3] * 5
+    plain = simulate(par.model_copy(update={"moe_ep_overlap": False}), 4, timing)
+    assert {round(op.end - op.start, 9) for op in plain} == {0.5, 1.0}
