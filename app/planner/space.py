@@ -262,6 +262,12 @@ def _full(training: TrainingSpec, per_chunk: int, pinned: int | None) -> list[Re
     ]
 
 
+def ep_overlap_runs(ep: int, recompute: str, pp: int, vpp: int) -> bool:
+    """Whether megatron-core runs combined 1F1B for this layout: EP > 1, no full recompute, and with a pipeline only
+    the interleaved schedule (the stack must also have it: `Capabilities.ep_overlap`)."""
+    return ep > 1 and recompute != "full" and (pp == 1 or vpp > 1)
+
+
 def overlap_options(
     model: ModelSpec,
     training: TrainingSpec,
@@ -282,7 +288,7 @@ def overlap_options(
     tp_overlap = can.tp_comm_overlap and tp > 1 and can.sequence_parallel
     if pins.tp_comm_overlap is not None:
         tp_overlap = pins.tp_comm_overlap and tp > 1
-    ep_overlap = can.ep_overlap and ep > 1 and recompute != "full" and (pp == 1 or vpp > 1)
+    ep_overlap = can.ep_overlap and ep_overlap_runs(ep, recompute, pp, vpp)
     if model.mtp_num_layers and (model.mtp_num_layers > 1 or pp == 1):
         ep_overlap = False  # megatron-core 0.16 TransformerConfig.__post_init__: at most one MTP layer, and pp > 1
     if pins.moe_ep_overlap is not None:
