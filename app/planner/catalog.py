@@ -10,6 +10,7 @@ from typing import Any
 from app.planner.gpu import Efficiency, GPUSpec
 
 _PUBLISHED_KEYS = ("published_params", "published_active_params", "published_precision")
+_GPU_DATA_KEYS = ("memory_MiB", "efficiency", "efficiency_evidence")  # gpus.json keys that are not GPUSpec fields
 
 
 def load_data(name: str) -> dict[str, Any]:
@@ -25,9 +26,12 @@ def _gpus() -> dict[str, GPUSpec]:
     generations = data["generations"]
     table: dict[str, GPUSpec] = {}
     for row in data["gpus"]:
-        fields = {k: v for k, v in row.items() if k != "memory_MiB"}
+        fields = {k: v for k, v in row.items() if k not in _GPU_DATA_KEYS}
         fields["memory_bytes"] = int(row["memory_MiB"]) * 2**20
-        fields["efficiency"] = Efficiency(**generations[row["generation"]]["efficiency"])
+        # the generation's constants, with what this GPU is measured to differ in (its `efficiency_evidence`)
+        fields["efficiency"] = Efficiency(
+            **{**generations[row["generation"]]["efficiency"], **row.get("efficiency", {})}
+        )
         table[row["name"].lower()] = GPUSpec(**fields)
     return table
 
@@ -57,6 +61,15 @@ def gpus() -> list[GPUSpec]:
 
 def generation_evidence() -> dict[str, str]:
     return {name: g["evidence"] for name, g in load_data("gpus.json")["generations"].items()}
+
+
+def efficiency_evidence(gpu: GPUSpec) -> str:
+    """Where a GPU's efficiency constants come from: its generation's evidence, and that of a catalogue GPU's own
+    constants where it has some (data/gpus.json `efficiency_evidence`)."""
+    generation = generation_evidence().get(gpu.generation, "not documented")
+    rows: list[dict[str, Any]] = load_data("gpus.json")["gpus"]
+    own = next((r.get("efficiency_evidence") for r in rows if r["name"].lower() == gpu.name.lower()), None)
+    return f"{gpu.name}: {own} Generation ({gpu.generation}): {generation}" if own else generation
 
 
 @cache

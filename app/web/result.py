@@ -176,7 +176,7 @@ def result_context(
         ],
         "efficiency": gpu.efficiency,
         "software": result.training.software,
-        "evidence": catalog.generation_evidence().get(gpu.generation, "not documented"),
+        "evidence": catalog.efficiency_evidence(gpu),
         "stack_evidence": result.training.software.generation(gpu.generation).evidence,
         "other_help": StageMemory.model_fields["other_bytes"].description or "",
         "measured_error": measured_error(result),

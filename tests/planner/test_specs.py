@@ -119,6 +119,21 @@ def test_catalogue_has_every_gpu_with_a_source() -> None:
     assert catalog.gpu("A100-80GB").fp8_TFLOPs is None and catalog.gpu("H100-SXM").fp8_TFLOPs == pytest.approx(1978.9)
 
 
+def test_a_gpu_measured_to_differ_from_its_generation_keeps_its_own_constants() -> None:
+    """GB300 sustains 1.2x the Blackwell generation's isolated GEMM rates at its 1,400 W cap (data/gpus.json
+    `efficiency_evidence`); everything else, and every other Blackwell part, keeps the generation's constants."""
+    gb300, gb200, b300 = (
+        catalog.gpu("GB300").efficiency,
+        catalog.gpu("GB200").efficiency,
+        catalog.gpu("B300").efficiency,
+    )
+    assert gb300.gemm == pytest.approx(1.2 * gb200.gemm) and gb300.gemm_fp8 == pytest.approx(1.2 * gb200.gemm_fp8)
+    assert gb300.model_copy(update={"gemm": gb200.gemm, "gemm_fp8": gb200.gemm_fp8}) == gb200 == b300
+    assert catalog.efficiency_evidence(catalog.gpu("GB300")).startswith("GB300: ")
+    assert "1,400 W" in catalog.efficiency_evidence(catalog.gpu("GB300"))
+    assert catalog.efficiency_evidence(catalog.gpu("GB200")) == catalog.generation_evidence()["blackwell"]
+
+
 def test_every_preset_has_a_source_link_or_note() -> None:
     for row in catalog.model_presets():
         assert row["source"], row["name"]

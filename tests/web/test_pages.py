@@ -65,6 +65,18 @@ def test_submit_redirects_to_the_permalink_with_charts_and_downloads(web: Any) -
         assert why.replace("&", "&amp;") in page.text or why in page.text
 
 
+def test_the_confidence_panel_names_a_gpus_own_constants(web: Any) -> None:
+    """GB300 runs at its own GEMM rate (data/gpus.json): the page states the rate it used and where it comes from;
+    a GPU on its generation's constants gets the generation's evidence alone."""
+    for gpu, rate, own in (("GB300", "90%", True), ("GB200", "75%", False)):
+        r = submit(web, {**PLAN_FORM, "cluster_mode": "custom", "cluster.gpu": gpu, "cluster.gpus_per_node": "4"})
+        assert r.status_code == 303, r.text[:2000]
+        page = " ".join(web.get(r.headers["location"]).text.split())
+        assert f"from FLOPs at {rate} of the {gpu}" in page
+        assert (f"Where the {gpu}'s efficiency constants come from: {gpu}: " in page) is own
+        assert "1,400 W" in page if own else "1,400 W cap (GB200" not in page
+
+
 def test_other_ranks_have_their_own_page(web: Any) -> None:
     created = web.post("/plans", json=SMALL).json()
     page = web.get(f"/p/{created['id']}", params={"rank": 2})
