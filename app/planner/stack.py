@@ -11,11 +11,14 @@ element-wise implementation in activations.py / compute.py, selected by name fro
 from __future__ import annotations
 
 from functools import cache
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.planner import catalog
+
+if TYPE_CHECKING:
+    from app.planner.specs import ModelSpec
 
 Sharding = Literal["distributed_optimizer", "megatron_fsdp", "zero", "fsdp"]
 PipelineEngine = Literal["megatron", "deepspeed"]
@@ -115,6 +118,23 @@ class Costs(_Data):
     )
 
 
+class Unmodelled(_Data):
+    """An effect the stack's cost model leaves out that published runs show, sized by them: the step-time interval
+    of a model it applies to reaches as far as those runs did (uncertainty.spread), and says why."""
+
+    name: str = Field(description="What is not modelled, in a few words.")
+    moe_hidden_below: int = Field(
+        ge=1, description="Applies to MoE models whose hidden size is below this (narrow expert layers)."
+    )
+    step_q10: float = Field(
+        gt=-1, le=0, description="predicted / measured step - 1 of the worst published run it applies to."
+    )
+    evidence: str
+
+    def applies(self, model: ModelSpec) -> bool:
+        return model.is_moe and model.hidden_size < self.moe_hidden_below
+
+
 class Stack(_Data):
     name: str
     framework: str
@@ -123,6 +143,7 @@ class Stack(_Data):
     capabilities: Capabilities
     costs: Costs
     generations: dict[str, GenerationCosts]
+    unmodelled: tuple[Unmodelled, ...] = Field((), description="Effects left out, with the runs that size them.")
 
     @property
     def can(self) -> Capabilities:

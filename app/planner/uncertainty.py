@@ -13,6 +13,10 @@ experts than any measured run (their router, permutation, dispatch fan-out and s
 exercised), MLA where no run had it, more than twice the longest measured sequence (attention's share of the layer
 roughly doubles with each doubling) — is not taken from those runs: it falls back as above and names what is not
 covered. Memory intervals keep the stack's spread (what the byte counts miss is the allocator, not the model).
+
+An effect a stack's cost model leaves out but published runs show (data/stacks.json `unmodelled`: the host cost of
+narrow MoE layers run eagerly under Megatron-core, up to 1.51x the predicted step) widens the step-time interval of
+the models it applies to as far as those runs went, and the basis says so.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from functools import cache
 from typing import Any
 
 from app.planner import catalog
+from app.planner import stack as software
 from app.planner.results import Interval
 from app.planner.specs import ModelSpec
 
@@ -94,7 +99,24 @@ def uncovered(model: ModelSpec, covers: dict[str, Any]) -> list[str]:
 def spread(stack: str, generation: str, kind: str, label: str, model: ModelSpec | None = None) -> Spread:
     """The residual spread of `kind` ('time' or 'memory') for this stack on this GPU generation; for step time,
     and a `model` outside what those runs cover, the fallback spread naming what is not covered (memory keeps the
-    stack's spread whatever the model)."""
+    stack's spread whatever the model). A step-time spread reaches as far as the published runs of an effect the
+    stack's model leaves out went, where it applies to `model` (the stack's `unmodelled`)."""
+    s = _measured_spread(stack, generation, kind, label, model)
+    if kind != "time" or model is None:
+        return s
+    for effect in software.get(stack).unmodelled:
+        if effect.applies(model) and effect.step_q10 < s.q10:
+            s = Spread(
+                effect.step_q10,
+                s.q90,
+                s.runs,
+                f"{s.basis}; widened for {effect.name} (hidden {model.hidden_size} < {effect.moe_hidden_below}): "
+                f"published runs of such layouts took up to {1 / (1 + effect.step_q10):.2f}x the predicted step",
+            )
+    return s
+
+
+def _measured_spread(stack: str, generation: str, kind: str, label: str, model: ModelSpec | None) -> Spread:
     entry: dict[str, Any] | None = _table().get(stack, {}).get(generation, {}).get(kind)
     runs = int(entry["runs"]) if entry else 0
     measured = entry is not None and runs >= MIN_RUNS

@@ -122,3 +122,19 @@ def test_blackwell_ultra_dense_fp8_at_its_sustained_gemm_rate(rows: list[dict[st
         in ("megatron-bridge/llama3-70b/gb300x64/fp8cs-fsdp", "megatron-bridge/llama3.1-405b/gb300x256/fp8cs")
     }
     assert len(errors) == 2 and all(abs(e) <= 0.15 for e in errors.values()), errors
+
+
+def test_published_narrow_moe_runs_lie_inside_their_widened_intervals(rows: list[dict[str, Any]]) -> None:
+    """The narrow MoE runs whose host cost the model leaves out (eager, hidden < 4096) are predicted 39-51 % too
+    fast; their step interval (data/stacks.json `unmodelled`) reaches them."""
+    eager = {
+        "megatron-bridge/qwen3-30b-a3b/b200x8/fp8mx",
+        "megatron-bridge/qwen3-30b-a3b/h100x16/fp8cs",
+        "megatron-bridge/gpt-oss-120b/b200x64/bf16",
+        "megatron-bridge/gpt-oss-120b/h100x64/bf16",
+    }
+    found = {r["name"]: r for r in rows if r["name"] in eager}
+    assert set(found) == eager
+    for name, r in found.items():
+        assert r["predicted"] > 1.3 * r["measured"], name  # the cause is still unmodelled
+        assert r["inside"], name
