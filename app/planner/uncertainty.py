@@ -110,8 +110,8 @@ def spread(stack: str, generation: str, kind: str, label: str, model: ModelSpec 
                 effect.step_q10,
                 s.q90,
                 s.runs,
-                f"{s.basis}; widened for {effect.name} (hidden {model.hidden_size} < {effect.moe_hidden_below}): "
-                f"published runs of such layouts took up to {1 / (1 + effect.step_q10):.2f}x the predicted step",
+                f"{s.basis}; widened for {effect.name} (hidden {model.hidden_size} < {effect.moe_hidden_below}) to "
+                f"{1 / (1 + effect.step_q10):.2f}x the predicted step, as far as published runs of such layouts went",
             )
     return s
 

@@ -187,7 +187,7 @@ def test_the_step_interval_of_a_narrow_eager_moe_reaches_its_published_runs() ->
     step, iv = narrow.time.step_s, narrow.time.step_interval
     assert iv.high == pytest.approx(step / (1 - 0.34)) and step / (1 - 0.34) > 1.5 * step
     assert "the host cost of narrow MoE layers run eagerly (hidden 2048 < 4096)" in iv.basis
-    assert "1.52x the predicted step" in iv.basis
+    assert "to 1.52x the predicted step, as far as published runs of such layouts went" in iv.basis
     assert "narrow MoE" not in wide.time.step_interval.basis
     assert wide.time.step_interval.high < 1.2 * wide.time.step_s
     assert "narrow MoE" not in (narrow.memory.peak_interval.basis or "")
