@@ -21,8 +21,14 @@ def load_data(name: str) -> dict[str, Any]:
 
 
 @cache
+def _gpu_data() -> dict[str, Any]:
+    """data/gpus.json, parsed once: the catalogue, its generations' evidence and each GPU's own."""
+    return load_data("gpus.json")
+
+
+@cache
 def _gpus() -> dict[str, GPUSpec]:
-    data = load_data("gpus.json")
+    data = _gpu_data()
     generations = data["generations"]
     table: dict[str, GPUSpec] = {}
     for row in data["gpus"]:
@@ -60,14 +66,14 @@ def gpus() -> list[GPUSpec]:
 
 
 def generation_evidence() -> dict[str, str]:
-    return {name: g["evidence"] for name, g in load_data("gpus.json")["generations"].items()}
+    return {name: g["evidence"] for name, g in _gpu_data()["generations"].items()}
 
 
 def efficiency_evidence(gpu: GPUSpec) -> str:
     """Where a GPU's efficiency constants come from: its generation's evidence, and that of a catalogue GPU's own
     constants where it has some (data/gpus.json `efficiency_evidence`)."""
     generation = generation_evidence().get(gpu.generation, "not documented")
-    rows: list[dict[str, Any]] = load_data("gpus.json")["gpus"]
+    rows: list[dict[str, Any]] = _gpu_data()["gpus"]
     own = next((r.get("efficiency_evidence") for r in rows if r["name"].lower() == gpu.name.lower()), None)
     return f"{gpu.name}: {own} Generation ({gpu.generation}): {generation}" if own else generation
 

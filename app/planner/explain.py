@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.planner.pipeline import alone_passes
+from app.planner.pipeline import alone_passes, pairs_none
 from app.planner.results import Estimate
 from app.planner.space import ep_overlap_runs
 from app.planner.specs import ParallelConfig
@@ -108,7 +108,7 @@ def why(
                 f"the first rank's {passes} forward passes; its {alone} warm-up forwards and as many cool-down "
                 f"backwards run alone and expose it"
             )
-        elif alone >= passes and ep_overlap_runs(par.ep, par.recompute, par.pp, par.vpp):
+        elif pairs_none(par.pp, par.vpp, microbatches) and ep_overlap_runs(par.ep, par.recompute, par.pp, par.vpp):
             lines.append(
                 f"EP all-to-all not overlapped: with {microbatches} micro-batches combined 1F1B would pair none of "
                 f"the first rank's {passes} forward passes (its warm-up holds them all), so it would only hold one "

@@ -64,6 +64,12 @@ def alone_passes(p: int, v: int, stage: int, microbatches: int) -> int:
     return min(warm + 1, m * v)
 
 
+def pairs_none(p: int, v: int, microbatches: int) -> bool:
+    """Combined 1F1B would pair none of the first rank's chunk passes: its warm-up holds every forward of the step
+    (`alone_passes`), so the overlap could only keep one more micro-batch's activations."""
+    return alone_passes(p, v, 0, microbatches) >= microbatches * v
+
+
 def live_chunks(par: ParallelConfig, stage: int, microbatches: int) -> tuple[tuple[int, ...], ...]:
     """Live forwards per chunk on rank `stage` at each point where its activations can peak (right after a
     forward), keeping only the points no other point exceeds in every chunk. One chunk: `(in_flight,)`."""

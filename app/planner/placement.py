@@ -133,7 +133,7 @@ def make_config(
     values, names = base
     if values["moe_ep_overlap"] and training.pinned.moe_ep_overlap is None:  # pairing nothing, it cannot help: off
         microbatches = max(1, training.global_batch_size // (pl.dp * mbs))
-        if pipeline.alone_passes(pl.pp, pl.vpp, 0, microbatches) >= microbatches * pl.vpp:
+        if pipeline.pairs_none(pl.pp, pl.vpp, microbatches):
             values = {**values, "moe_ep_overlap": False}
     # the generators produce only valid values: skip pydantic's validation (a third of the search's time)
     made = pl._configs[key] = ParallelConfig.from_values(

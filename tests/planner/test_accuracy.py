@@ -145,13 +145,10 @@ def test_intervals_widen_outside_what_the_runs_cover() -> None:
     """The Megatron-core H100 runs cover MoE up to 8 experts (Grok-1), no MLA and sequences up to 8,192: Mixtral
     (8 experts) and Llama-3 8B at 8K keep the measured spread; DeepSeek-V3 (256 experts, MLA) and Llama-3 8B at
     32K fall back to the widest spread widened by half, naming why; the memory interval is the stack's either way."""
-    from app.planner import PlanRequest, uncertainty
-    from app.planner.estimate import evaluate as ev
-    from app.planner.specs import ParallelConfig
+    from app.planner import uncertainty
 
     def est(model: Any, **par: Any) -> Any:
-        r = PlanRequest(model=model, cluster={"num_nodes": 8, "gpu": "H100-SXM"}, training={"global_batch_size": 64})
-        return ev(r.model, r.cluster, r.training, ParallelConfig(**par)).time.step_interval
+        return _estimate(model, "H100-SXM", 8, **par).time.step_interval
 
     def width(iv: Any) -> float:
         return float(iv.high / iv.low)
@@ -174,16 +171,8 @@ def test_the_step_interval_of_a_narrow_eager_moe_reaches_its_published_runs() ->
     `unmodelled`): NVIDIA's Qwen3-30B-A3B and gpt-oss-120b runs took up to 1.51x the predicted step. A narrow MoE's
     step interval reaches 1 / (1 - 0.34) of the prediction and says why; a wide one (Mixtral, hidden 4096) and a dense
     model keep their spread, and memory is not widened."""
-    from app.planner import PlanRequest
-    from app.planner.estimate import evaluate as ev
-    from app.planner.specs import ParallelConfig
-
-    def est(model: Any, gpu: str, **par: Any) -> Any:
-        r = PlanRequest(model=model, cluster={"num_nodes": 2, "gpu": gpu}, training={"global_batch_size": 64})
-        return ev(r.model, r.cluster, r.training, ParallelConfig(**par))
-
-    narrow = est("qwen3-30b-a3b", "H100-SXM", tp=1, dp=16, ep=16, etp=1, distributed_optimizer=True)
-    wide = est("mixtral-8x7b", "H100-SXM", tp=1, dp=16, ep=8, distributed_optimizer=True)
+    narrow = _estimate("qwen3-30b-a3b", "H100-SXM", 2, tp=1, dp=16, ep=16, etp=1, distributed_optimizer=True)
+    wide = _estimate("mixtral-8x7b", "H100-SXM", 2, tp=1, dp=16, ep=8, distributed_optimizer=True)
     step, iv = narrow.time.step_s, narrow.time.step_interval
     assert iv.high == pytest.approx(step / (1 - 0.34)) and step / (1 - 0.34) > 1.5 * step
     assert "the host cost of narrow MoE layers run eagerly (hidden 2048 < 4096)" in iv.basis
@@ -191,3 +180,13 @@ def test_the_step_interval_of_a_narrow_eager_moe_reaches_its_published_runs() ->
     assert "narrow MoE" not in wide.time.step_interval.basis
     assert wide.time.step_interval.high < 1.2 * wide.time.step_s
     assert "narrow MoE" not in (narrow.memory.peak_interval.basis or "")
+
+
+def _estimate(model: Any, gpu: str, nodes: int, **par: Any) -> Any:
+    """The planner's estimate of one layout of `model` on `nodes` x 8 `gpu` at global batch 64."""
+    from app.planner import PlanRequest
+    from app.planner.estimate import evaluate
+    from app.planner.specs import ParallelConfig
+
+    r = PlanRequest(model=model, cluster={"num_nodes": nodes, "gpu": gpu}, training={"global_batch_size": 64})
+    return evaluate(r.model, r.cluster, r.training, ParallelConfig(**par))
