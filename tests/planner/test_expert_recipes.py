@@ -138,3 +138,15 @@ def test_published_narrow_moe_runs_lie_inside_their_widened_intervals(rows: list
     for name, r in found.items():
         assert r["predicted"] > 1.3 * r["measured"], name  # the cause is still unmodelled
         assert r["inside"], name
+
+
+def test_torchtitan_runs_are_planned_on_the_gpu_they_ran_on(rows: list[dict[str, Any]]) -> None:
+    """torchtitan's published runs used Meta's 500 W, 96 GB HBM2e H100 (the catalogue's H100-96GB-500W), not the
+    700 W H100 SXM: on the SXM the 64K-token CP row was predicted 67 % too fast. The stack itself (eager or compiled
+    PyTorch, SDPA's flash attention, FSDP2) is not modelled (docs/planner.md), so the four rows stay too fast."""
+    recipes = expert_recipes.load()
+    gpus = {r["name"]: r["cluster"]["catalogue_gpu"] for r in recipes if r["name"].startswith("torchtitan")}
+    assert len(gpus) == 4 and set(gpus.values()) == {"H100-96GB-500W"}
+    errors = {r["name"]: r["predicted"] / r["measured"] - 1 for r in rows if r["name"] in gpus}
+    assert set(errors) == set(gpus)
+    assert all(0 < e < 0.65 for e in errors.values()), errors

@@ -103,6 +103,7 @@ def test_catalogue_has_every_gpu_with_a_source() -> None:
         "A800-80GB",
         "H100-SXM",
         "H100-PCIe",
+        "H100-96GB-500W",
         "H800",
         "H200",
         "B200",
@@ -211,6 +212,26 @@ def test_layer_keys_follow_the_fields_a_layer_reads() -> None:
             assert _layer_activations(model, one, training, moe) == _layer_activations(model, other, training, moe)
     assert base.state_key == base.model_copy(update={"micro_batch_size": 8}).state_key
     assert base.state_key != base.model_copy(update={"dp": 8}).state_key
+
+
+def test_a_power_capped_hbm2e_h100_runs_between_the_sxm_and_the_nvl() -> None:
+    """Meta's Grand Teton H100 (96 GB HBM2e at 2.4 TB/s, 500 W; torchtitan's benchmarks ran on it) keeps the GH100's
+    datasheet peaks but sustains sqrt(835/989) of Hopper's GEMM rates, the middle of the range its operators give
+    (between H100 SXM and NVL). A GEMM-bound step on it is slower than on H100 SXM by about 1/0.919, and never by
+    more than the NVL's peak would make it; 96 GB holds what 80 GB cannot."""
+    capped, sxm = catalog.gpu("H100-96GB-500W"), catalog.gpu("H100-SXM")
+    assert capped.generation == sxm.generation and capped.bf16_TFLOPs == sxm.bf16_TFLOPs
+    assert capped.efficiency.gemm == pytest.approx(sxm.efficiency.gemm * (835 / 989) ** 0.5, rel=1e-3)
+    assert capped.efficiency.gemm_fp8 == pytest.approx(sxm.efficiency.gemm_fp8 * (835 / 989) ** 0.5, rel=1e-3)
+    assert capped.hbm_TBps == 2.4 and capped.memory_bytes > 95 * 2**30 > sxm.memory_bytes
+    assert "between SXM and NVL" in catalog.efficiency_evidence(capped)
+    model = ModelSpec(**catalog.model_fields("llama-3-8b"))
+    training = TrainingSpec(global_batch_size=16)
+    par = ParallelConfig(dp=8, micro_batch_size=2, zero_stage=0, distributed_optimizer=True)
+    steps = {}
+    for name in ("H100-96GB-500W", "H100-SXM"):
+        steps[name] = evaluate(model, ClusterSpec(num_nodes=1, gpu=name), training, par).time.step_s
+    assert 1 / 0.919 * 0.98 < steps["H100-96GB-500W"] / steps["H100-SXM"] < 989 / 835
 
 
 @pytest.mark.parametrize(("capped", "full"), [("H800", "H100-SXM"), ("A800-80GB", "A100-80GB")])
