@@ -47,6 +47,16 @@ def cluster_presets() -> tuple[ClusterPreset, ...]:
             "NVIDIA DGX H100 datasheet: 8x ConnectX-7 400 Gb/s (compute fabric)",
         ),
         ClusterPreset(
+            "grand-teton-h100",
+            "Grand Teton: 8 × H100 96 GB HBM2e at 500 W, 8 × 400 Gb/s RDMA",
+            "H100-96GB-500W",
+            8,
+            400,
+            (),
+            "Meta's Grand Teton hosts as torchtitan's benchmarks describe them (benchmarks/llama3_h100_202412_"
+            "torchtitan.md): 8 H100 with NVLink, 400 Gb/s RDMA per GPU (NIC names vary: fill them in)",
+        ),
+        ClusterPreset(
             "hgx-h200",
             "HGX H200: 8 × H200, 8 × 400 Gb/s InfiniBand",
             "H200",

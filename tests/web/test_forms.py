@@ -397,3 +397,12 @@ def test_an_nvl72_tray_preset_is_four_gpus_a_node_in_one_rack_wide_nvlink_domain
     assert (cluster.gpu.name, cluster.gpus_per_node, cluster.world_size) == (gpu, 4, 64)
     assert cluster.inter_node_GBps == nic_gbit / 8 and cluster.nics == ("mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3")
     assert cluster.nvlink_domain == 64 and cluster.gpu.nvlink_spans_nodes
+
+
+def test_the_grand_teton_preset_plans_on_the_500_w_hbm2e_h100() -> None:
+    """Meta's Grand Teton node: its own catalogue H100 (96 GB HBM2e, 500 W), 8 per node, 400 Gb/s per GPU, and no
+    NIC names the form would have to guess."""
+    request = forms.to_request(SECTIONS, form(cluster_preset="grand-teton-h100", cluster__num_nodes="2"), None)
+    cluster = spec_of(request).cluster
+    assert (cluster.gpu.name, cluster.gpus_per_node, cluster.world_size) == ("H100-96GB-500W", 8, 16)
+    assert cluster.inter_node_GBps == 50 and cluster.gpu.memory_bytes > 95 * 2**30
