@@ -478,7 +478,8 @@ def agent_missing_at_exit(work: Path) -> Outcome:
         runs[0].wait_step(2)
         agent = int(runs[1].wait_event(r"node 1: started pid \d+", 10)[1].rsplit("pid ", 1)[1])
         os.kill(agent, signal.SIGSTOP)
-        t0 = runs[0].wait_event(r"exited: rank 0 .* exited with code 0", 60)[0]
+        # rank 0's end of training: the launcher reads its exit status, unless torchrun's agent reaped it first
+        t0 = runs[0].wait_event(r"exited: rank 0 .* exited (with code 0|\(status already collected)", 60)[0]
         detected = runs[0].wait_event(r"worker\(s\) exited 0 .* ago", 60, t0)
         codes, orphans = _finish_all(runs)
         ended = max(r.wait_event(r"^job finished", 1, t0)[0] for r in runs)
