@@ -405,4 +405,4 @@ def test_the_grand_teton_preset_plans_on_the_500_w_hbm2e_h100() -> None:
     request = forms.to_request(SECTIONS, form(cluster_preset="grand-teton-h100", cluster__num_nodes="2"), None)
     cluster = spec_of(request).cluster
     assert (cluster.gpu.name, cluster.gpus_per_node, cluster.world_size) == ("H100-96GB-500W", 8, 16)
-    assert cluster.inter_node_GBps == 50 and cluster.gpu.memory_bytes > 95 * 2**30
+    assert cluster.inter_node_GBps == 50 and cluster.gpu.memory_bytes > 95 * 2**30 and not cluster.nics
