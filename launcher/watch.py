@@ -15,8 +15,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from launcher import procs
+
+if TYPE_CHECKING:
+    from launcher.heartbeat import Beat
 
 SCAN_INTERVAL_S = 0.2
 SCAN_GIVE_UP_S = 60.0
@@ -154,15 +158,18 @@ class WorkerWatch:
         # a failed or unknown exit after the rank's heartbeat said done: its training had finished
         done = self._done_step(worker) if status != 0 and watched else None
         first = self.first_failure is None and failed and done is None and watched
-        earlier = self._unexplained_exit() if first and _stopped_by_agent(status) else None
+        # the agent stops the rest of a group when one of its ranks has died: a rank it stopped died after the
+        # one before it whose status the agent collected before we could; a rank that failed on its own (its peer's
+        # connection gone) did too, where that earlier rank's own heartbeat shows it was still training
+        stopped = _stopped_by_agent(status)
+        earlier = self._unexplained_exit(proven=not stopped) if first else None
         if earlier is not None:
-            # the agent stops the rest of a group when one of its ranks has died: this rank is one it stopped, and
-            # the one that died first is the rank before it whose status the agent collected before we could
             self.deaths[earlier] = replace(self.deaths[earlier], root=True)
             first = False
+            after = "the agent then stopped the other ranks" if stopped else f"rank {worker.rank} failed after it"
             self.log(
-                f"died first: {self.deaths[earlier].describe()} before its training was done; the agent then "
-                f"stopped the other ranks (its report gives the status)"
+                f"died first: {self.deaths[earlier].describe()} before its training was done; {after} (its report "
+                f"gives the status)"
             )
         death = Death(worker, self.node_rank, status, root=first, done_step=done)
         self.deaths.append(death)
@@ -183,25 +190,37 @@ class WorkerWatch:
         self._write_workers()
         return death
 
-    def _unexplained_exit(self) -> int | None:
+    def _unexplained_exit(self, proven: bool = False) -> int | None:
         """The index of a rank of the current group that exited before its training was done (no "done" heartbeat)
         with a status its agent collected before the launcher could read it, and that the launcher did not stop
-        itself; None if there is none."""
+        itself; None if there is none. `proven`: only a rank whose own last heartbeat (from its pid) shows it still
+        training, not one that may have finished without reporting."""
         start = len(self.deaths) - self._group_deaths
         return next(
             (i for i in range(start, len(self.deaths))
-             if (d := self.deaths[i]).status is None and d.done_step is None and d.worker.pid not in self.killed),
+             if (d := self.deaths[i]).status is None and d.done_step is None and d.worker.pid not in self.killed
+             and (not proven or self._training(d.worker))),
             None,
         )  # fmt: skip
 
     def _done_step(self, worker: procs.Worker) -> int | None:
         """The step at which this very process (its pid) reported its training done in its heartbeat, if it did."""
+        beat = self._own_beat(worker)
+        return beat.step if beat and beat.phase == "done" else None
+
+    def _training(self, worker: procs.Worker) -> bool:
+        """This very process's last heartbeat says it was still short of done."""
+        beat = self._own_beat(worker)
+        return beat is not None and beat.phase != "done"
+
+    def _own_beat(self, worker: procs.Worker) -> Beat | None:
+        """The rank's last heartbeat, if this very process (its pid) wrote it."""
         if self.beats is None:
             return None
         from launcher.heartbeat import read_beat
 
         beat = read_beat(self.beats, worker.rank)
-        return beat.step if beat and beat.phase == "done" and beat.pid == worker.pid else None
+        return beat if beat and beat.pid == worker.pid else None
 
     def close(self) -> None:
         for _, fd in self.alive.values():

@@ -3,14 +3,17 @@ launcher can read it (torchrun polls its workers every 0.1 s; on a busy machine 
 
 from __future__ import annotations
 
+import json
 import os
 import selectors
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from launcher import procs
+from launcher.heartbeat import RECORD_BYTES
 from launcher.recovery import job_code
 from launcher.watch import Death, WorkerWatch
 
@@ -30,9 +33,11 @@ def _watching(children: list[subprocess.Popen[bytes]]) -> tuple[WorkerWatch, lis
     return watch, lines
 
 
-def _unreaped(child: subprocess.Popen[bytes], sig: int) -> None:
-    """Signal the child and wait until it is a zombie whose status the launcher can read (not reaped)."""
-    os.kill(child.pid, sig)
+def _unreaped(child: subprocess.Popen[bytes], sig: int | None) -> None:
+    """Signal the child (None: it exits by itself) and wait until it is a zombie whose status the launcher can read
+    (not reaped)."""
+    if sig is not None:
+        os.kill(child.pid, sig)
     deadline = time.monotonic() + 10
     while procs.zombie_status(child.pid) is None:
         assert time.monotonic() < deadline, "the child did not exit"
@@ -44,11 +49,22 @@ def _collected_by_the_agent(child: subprocess.Popen[bytes]) -> None:
     child.wait()  # reaped: its status is gone before the launcher looks
 
 
-def _unseen_exit_then(sig: int) -> tuple[WorkerWatch, list[str], int, int]:
-    """Rank 0 killed and reaped by its agent before the launcher reads it, then rank 1 killed by `sig` (its status
-    read by the launcher); returns the watch, its log lines and the two pids."""
-    first, second = _child(), _child()
+def _unseen_exit_then(
+    sig: int | None, beats: Path | None = None, own_beat: bool = True
+) -> tuple[WorkerWatch, list[str], int, int]:
+    """Rank 0 killed and reaped by its agent before the launcher reads it, then rank 1 killed by `sig` (None: it
+    exits with code 1 by itself, as a rank does when its peer's connection goes), its status read by the launcher;
+    returns the watch, its log lines and the two pids. With `beats`, rank 0's last heartbeat there says it is
+    training: its own process's (`own_beat`), or another's (an earlier group)."""
+    first = _child()
+    exits = "import sys, time; time.sleep(0.5); sys.exit(1)"
+    second = _child() if sig is not None else subprocess.Popen([sys.executable, "-c", exits])
     watch, lines = _watching([first, second])
+    if beats is not None:
+        beats.mkdir()
+        record = {"rank": 0, "pid": first.pid if own_beat else 1, "seq": 7, "phase": "train", "step": 3}
+        (beats / "rank0.json").write_text(json.dumps(record).ljust(RECORD_BYTES))  # as examples/heartbeat.py does
+        watch.beats = beats
     _collected_by_the_agent(first)
     watch.on_exit(first.pid)
     _unreaped(second, sig)
@@ -78,6 +94,29 @@ def test_a_crash_after_an_unseen_exit_is_itself_the_first_failure() -> None:
     root = watch.first_failure
     assert root is not None and root.worker.rank == 1
     assert lines[-1].startswith(f"died first: rank 1 (local_rank 1, pid {second}, node 0) killed by signal 6")
+
+
+def test_a_rank_whose_heartbeat_shows_it_training_died_before_the_rank_that_failed_after_it(tmp_path: Path) -> None:
+    """The fresh-clone CI run of 2026-12-06: a rank SIGKILLed and reaped by torchrun before the launcher read it,
+    then the other rank exits with code 1 (its peer gone), not by the agent's signal. The first rank's own heartbeat
+    says it was still training, so it died first; the launcher had named the other."""
+    watch, lines, first, second = _unseen_exit_then(None, tmp_path / "heartbeats")
+    root = watch.first_failure
+    assert root is not None and root.worker.rank == 0 and root.status is None
+    assert lines[-2] == (
+        f"died first: rank 0 (local_rank 0, pid {first}, node 0) exited (status already collected by its "
+        f"parent) before its training was done; rank 1 failed after it (its report gives the status)"
+    )
+    assert lines[-1] == f"stopped: rank 1 (local_rank 1, pid {second}, node 0) exited with code 1"
+
+
+def test_without_its_own_heartbeat_an_unseen_exit_is_not_blamed_for_a_failure_after_it(tmp_path: Path) -> None:
+    """The same exits, but the heartbeat is another process's: nothing shows rank 0 was still training (it may have
+    finished), so the rank that exited with code 1 is the first failure."""
+    watch, lines, _, second = _unseen_exit_then(None, tmp_path / "heartbeats", own_beat=False)
+    root = watch.first_failure
+    assert root is not None and root.worker.rank == 1
+    assert lines[-1] == f"died first: rank 1 (local_rank 1, pid {second}, node 0) exited with code 1"
 
 
 def test_an_unseen_exit_of_a_group_the_agent_restarted_is_not_blamed_for_the_next_group() -> None:
