@@ -1,6 +1,6 @@
 """A small decoder-only GPT with Megatron-LM's shape knobs (GQA, SwiGLU, RMSNorm/LayerNorm, RoPE or learned
-positions, tied or untied output), full activation recomputation as Megatron does it, and a learnable synthetic
-token stream for it.
+positions, tied or untied output, sliding-window attention layers), full activation recomputation as Megatron does
+it, and a learnable synthetic token stream for it.
 
 Used by examples/train_gpt.py; kept plain so that DeepSpeed ZeRO 1-3 can shard it without special hooks.
 """
@@ -28,6 +28,15 @@ class GPTConfig:
     normalization: str = "RMSNorm"
     position_embedding_type: str = "rope"
     untie_embeddings_and_output_weights: bool = False
+    window_size: tuple[int, int] | None = None  # Megatron's (left, right): keys before / after each query
+    window_attn_skip_freq: int | None = None  # every n-th layer (counted from 1) attends to the whole prefix
+
+    def windowed(self, layer_number: int) -> bool:
+        """megatron-core transformer/utils.py is_layer_window_attention, for an integer frequency."""
+        if self.window_size is None:
+            return False
+        n = self.window_attn_skip_freq
+        return n is None or layer_number % n != 0
 
     @property
     def head_dim(self) -> int:
@@ -86,10 +95,18 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).to(x.dtype)
 
 
+def window_mask(seq: int, left: int, right: int) -> torch.Tensor:
+    """[seq, seq] True where query i may attend to key j: i - left <= j <= i + right, and j <= i (causal)."""
+    i = torch.arange(seq).unsqueeze(1)
+    j = torch.arange(seq).unsqueeze(0)
+    return (j <= i) & (j >= i - left) & (j <= i + right)
+
+
 class Attention(nn.Module):
-    def __init__(self, cfg: GPTConfig) -> None:
+    def __init__(self, cfg: GPTConfig, layer_number: int = 1) -> None:
         super().__init__()
         self.cfg = cfg
+        self.window = cfg.window_size if cfg.windowed(layer_number) else None
         kv = cfg.groups * cfg.head_dim
         self.qkv = nn.Linear(cfg.hidden_size, cfg.hidden_size + 2 * kv, bias=False)
         self.proj = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=False)
@@ -107,7 +124,10 @@ class Attention(nn.Module):
         repeat = cfg.num_attention_heads // cfg.groups
         if repeat > 1:
             k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if self.window is None:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # SDPA has no window argument: the window is a mask (as Hugging Face passes it)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=window_mask(s, *self.window).to(q.device))
         return self.proj(out.transpose(1, 2).reshape(b, s, h))
 
 
@@ -126,9 +146,9 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: GPTConfig) -> None:
+    def __init__(self, cfg: GPTConfig, layer_number: int = 1) -> None:
         super().__init__()
-        self.norm1, self.attn, self.norm2, self.mlp = norm(cfg), Attention(cfg), norm(cfg), MLP(cfg)
+        self.norm1, self.attn, self.norm2, self.mlp = norm(cfg), Attention(cfg, layer_number), norm(cfg), MLP(cfg)
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
         x = x + self.attn(self.norm1(x), rope)
@@ -142,7 +162,7 @@ class GPT(nn.Module):
         self.segments = recompute.segments(cfg.num_layers) if recompute else [(0, cfg.num_layers, False)]
         self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.pos = nn.Embedding(cfg.seq_length, cfg.hidden_size) if cfg.position_embedding_type != "rope" else None
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
+        self.blocks = nn.ModuleList(Block(cfg, number) for number in range(1, cfg.num_layers + 1))
         self.final_norm = norm(cfg)
         self.head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if not cfg.untie_embeddings_and_output_weights:

@@ -60,6 +60,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     a("--normalization", choices=("LayerNorm", "RMSNorm"), default="RMSNorm")
     a("--position-embedding-type", choices=("learned_absolute", "rope"), default="rope")
     a("--untie-embeddings-and-output-weights", action="store_true")
+    a("--window-size", default=None, help='sliding window "left,right" (Megatron-LM\'s tuple_type)')
+    a("--window-attn-skip-freq", type=int, default=None)
     a("--micro-batch-size", type=int, default=1)
     a("--global-batch-size", type=int, default=None)
     a("--train-iters", type=int, default=10)
@@ -118,6 +120,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     except ValueError as exc:
         p.error(str(exc))
     return args
+
+
+def window_size(value: str | None) -> tuple[int, int] | None:
+    """Megatron-LM's --window-size: "left,right" (arguments.py tuple_type)."""
+    if value is None:
+        return None
+    left, right = (int(w) for w in value.strip("()").split(","))
+    return left, right
 
 
 def recompute_from_args(args: argparse.Namespace) -> Recompute | None:
@@ -243,6 +253,8 @@ def init_engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any], torch.de
         normalization=args.normalization,
         position_embedding_type=args.position_embedding_type,
         untie_embeddings_and_output_weights=args.untie_embeddings_and_output_weights,
+        window_size=window_size(args.window_size),
+        window_attn_skip_freq=args.window_attn_skip_freq,
     )
     with device:  # initialised where it trains: a 7B model is built in seconds on a GPU, in minutes on the CPU
         model = GPT(cfg_model, args.recompute)

@@ -7,7 +7,10 @@
   transformer layers' GEMMs run at the FP8 rate; attention and the output layer stay in 16-bit.
 - Attention core: the stack's kernel (cuDNN/TE fused, FlashAttention-2, SDPA, Triton) at its rate for the tile
   lengths and head size it runs (`AttentionRate`), causal masking skipping half the scores; backward is 2.5x the
-  forward FLOPs (FlashAttention-2: 5 matmuls against 2) at the backward rate. Without flash attention, two batched
+  forward FLOPs (FlashAttention-2: 5 matmuls against 2) at the backward rate. Sliding-window layers score each
+  query against its window plus the query block's own length of keys, over that short span (`_window_keys`), where
+  the kernel skips the blocks outside the window; a kernel that takes the window as a mask (PyTorch SDPA) scores
+  every query against every key. Without flash attention, two batched
   GEMMs over the full s x s scores plus memory-bound softmax and dropout.
 - Element-wise kernels by bytes moved over HBM, per implementation (`elementwise`): fused Megatron/TE kernels,
   Hugging Face eager ops (unfused RMSNorm in fp32, RoPE by rotate_half, SiLU then mul), or llm-foundry's MPT.
@@ -136,21 +139,48 @@ def attention_times(
     d_qk, d_v = shape.score_dim, shape.value_dim
     precision = "bf16" if training.precision == "fp8" else training.precision
     if training.flash_attention:
-        flops = 2.0 * s_q * s_k * b * heads * (d_qk + d_v) * CAUSAL
-        rate = attention_kernel(training.software.costs.attention_kernel).rate(gpu.generation)
+        kernel = attention_kernel(training.software.costs.attention_kernel)
+        rate = kernel.rate(gpu.generation)
+        per_score = 2.0 * s_q * b * heads * (d_qk + d_v)  # FLOPs per key each query is scored against
+
+        def timed(keys: float, tile: float) -> tuple[float, float]:
+            """`keys` scored per query on average, over key spans of `tile` per query block."""
+            shape_factor = tile / (tile + rate.seq_half) * _head_factor(d_qk, rate.head_dim_half)
+            peak = gpu.peak_flops(precision) * shape_factor
+            flops = per_score * keys
+            fwd = flops / (peak * rate.forward) + costs.kernel_overhead_s
+            return fwd, ATTN_BWD_FLOPS * flops / (peak * rate.backward) + 2 * costs.kernel_overhead_s
+
         # ring CP (p2p) runs the kernel on s/cp-long query and key chunks; a2a and all_gather on the full keys
-        tile = s_q if par.cp_comm_type == "p2p" and par.cp > 1 else s_k
-        shape_factor = tile / (tile + rate.seq_half) * _head_factor(d_qk, rate.head_dim_half)
-        peak = gpu.peak_flops(precision) * shape_factor
-        fwd = flops / (peak * rate.forward) + costs.kernel_overhead_s
-        bwd = ATTN_BWD_FLOPS * flops / (peak * rate.backward) + 2 * costs.kernel_overhead_s
-        return fwd, bwd
+        full = timed(s_k * CAUSAL, s_q if par.cp_comm_type == "p2p" and par.cp > 1 else s_k)
+        windowed = model.windowed_layers
+        if not windowed:
+            return full
+        keys, tile = _window_keys(model, kernel.window_block, s_k) if kernel.window else (s_k, s_k)
+        local = timed(keys, tile)
+        share = windowed / model.num_layers  # each layer is charged the model's mean (stages mix both kinds)
+        return (
+            full[0] + (local[0] - full[0]) * share,
+            full[1] + (local[1] - full[1]) * share,
+        )
     bmm = gemm_time(Gemm(s_q, s_k, d_qk, b * heads), gpu, costs, precision) + gemm_time(
         Gemm(s_q, d_v, s_k, b * heads), gpu, costs, precision
     )
     per_score = 4 + (5 if model.attention_dropout > 0 else 0)  # fused scale-mask-softmax, then dropout
     softmax = stream_time(per_score * s_q * s_k * b * heads, 2, gpu, costs)
     return bmm + softmax, 2 * bmm + 2 * softmax
+
+
+def _window_keys(model: ModelSpec, block: int, s: float) -> tuple[float, float]:
+    """(keys scored per query on average, key span per query block) of a sliding-window layer under a kernel that
+    skips the key blocks outside the window (FlashAttention's `window_size`, cuDNN's sliding window). The first
+    `w` queries see their causal prefix; each later block of `block` queries runs over the window and its own
+    rows, `w + block` keys, the partly masked edge blocks computed whole."""
+    assert model.sliding_window is not None
+    w = float(model.sliding_window)
+    if w >= s:
+        return s * CAUSAL, s
+    return (w * w * CAUSAL + (s - w) * (w + block)) / s, min(w + block, s)
 
 
 def _head_factor(d: float, half: float) -> float:

@@ -4,8 +4,9 @@ Every key that changes the network is read, with the Hugging Face default of tha
 (transformers' configuration_<type>.py: e.g. Llama rms_norm_eps 1e-6 and rope_theta 1e4, Mixtral rope_theta 1e6),
 so the plan trains the network the config describes: RoPE base and scaling, norm epsilon, init std, QKV bias,
 QK norm, the MoE router (score function, renormalisation, expert bias, scaling, group-limited routing, aux loss).
-What Megatron cannot express (sliding-window attention, biases on the output projection or the MLP, other RoPE
-scalings) is refused with the key and its value.
+Sliding-window attention becomes megatron-core's window (on every layer, or on all but each n-th); what Megatron
+cannot express (other window patterns, biases on the output projection or the MLP, other RoPE scalings) is
+refused with the key and its value.
 
 The training sequence length is not in a config.json; `max_position_embeddings` (or GPT-2's `n_positions`) is
 used unless the request overrides `seq_length`.
@@ -21,12 +22,25 @@ SUPPORTED = sorted(LLAMA_LIKE | DEEPSEEK | {"gpt2", "gpt_neox"})
 # transformers 4.57 defaults of the keys read below, per model type (configuration_<type>.py).
 HF_DEFAULTS: dict[str, dict[str, Any]] = {
     "llama": {"rope_theta": 1e4, "rms_norm_eps": 1e-6},
-    "mistral": {"rope_theta": 1e4, "rms_norm_eps": 1e-6},
+    "mistral": {"rope_theta": 1e4, "rms_norm_eps": 1e-6, "sliding_window": 4096},
     "mixtral": {"rope_theta": 1e6, "rms_norm_eps": 1e-5, "router_aux_loss_coef": 0.001},
-    "qwen2": {"rope_theta": 1e4, "rms_norm_eps": 1e-6},
-    "qwen2_moe": {"rope_theta": 1e4, "rms_norm_eps": 1e-6, "router_aux_loss_coef": 0.001, "norm_topk_prob": False},
-    "qwen3": {"rope_theta": 1e4, "rms_norm_eps": 1e-6},
-    "qwen3_moe": {"rope_theta": 1e4, "rms_norm_eps": 1e-6, "router_aux_loss_coef": 0.001, "norm_topk_prob": False},
+    "qwen2": {"rope_theta": 1e4, "rms_norm_eps": 1e-6, "use_sliding_window": False, "max_window_layers": 28},
+    "qwen2_moe": {
+        "rope_theta": 1e4,
+        "rms_norm_eps": 1e-6,
+        "router_aux_loss_coef": 0.001,
+        "norm_topk_prob": False,
+        "use_sliding_window": False,
+        "max_window_layers": 28,
+    },
+    "qwen3": {"rope_theta": 1e4, "rms_norm_eps": 1e-6, "use_sliding_window": False, "max_window_layers": 28},
+    "qwen3_moe": {
+        "rope_theta": 1e4,
+        "rms_norm_eps": 1e-6,
+        "router_aux_loss_coef": 0.001,
+        "norm_topk_prob": False,
+        "use_sliding_window": False,
+    },
     "deepseek_v3": {
         "rope_theta": 1e4,
         "rms_norm_eps": 1e-6,
@@ -88,14 +102,42 @@ def rope_scaling(cfg: dict[str, Any]) -> dict[str, Any] | None:
     return {"type": kind, **{k: raw[k] for k in keys[kind] if raw.get(k) is not None}}
 
 
+def _window(cfg: dict[str, Any], kind: str) -> dict[str, Any]:
+    """Sliding-window attention as megatron-core builds it: a window on every layer, or on every layer but each
+    n-th (--window-attn-skip-freq). From `layer_types` where the config lists them; Qwen2/Qwen3/Qwen2-MoE window
+    the layers from `max_window_layers` on (transformers Qwen2Config), Mistral (4,096 by default) and Qwen3-MoE
+    every layer. A window no shorter than the
+    longest sequence changes nothing and is dropped."""
+    window = cfg.get("sliding_window", HF_DEFAULTS.get(kind, {}).get("sliding_window"))
+    if not window or not _flag(cfg, "use_sliding_window", kind, True):
+        return {}
+    window, layers = _int({"sliding_window": window}, "sliding_window", kind), _int(cfg, "num_hidden_layers", kind)
+    if window >= _int(cfg, "max_position_embeddings", kind):
+        return {}
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and len(types) == layers:
+        windowed = [t == "sliding_attention" for t in types]
+    elif "max_window_layers" in HF_DEFAULTS.get(kind, {}):  # Qwen2, Qwen3, Qwen2-MoE
+        first = int(_num(cfg, "max_window_layers", kind))
+        windowed = [i >= first for i in range(layers)]
+    else:
+        windowed = [True] * layers
+    if not any(windowed):
+        return {}
+    if all(windowed):
+        return {"sliding_window": window}
+    for n in range(2, layers + 1):  # megatron-core: layer_number (from 1) % n == 0 attends globally
+        if all(w == ((i + 1) % n != 0) for i, w in enumerate(windowed)):
+            return {"sliding_window": window, "window_attn_skip_freq": n}
+    pattern = "".join("w" if w else "g" for w in windowed)
+    raise ValueError(
+        f"config.json sliding_window({window}) on layers {pattern} (w: windowed, g: global) is not every layer "
+        f"but each n-th (--window-attn-skip-freq): not planned or rendered"
+    )
+
+
 def _common(cfg: dict[str, Any], kind: str) -> dict[str, Any]:
     """RoPE, norm epsilon and init std, and the refusals of what Megatron cannot build."""
-    window = cfg.get("sliding_window")
-    if window and cfg.get("use_sliding_window", True) and window < cfg.get("max_position_embeddings", 0):
-        raise ValueError(
-            f"config.json sliding_window({window}) < max_position_embeddings"
-            f"({cfg.get('max_position_embeddings')}): sliding-window attention is not planned or rendered"
-        )
     for key in ("mlp_bias",) + (("attention_bias",) if kind in ("llama", "qwen3", "qwen3_moe", "mistral") else ()):
         if cfg.get(key):
             raise ValueError(
@@ -103,6 +145,7 @@ def _common(cfg: dict[str, Any], kind: str) -> dict[str, Any]:
                 f"biases elsewhere have no Megatron flag"
             )
     return {
+        **_window(cfg, kind),
         "rotary_base": _num(cfg, "rope_theta", kind, 1e4),
         "rope_scaling": rope_scaling(cfg),
         "norm_epsilon": _num(cfg, "rms_norm_eps", kind, 1e-6),

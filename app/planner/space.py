@@ -65,7 +65,8 @@ def cp_options(model: ModelSpec, training: TrainingSpec, rest: int) -> list[int]
 def cp_comm_options(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, tp: int, cp: int
 ) -> list[tuple[str, tuple[int, int] | None]]:
-    """(cp_comm_type, hierarchical sizes): p2p; across NVLink domains also a2a inside and the ring across."""
+    """(cp_comm_type, hierarchical sizes): p2p; across NVLink domains also a2a inside and the ring across. With a
+    sliding window, all_gather and a2a (what Transformer Engine runs windowed attention with)."""
     if cp == 1:
         return [("p2p", None)]
     can = training.software.can.context_parallel
@@ -80,6 +81,11 @@ def cp_comm_options(
         out.append(("a2a", None))
     if 1 < inner < cp and cp % inner == 0 and heads % inner == 0 and "a2a+p2p" in can:
         out.append(("a2a+p2p", (inner, cp // inner)))
+    if model.sliding_window is not None and not pinned:
+        # Transformer Engine runs windowed attention under CP with all_gather or a2a only (rules cp_sliding_window)
+        out = [("all_gather", None)] if "all_gather" in can else []
+        if heads % cp == 0 and "a2a" in can:
+            out.append(("a2a", None))
     if pinned:
         out = [o for o in out if o[0] == pinned] or [(pinned, None)]
     return out

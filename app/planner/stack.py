@@ -70,6 +70,9 @@ class Capabilities(_Data):
     activation_offload: bool = Field(
         False, description="Layers' activations offloaded to the host (--cpu-offloading-num-layers, TE's offload)."
     )
+    sliding_window: bool = Field(
+        False, description="Builds sliding-window attention layers (megatron-core --window-size; Hugging Face models)."
+    )
     precision_aware_optimizer: bool = Field(
         False, description="Adam moments in bf16 (--use-precision-aware-optimizer, Transformer Engine's FusedAdam)."
     )
@@ -171,6 +174,14 @@ class AttentionKernel(_Data):
     label: str
     source: str
     flash: bool = Field(description="Keeps no s x s scores (FlashAttention-style).")
+    window: bool = Field(
+        description="Takes a sliding window and skips the key blocks outside it (False: the window is a mask over "
+        "every score)."
+    )
+    window_block: int = Field(
+        128, ge=1, description="Query rows per block: a block of a sliding-window layer runs over window + block keys."
+    )
+    window_source: str = Field(description="Evidence for `window` and `window_block`.")
     generations: dict[str, AttentionRate]
 
     def rate(self, generation: str) -> AttentionRate:

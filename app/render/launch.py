@@ -32,6 +32,8 @@ TRAINER_MODEL_FLAGS = (
     "--normalization",
     "--swiglu",
     "--untie-embeddings-and-output-weights",
+    "--window-size",
+    "--window-attn-skip-freq",
 )
 
 

@@ -18,7 +18,8 @@ def mds(f: Facts) -> bool:
 
 
 def _attention(f: Facts) -> list[Flag]:
-    """Grouped-query attention and head size, or DeepSeek's multi-latent attention (Megatron-LM only)."""
+    """Grouped-query attention and head size, or DeepSeek's multi-latent attention (Megatron-LM only); the
+    sliding window."""
     m = f.model
     out: list[Flag] = []
     if m.multi_latent_attention:
@@ -31,6 +32,7 @@ def _attention(f: Facts) -> list[Flag]:
             flag("--qk-head-dim", m.qk_head_dim),
             flag("--qk-pos-emb-head-dim", m.qk_pos_emb_head_dim),
             flag("--v-head-dim", m.v_head_dim),
+            *window_flags(f),
         ]
     groups = m.num_query_groups or m.num_attention_heads
     if groups != m.num_attention_heads:
@@ -40,6 +42,18 @@ def _attention(f: Facts) -> list[Flag]:
             out += [flag("--group-query-attention"), flag("--num-query-groups", groups)]
     if m.kv_channels and m.kv_channels * m.num_attention_heads != m.hidden_size:
         out.append(flag("--kv-channels", m.kv_channels))
+    return out + window_flags(f)
+
+
+def window_flags(f: Facts) -> list[Flag]:
+    """Sliding-window attention: megatron-core's (left, right) window, the query itself not counted
+    (TransformerConfig.window_size, --window-size as "left,right"), and every n-th layer global."""
+    m = f.model
+    if m.sliding_window is None:
+        return []
+    out = [flag("--window-size", f"{m.sliding_window - 1},0")]
+    if m.window_attn_skip_freq:
+        out.append(flag("--window-attn-skip-freq", m.window_attn_skip_freq))
     return out
 
 

@@ -28,6 +28,8 @@ LABELS = {
     "ffn_hidden_size": "FFN size",
     "vocab_size": "Vocabulary",
     "kv_channels": "Head dimension",
+    "sliding_window": "Sliding window (tokens)",
+    "window_attn_skip_freq": "Global attention every n-th layer",
     "swiglu": "SwiGLU",
     "untie_embeddings_and_output_weights": "Untied embeddings",
     "num_experts": "Experts",

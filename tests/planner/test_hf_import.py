@@ -111,3 +111,36 @@ def test_network_fields_are_imported() -> None:
     }
     with pytest.raises(ValueError, match="'attention_bias' is true"):
         from_hf_config({**LLAMA2_7B, "attention_bias": True})
+
+
+@pytest.mark.parametrize(
+    ("update", "expected"),
+    [
+        ({"model_type": "mistral"}, (4096, None)),  # Mistral's default window, on every layer
+        ({"model_type": "mistral", "sliding_window": None}, (None, None)),  # Mistral v0.2+: no window
+        ({"model_type": "mistral", "sliding_window": 8192}, (None, None)),  # no shorter than the longest sequence
+        ({"model_type": "qwen2", "sliding_window": 1024}, (None, None)),  # use_sliding_window is off by default
+        ({"model_type": "qwen3_moe", "use_sliding_window": True, "sliding_window": 1024}, (1024, None)),
+        (
+            {"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 128, "max_window_layers": 0},
+            (128, None),
+        ),
+        (
+            {"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 128,
+             "layer_types": ["sliding_attention"] * 5 + ["full_attention"]},  # Gemma-3's 5:1
+            (128, 6),
+        ),
+    ],
+)  # fmt: skip
+def test_sliding_windows_are_imported_as_megatron_builds_them(
+    update: dict[str, Any], expected: tuple[int | None, int | None]
+) -> None:
+    cfg = {**LLAMA2_7B, "num_hidden_layers": 6, "max_position_embeddings": 8192, **update}
+    fields = from_hf_config(cfg)
+    assert (fields.get("sliding_window"), fields.get("window_attn_skip_freq")) == expected
+    windowed = PlanRequest(model={"hf_config": cfg}, cluster={"num_nodes": 1, "gpu": "H100-SXM"},
+                           training={"global_batch_size": 8}).model.windowed_layers  # fmt: skip
+    assert windowed == (0 if expected[0] is None else 6 - (6 // expected[1] if expected[1] else 0))
+    with pytest.raises(ValueError, match=r"sliding_window\(128\) on layers wgwwgw"):
+        from_hf_config({**cfg, "use_sliding_window": True, "sliding_window": 128,
+                        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"] * 2})  # fmt: skip

@@ -257,3 +257,29 @@ def test_headroom_ranks_like_timing_every_feasible_layout() -> None:
     assert len(layouts) > 10 * training.max_plans  # most are never timed
     ranked = [key(p.parallel) for p in plan(req).plans]
     assert ranked == sorted(key(par) for par in layouts)[: len(ranked)]
+
+
+def test_sliding_window_attention_runs_cp_only_where_transformer_engine_allows_it() -> None:
+    """Transformer Engine disables fused attention for a sliding window under CP with p2p or a2a+p2p
+    (dot_product_attention/utils.py get_attention_backend): the search offers all_gather and a2a instead, a p2p
+    layout is refused by name, and a stack that builds no window (upstream Megatron-DeepSpeed) refuses the model."""
+    from app.planner import rules
+    from app.planner.specs import ClusterSpec, TrainingSpec
+
+    windowed = {"preset": "llama-3-8b", "seq_length": 32768, "sliding_window": 4096}
+    r = PlanRequest(model={**windowed}, cluster={"num_nodes": 4, "gpu": "H100-SXM"},
+                    training={"global_batch_size": 32})  # fmt: skip
+    comms = {p.cp_comm[0] for p in placements(r.model, r.cluster, r.training, 32) if p.cp > 1}
+    assert comms == {"all_gather", "a2a"}
+    full = request("llama-3-8b-128k", 4, 32)
+    assert "p2p" in {p.cp_comm[0] for p in placements(full.model, full.cluster, full.training, 32) if p.cp > 1}
+    ring = ParallelConfig(tp=4, cp=2, dp=4, sequence_parallel=True, cp_comm_type="p2p")
+    codes = {v.code for v in rules.check(r.model, r.cluster, r.training, ring, 32)}
+    assert "cp_sliding_window" in codes
+    gathered = ring.model_copy(update={"cp_comm_type": "all_gather"})
+    assert "cp_sliding_window" not in {v.code for v in rules.check(r.model, r.cluster, r.training, gathered, 32)}
+    mds = TrainingSpec(global_batch_size=32, framework="megatron-deepspeed")
+    refused = rules.check(r.model, ClusterSpec(num_nodes=4, gpu="H100-SXM"), mds, ParallelConfig(dp=32), 32)
+    assert any(v.code == "framework_support" and "sliding-window" in v.message for v in refused)
+    best = plan(r).plans[0]
+    assert best.parallel.cp == 1 or best.parallel.cp_comm_type in ("all_gather", "a2a")

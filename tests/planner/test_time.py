@@ -135,6 +135,40 @@ def test_flash_attention_rate_and_backward_factor() -> None:
     assert f2 == pytest.approx(flops / 2 / (989.4e12 * 4096 / (4096 + 512) * 0.571) + MEGATRON.kernel_overhead_s)
 
 
+def test_sliding_window_layers_score_the_window_over_a_short_span() -> None:
+    """Mistral-7B-v0.1's 4,096-token window at 32K, every other layer global (skip frequency 2): a windowed layer
+    scores each of the first 4,096 queries against its causal prefix and each later query against the window plus
+    a 128-row query block, at the rate of a 4,224-key span (4224/(4224+512)); global layers are unchanged, and each
+    layer is charged the mean of the two. A kernel that takes the window as a mask (SDPA) scores all s x s."""
+    m = preset("llama-3-8b").model_copy(update={"seq_length": 32768, "sliding_window": 4096})
+    par, training = ParallelConfig(micro_batch_size=1), TrainingSpec(global_batch_size=8)
+    per_key = 2.0 * 32768 * 32 * (128 + 128)
+    over = MEGATRON.kernel_overhead_s
+
+    def rates(keys: float, span: float) -> tuple[float, float]:
+        peak = 989.4e12 * span / (span + 512)
+        return per_key * keys / (peak * 0.571) + over, 2.5 * per_key * keys / (peak * 0.465) + 2 * over
+
+    full = rates(32768 * 0.5, 32768)
+    local = rates((4096 * 4096 * 0.5 + (32768 - 4096) * (4096 + 128)) / 32768, 4096 + 128)
+    every = compute.attention_times(m, par, training, H100.gpu, MEGATRON)
+    assert every == pytest.approx(local)
+    alternate = m.model_copy(update={"window_attn_skip_freq": 2})
+    assert alternate.windowed_layers == 16
+    mean = compute.attention_times(alternate, par, training, H100.gpu, MEGATRON)
+    assert mean == pytest.approx(((full[0] + local[0]) / 2, (full[1] + local[1]) / 2))
+    assert every[0] < 0.3 * full[0]
+    hf = TrainingSpec(global_batch_size=8, framework="deepspeed")
+    sdpa = stack.attention_kernel("sdpa-flash")
+    assert not sdpa.window  # the window is a mask: every query against every key
+    r = sdpa.rate("hopper")
+    head = compute._head_factor(128, r.head_dim_half)
+    peak = 989.4e12 * 32768 / (32768 + r.seq_half) * head
+    costs = hf.software.generation("hopper")
+    masked = compute.attention_times(m, par, hf, H100.gpu, costs)
+    assert masked[0] == pytest.approx(per_key * 32768 / (peak * r.forward) + costs.kernel_overhead_s)
+
+
 def _stage(m_name: str, training: TrainingSpec, cluster: ClusterSpec, **par: object) -> object:
     m = preset(m_name)
     p = ParallelConfig(**par)  # type: ignore[arg-type]

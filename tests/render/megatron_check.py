@@ -161,6 +161,7 @@ HANDLED = {
     "--moe-layer-freq",
     "--multi-latent-attention",
     "--untie-embeddings-and-output-weights",
+    "--window-size",
 }
 
 
@@ -220,6 +221,8 @@ def core_kwargs(fl: Flags, fields: set[str]) -> tuple[dict[str, Any], set[str]]:
         kw["attention_backend"] = AttnBackend[fl.one("--attention-backend")]
     if fl.has("--cpu-offloading-num-layers"):
         kw["cpu_offloading"] = fl.int("--cpu-offloading-num-layers") > 0  # Megatron-LM arguments.py L1236-1237
+    if fl.has("--window-size"):  # arguments.py tuple_type: "left,right"
+        kw["window_size"] = tuple(int(w) for w in fl.one("--window-size").strip("()").split(","))
     if fl.has("--moe-layer-freq"):
         kw["moe_layer_freq"] = eval(fl.one("--moe-layer-freq"), {"__builtins__": {}})  # Megatron evals it too
     used |= HANDLED & set(fl.items)

@@ -183,8 +183,10 @@ def test_what_megatron_cannot_build_is_refused() -> None:
     }
     with pytest.raises(ValueError, match=r"model\.parallel_residual"):
         render(fixed_result(req, {"tp": 1, "dp": 8}))
-    with pytest.raises(ValueError, match="sliding_window"):
-        from_hf_config({**LLAMA2_7B, "model_type": "mistral", "sliding_window": 1024})
+    # Qwen2 windows the layers from max_window_layers on: not every layer but each n-th
+    qwen_tail = {**LLAMA2_7B, "model_type": "qwen2", "use_sliding_window": True, "sliding_window": 1024}
+    with pytest.raises(ValueError, match=r"sliding_window\(1024\) on layers g{28}w{4} .*not planned or rendered"):
+        from_hf_config({**qwen_tail, "max_window_layers": 28})
     with pytest.raises(ValueError, match="rope_scaling type 'linear' is not supported"):
         from_hf_config({**LLAMA2_7B, "rope_scaling": {"type": "linear", "factor": 2.0}})
     odd = {**LLAMA31_8B, "rope_scaling": {**LLAMA31_8B["rope_scaling"], "high_freq_factor": 2.0}}
@@ -195,3 +197,40 @@ def test_what_megatron_cannot_build_is_refused() -> None:
     }
     with pytest.raises(ValueError, match=r"llama3 scaling fixes high_freq_factor\(2.0\) != 4.0"):
         render(fixed_result(req, {"tp": 1, "dp": 8}))
+
+
+WINDOWED = {
+    # Mistral-7B-v0.1: a 4,096-token window on every layer (its config.json)
+    "mistral-every-layer": {
+        **LLAMA2_7B,
+        "model_type": "mistral",
+        "sliding_window": 4096,
+        "max_position_embeddings": 32768,
+    },
+    # gpt-oss / Gemma-2 style: windowed and global layers alternate (config.json layer_types)
+    "alternating": {
+        **LLAMA2_7B,
+        "model_type": "qwen2",
+        "use_sliding_window": True,
+        "sliding_window": 128,
+        "layer_types": ["sliding_attention", "full_attention"] * 16,
+    },
+}
+
+
+@pytest.mark.parametrize("case", list(WINDOWED))
+def test_sliding_windows_are_the_released_models(case: str, megatron_core: Any) -> None:
+    """megatron-core's window on each layer (TransformerConfig.window_size and is_layer_window_attention) is the
+    window transformers gives that layer: the same keys before each query, on the same layers."""
+    from megatron.core.transformer.utils import is_layer_window_attention
+
+    cfg = WINDOWED[case]
+    h = hf(cfg)
+    arts = planned_arts({**cfg, "num_hidden_layers": 32})
+    check_megatron(arts)
+    core = build_core_config(Flags(args_file_words(arts.files["megatron_args.txt"])))
+    theirs = getattr(h, "layer_types", None) or ["sliding_attention"] * h.num_hidden_layers
+    ours = [is_layer_window_attention(core.window_size, core.window_attn_skip_freq, n) for n in range(1, 5)]
+    assert ours == [t == "sliding_attention" for t in theirs[:4]]
+    # transformers' sliding_window counts the query itself; megatron-core's left window does not
+    assert core.window_size == (h.sliding_window - 1, 0)

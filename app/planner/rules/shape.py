@@ -190,6 +190,14 @@ def context_parallel(c: Ctx) -> Violation | None:
         return Violation("seq_divisible_by_2cp", f"seq_length({s}) % (2 * cp({p.cp})) != 0")
     if not c.training.flash_attention:
         return Violation("cp_needs_flash_attention", "context parallelism runs on fused (flash) attention only")
+    if c.model.sliding_window is not None and p.cp_comm_type in ("p2p", "a2a+p2p"):
+        # TransformerEngine dot_product_attention/utils.py get_attention_backend: FusedAttention is disabled for
+        # context parallelism with a sliding window unless cp_comm_type is all_gather or a2a
+        return Violation(
+            "cp_sliding_window",
+            f"sliding_window({c.model.sliding_window}) with cp({p.cp}): Transformer Engine runs windowed attention "
+            f"under context parallelism with cp_comm_type all_gather or a2a, not {p.cp_comm_type}",
+        )
     if p.cp_comm_type in ("a2a", "a2a+p2p"):
         heads = c.model.num_attention_heads // p.tp
         inner = p.hierarchical_cp_sizes[0] if p.hierarchical_cp_sizes else p.cp

@@ -160,7 +160,8 @@ def activation_offload_supported(c: Ctx) -> Violation | None:
 
 def model_fits_framework(c: Ctx) -> Violation | None:
     """What each stack can run (and the renderer writes): MoE and MLA with Megatron-core only; ALiBi only where the
-    stack implements it (BigScience's Megatron-DeepSpeed fork, Hugging Face, llm-foundry)."""
+    stack implements it (BigScience's Megatron-DeepSpeed fork, Hugging Face, llm-foundry); sliding-window attention
+    with Megatron-core and Hugging Face models."""
     m, s = c.model, c.training.software
     if (m.is_moe and not s.can.moe) or (m.multi_latent_attention and not s.can.mla):
         what = "experts" if m.is_moe else "multi-latent attention"
@@ -177,6 +178,12 @@ def model_fits_framework(c: Ctx) -> Violation | None:
             "framework_support",
             f"{m.name} has {m.mtp_num_layers} multi-token prediction layer(s): megatron-core builds them "
             f"(--mtp-num-layers), {s.label} does not; set mtp_num_layers 0 to plan without them",
+        )
+    if m.sliding_window is not None and not s.can.sliding_window:
+        return Violation(
+            "framework_support",
+            f"{m.name} has sliding-window attention (sliding_window {m.sliding_window}): {s.label} does not build it "
+            f"(megatron-core --window-size and Hugging Face models do); unset sliding_window to plan full attention",
         )
     if m.position_embedding_type == "alibi" and not s.can.alibi:
         # the nearest stack that runs it: the same framework's, else a Megatron fork's for a Megatron user

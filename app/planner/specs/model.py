@@ -135,6 +135,20 @@ class ModelSpec(Frozen):
         description="Multi-token prediction depth (--mtp-num-layers; DeepSeek-V3: 1): each MTP layer is a transformer "
         "layer of the last layer's kind with two norms, a 2h x h projection and its own logits, on one stage.",
     )
+    sliding_window: int | None = Field(
+        None,
+        ge=1,
+        le=4_194_304,
+        description="Sliding-window attention: keys each query sees, itself included (config.json sliding_window; "
+        "Megatron --window-size sliding_window-1,0). None: every layer attends to the whole causal prefix.",
+    )
+    window_attn_skip_freq: int | None = Field(
+        None,
+        ge=2,
+        le=1024,
+        description="With sliding_window: every n-th layer attends to the whole sequence (--window-attn-skip-freq; "
+        "gpt-oss and Gemma-2 2, Gemma-3 6). None: every layer is windowed.",
+    )
     source: str = Field("", description="Where the shape comes from (paper, model card, config.json).")
     # Derived quantities, computed once per instance (the spec is frozen, so they never go stale).
     _memo: dict[object, object] = PrivateAttr(default_factory=dict)
@@ -212,6 +226,8 @@ class ModelSpec(Frozen):
         )
         if errors:
             raise ValueError("; ".join(errors))
+        if self.window_attn_skip_freq is not None and self.sliding_window is None:
+            raise ValueError(f"window_attn_skip_freq({self.window_attn_skip_freq}) is set but sliding_window is not")
         if self.rope_scaling is not None and self.position_embedding_type != "rope":
             raise ValueError(f"rope_scaling needs position_embedding_type rope, not {self.position_embedding_type}")
         return self
@@ -251,6 +267,15 @@ class ModelSpec(Frozen):
     def mtp_is_moe(self) -> bool:
         """An MTP layer takes the decoder's last layer spec (Megatron's get_gpt_mtp_block_spec): MoE when that is."""
         return self.num_moe_layers > 0
+
+    @property
+    def windowed_layers(self) -> int:
+        """Layers that attend within the sliding window: every layer but each `window_attn_skip_freq`-th, counted
+        from 1 (megatron-core transformer/utils.py is_layer_window_attention); 0 without a window."""
+        if self.sliding_window is None:
+            return 0
+        n = self.window_attn_skip_freq
+        return self.num_layers - (self.num_layers // n if n else 0)
 
     @property
     def num_parameters(self) -> int:
