@@ -97,3 +97,28 @@ def test_ds_config_is_completed_from_the_arguments(tmp_path: Path) -> None:
     args.deepspeed_config = str(tmp_path / "ds.json")
     cfg = ds_config(args, world=4, on_cuda=False)
     assert cfg["zero_force_ds_cpu_optimizer"] is False and cfg["zero_optimization"]["stage"] == 3
+
+
+def test_sliding_window_layers_see_only_their_window() -> None:
+    """--window-size 3,0 --window-attn-skip-freq 2 (Megatron-LM's words, as the renderer writes them for a DeepSpeed
+    plan): layers 1 and 3 attend to themselves and the 3 keys before, layers 2 and 4 to the whole prefix
+    (megatron-core is_layer_window_attention); a change to token 0 reaches query 3 of a windowed layer, not query 4."""
+    args = parse_args(["--num-layers", "4", "--hidden-size", "32", "--num-attention-heads", "4", "--seq-length",
+                       "16", "--vocab-size", "64", "--window-size", "3,0", "--window-attn-skip-freq", "2"])  # fmt: skip
+    from train_gpt import window_size
+
+    cfg = GPTConfig(num_layers=4, hidden_size=32, num_attention_heads=4, vocab_size=64, seq_length=16,
+                    window_size=window_size(args.window_size),
+                    window_attn_skip_freq=args.window_attn_skip_freq)  # fmt: skip
+    model = GPT(cfg)
+    assert [block.attn.window for block in model.blocks] == [(3, 0), None, (3, 0), None]
+    rope = (model.rope_cos, model.rope_sin)
+    x = torch.randn(1, 16, 32)
+    moved = x.clone()
+    moved[:, 0] += 1.0
+    with torch.no_grad():
+        windowed = model.blocks[0].attn(x, rope), model.blocks[0].attn(moved, rope)
+        full = model.blocks[1].attn(x, rope), model.blocks[1].attn(moved, rope)
+    assert not torch.allclose(windowed[0][:, 3], windowed[1][:, 3])
+    assert torch.allclose(windowed[0][:, 4:], windowed[1][:, 4:])
+    assert not torch.allclose(full[0][:, 15], full[1][:, 15])
