@@ -286,6 +286,8 @@ def test_every_config_json_import_comes_back(name: str) -> None:
     raw = {"model": {"hf_config": HF_CONFIGS[name], "seq_length": 4096}, "cluster": CLUSTER, "training": TRAINING}
     again = round_trip(raw)
     assert spec_of(again).model.num_parameters == spec_of(raw).model.num_parameters
+    window = ("sliding_window", "window_attn_skip_freq")  # Mistral-7B-v0.1's 4,096-token window comes back too
+    assert [getattr(spec_of(again).model, k) for k in window] == [getattr(spec_of(raw).model, k) for k in window]
 
 
 def test_qwen3_32b_keeps_its_head_dim() -> None:
