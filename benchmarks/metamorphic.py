@@ -7,7 +7,9 @@ For each random request (preset model, GPU, node count, global batch, stack) the
 plans is drawn, and that plan is estimated again with one resource changed:
 - GPU FLOPs x 1.5, HBM bandwidth x 1.5, NVLink x 2, PCIe x 2, network x 4: the step is never slower;
 - GPU memory x 2: the step and the peak memory are the same (capacity decides fitting, not the prediction);
-- global batch x 2 on the same layout: tokens/s never lower, peak memory never lower.
+- global batch x 2 on the same layout: tokens/s never lower, peak memory never lower;
+- a sliding window of a quarter of the sequence on every layer (Megatron plans outside ring CP): the step is never
+  slower and the peak memory the same.
 It also checks 0 < MFU < 1 and 0 < HFU <= 1. Every violation is printed with the plan; the exit code is 0 either
 way (docs/planner.md "What is not modelled" names the known ones).
 """
@@ -89,6 +91,14 @@ def check_one(rnd: random.Random, found: collections.Counter[str]) -> bool:
     return check_plan({**req, "parallel": chosen.parallel.model_dump(exclude_defaults=True)}, found)
 
 
+def _windows_apply(raw: dict[str, Any]) -> bool:
+    """A sliding window on a Megatron plan whose kernel takes it (not under ring CP, which Transformer Engine does
+    not run windowed): attention only shrinks, and no memory term reads the window."""
+    par = raw.get("parallel", {})
+    ring = par.get("cp", 1) > 1 and par.get("cp_comm_type", "p2p") in ("p2p", "a2a+p2p")
+    return raw["training"]["framework"] == "megatron" and isinstance(raw["model"], str) and not ring
+
+
 def check_plan(raw: dict[str, Any], found: collections.Counter[str]) -> bool:
     """Check every relation on one estimate request (a preset GPU by name); False when it has no estimate."""
     base = _estimate(raw)
@@ -133,6 +143,15 @@ def check_plan(raw: dict[str, Any], found: collections.Counter[str]) -> bool:
             lambda e: e.time is not None and e.time.tokens_per_s >= tokens / SAME and e.memory.peak_bytes >= peak,
         ),
     ]
+    if _windows_apply(raw):
+        seq = catalog.model_fields(raw["model"])["seq_length"]
+        relations.append(
+            (
+                "sliding window s/4",
+                {**copy.deepcopy(raw), "model": {"preset": raw["model"], "sliding_window": seq // 4}},
+                lambda e: e.time is not None and e.time.step_s <= step * SAME and e.memory.peak_bytes == peak,
+            )
+        )
     for name, changed, holds in relations:
         other = _estimate(changed)
         if other is None or not holds(other):

@@ -9,9 +9,9 @@
   lengths and head size it runs (`AttentionRate`), causal masking skipping half the scores; backward is 2.5x the
   forward FLOPs (FlashAttention-2: 5 matmuls against 2) at the backward rate. Sliding-window layers score each
   query against its window plus the query block's own length of keys, over that short span (`_window_keys`), where
-  the kernel skips the blocks outside the window; a kernel that takes the window as a mask (PyTorch SDPA) scores
-  every query against every key. Without flash attention, two batched
-  GEMMs over the full s x s scores plus memory-bound softmax and dropout.
+  the kernel skips the blocks outside the window (never more than the same layer without a window); a kernel that
+  takes the window as a mask (PyTorch SDPA) scores every query against every key. Without flash attention, two
+  batched GEMMs over the full s x s scores plus memory-bound softmax and dropout.
 - Element-wise kernels by bytes moved over HBM, per implementation (`elementwise`): fused Megatron/TE kernels,
   Hugging Face eager ops (unfused RMSNorm in fp32, RoPE by rotate_half, SiLU then mul), or llm-foundry's MPT.
   Backward moves about twice the forward bytes. Each implementation also counts its operator launches, which
@@ -158,6 +158,8 @@ def attention_times(
             return full
         keys, tile = _window_keys(model, kernel.window_block, s_k) if kernel.window else (s_k, s_k)
         local = timed(keys, tile)
+        if kernel.window:  # a kernel that skips blocks outside the window never does more than without it
+            local = (min(local[0], full[0]), min(local[1], full[1]))
         share = windowed / model.num_layers  # each layer is charged the model's mean (stages mix both kinds)
         return (
             full[0] + (local[0] - full[0]) * share,
@@ -173,14 +175,15 @@ def attention_times(
 
 def _window_keys(model: ModelSpec, block: int, s: float) -> tuple[float, float]:
     """(keys scored per query on average, key span per query block) of a sliding-window layer under a kernel that
-    skips the key blocks outside the window (FlashAttention's `window_size`, cuDNN's sliding window). The first
-    `w` queries see their causal prefix; each later block of `block` queries runs over the window and its own
-    rows, `w + block` keys, the partly masked edge blocks computed whole."""
+    skips the key blocks outside the window (FlashAttention's `window_size`, cuDNN's sliding window). A block of
+    `block` queries runs over the window and its own rows, `x = w + block` keys (the partly masked edge blocks
+    computed whole), or its causal prefix where that is shorter: the first `x` queries see their prefix, so on
+    average `x (1 - x / 2s)` keys, never more than causal attention's `s / 2`."""
     assert model.sliding_window is not None
-    w = float(model.sliding_window)
-    if w >= s:
+    x = float(model.sliding_window + block)
+    if x >= s:
         return s * CAUSAL, s
-    return (w * w * CAUSAL + (s - w) * (w + block)) / s, min(w + block, s)
+    return x * (1 - x * CAUSAL / s), x
 
 
 def _head_factor(d: float, half: float) -> float:

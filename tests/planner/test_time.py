@@ -137,9 +137,10 @@ def test_flash_attention_rate_and_backward_factor() -> None:
 
 def test_sliding_window_layers_score_the_window_over_a_short_span() -> None:
     """Mistral-7B-v0.1's 4,096-token window at 32K, every other layer global (skip frequency 2): a windowed layer
-    scores each of the first 4,096 queries against its causal prefix and each later query against the window plus
-    a 128-row query block, at the rate of a 4,224-key span (4224/(4224+512)); global layers are unchanged, and each
-    layer is charged the mean of the two. A kernel that takes the window as a mask (SDPA) scores all s x s."""
+    scores each query against the window plus a 128-row query block, 4,224 keys (the first 4,224 queries their
+    causal prefix), at the rate of a 4,224-key span (4224/(4224+512)); global layers are unchanged, and each layer
+    is charged the mean of the two. A kernel that takes the window as a mask (SDPA) scores all s x s; one that skips
+    blocks never does more than without a window (a 64-token window at 256 tokens: its short span would cost more)."""
     m = preset("llama-3-8b").model_copy(update={"seq_length": 32768, "sliding_window": 4096})
     par, training = ParallelConfig(micro_batch_size=1), TrainingSpec(global_batch_size=8)
     per_key = 2.0 * 32768 * 32 * (128 + 128)
@@ -150,7 +151,7 @@ def test_sliding_window_layers_score_the_window_over_a_short_span() -> None:
         return per_key * keys / (peak * 0.571) + over, 2.5 * per_key * keys / (peak * 0.465) + 2 * over
 
     full = rates(32768 * 0.5, 32768)
-    local = rates((4096 * 4096 * 0.5 + (32768 - 4096) * (4096 + 128)) / 32768, 4096 + 128)
+    local = rates((4096 + 128) * (1 - (4096 + 128) * 0.5 / 32768), 4096 + 128)
     every = compute.attention_times(m, par, training, H100.gpu, MEGATRON)
     assert every == pytest.approx(local)
     alternate = m.model_copy(update={"window_attn_skip_freq": 2})
@@ -158,6 +159,10 @@ def test_sliding_window_layers_score_the_window_over_a_short_span() -> None:
     mean = compute.attention_times(alternate, par, training, H100.gpu, MEGATRON)
     assert mean == pytest.approx(((full[0] + local[0]) / 2, (full[1] + local[1]) / 2))
     assert every[0] < 0.3 * full[0]
+    short = preset("llama-3-8b").model_copy(update={"seq_length": 256})
+    plain = compute.attention_times(short, par, training, H100.gpu, MEGATRON)
+    windowed_short = short.model_copy(update={"sliding_window": 64})
+    assert compute.attention_times(windowed_short, par, training, H100.gpu, MEGATRON) == plain
     hf = TrainingSpec(global_batch_size=8, framework="deepspeed")
     sdpa = stack.attention_kernel("sdpa-flash")
     assert not sdpa.window  # the window is a mask: every query against every key
