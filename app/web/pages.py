@@ -65,6 +65,9 @@ def model_dims(model: ModelSpec) -> list[tuple[str, str]]:
     ]
     if model.multi_latent_attention:
         rows.append(("attention", f"MLA (q rank {model.q_lora_rank}, kv rank {model.kv_lora_rank})"))
+    if model.sliding_window is not None:
+        layers = f"{model.windowed_layers} of {model.num_layers} layers"
+        rows.append(("attention window", f"{model.sliding_window:,} tokens on {layers}"))
     if model.is_moe:
         rows.append(("experts", f"{model.num_experts} × {model.moe_ffn_hidden_size:,}, top-{model.moe_router_topk}"))
         if model.moe_shared_expert_intermediate_size:

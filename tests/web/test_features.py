@@ -201,4 +201,24 @@ def test_check_counts_parameters_without_a_search(web: Any) -> None:
         },
     )
     assert r.status_code == 200 and re.search(r"llama-2-70b: 68\.9\dB parameters", r.text)
+    assert "attention window" not in r.text
     assert web.get("/plans").json()["total"] == before
+
+
+def test_check_shows_an_imported_sliding_window(web: Any) -> None:
+    """Mistral-7B-v0.1's config.json: the window it imports, on every layer, is among the dimensions shown."""
+    from tests.web.hf_configs import DATA
+
+    r = web.post(
+        "/check",
+        data={
+            "model_mode": "hf",
+            "hf.seq_length": "8192",
+            "cluster_preset": "dgx-h100",
+            "cluster.num_nodes": "1",
+            "training.global_batch_size": "64",
+        },
+        files={"hf.config": ("config.json", (DATA / "mistral-7b-v0.1.config.json").read_bytes(), "application/json")},
+    )
+    assert r.status_code == 200, r.text
+    assert "attention window" in r.text and "4,096 tokens on 32 of 32 layers" in r.text
