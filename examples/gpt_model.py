@@ -7,6 +7,7 @@ Used by examples/train_gpt.py; kept plain so that DeepSpeed ZeRO 1-3 can shard i
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -95,10 +96,12 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).to(x.dtype)
 
 
-def window_mask(seq: int, left: int, right: int) -> torch.Tensor:
-    """[seq, seq] True where query i may attend to key j: i - left <= j <= i + right, and j <= i (causal)."""
-    i = torch.arange(seq).unsqueeze(1)
-    j = torch.arange(seq).unsqueeze(0)
+@functools.lru_cache(maxsize=8)
+def window_mask(seq: int, left: int, right: int, device: str = "cpu") -> torch.Tensor:
+    """[seq, seq] True where query i may attend to key j: i - left <= j <= i + right, and j <= i (causal). Built
+    once per length and device and shared by every windowed layer, as Hugging Face builds one mask per forward."""
+    i = torch.arange(seq, device=device).unsqueeze(1)
+    j = torch.arange(seq, device=device).unsqueeze(0)
     return (j <= i) & (j >= i - left) & (j <= i + right)
 
 
@@ -127,7 +130,7 @@ class Attention(nn.Module):
         if self.window is None:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:  # SDPA has no window argument: the window is a mask (as Hugging Face passes it)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=window_mask(s, *self.window).to(q.device))
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=window_mask(s, *self.window, str(q.device)))
         return self.proj(out.transpose(1, 2).reshape(b, s, h))
 
 
