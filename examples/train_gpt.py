@@ -47,6 +47,12 @@ from resilience import Checkpointer, ExitSignal, dump_stacks_on_sigusr1, lr_fact
 PROCESS_START = time.time()
 
 
+def window_size(value: str) -> tuple[int, int]:
+    """Megatron-LM's --window-size: "left,right" (arguments.py tuple_type)."""
+    left, right = (int(w) for w in value.strip("()").split(","))
+    return left, right
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     a = p.add_argument
@@ -60,7 +66,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     a("--normalization", choices=("LayerNorm", "RMSNorm"), default="RMSNorm")
     a("--position-embedding-type", choices=("learned_absolute", "rope"), default="rope")
     a("--untie-embeddings-and-output-weights", action="store_true")
-    a("--window-size", default=None, help='sliding window "left,right" (Megatron-LM\'s tuple_type)')
+    a("--window-size", type=window_size, default=None, help='sliding window "left,right" (Megatron-LM\'s tuple_type)')
     a("--window-attn-skip-freq", type=int, default=None)
     a("--micro-batch-size", type=int, default=1)
     a("--global-batch-size", type=int, default=None)
@@ -120,14 +126,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     except ValueError as exc:
         p.error(str(exc))
     return args
-
-
-def window_size(value: str | None) -> tuple[int, int] | None:
-    """Megatron-LM's --window-size: "left,right" (arguments.py tuple_type)."""
-    if value is None:
-        return None
-    left, right = (int(w) for w in value.strip("()").split(","))
-    return left, right
 
 
 def recompute_from_args(args: argparse.Namespace) -> Recompute | None:
@@ -253,7 +251,7 @@ def init_engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any], torch.de
         normalization=args.normalization,
         position_embedding_type=args.position_embedding_type,
         untie_embeddings_and_output_weights=args.untie_embeddings_and_output_weights,
-        window_size=window_size(args.window_size),
+        window_size=args.window_size,
         window_attn_skip_freq=args.window_attn_skip_freq,
     )
     with device:  # initialised where it trains: a 7B model is built in seconds on a GPU, in minutes on the CPU

@@ -156,15 +156,13 @@ def attention_times(
         windowed = model.windowed_layers
         if not windowed:
             return full
-        keys, tile = _window_keys(model, kernel.window_block, s_k) if kernel.window else (s_k, s_k)
-        local = timed(keys, tile)
-        if kernel.window:  # a kernel that skips blocks outside the window never does more than without it
-            local = (min(local[0], full[0]), min(local[1], full[1]))
+        if kernel.window:  # it skips the blocks outside the window, never doing more than without one
+            local = tuple(map(min, timed(*_window_keys(model, kernel.window_block, s_k)), full))
+        else:  # the window is a mask: every query against every key
+            local = timed(s_k, s_k)
         share = windowed / model.num_layers  # each layer is charged the model's mean (stages mix both kinds)
-        return (
-            full[0] + (local[0] - full[0]) * share,
-            full[1] + (local[1] - full[1]) * share,
-        )
+        fwd, bwd = (f + (w - f) * share for f, w in zip(full, local, strict=True))
+        return fwd, bwd
     bmm = gemm_time(Gemm(s_q, s_k, d_qk, b * heads), gpu, costs, precision) + gemm_time(
         Gemm(s_q, d_v, s_k, b * heads), gpu, costs, precision
     )

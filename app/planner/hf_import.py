@@ -106,12 +106,11 @@ def _window(cfg: dict[str, Any], kind: str) -> dict[str, Any]:
     """Sliding-window attention as megatron-core builds it: a window on every layer, or on every layer but each
     n-th (--window-attn-skip-freq). From `layer_types` where the config lists them; Qwen2/Qwen3/Qwen2-MoE window
     the layers from `max_window_layers` on (transformers Qwen2Config), Mistral (4,096 by default) and Qwen3-MoE
-    every layer. A window no shorter than the
-    longest sequence changes nothing and is dropped."""
-    window = cfg.get("sliding_window", HF_DEFAULTS.get(kind, {}).get("sliding_window"))
-    if not window or not _flag(cfg, "use_sliding_window", kind, True):
+    every layer. A window no shorter than the longest sequence changes nothing and is dropped."""
+    given = {**HF_DEFAULTS.get(kind, {}), **cfg}  # an absent key is the model type's default; an explicit null is none
+    if not given.get("sliding_window") or not _flag(cfg, "use_sliding_window", kind, True):
         return {}
-    window, layers = _int({"sliding_window": window}, "sliding_window", kind), _int(cfg, "num_hidden_layers", kind)
+    window, layers = _int(given, "sliding_window", kind), _int(cfg, "num_hidden_layers", kind)
     if window >= _int(cfg, "max_position_embeddings", kind):
         return {}
     types = cfg.get("layer_types")

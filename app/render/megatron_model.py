@@ -18,8 +18,7 @@ def mds(f: Facts) -> bool:
 
 
 def _attention(f: Facts) -> list[Flag]:
-    """Grouped-query attention and head size, or DeepSeek's multi-latent attention (Megatron-LM only); the
-    sliding window."""
+    """Grouped-query attention and head size, or DeepSeek's multi-latent attention (Megatron-LM only)."""
     m = f.model
     out: list[Flag] = []
     if m.multi_latent_attention:
@@ -32,7 +31,6 @@ def _attention(f: Facts) -> list[Flag]:
             flag("--qk-head-dim", m.qk_head_dim),
             flag("--qk-pos-emb-head-dim", m.qk_pos_emb_head_dim),
             flag("--v-head-dim", m.v_head_dim),
-            *window_flags(f),
         ]
     groups = m.num_query_groups or m.num_attention_heads
     if groups != m.num_attention_heads:
@@ -42,7 +40,7 @@ def _attention(f: Facts) -> list[Flag]:
             out += [flag("--group-query-attention"), flag("--num-query-groups", groups)]
     if m.kv_channels and m.kv_channels * m.num_attention_heads != m.hidden_size:
         out.append(flag("--kv-channels", m.kv_channels))
-    return out + window_flags(f)
+    return out
 
 
 def window_flags(f: Facts) -> list[Flag]:
@@ -65,7 +63,7 @@ def _shape(f: Facts) -> list[Flag]:
         flag("--ffn-hidden-size", m.ffn_hidden_size),
         flag("--num-attention-heads", m.num_attention_heads),
     ]
-    out += _attention(f)
+    out += _attention(f) + window_flags(f)
     out += [flag("--seq-length", m.seq_length), flag("--max-position-embeddings", m.seq_length)]
     return out
 

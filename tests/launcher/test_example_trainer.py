@@ -105,11 +105,9 @@ def test_sliding_window_layers_see_only_their_window() -> None:
     (megatron-core is_layer_window_attention); a change to token 0 reaches query 3 of a windowed layer, not query 4."""
     args = parse_args(["--num-layers", "4", "--hidden-size", "32", "--num-attention-heads", "4", "--seq-length",
                        "16", "--vocab-size", "64", "--window-size", "3,0", "--window-attn-skip-freq", "2"])  # fmt: skip
-    from train_gpt import window_size
-
     cfg = GPTConfig(num_layers=4, hidden_size=32, num_attention_heads=4, vocab_size=64, seq_length=16,
-                    window_size=window_size(args.window_size),
-                    window_attn_skip_freq=args.window_attn_skip_freq)  # fmt: skip
+                    window_size=args.window_size, window_attn_skip_freq=args.window_attn_skip_freq)  # fmt: skip
+    assert args.window_size == (3, 0)
     model = GPT(cfg)
     assert [block.attn.window for block in model.blocks] == [(3, 0), None, (3, 0), None]
     rope = (model.rope_cos, model.rope_sin)
