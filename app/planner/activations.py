@@ -15,6 +15,9 @@ The stack names the implementation (data/stacks.json `activation_layout`); each 
   count for a Llama shape, as the H200 rows measure (modeling_llama.py LlamaRMSNorm, LlamaMLP, sdpa_attention_forward).
 - `mpt` (llm-foundry's MPT with flash attention): LayerNorm input and output twice, q, k, v, attention output and the
   rearranged copy the output projection keeps, fc1 output and GELU output (llmfoundry/models/layers/blocks.py).
+- `torchtitan` (torchtitan's Llama): eager, the tensors of `_torchtitan_eager`; under torch.compile Inductor fuses
+  the element-wise work as Megatron's kernels do and keeps what they keep (`megatron`). Its selective recomputation is
+  op-level (`op_sac_bytes`), not module-level.
 
 Selective recomputation drops the tensors of the modules it re-runs (megatron-core `recompute_modules`): core_attn
 the s x s scores (nothing with fused attention), layernorm the norm outputs, mlp the MLP internals, moe/moe_act/
@@ -186,6 +189,53 @@ def _mpt(model: ModelSpec, par: ParallelConfig) -> LayerActivations:
     )
 
 
+def _torchtitan_eager(model: ModelSpec, par: ParallelConfig) -> LayerActivations:
+    """torchtitan's Llama without torch.compile (models/llama/model.py, models/norms.py): each RMSNorm keeps its fp32
+    upcast and the normalised 16-bit tensor (on the sequence shard under SP), a column-parallel linear its input
+    (once for wq/wk/wv, once for w1/w3), SDPA its q and the k and v that repeat_kv expanded to every query head, its
+    output and log-sum-exp, wo the contiguous copy of that output, and SiLU·mul w1's output, SiLU's, w3's and the
+    product."""
+    sb, h, t = tokens(model, par), model.hidden_size, par.tp
+    sp = _sp_div(par)
+    shape = attention_shape(model)
+    assert model.ffn_hidden_size is not None
+    f = model.ffn_hidden_size / t
+    return LayerActivations(
+        residual=2 * (FP32 + ACT) * sb * h / sp,  # fp32 upcast and the normalised tensor the weight multiplies
+        layernorm=2 * ACT * sb * h,  # the column linears' inputs: whole sequences (all-gathered under SP)
+        attention=ACT * sb * 3 * shape.q_width / t + FP32 * sb * model.num_attention_heads / t,
+        scores=0.0,
+        attention_out=2 * ACT * sb * shape.out_in / t,
+        mla_up_proj=0.0,
+        mlp=(4 if model.swiglu else 2) * ACT * sb * f,
+        moe_act=0.0,
+        shared_experts=0.0,
+        router=0.0,
+        masks=0.0,
+    )
+
+
+def op_sac_bytes(model: ModelSpec, par: ParallelConfig) -> float:
+    """torchtitan's op-level selective activation checkpointing (`selective_ac_option = "op"`,
+    parallelisms/parallelize_llama.py `_save_list`): a block keeps its input (the checkpoint's) and the outputs of
+    every other matmul in call order (wq, wv, w1 and w2 of wq, wk, wv, wo, w1, w3, w2), of SDPA (output and
+    log-sum-exp) and of the reduce-scatters sequence parallelism ends wo and w2 with; all else is recomputed in
+    backward. Under TP w2's saved matmul output is its partial sum over the whole sequence, before the
+    reduce-scatter."""
+    sb, h, t = tokens(model, par), model.hidden_size, par.tp
+    sp = _sp_div(par)
+    shape = attention_shape(model)
+    assert model.ffn_hidden_size is not None
+    f = model.ffn_hidden_size / t
+    kept = ACT * sb * h / sp  # the block's input
+    kept += ACT * sb * (shape.q_width + shape.v_width) / t  # wq, wv
+    kept += ACT * sb * shape.out_in / t + FP32 * sb * model.num_attention_heads / t  # SDPA
+    kept += ACT * sb * f + ACT * sb * h  # w1, w2
+    if sp > 1:
+        kept += 2 * ACT * sb * h / sp  # the reduce-scatters after wo and w2
+    return kept
+
+
 def layer_activations(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, moe: bool) -> LayerActivations:
     """Cached per model and training spec on the fields of `par` one layer reads."""
     key = ("layer_activations", par.layer_key, moe)
@@ -198,6 +248,8 @@ def _layer_activations(model: ModelSpec, par: ParallelConfig, training: Training
         return _hf_eager(model, par)
     if layout == "mpt":
         return _mpt(model, par)
+    if layout == "torchtitan" and training.software.costs.elementwise == "hf-eager":
+        return _torchtitan_eager(model, par)
     return _megatron(model, par, training, moe)
 
 
@@ -226,9 +278,24 @@ def kept_bytes(a: LayerActivations, modules: tuple[str, ...]) -> float:
     return a.total - drop
 
 
+def op_sac(training: TrainingSpec, par: ParallelConfig) -> bool:
+    """Selective recomputation is torchtitan's op-level policy (its stacks' activation layout), not module-level."""
+    return par.recompute == "selective" and training.software.costs.activation_layout == "torchtitan"
+
+
 def layer_bytes(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, moe: bool) -> float:
     """One layer, one micro-batch, kept for backward without full recomputation (selective modules dropped)."""
+    if op_sac(training, par):
+        return op_sac_bytes(model, par)
     return kept_bytes(layer_activations(model, par, training, moe), selective_modules(par))
+
+
+def recompute_working_bytes(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, moe: bool) -> float:
+    """What op-level selective recomputation materialises again for the one layer in backward: the layer's tensors
+    beyond those it kept (0 for other recomputation, whose working set `_stage_activations` counts itself)."""
+    if not op_sac(training, par):
+        return 0.0
+    return max(0.0, layer_activations(model, par, training, moe).total - op_sac_bytes(model, par))
 
 
 def checkpoint_bytes(model: ModelSpec, par: ParallelConfig) -> float:
@@ -256,9 +323,13 @@ def output_stage_bytes(model: ModelSpec, par: ParallelConfig, training: Training
     (theoretical_memory_usage counts `4sbh(1 + V/h)` for this term); Hugging Face upcasts the logits to fp32 for
     the loss and, at the start of backward, holds the 16-bit logits, the fp32 log-softmax it saved and the fp32
     gradient of the loss; a fused cross-entropy kernel (flash-attn's xentropy, llm-foundry's `fused_crossentropy`)
-    keeps the 16-bit logits and writes their gradient in place."""
+    keeps the 16-bit logits and writes their gradient in place. torchtitan (train.py: `cross_entropy(pred.float())`,
+    then `del pred` before backward; with TP over vocabulary shards, loss_parallel) frees the 16-bit logits, and its
+    peak is in the loss's backward: the fp32 log-softmax saved, nll_loss's gradient and log-softmax's gradient."""
     sb = tokens(model, par)
-    logits_bytes = {"hf-fp32": 10, "fused-ce": ACT, "vocab-parallel": ACT + FP32}[training.software.costs.logits]
+    logits_bytes = {"hf-fp32": 10, "torch-fp32": 3 * FP32, "fused-ce": ACT, "vocab-parallel": ACT + FP32}[
+        training.software.costs.logits
+    ]
     norm_in = ACT * sb * model.hidden_size / _sp_div(par)
     out_in = ACT * sb * model.hidden_size
     return norm_in + out_in + logits_bytes * sb * model.vocab_size / par.tp

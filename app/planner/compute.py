@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.planner.activations import moe_imbalance, routed_tokens, selective_modules
+from app.planner.activations import moe_imbalance, op_sac, routed_tokens, selective_modules
 from app.planner.attention import Linear, attention_shape
 from app.planner.gpu import GPUSpec
 from app.planner.specs import ModelSpec, ParallelConfig, TrainingSpec
@@ -222,9 +222,9 @@ def elementwise(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, t
         # LlamaRMSNorm: to(fp32), pow, mean, rsqrt, mul, to(bf16), mul(weight): ~36 bytes per element, 7 kernels;
         # RoPE by rotate_half (mul, neg, cat, mul, add) ~20 bytes per q/k element; SiLU then mul ~10 bytes
         return Elementwise(
-            norm_bytes=2 * 36 * tokens * h,
-            attention_bytes=(20 * qk if rope else 0.0) * tokens + 4 * tokens * shape.out_in,
-            residual_bytes=2 * 6 * tokens * h,
+            norm_bytes=2 * 36 * tokens * h / sp,
+            attention_bytes=(20 * qk if rope else 0.0) * tokens + 4 * tokens * shape.out_in / par.tp,
+            residual_bytes=2 * 6 * tokens * h / sp,
             mlp_bytes=(10 if model.swiglu else 4) * act_elems + permute,
             ops=14 + (10 if rope else 0) + 2 + 2 + 2 + 7,
         )
@@ -264,8 +264,9 @@ def _layer_time(
     precision = training.precision
     attn_gemms = [_gemm(tokens, lin, par.tp) for lin in attention_shape(model).linears]
     mlp_gemms = _mlp_part_gemms(model, par, training, tokens, moe)
-    attn_g = sum(gemm_time(g, gpu, costs, precision) for g in attn_gemms)
-    mlp_g = sum(gemm_time(g, gpu, costs, precision) for g in mlp_gemms)
+    attn_t = [gemm_time(g, gpu, costs, precision) for g in attn_gemms]
+    mlp_t = [gemm_time(g, gpu, costs, precision) for g in mlp_gemms]
+    attn_g, mlp_g = sum(attn_t), sum(mlp_t)
     if moe:  # the busiest GPU processes `imbalance` x the mean routed tokens
         mlp_g *= 1.0 + (moe_imbalance(model, training) - 1.0) * _expert_share(model)
     attn_f, attn_b = attention_times(model, par, training, gpu, costs)
@@ -277,7 +278,11 @@ def _layer_time(
     return LayerTime(
         fwd=fwd,
         bwd=bwd,
-        recompute=_recompute_time(par, fwd, attn_f, attn_g, mlp_f, ew, gpu, costs),
+        recompute=(
+            _op_sac_recompute(model, attn_t, mlp_t, ew_f)
+            if op_sac(training, par) and not moe
+            else _recompute_time(par, fwd, attn_f, attn_g, mlp_f, ew, gpu, costs)
+        ),
         attention_fwd=attn_f,
         attention_bwd=attn_b,
         gemm_fwd=attn_g + mlp_g,
@@ -315,6 +320,18 @@ def _recompute_time(
     return min(extra, fwd)
 
 
+def _op_sac_recompute(model: ModelSpec, attn_t: list[float], mlp_t: list[float], ew_f: float) -> float:
+    """torchtitan's op-level selective recomputation (activations.op_sac_bytes) re-runs in backward the matmuls it
+    did not save, wk, wo and w3 (the k share of the fused QKV GEMM, the output projection, the up half of the fused
+    gate/up GEMM), and every element-wise operator of the forward; SDPA's outputs are kept."""
+    shape = attention_shape(model)
+    qkv, out = attn_t
+    fc1 = mlp_t[0]
+    k_share = shape.k_width / (shape.q_width + shape.k_width + shape.v_width)
+    up_share = 0.5 if model.swiglu else 0.0
+    return qkv * k_share + out + fc1 * up_share + ew_f
+
+
 def _expert_share(model: ModelSpec) -> float:
     """Fraction of an MoE layer's MLP-part GEMM FLOPs spent in routed experts (what imbalance stretches)."""
     assert model.moe_ffn_hidden_size is not None
@@ -340,7 +357,7 @@ def _output_layer_time(
     precision = "bf16" if training.precision == "fp8" else training.precision  # TE keeps the head in 16-bit
     gemm = gemm_time(Gemm(tokens, model.vocab_size / par.tp, model.hidden_size), gpu, costs, precision)
     logits = tokens * model.vocab_size / par.tp
-    if training.software.costs.logits == "hf-fp32":  # .float(), log_softmax, nll; backward three more passes
+    if training.software.costs.logits in ("hf-fp32", "torch-fp32"):  # .float(), log_softmax, nll; backward three more
         return gemm + stream_time(18 * logits, 4, gpu, costs), 2 * gemm + stream_time(22 * logits, 4, gpu, costs)
     if training.software.costs.logits == "fused-ce":  # one pass over the 16-bit logits, gradient in place
         return gemm + stream_time(ACT * logits, 1, gpu, costs), 2 * gemm + stream_time(2 * ACT * logits, 1, gpu, costs)

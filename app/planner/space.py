@@ -314,7 +314,8 @@ def overlap_options(
 def fp8_param_gather(training: TrainingSpec, distributed_optimizer: bool) -> bool:
     if training.pinned.fp8_param_gather is not None:
         return training.pinned.fp8_param_gather
-    return training.precision == "fp8" and distributed_optimizer and training.software.can.fp8_param_gather
+    sharded = distributed_optimizer or "fsdp" in training.software.can.sharding
+    return training.precision == "fp8" and sharded and training.software.can.fp8_param_gather
 
 
 __all__ = ["ParallelConfig"]

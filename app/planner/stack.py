@@ -21,10 +21,10 @@ if TYPE_CHECKING:
     from app.planner.specs import ModelSpec
 
 Sharding = Literal["distributed_optimizer", "megatron_fsdp", "zero", "fsdp"]
-PipelineEngine = Literal["megatron", "deepspeed"]
-ActivationLayout = Literal["megatron", "hf-eager", "mpt"]
+PipelineEngine = Literal["megatron", "deepspeed", "torch"]
+ActivationLayout = Literal["megatron", "hf-eager", "mpt", "torchtitan"]
 Elementwise = Literal["fused", "hf-eager", "mpt"]
-Logits = Literal["vocab-parallel", "fused-ce", "hf-fp32"]
+Logits = Literal["vocab-parallel", "fused-ce", "hf-fp32", "torch-fp32"]
 Rails = Literal["all", "one"]
 
 

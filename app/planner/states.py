@@ -236,15 +236,26 @@ def _zero_states(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, 
 
 
 def _fsdp_states(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, sp: StageParams) -> States:
-    n = max(par.dp, 1)
+    """PyTorch FSDP (llm-foundry's FSDP1 FULL_SHARD, torchtitan's FSDP2 per block): fp32 master weights, gradients
+    and Adam states sharded over DP x CP (torchtitan's dp_shard_cp mesh); each unit gathered in 16 bits (FP8 with
+    torchao's FSDP float8 all-gather) for its forward and backward. Under torch.distributed.pipelining a stage keeps
+    its units gathered from the first micro-batch to the last (torchtitan sets reshard_after_forward False with PP;
+    the stage sets reshard_after_backward and requires_gradient_sync False until its last backward,
+    torch/distributed/pipelining/stage.py) and accumulates unsharded gradients in the reduce dtype
+    (FSDPParam.to_accumulated_grad_if_needed), reduce-scattered once per step."""
+    n = max(par.dp * par.cp, 1)
     shard = sp.total / n
     # torch's foreach AdamW: a temporary per element of the shard; a per-tensor loop: one flat unit's at a time
     foreach = {"torch-adamw": 4.0 * shard, "per-tensor-adamw": 4.0 * sp.largest_unit / n}.get(
         training.software.costs.optimizer, 0.0
     )
     grad_bytes = 2.0 if reduce_dtype(training, par) == "bf16" else 4.0
-    # gathered 16-bit units (current + prefetched) and the unit's unsharded gradient before its reduce-scatter
-    buffers = FSDP_UNITS_LIVE * 2.0 * sp.largest_unit + grad_bytes * sp.largest_unit
+    unit_b = 1.0 if training.precision == "fp8" and par.fp8_param_gather else 2.0
+    if par.pp > 1:  # the whole stage gathered, its gradients accumulated unsharded
+        buffers = unit_b * sp.total
+        return States(sp.total, 4.0 * shard, 4.0 * shard + grad_bytes * sp.total, 0.0, 8.0 * shard, buffers, foreach, 0, 0)
+    # gathered units (current + prefetched) and the unit's unsharded gradient before its reduce-scatter
+    buffers = FSDP_UNITS_LIVE * unit_b * sp.largest_unit + grad_bytes * sp.largest_unit
     return States(sp.total, 4.0 * shard, 4.0 * shard, 0.0, 8.0 * shard, buffers, foreach, 0.0, 0.0)
 
 

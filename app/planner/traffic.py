@@ -40,7 +40,20 @@ MEGATRON_BUCKET_PARAMS = 40_000_000  # DistributedDataParallelConfig.bucket_size
 def per_layer_gathers(training: TrainingSpec, par: ParallelConfig) -> bool:
     """Whether parameters are gathered unit by unit in every micro-batch (ZeRO-3, FSDP, Megatron-FSDP's
     optim_grads_params)."""
-    return "fsdp" in training.software.can.sharding or par.zero_stage == 3 or par.megatron_fsdp == "optim_grads_params"
+    fsdp = "fsdp" in training.software.can.sharding and par.pp == 1  # under pipelining: once per step (dp_exposed)
+    return fsdp or par.zero_stage == 3 or par.megatron_fsdp == "optim_grads_params"
+
+
+def _fsdp_pipelined(training: TrainingSpec, par: ParallelConfig) -> bool:
+    """PyTorch FSDP under torch.distributed.pipelining: each stage gathers its units once at its first forward and
+    reduce-scatters its accumulated gradients once after its last backward (states._fsdp_states)."""
+    return "fsdp" in training.software.can.sharding and par.pp > 1
+
+
+def gathered_bytes(training: TrainingSpec, par: ParallelConfig) -> float:
+    """Bytes per parameter a sharded gather moves: 16-bit weights, or FP8 under torchao's FSDP float8 all-gather."""
+    fsdp_fp8 = "fsdp" in training.software.can.sharding and training.precision == "fp8" and par.fp8_param_gather
+    return 1.0 if fsdp_fp8 else float(ACT)
 
 
 def scatters_per_microbatch(par: ParallelConfig) -> bool:
@@ -54,8 +67,9 @@ def moves_per_microbatch(training: TrainingSpec, par: ParallelConfig) -> bool:
 
 
 def _shard_group(par: ParallelConfig, cluster: ClusterSpec, training: TrainingSpec) -> comm.Group:
-    """The group parameters and gradients are sharded over: DP x CP for Megatron (and Megatron-FSDP), DP else."""
-    if par.megatron_fsdp:
+    """The group parameters and gradients are sharded over: DP x CP for Megatron-FSDP and PyTorch FSDP (torchtitan's
+    dp_shard_cp mesh), DP else."""
+    if par.megatron_fsdp or "fsdp" in training.software.can.sharding:
         return railed(layout.dp_cp_group(par, cluster), training)
     return railed(layout.dp_group(par, cluster), training)
 
@@ -283,7 +297,7 @@ def _gather_per_layer_traffic(
         g = _shard_group(par, cluster, training)
         zero3 = par.zero_stage == 3
         calls = ZERO3_GATHERS_PER_LAYER * layers if zero3 else layers
-        size = ACT * sp.total
+        size = gathered_bytes(training, par) * sp.total
         gather = comm.collective_time("all_gather", size, g, cluster, calls=calls)
         grad = grad_bytes(training, par) * sp.total
         buckets = math.ceil(sp.total / zero_buckets(model, 3).reduce_bucket_size) if zero3 else layers
@@ -343,7 +357,8 @@ def dp_exposed(
         return 0.0  # reduced and gathered per micro-batch (zero_comm)
     dense, expert = sp
     total = 0.0
-    groups = [(dense, layout.dp_cp_group(par, cluster) if _megatron(training) else layout.dp_group(par, cluster))]
+    dp_cp = _megatron(training) or _fsdp_pipelined(training, par)
+    groups = [(dense, layout.dp_cp_group(par, cluster) if dp_cp else layout.dp_group(par, cluster))]
     if expert:
         groups.append((expert, layout.expert_dp_group(par, cluster)))
     for params, g in groups:
@@ -374,7 +389,14 @@ def _sync_time(
 ) -> float:
     costs = training.software.generation(cluster.gpu.generation)
     grads = grad_bytes(training, par) * params
-    sharded = par.distributed_optimizer or par.zero_stage >= 1
+    sharded = par.distributed_optimizer or par.zero_stage >= 1 or _fsdp_pipelined(training, par)
+    if _fsdp_pipelined(training, par):
+        # the stage's REDUCE_GRAD runs after its last backward (pipelining/stage.py perform_reduce_grad), exposed; its
+        # first forward gathers unit by unit, each prefetched behind the unit before
+        reduce = comm.collective_time("reduce_scatter", grads, g, cluster)
+        gather = comm.collective_time("all_gather", gathered_bytes(training, par) * params, g, cluster)
+        forward = st.window(False, g.crosses) if st else math.inf
+        return reduce + comm.exposed(gather, forward, costs.overlap_contention)
     if not sharded:
         reduce, gather = comm.collective_time("all_reduce", grads, g, cluster), 0.0
     else:

@@ -100,8 +100,11 @@ def precision_supported(c: Ctx) -> Violation | None:
     p, s, t = c.par, c.training.software, c.training
     if t.precision == "fp8" and not s.can.fp8:
         return Violation("fp8_framework", "FP8 (Transformer Engine) is planned for Megatron-LM only")
-    if p.fp8_param_gather and not (t.precision == "fp8" and s.can.fp8_param_gather and p.distributed_optimizer):
-        return Violation("fp8_param_gather", "fp8_param_gather needs FP8 training and the distributed optimizer")
+    sharded = p.distributed_optimizer or "fsdp" in s.can.sharding
+    if p.fp8_param_gather and not (t.precision == "fp8" and s.can.fp8_param_gather and sharded):
+        return Violation(
+            "fp8_param_gather", "fp8_param_gather needs FP8 training and the distributed optimizer (or FSDP)"
+        )
     if t.optimizer_states == "bf16" and not p.distributed_optimizer:
         # OptimizerConfig.__post_init__: '--use-precision-aware-optimizer only supported with distributed optimizer'
         return Violation("optimizer_states", "bf16 optimizer states need the distributed optimizer")
