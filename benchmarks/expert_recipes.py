@@ -11,11 +11,12 @@ For each recipe, on the recipe's own model, cluster and training settings:
 Recipes using what the planner cannot express yet (listed per recipe) are reported as such, not skipped silently.
 
 What a source leaves unstated (its `unstated_fields`: the README scaling table gives no micro-batch, interleaving,
-recompute or sequence parallelism; the Llama 3 paper no interleaving factor; torchtitan's op-level selective
-checkpointing has no Megatron module list) is filled in with the fastest feasible layout the planner finds that
-agrees with everything the source does state; the completed values are printed. A recipe whose stated fields no
-feasible layout matches is evaluated at its closest miss (the unstated interleaving, micro-batch and sequence
-parallelism that need the least memory, breaking no other rule), and reported infeasible.
+recompute or sequence parallelism; the Llama 3 paper no interleaving factor) is filled in with the fastest feasible
+layout the planner finds that agrees with everything the source does state; the completed values are printed. A
+recipe whose stated fields no feasible layout matches is evaluated at its closest miss (the unstated interleaving,
+micro-batch and sequence parallelism that need the least memory, breaking no other rule), and reported infeasible.
+A recipe runs on the planner's stack for its software (`planner_stack`: torchtitan's two, BigScience's
+Megatron-DeepSpeed fork), else on its framework's default.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any, get_args
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.planner import PlanRequest, plan, rules, space
+from app.planner import PlanRequest, plan, rules, space, stack
 from app.planner.api import feasible_layouts
 from app.planner.estimate import evaluate, memory, time_estimate
 from app.planner.explain import describe
@@ -63,20 +64,21 @@ def unexpressible(r: dict[str, Any]) -> list[str]:
         out.append(f"schedule {p['schedule']}")
     if p.get("partition_method") not in (None, *get_args(PartitionMethod)):
         out.append(f"partition_method {p['partition_method']}")
-    if r["training"].get("framework") not in ("megatron", "megatron-deepspeed"):
+    if r["training"].get("framework") not in ("megatron", "megatron-deepspeed", "pytorch-fsdp"):
         out.append(f"framework {r['training'].get('framework')}")
     return out
 
 
 def unstated(r: dict[str, Any]) -> set[str]:
     """ParallelConfig fields the source does not state (its unstated_fields, and the module list of a selective
-    recompute from a stack that is not Megatron's)."""
+    recompute on a stack that selects modules, when the source names none)."""
     out = {f.split()[0] for f in r.get("unstated_fields") or []} & PARALLEL_KEYS
     if "recompute" in out:
         out |= RECOMPUTE
-    p = r["parallel"]
-    if p.get("recompute") == "selective" and not p.get("recompute_modules"):
-        out.add("recompute_modules")
+    p, t = r["parallel"], r["training"]
+    modular = bool(stack.stack_of(t.get("planner_stack"), t["framework"]).can.recompute_modules)
+    if p.get("recompute") == "selective" and not p.get("recompute_modules") and modular:
+        out.add("recompute_modules")  # Megatron's module list (torchtitan's selective recomputation is op-level)
     return out
 
 
@@ -90,8 +92,8 @@ def request(r: dict[str, Any]) -> tuple[PlanRequest, ParallelConfig]:
     for key in ("fp8_recipe", "grad_reduce_dtype", "framework"):
         if t.get(key) is not None:
             training[key] = t[key]
-    if "bloom" in r["name"]:
-        training["stack"] = "megatron-deepspeed-bigscience"
+    if t.get("planner_stack"):  # the planner's stack for the recipe's software, where not the framework's default
+        training["stack"] = t["planner_stack"]
     if (r["parallel"].get("extra") or {}).get("moe_router_force_load_balancing"):
         training["moe_load_imbalance"] = 1.0  # benchmark mode: tokens spread evenly over the experts
     req = PlanRequest(model=m, cluster=cluster, training=training)
@@ -196,6 +198,9 @@ def measured_vs_predicted(r: dict[str, Any], req: PlanRequest, expert: Any) -> d
     if out and iv is not None:
         measured_step = expert.time.step_s * out["predicted"] / out["measured"]  # both figures are per step time
         out.update(inside=iv.low <= measured_step <= iv.high, interval_basis=iv.basis)
+    mem = (r.get("measured") or {}).get("mem_gib")
+    if out and mem:  # the published peak (torchtitan's: max reserved over the ranks) against the predicted peak
+        out.update(measured_mem_gib=mem, predicted_mem_gib=expert.memory.peak_bytes / 2**30)
     return out
 
 
@@ -318,6 +323,11 @@ def main() -> int:
             pub, ours = f"{r['measured']:,.0f} {r['unit']}", f"{r['predicted']:,.0f}"
             where = "inside" if r.get("inside") else "outside"
             print(f"      published {pub}, predicted {ours} ({100 * err:+.0f}%), {where} its 80% interval")
+            if r.get("measured_mem_gib"):
+                mem, pred = r["measured_mem_gib"], r["predicted_mem_gib"]
+                print(
+                    f"      published peak memory {mem:.1f} GiB, predicted {pred:.1f} ({100 * (pred / mem - 1):+.0f}%)"
+                )
         if r["completed"]:
             print(f"      unstated, completed: {r['completed']} -> {r['expert_layout']}")
         if not r["feasible"]:

@@ -12,7 +12,7 @@ GiB = 2**30
 
 def _recompute(par: ParallelConfig) -> str:
     if par.recompute == "selective":
-        return f"recompute={'+'.join(par.recompute_modules or ('core_attn',))}"
+        return f"recompute={'+'.join(par.recompute_modules) if par.recompute_modules else 'selective'}"
     if par.recompute == "full" and par.recompute_method == "block" and par.recompute_num_layers:
         return f"recompute=full({par.recompute_num_layers}/chunk)"
     return f"recompute={par.recompute}"

@@ -249,7 +249,8 @@ def recompute_options(model: ModelSpec, training: TrainingSpec, layers_per_chunk
     if pins.recompute_modules:
         selective = [pins.recompute_modules]
     out += [Recompute("selective", s) for s in selective]
-    if not selective and (pins.recompute == "selective" or not training.flash_attention):
+    op_level = training.software.costs.activation_layout == "torchtitan"  # activations.op_sac
+    if not selective and (pins.recompute == "selective" or not training.flash_attention or op_level):
         out.append(Recompute("selective"))
     if pins.recompute == "selective":
         return [r for r in out if r.recompute == "selective"]

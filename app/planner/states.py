@@ -253,7 +253,9 @@ def _fsdp_states(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, 
     unit_b = 1.0 if training.precision == "fp8" and par.fp8_param_gather else 2.0
     if par.pp > 1:  # the whole stage gathered, its gradients accumulated unsharded
         buffers = unit_b * sp.total
-        return States(sp.total, 4.0 * shard, 4.0 * shard + grad_bytes * sp.total, 0.0, 8.0 * shard, buffers, foreach, 0, 0)
+        return States(
+            sp.total, 4.0 * shard, 4.0 * shard + grad_bytes * sp.total, 0.0, 8.0 * shard, buffers, foreach, 0, 0
+        )
     # gathered units (current + prefetched) and the unit's unsharded gradient before its reduce-scatter
     buffers = FSDP_UNITS_LIVE * unit_b * sp.largest_unit + grad_bytes * sp.largest_unit
     return States(sp.total, 4.0 * shard, 4.0 * shard, 0.0, 8.0 * shard, buffers, foreach, 0.0, 0.0)

@@ -142,16 +142,24 @@ def test_published_narrow_moe_runs_lie_inside_their_widened_intervals(rows: list
         assert r["inside"] == eager[name], name
 
 
-def test_torchtitan_runs_are_planned_on_the_gpu_they_ran_on(rows: list[dict[str, Any]]) -> None:
-    """torchtitan's published runs used Meta's 500 W, 96 GB HBM2e H100 (the catalogue's H100-96GB-500W), not the
-    700 W H100 SXM: on the SXM the 64K-token CP row was predicted 67 % too fast. The stack itself (eager or compiled
-    PyTorch, SDPA's flash attention, FSDP2) is not modelled (docs/planner.md), so the four rows stay too fast."""
+def test_torchtitan_runs_are_predicted_on_its_own_stack(rows: list[dict[str, Any]]) -> None:
+    """torchtitan's four published runs (Meta's 500 W, 96 GB HBM2e H100: the catalogue's H100-96GB-500W), planned on
+    the torchtitan stacks, whose constants were measured on other stacks (data/stacks.json). Evaluated as Megatron
+    they were +17 .. +60 % too fast and the 8B and 405B memory off by -25 % .. +30 %; what closed the gap is physical
+    and pinned in tests/planner/test_torchtitan.py: op-level selective checkpointing (without it the 8B row needs
+    106 GiB), FSDP2 under pipelining keeping the stage gathered with fp32 gradients accumulated unsharded (without
+    it the 405B row needs 41 GiB against 72.7 measured), and the fp32 loss with the 16-bit logits freed."""
     recipes = expert_recipes.load()
-    gpus = {r["name"]: r["cluster"]["catalogue_gpu"] for r in recipes if r["name"].startswith("torchtitan")}
-    assert len(gpus) == 4 and set(gpus.values()) == {"H100-96GB-500W"}
-    errors = {r["name"]: r["predicted"] / r["measured"] - 1 for r in rows if r["name"] in gpus}
-    assert set(errors) == set(gpus)
-    assert all(0 < e < 0.65 for e in errors.values()), errors
+    names = {r["name"]: r for r in recipes if r["name"].startswith("torchtitan")}
+    assert len(names) == 4
+    assert {r["cluster"]["catalogue_gpu"] for r in names.values()} == {"H100-96GB-500W"}
+    assert {r["training"]["planner_stack"] for r in names.values()} == {"torchtitan", "torchtitan-eager"}
+    found = {r["name"]: r for r in rows if r["name"] in names}
+    assert set(found) == set(names)
+    for name, r in found.items():
+        assert r["feasible"] and r["generated"] and r["within"], name
+        assert 0 < r["predicted"] / r["measured"] - 1 < 0.25, (name, r["predicted"], r["measured"])
+        assert abs(r["predicted_mem_gib"] / r["measured_mem_gib"] - 1) < 0.06, (name, r["predicted_mem_gib"])
 
 
 def test_gpt_oss_stays_too_fast_with_a_full_iteration_graph(rows: list[dict[str, Any]]) -> None:

@@ -1,0 +1,157 @@
+"""The torchtitan stacks (data/stacks.json `torchtitan`, `torchtitan-eager`): each term the stack adds, against a
+hand-worked case from torchtitan's and PyTorch's code — op-level selective checkpointing (what it keeps, what it
+recomputes), the eager model's tensors, FSDP2 over DP x CP and under pipelining, its fp32 loss — and the search
+offering only what torchtitan runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.planner import PlanRequest, plan, traffic
+from app.planner import activations as act
+from app.planner import compute as cp
+from app.planner.layout import StageShape
+from app.planner.specs import ClusterSpec, ParallelConfig, TrainingSpec
+from app.planner.states import stage_params, stage_states
+
+from .conftest import preset
+
+H, Q, KV, F, HEADS, VOCAB = 4096, 4096, 1024, 14336, 32, 128256  # Llama-3 8B
+
+
+def llama8b(seq: int = 8192) -> object:
+    return preset("llama-3-8b", seq_length=seq)
+
+
+def titan(stack: str = "torchtitan-eager", **kw: object) -> TrainingSpec:
+    return TrainingSpec(global_batch_size=16, framework="pytorch-fsdp", stack=stack, **kw)
+
+
+def test_op_level_checkpointing_keeps_every_other_matmul_and_sdpa() -> None:
+    """`_save_list` with every second mm recomputed (parallelize_llama.py): the block input, wq's and wv's outputs,
+    SDPA's output and fp32 log-sum-exp, w1's and w2's outputs; 2 bytes per 16-bit element."""
+    m, b = llama8b(), 2
+    tokens = 8192 * b
+    per_token = 2 * (H + Q + KV + Q + F + H) + 4 * HEADS
+    par = ParallelConfig(dp=8, micro_batch_size=b, recompute="selective")
+    assert act.op_sac_bytes(m, par) == pytest.approx(tokens * per_token, rel=1e-12)
+    assert act.layer_bytes(m, par, titan(), moe=False) == act.op_sac_bytes(m, par)
+    # under TP 8 with sequence parallelism: the sharded input, w2's whole-sequence partial sum and the two
+    # reduce-scatter outputs (wo's, w2's) that the policy saves
+    t = 8
+    par_tp = ParallelConfig(tp=t, dp=1, micro_batch_size=b, sequence_parallel=True, recompute="selective")
+    per_token_tp = 2 * (H / t + Q / t + KV / t + Q / t + F / t + H) + 4 * HEADS / t + 2 * 2 * H / t
+    assert act.op_sac_bytes(m, par_tp) == pytest.approx(tokens * per_token_tp, rel=1e-12)
+
+
+def test_megatron_selective_recompute_is_not_op_level() -> None:
+    """The same flag on Megatron-core keeps its module-level meaning (core_attn: nothing to drop with flash)."""
+    m = llama8b()
+    par = ParallelConfig(dp=8, micro_batch_size=2, recompute="selective")
+    megatron = TrainingSpec(global_batch_size=16)
+    assert not act.op_sac(megatron, par) and act.op_sac(titan(), par)
+    none = par.model_copy(update={"recompute": "none"})
+    assert act.layer_bytes(m, par, megatron, moe=False) == act.layer_bytes(m, none, megatron, moe=False)
+
+
+def test_eager_torchtitan_layer_keeps_the_unfused_tensors() -> None:
+    """Eager RMSNorm keeps its fp32 upcast and the normalised 16-bit tensor, the linears their 16-bit inputs, SDPA
+    q and the k and v repeat_kv expanded to all 32 heads, its output and log-sum-exp, wo a contiguous copy, and
+    SiLU·mul four ffn-wide tensors."""
+    m, tokens = llama8b(), 8192
+    par = ParallelConfig(dp=8, micro_batch_size=1)
+    per_token = 2 * (4 + 2) * H + 2 * 2 * H + 2 * 3 * Q + 4 * HEADS + 2 * 2 * Q + 4 * 2 * F
+    assert act.layer_activations(m, par, titan(), moe=False).total == pytest.approx(tokens * per_token, rel=1e-12)
+    # compiled, Inductor fuses the element-wise work and keeps what Megatron's fused kernels keep
+    compiled = act.layer_activations(m, par, titan("torchtitan"), moe=False).total
+    assert compiled == act.layer_activations(m, par, TrainingSpec(global_batch_size=16), moe=False).total
+    assert compiled < 0.7 * tokens * per_token
+
+
+def test_op_level_recompute_reruns_wk_wo_w3_and_the_elementwise_forward() -> None:
+    """Recomputed in backward: wk (the k share of the fused QKV GEMM), wo, w3 (half the fused gate/up GEMM) and the
+    element-wise forward; for Llama-3 8B these matmuls are 36.5 % of the layer's linear FLOPs."""
+    m, cluster = llama8b(), ClusterSpec(num_nodes=1, gpus_per_node=8, gpu="H100-SXM")
+    training = titan()
+    costs = training.software.generation("hopper")
+    par = ParallelConfig(dp=8, micro_batch_size=2, recompute="selective")
+    lt = cp.layer_time(m, par, training, cluster.gpu, costs, moe=False)
+    tokens = 8192 * 2
+    ew = cp.elementwise(m, par, training, tokens, moe=False)
+    ew_f = cp.stream_time(ew.total, ew.ops, cluster.gpu, costs)
+    share = (H * KV + Q * H + H * F) / (H * (Q + 2 * KV) + Q * H + 3 * H * F)
+    assert share == pytest.approx(0.365, abs=0.001)
+    assert (lt.recompute - ew_f) / lt.gemm_fwd == pytest.approx(share, rel=0.03)
+    none = cp.layer_time(m, par.model_copy(update={"recompute": "none"}), training, cluster.gpu, costs, moe=False)
+    assert none.recompute == 0.0 and lt.fwd == none.fwd
+
+
+def test_fsdp2_shards_over_dp_times_cp_and_keeps_a_pipeline_stage_gathered() -> None:
+    """Without PP: fp32 weights, gradients (4 + 4 B) and Adam (8 B) over DP x CP, two gathered 16-bit blocks and
+    one block's fp32 gradient. Under PP: the stage stays gathered (2 B per parameter, 1 B with the FP8 all-gather)
+    and accumulates unsharded fp32 gradients (4 B) until its last backward."""
+    m = llama8b()
+    shape = StageShape((8,), False, False)
+    flat = ParallelConfig(dp=4, cp=2, micro_batch_size=1)
+    sp = stage_params(m, flat, shape, 8, 0)
+    s = stage_states(m, titan(), flat, shape, 8, 0)
+    assert (s.weights, s.grads, s.optimizer) == pytest.approx((4 * sp.total / 8, 4 * sp.total / 8, 8 * sp.total / 8))
+    assert s.buffers == pytest.approx(2 * 2 * sp.largest_unit + 4 * sp.largest_unit)
+    piped = ParallelConfig(pp=4, dp=2, micro_batch_size=1)
+    sp = stage_params(m, piped, shape, 8, 0)
+    s = stage_states(m, titan(), piped, shape, 8, 0)
+    assert s.buffers == pytest.approx(2 * sp.total)
+    assert s.grads == pytest.approx(4 * sp.total / 2 + 4 * sp.total)
+    fp8 = TrainingSpec(global_batch_size=16, framework="pytorch-fsdp", stack="torchtitan", precision="fp8")
+    s8 = stage_states(m, fp8, piped.model_copy(update={"fp8_param_gather": True}), shape, 8, 0)
+    assert s8.buffers == pytest.approx(sp.total)
+
+
+def test_fsdp2_under_pipelining_moves_its_parameters_once_per_step() -> None:
+    """Under PP the gathers and reduce-scatters leave the micro-batches (no per-layer traffic) for the step's end:
+    the reduce-scatter after the last backward is exposed whole."""
+    m, cluster = llama8b(), ClusterSpec(num_nodes=2, gpus_per_node=8, gpu="H100-SXM")
+    training = titan()
+    piped = ParallelConfig(pp=2, dp=8, micro_batch_size=1)
+    assert traffic.per_layer_gathers(training, ParallelConfig(dp=16, micro_batch_size=1))
+    assert not traffic.per_layer_gathers(training, piped)
+    params = 4_000_000_000
+    exposed = traffic.dp_exposed(m, cluster, training, piped, None, (params, 0))
+    g = traffic.layout.dp_cp_group(piped, cluster)
+    reduce = traffic.comm.collective_time("reduce_scatter", 4 * params, g, cluster)
+    assert reduce <= exposed <= reduce + traffic.comm.collective_time("all_gather", 2 * params, g, cluster)
+
+
+def test_torchtitan_loss_keeps_three_fp32_logit_tensors() -> None:
+    """train.py upcasts the logits and deletes the 16-bit ones before backward: the fp32 log-softmax, nll's gradient
+    and log-softmax's gradient are live at once (12 B per logit; Hugging Face keeps 10)."""
+    m, par = llama8b(), ParallelConfig(dp=8, micro_batch_size=1)
+    hf = TrainingSpec(global_batch_size=16, framework="deepspeed")
+    diff = act.output_stage_bytes(m, par, titan()) - act.output_stage_bytes(m, par, hf)
+    assert diff == pytest.approx(2 * 8192 * VOCAB, rel=1e-12)
+
+
+def test_search_offers_what_torchtitan_runs() -> None:
+    """FSDP2 (no distributed optimizer, no Megatron-FSDP, no ZeRO), all-gather CP, op-level selective checkpointing;
+    the plan names the stack, and the renderer, which writes no torchtitan config, says so."""
+    req = PlanRequest(
+        model="llama-3-8b",
+        cluster={"num_nodes": 2, "gpu": "H100-SXM"},
+        training={"global_batch_size": 64, "framework": "pytorch-fsdp", "stack": "torchtitan-eager"},
+    )
+    result = plan(req)
+    assert result.plans
+    for p in result.plans:
+        par = p.parallel
+        assert not par.distributed_optimizer and par.megatron_fsdp is None and par.zero_stage == 0
+        assert par.cp == 1 or par.cp_comm_type == "all_gather"
+        assert not par.tp_comm_overlap  # async TP needs torch.compile
+    pinned = req.model_copy(
+        update={
+            "training": req.training.model_copy(
+                update={"pinned": req.training.pinned.model_copy(update={"recompute": "selective"})}
+            )
+        }
+    )
+    chosen = plan(pinned).plans
+    assert chosen and all(p.parallel.recompute == "selective" and not p.parallel.recompute_modules for p in chosen)
