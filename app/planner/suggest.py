@@ -118,21 +118,22 @@ def more_nodes(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, d
 
 def offload(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, deadline: float) -> str | None:
     for framework in ("megatron-deepspeed", "deepspeed"):
-        trial = training.model_copy(
+        pins = training.pinned.model_copy(
             update={
-                "framework": framework,
-                "pinned": training.pinned.model_copy(
-                    update={
-                        "tp": None,
-                        "pp": None,
-                        "zero_stage": None,
-                        "offload_optimizer": None,
-                        "offload_param": None,
-                        "distributed_optimizer": None,
-                    }
-                ),
+                "tp": None,
+                "pp": None,
+                "zero_stage": None,
+                "offload_optimizer": None,
+                "offload_param": None,
+                "distributed_optimizer": None,
             }
         )
+        try:  # validated again: the framework's own stack, not the one the request named for its framework
+            trial = TrainingSpec.model_validate(
+                {**training.model_dump(), "framework": framework, "stack": None, "pinned": pins.model_dump()}
+            )
+        except ValueError:  # a setting the other framework's stack does not run (e.g. its gradient-reduce dtype)
+            continue
         found = _best(model, cluster, trial, cluster.world_size, True, deadline)
         if found is None:
             continue

@@ -171,3 +171,22 @@ def test_torchtitans_published_runs_out_of_sample() -> None:
     assert len(rows) == 18 and all(r["feasible"] for r in rows)
     assert statistics.median(abs(r["tps_error"]) for r in rows) < 0.25
     assert statistics.median(abs(r["gib_error"]) for r in rows) < 0.05
+
+
+def test_another_frameworks_hint_runs_that_frameworks_stack() -> None:
+    """When nothing fits, the "framework X would fit" hint plans on X's own stack, not on the stack the request named
+    for its framework (it used to report a torchtitan plan as Megatron-DeepSpeed's)."""
+    req = PlanRequest(
+        model="llama-3-8b",
+        cluster={"num_nodes": 1, "gpu": "H100-SXM"},
+        training={
+            "global_batch_size": 64,
+            "framework": "pytorch-fsdp",
+            "stack": "torchtitan",
+            "pinned": {"cp": 2, "cp_comm_type": "p2p"},  # torchtitan's CP is all-gather only: nothing fits
+        },
+    )
+    result = plan(req)
+    assert not result.plans
+    hint = next(s for s in result.suggestions if s.startswith("framework megatron-deepspeed would fit"))
+    assert "ZeRO" in hint and "TP-overlap" not in hint
