@@ -159,8 +159,9 @@ def sharding_options(training: TrainingSpec, dp: int, cp: int, pp: int, offload:
                 strategies, out = [pins.megatron_fsdp], []
             out += [{"distributed_optimizer": True, "megatron_fsdp": s} for s in strategies]
         return out
-    if "fsdp" in can.sharding:
-        return [{}]
+    if "fsdp" in can.sharding:  # FSDP's full shard; a pinned ZeRO stage or distributed optimizer is refused by rule
+        pinned = {"zero_stage": pins.zero_stage, "distributed_optimizer": pins.distributed_optimizer}
+        return [{k: v for k, v in pinned.items() if v}]
     stages = [s for s in can.zero_stages if s <= 1] if pp > 1 else list(can.zero_stages)
     if dp == 1 and pins.zero_stage is None:
         stages = [min(s for s in stages if s >= 1)] if any(s >= 1 for s in stages) else stages

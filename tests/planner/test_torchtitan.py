@@ -190,3 +190,22 @@ def test_another_frameworks_hint_runs_that_frameworks_stack() -> None:
     assert not result.plans
     hint = next(s for s in result.suggestions if s.startswith("framework megatron-deepspeed would fit"))
     assert "ZeRO" in hint and "TP-overlap" not in hint
+
+
+def test_a_zero_stage_pinned_on_fsdp_is_refused_not_ignored() -> None:
+    """FSDP stacks have no ZeRO stages: a pinned one is refused with the stack's sharding named (it was dropped
+    silently, and the plans ran FSDP as if nothing had been asked)."""
+    req = PlanRequest(
+        model="llama-3-8b",
+        cluster={"num_nodes": 1, "gpu": "H100-SXM"},
+        training={
+            "global_batch_size": 64,
+            "framework": "pytorch-fsdp",
+            "stack": "torchtitan",
+            "pinned": {"zero_stage": 3},
+        },
+    )
+    result = plan(req)
+    assert not result.plans
+    assert any("without your pinned zero_stage=3" in s for s in result.suggestions)
+    assert any("not ZeRO stages" in r.message for r in result.rejected)
