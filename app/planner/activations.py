@@ -278,9 +278,14 @@ def kept_bytes(a: LayerActivations, modules: tuple[str, ...]) -> float:
     return a.total - drop
 
 
+def op_level_selective(training: TrainingSpec) -> bool:
+    """The stack's selective recomputation is torchtitan's op-level policy (its activation layout), not modules."""
+    return training.software.costs.activation_layout == "torchtitan"
+
+
 def op_sac(training: TrainingSpec, par: ParallelConfig) -> bool:
-    """Selective recomputation is torchtitan's op-level policy (its stacks' activation layout), not module-level."""
-    return par.recompute == "selective" and training.software.costs.activation_layout == "torchtitan"
+    """This plan recomputes op-level (`op_level_selective` and selective recomputation)."""
+    return par.recompute == "selective" and op_level_selective(training)
 
 
 def layer_bytes(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, moe: bool) -> float:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.planner import activations as act
 from app.planner import dispatch, layout
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 
@@ -250,7 +251,7 @@ def recompute_options(model: ModelSpec, training: TrainingSpec, layers_per_chunk
     if pins.recompute_modules:
         selective = [pins.recompute_modules]
     out += [Recompute("selective", s) for s in selective]
-    op_level = training.software.costs.activation_layout == "torchtitan"  # activations.op_sac
+    op_level = act.op_level_selective(training)
     if not selective and (pins.recompute == "selective" or not training.flash_attention or op_level):
         out.append(Recompute("selective"))
     if pins.recompute == "selective":
