@@ -6,6 +6,7 @@ were found; their `evidence` says which rows).
     python benchmarks/fit_constants.py foundry    # llm-foundry x Ampere + triton-flash on the 139 MosaicML rows
     python benchmarks/fit_constants.py h200       # deepspeed-hf x Hopper on the 9 H200 rows (least squares)
     python benchmarks/fit_constants.py a100       # megatron-core x Ampere on the Megatron-LM A100 rows
+    python benchmarks/fit_constants.py maxtext    # maxtext x Hopper on the 12 dgxc MaxText rows
 
 Each fit varies only the constants of one stack on one generation, bounded to physical ranges (fractions of a rate
 in (0, 1]), and minimises median |error| + 0.5 p90 + 0.25 max over that family's rows (or the sum of squares for the
@@ -122,6 +123,10 @@ def main(which: str) -> int:
         fit("h200-deepspeed", [((*s, *hopper, "gemm_fraction"), 0.85), ((*s, *hopper, "host_op_s"), 3e-5),
                                ((*s, *hopper, "host_step_s"), 0.03), ((*s, "costs", "zero3_module_hook_s"), 6e-4)],
             squares)  # fmt: skip
+    elif which == "maxtext":
+        s = ("stacks", "maxtext", *hopper)
+        fit("maxtext-h100", [((*s, "gemm_fraction"), 0.8), ((*s, "gemm_fp8_fraction"), 0.7),
+                             ((*s, "overlap_contention"), 0.1)], robust)  # fmt: skip
     elif which == "a100":
         fit("megatron-a100", [(("stacks", "megatron-core", *ampere, "gemm_fraction"), 0.84)], squares,
             stacks=("megatron-core",))  # fmt: skip

@@ -18,6 +18,8 @@ The stack names the implementation (data/stacks.json `activation_layout`); each 
 - `torchtitan` (torchtitan's Llama): eager, the tensors of `_torchtitan_eager`; under torch.compile Inductor fuses
   the element-wise work as Megatron's kernels do and keeps what they keep (`megatron`). Its selective recomputation is
   op-level (`op_sac_bytes`), not module-level.
+- `maxtext` (MaxText under XLA): XLA fuses the element-wise work and keeps what Megatron's fused kernels keep; its
+  selective recomputation is its named-checkpoint remat policy (`maxtext_remat_bytes`).
 
 Selective recomputation drops the tensors of the modules it re-runs (megatron-core `recompute_modules`): core_attn
 the s x s scores (nothing with fused attention), layernorm the norm outputs, mlp the MLP internals, moe/moe_act/
@@ -236,6 +238,19 @@ def op_sac_bytes(model: ModelSpec, par: ParallelConfig) -> float:
     return kept
 
 
+def maxtext_remat_bytes(model: ModelSpec, par: ParallelConfig) -> float:
+    """MaxText's named-checkpoint remat as NVIDIA's recipes set it (`remat_policy=custom` with query_proj, key_proj,
+    value_proj, qkv_proj and out_proj on the device; mlpwo too unless `recompute_modules` holds mlp, MaxText's
+    save_dot_except_mlp): a layer keeps its input (the scan carry), q, k and v, the output projection's output and
+    the MLP output; the norms, the attention core, the MLP's input GEMMs and the activation are recomputed."""
+    sb, h = tokens(model, par), model.hidden_size
+    shape = attention_shape(model)
+    kept = ACT * sb * (h + shape.q_width + shape.k_width + shape.v_width + h)
+    if "mlp" not in (par.recompute_modules or ()):
+        kept += ACT * sb * h  # mlpwo's output
+    return kept
+
+
 def layer_activations(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, moe: bool) -> LayerActivations:
     """Cached per model and training spec on the fields of `par` one layer reads."""
     key = ("layer_activations", par.layer_key, moe)
@@ -279,8 +294,9 @@ def kept_bytes(a: LayerActivations, modules: tuple[str, ...]) -> float:
 
 
 def op_level_selective(training: TrainingSpec) -> bool:
-    """The stack's selective recomputation is torchtitan's op-level policy (its activation layout), not modules."""
-    return training.software.costs.activation_layout == "torchtitan"
+    """The stack's selective recomputation is a policy over operators (torchtitan's op-level checkpointing,
+    MaxText's named checkpoints: its activation layout), not Megatron's modules."""
+    return training.software.costs.activation_layout in ("torchtitan", "maxtext")
 
 
 def op_sac(training: TrainingSpec, par: ParallelConfig) -> bool:
@@ -288,10 +304,16 @@ def op_sac(training: TrainingSpec, par: ParallelConfig) -> bool:
     return par.recompute == "selective" and op_level_selective(training)
 
 
+def _op_level_kept(model: ModelSpec, par: ParallelConfig, training: TrainingSpec) -> float:
+    if training.software.costs.activation_layout == "maxtext":
+        return maxtext_remat_bytes(model, par)
+    return op_sac_bytes(model, par)
+
+
 def layer_bytes(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, moe: bool) -> float:
     """One layer, one micro-batch, kept for backward without full recomputation (selective modules dropped)."""
     if op_sac(training, par):
-        return op_sac_bytes(model, par)
+        return _op_level_kept(model, par, training)
     return kept_bytes(layer_activations(model, par, training, moe), selective_modules(par))
 
 
@@ -300,7 +322,7 @@ def recompute_working_bytes(model: ModelSpec, par: ParallelConfig, training: Tra
     beyond those it kept (0 for other recomputation, whose working set `_stage_activations` counts itself)."""
     if not op_sac(training, par):
         return 0.0
-    return max(0.0, layer_activations(model, par, training, moe).total - op_sac_bytes(model, par))
+    return max(0.0, layer_activations(model, par, training, moe).total - _op_level_kept(model, par, training))
 
 
 def checkpoint_bytes(model: ModelSpec, par: ParallelConfig) -> float:

@@ -279,7 +279,7 @@ def _layer_time(
         fwd=fwd,
         bwd=bwd,
         recompute=(
-            _op_sac_recompute(model, attn_t, mlp_t, ew_f)
+            _op_level_recompute(model, par, training, attn_t, mlp_t, attn_f, ew_f)
             if op_sac(training, par) and not moe
             else _recompute_time(par, fwd, attn_f, attn_g, mlp_f, ew, gpu, costs)
         ),
@@ -320,13 +320,25 @@ def _recompute_time(
     return min(extra, fwd)
 
 
-def _op_sac_recompute(model: ModelSpec, attn_t: list[float], mlp_t: list[float], ew_f: float) -> float:
-    """torchtitan's op-level selective recomputation (activations.op_sac_bytes) re-runs in backward the matmuls it
-    did not save, wk, wo and w3 (the k share of the fused QKV GEMM, the output projection, the up half of the fused
-    gate/up GEMM), and every element-wise operator of the forward; SDPA's outputs are kept."""
-    shape = attention_shape(model)
+def _op_level_recompute(
+    model: ModelSpec,
+    par: ParallelConfig,
+    training: TrainingSpec,
+    attn_t: list[float],
+    mlp_t: list[float],
+    attn_f: float,
+    ew_f: float,
+) -> float:
+    """What an operator-level policy re-runs in backward besides every element-wise operator of the forward.
+    torchtitan's op-level checkpointing (activations.op_sac_bytes): the matmuls it did not save, wk, wo and w3 (the k
+    share of the fused QKV GEMM, the output projection, the up half of the fused gate/up GEMM); SDPA's outputs are
+    kept. MaxText's named checkpoints (activations.maxtext_remat_bytes): the attention core and the MLP's input
+    GEMMs, and its output GEMM too where mlp is recomputed."""
     qkv, out = attn_t
-    fc1 = mlp_t[0]
+    fc1, fc2 = mlp_t
+    if training.software.costs.activation_layout == "maxtext":
+        return attn_f + fc1 + (fc2 if "mlp" in (par.recompute_modules or ()) else 0.0) + ew_f
+    shape = attention_shape(model)
     k_share = shape.k_width / (shape.q_width + shape.k_width + shape.v_width)
     up_share = 0.5 if model.swiglu else 0.0
     return qkv * k_share + out + fc1 * up_share + ew_f

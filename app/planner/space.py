@@ -251,8 +251,8 @@ def recompute_options(model: ModelSpec, training: TrainingSpec, layers_per_chunk
     if pins.recompute_modules:
         selective = [pins.recompute_modules]
     out += [Recompute("selective", s) for s in selective]
-    op_level = act.op_level_selective(training)
-    if not selective and (pins.recompute == "selective" or not training.flash_attention or op_level):
+    own_policy = act.op_level_selective(training) and not pins.recompute_modules  # torchtitan's, MaxText's
+    if own_policy or (not selective and (pins.recompute == "selective" or not training.flash_attention)):
         out.append(Recompute("selective"))
     if pins.recompute == "selective":
         return [r for r in out if r.recompute == "selective"]

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 Sharding = Literal["distributed_optimizer", "megatron_fsdp", "zero", "fsdp"]
 PipelineEngine = Literal["megatron", "deepspeed", "torch"]
-ActivationLayout = Literal["megatron", "hf-eager", "mpt", "torchtitan"]
+ActivationLayout = Literal["megatron", "hf-eager", "mpt", "torchtitan", "maxtext"]
 Elementwise = Literal["fused", "hf-eager", "mpt"]
 Logits = Literal["vocab-parallel", "fused-ce", "hf-fp32", "torch-fp32"]
 Rails = Literal["all", "one"]

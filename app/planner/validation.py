@@ -18,8 +18,13 @@ is a fact about that stack or model taken from its own source (cited below), nev
   (arXiv 2402.16819 Table 1) and 340B (arXiv 2406.11704 sec. 2.1): squared-ReLU MLP of 4h, GQA with 8 KV heads,
   RoPE, untied embeddings, vocab 256000; Grok-1 (xai-org/grok-1 README, 64 layers, 48/8 heads, 6144 wide,
   8 experts top-2, vocab 131072; expert FFN 32768, gated, from the released config); GPT-3 175B's vocabulary as
-  NeMo pads it (50304) and FFN 4h. The 25 JAX rows (MaxText, PaxML) carry no architecture and a JAX stack the
-  planner does not model: not evaluable.
+  NeMo pads it (50304) and FFN 4h.
+- NVIDIA dgxc-benchmarking MaxText on H100 (24.11, JAX container maxtext-2024-12-09; maxtext/configure.sh and
+  README_70b.md at 35a9aecc): Llama-2 70B as MaxText's llama2-70b config builds it (the catalogue preset: 80 layers,
+  8192 wide, 64 heads / 8 KV heads, FFN 28672, vocab 32000, untied), sequence 4096, micro-batch 2 per GPU, FSDP over
+  every GPU, the recipe's custom remat (q, k, v and out projections saved, and in BF16 the MLP output; FP8
+  recomputes the whole MLP), FP8 as XLA's delayed-scaling dot; step time from the per-GPU tokens/s. The 13 PaxML
+  rows carry no architecture and a JAX stack the planner does not model: not evaluable.
 - MosaicML llm-foundry on A100 (FSDP FULL_SHARD, MPT with ALiBi, tied embeddings, no biases, 4h GELU MLP, vocab
   50368, llm-foundry scripts/train/yamls/pretrain/mpt-*.yaml): 1600 Gb/s RoCE per node of 8 GPUs = 25 GB/s per GPU;
   gradients reduced in fp32 under Composer's DEFAULT mixed precision and in bf16 under PURE (the rows' MP Mode);
@@ -46,6 +51,7 @@ FAMILIES = {
     "dgxc-h100": "NVIDIA dgxc-benchmarking, Megatron-core + TE on H100",
     "llm-foundry-a100": "MosaicML llm-foundry, PyTorch FSDP on A100",
     "h200-deepspeed": "DeepSpeed + Hugging Face on one H200 (measured here)",
+    "maxtext-h100": "NVIDIA dgxc-benchmarking, MaxText (JAX/XLA) on H100",
 }
 
 
@@ -102,6 +108,8 @@ def _family(source: str) -> str | None:
     first = source.split()[0]
     if first in ("Korthikanti", "Narayanan", "Smith", "bigscience-workshop/bigscience"):
         return "megatron-a100"
+    if first.startswith("NVIDIA/dgxc") and " maxtext/" in source:
+        return "maxtext-h100"
     if first.startswith("NVIDIA/dgxc"):
         return "dgxc-h100"
     if first.startswith("mosaicml"):
@@ -245,6 +253,32 @@ def _dgxc(r: dict[str, Any]) -> MeasuredRun | None:
     )
 
 
+def _maxtext(r: dict[str, Any]) -> MeasuredRun | None:
+    if not r["name"].startswith("MaxText Llama2 70B") or not r.get("tokens_per_s"):
+        return None
+    from app.planner import catalog
+
+    model = ModelSpec(**{**catalog.model_fields("llama-2-70b"), "name": r["name"], "seq_length": r["seq"]})
+    fp8 = r["precision"] == "fp8"
+    training = TrainingSpec(
+        global_batch_size=r["gbs"],
+        precision=r["precision"],
+        framework="jax",
+        fp8_recipe="delayed" if fp8 else None,
+    )
+    parallel = ParallelConfig(
+        dp=r["gpus"],
+        micro_batch_size=r["mbs"],
+        recompute="selective",
+        recompute_modules=("mlp",) if fp8 else None,  # save_dot_except_mlp; BF16 keeps mlpwo
+        fp8_recipe="delayed" if fp8 else None,
+        grad_reduce_dtype="fp32",
+    )
+    cluster = ClusterSpec(num_nodes=r["gpus"] // 8, gpus_per_node=8, gpu="H100-SXM")
+    step = r["gbs"] * r["seq"] / (r["tokens_per_s"] * r["gpus"])
+    return MeasuredRun(r["name"], "maxtext-h100", model, cluster, training, parallel, step, None, None, "tokens/s")
+
+
 def _llm_foundry(r: dict[str, Any]) -> MeasuredRun:
     model = ModelSpec(
         name=r["name"],
@@ -369,6 +403,8 @@ def load(data: Path = DATA) -> tuple[list[MeasuredRun], list[str]]:
             run = _dgxc(r)
         elif family == "llm-foundry-a100":
             run = _llm_foundry(r)
+        elif family == "maxtext-h100":
+            run = _maxtext(r)
         if run is None:
             why = "analytical memory row, no step time" if r.get("mem_gb") else "no architecture / no modelled stack"
             skipped.append(f"{r['name']}: {why}")

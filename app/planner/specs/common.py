@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from app.planner import strict
 
 Precision = Literal["bf16", "fp16", "fp8"]
-Framework = Literal["megatron", "deepspeed", "megatron-deepspeed", "pytorch-fsdp"]
+Framework = Literal["megatron", "deepspeed", "megatron-deepspeed", "pytorch-fsdp", "jax"]
 Objective = Literal["throughput", "min_gpus", "headroom"]
 Recompute = Literal["none", "selective", "full"]
 RecomputeMethod = Literal["uniform", "block"]
