@@ -78,7 +78,8 @@ def controls(record: PlanRecord) -> list[tuple[FormField, str]]:
 
 def apply(record: PlanRecord, changes: Mapping[str, str]) -> dict[str, str]:
     """The stored request's form values with `changes` (quick controls, a suggestion's fields) applied."""
-    values = stored_values(record)
+    before = stored_values(record)
+    values = dict(before)
     if changes.get(CLEAR_PINS):
         values.update({f.name: "" for f in SECTIONS["pins"] + SECTIONS["pins_more"]})
     for name, value in changes.items():
@@ -87,8 +88,10 @@ def apply(record: PlanRecord, changes: Mapping[str, str]) -> dict[str, str]:
                 values[_seq_field(values)] = value
         elif name in _FIELDS:
             values[name] = value
-    if values.get("cluster.gpu") != stored_values(record).get("cluster.gpu"):
+    if values.get("cluster.gpu") != before.get("cluster.gpu"):
         values.update({f.name: "" for f in SECTIONS["gpu_overrides"]})  # another GPU: its own catalogue numbers
+    if values.get("training.framework") != before.get("training.framework") and "training.stack" not in changes:
+        values["training.stack"] = ""  # another framework: its usual stack (a named one runs the old framework)
     return values
 
 

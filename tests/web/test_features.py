@@ -117,6 +117,20 @@ def test_what_if_changes_only_what_was_posted(web: Any) -> None:
     assert missing.status_code == 404
 
 
+def test_what_if_another_framework_plans_on_its_own_stack(web: Any) -> None:
+    """A request that named a stack (torchtitan) re-planned under another framework runs that framework's usual
+    stack: the named one runs the old framework only, and keeping it was a 422 on a one-click re-plan."""
+    titan = {**SMALL, "training": {"global_batch_size": 64, "framework": "pytorch-fsdp", "stack": "torchtitan"}}
+    created = stored(web, titan)
+    r = web.post(
+        "/whatif", data={"whatif.from": created["id"], "training.framework": "megatron"}, follow_redirects=False
+    )
+    assert r.status_code == 303, r.text
+    again = web.get("/plans/" + r.headers["location"].rsplit("/", 1)[1]).json()
+    assert again["result"]["training"]["framework"] == "megatron"
+    assert again["result"]["training"].get("stack") in (None, "")
+
+
 def test_suggestions_become_re_plans() -> None:
     from app.planner.results import PlanResult
 
