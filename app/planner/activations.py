@@ -58,14 +58,14 @@ class LayerActivations:
     residual: float  # the two norm inputs (the residual stream): never recomputed
     layernorm: float  # norm outputs = QKV and fc1 inputs
     attention: float  # q, k, v, softmax statistics (and the s x s scores without flash attention)
-    scores: float  # the part of `attention` that core_attn recompute drops
     attention_out: float  # the output projection's input
-    mla_up_proj: float  # MLA: up-projected q, k, v (the part of `attention` that mla_up_proj drops)
     mlp: float  # dense MLP or routed experts' internals
-    moe_act: float  # the experts' activation tensors (part of mlp)
-    shared_experts: float
-    router: float
-    masks: float  # dropout masks
+    scores: float = 0.0  # the part of `attention` that core_attn recompute drops
+    mla_up_proj: float = 0.0  # MLA: up-projected q, k, v (the part of `attention` that mla_up_proj drops)
+    moe_act: float = 0.0  # the experts' activation tensors (part of mlp)
+    shared_experts: float = 0.0
+    router: float = 0.0
+    masks: float = 0.0  # dropout masks
 
     @property
     def total(self) -> float:
@@ -160,14 +160,8 @@ def _hf_eager(model: ModelSpec, par: ParallelConfig) -> LayerActivations:
         residual=norm_parts,
         layernorm=2 * ACT * sb * h,
         attention=ACT * sb * (shape.q_width + shape.k_width + shape.v_width) + FP32 * sb * model.num_attention_heads,
-        scores=0.0,
         attention_out=2 * ACT * sb * shape.out_in,  # SDPA's saved output + o_proj's contiguous input copy
-        mla_up_proj=0.0,
         mlp=mlp,
-        moe_act=0.0,
-        shared_experts=0.0,
-        router=0.0,
-        masks=0.0,
     )
 
 
@@ -180,14 +174,8 @@ def _mpt(model: ModelSpec, par: ParallelConfig) -> LayerActivations:
         residual=2 * ACT * sb * h,
         layernorm=2 * ACT * sb * h,
         attention=ACT * sb * (shape.q_width + shape.k_width + shape.v_width) + FP32 * sb * model.num_attention_heads,
-        scores=0.0,
         attention_out=ACT * sb * shape.out_in,  # flash saves its output, which out_proj keeps as its input
-        mla_up_proj=0.0,
         mlp=(3 if model.swiglu else 2) * ACT * sb * f,
-        moe_act=0.0,
-        shared_experts=0.0,
-        router=0.0,
-        masks=0.0,
     )
 
 
@@ -206,14 +194,8 @@ def _torchtitan_eager(model: ModelSpec, par: ParallelConfig) -> LayerActivations
         residual=2 * (FP32 + ACT) * sb * h / sp,  # fp32 upcast and the normalised tensor the weight multiplies
         layernorm=2 * ACT * sb * h,  # the column linears' inputs: whole sequences (all-gathered under SP)
         attention=ACT * sb * 3 * shape.q_width / t + FP32 * sb * model.num_attention_heads / t,
-        scores=0.0,
         attention_out=2 * ACT * sb * shape.out_in / t,
-        mla_up_proj=0.0,
         mlp=(4 if model.swiglu else 2) * ACT * sb * f,
-        moe_act=0.0,
-        shared_experts=0.0,
-        router=0.0,
-        masks=0.0,
     )
 
 

@@ -67,7 +67,7 @@ def _stage_activations(
         per_chunk = [n * mean_layer * (layers - offloaded + 1) / layers for n in chunks]
     else:
         per_chunk = [n * mean_layer for n in chunks]
-        if layers and act.op_sac(training, par):  # the layer whose dropped tensors backward recomputes
+        if layers:  # op-level selective recomputation: the layer whose dropped tensors backward recomputes
             working = act.recompute_working_bytes(model, par, training, moe=False)
     if shape.embedding:  # the first chunk's
         per_chunk[0] += act.embedding_stage_bytes(model, par)

@@ -389,15 +389,8 @@ def _sync_time(
 ) -> float:
     costs = training.software.generation(cluster.gpu.generation)
     grads = grad_bytes(training, par) * params
-    sharded = par.distributed_optimizer or par.zero_stage >= 1 or _fsdp_pipelined(training, par)
-    if _fsdp_pipelined(training, par):
-        # the stage's REDUCE_GRAD runs after its last backward (pipelining/stage.py perform_reduce_grad), exposed; its
-        # first forward gathers unit by unit, each prefetched behind the unit before
-        reduce = comm.collective_time("reduce_scatter", grads, g, cluster)
-        gather = comm.collective_time("all_gather", gathered_bytes(training, par) * params, g, cluster)
-        forward = st.window(False, g.crosses) if st else math.inf
-        return reduce + comm.exposed(gather, forward, costs.overlap_contention)
-    if not sharded:
+    pipelined = _fsdp_pipelined(training, par)
+    if not (par.distributed_optimizer or par.zero_stage >= 1 or pipelined):
         reduce, gather = comm.collective_time("all_reduce", grads, g, cluster), 0.0
     else:
         # BF16_Optimizer: the engine all-reduces the fp32 gradients whole (runtime/pipe/engine.py _bf16_reduce_grads
@@ -405,7 +398,12 @@ def _sync_time(
         # steps its partition and all-gathers the 16-bit parameters (bf16_optimizer.py step -> all_gather_dp_groups)
         op: comm.Op = "all_reduce" if deepspeed_uses_bf16_optimizer(training, par) else "reduce_scatter"
         reduce = comm.collective_time(op, grads, g, cluster)
-        gather = comm.collective_time("all_gather", ACT * params, g, cluster)
+        gather = comm.collective_time("all_gather", gathered_bytes(training, par) * params, g, cluster)
+    if pipelined:
+        # the stage's REDUCE_GRAD runs after its last backward (pipelining/stage.py perform_reduce_grad), exposed; its
+        # first forward gathers unit by unit, each prefetched behind the unit before
+        forward = st.window(False, g.crosses) if st else math.inf
+        return reduce + comm.exposed(gather, forward, costs.overlap_contention)
     if par.zero_stage == 2 or par.megatron_fsdp == "optim_grads":
         reduce = 0.0  # reduce-scattered in every micro-batch's backward (zero_comm)
     if not (training.overlap_grad_reduce and training.software.can.overlap_grad_reduce):

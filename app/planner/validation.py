@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from app.planner import catalog
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 
 DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data"
@@ -256,8 +257,6 @@ def _dgxc(r: dict[str, Any]) -> MeasuredRun | None:
 def _maxtext(r: dict[str, Any]) -> MeasuredRun | None:
     if not r["name"].startswith("MaxText Llama2 70B") or not r.get("tokens_per_s"):
         return None
-    from app.planner import catalog
-
     model = ModelSpec(**{**catalog.model_fields("llama-2-70b"), "name": r["name"], "seq_length": r["seq"]})
     fp8 = r["precision"] == "fp8"
     training = TrainingSpec(

@@ -31,6 +31,15 @@ def titan(stack: str = "torchtitan-eager", **kw: object) -> TrainingSpec:
     return TrainingSpec(global_batch_size=16, framework="pytorch-fsdp", stack=stack, **kw)
 
 
+def one_node(**training: object) -> PlanRequest:
+    """Llama-3 8B on one H100 node under torchtitan (compiled), with `training` on top."""
+    return PlanRequest(
+        model="llama-3-8b",
+        cluster={"num_nodes": 1, "gpu": "H100-SXM"},
+        training={"global_batch_size": 64, "framework": "pytorch-fsdp", "stack": "torchtitan", **training},
+    )
+
+
 def test_op_level_checkpointing_keeps_every_other_matmul_and_sdpa() -> None:
     """`_save_list` with every second mm recomputed (parallelize_llama.py): the block input, wq's and wv's outputs,
     SDPA's output and fp32 log-sum-exp, w1's and w2's outputs; 2 bytes per 16-bit element."""
@@ -176,17 +185,7 @@ def test_torchtitans_published_runs_out_of_sample() -> None:
 def test_another_frameworks_hint_runs_that_frameworks_stack() -> None:
     """When nothing fits, the "framework X would fit" hint plans on X's own stack, not on the stack the request named
     for its framework (it used to report a torchtitan plan as Megatron-DeepSpeed's)."""
-    req = PlanRequest(
-        model="llama-3-8b",
-        cluster={"num_nodes": 1, "gpu": "H100-SXM"},
-        training={
-            "global_batch_size": 64,
-            "framework": "pytorch-fsdp",
-            "stack": "torchtitan",
-            "pinned": {"cp": 2, "cp_comm_type": "p2p"},  # torchtitan's CP is all-gather only: nothing fits
-        },
-    )
-    result = plan(req)
+    result = plan(one_node(pinned={"cp": 2, "cp_comm_type": "p2p"}))  # torchtitan's CP is all-gather only
     assert not result.plans
     hint = next(s for s in result.suggestions if s.startswith("framework megatron-deepspeed would fit"))
     assert "ZeRO" in hint and "TP-overlap" not in hint
@@ -195,17 +194,7 @@ def test_another_frameworks_hint_runs_that_frameworks_stack() -> None:
 def test_a_zero_stage_pinned_on_fsdp_is_refused_not_ignored() -> None:
     """FSDP stacks have no ZeRO stages: a pinned one is refused with the stack's sharding named (it was dropped
     silently, and the plans ran FSDP as if nothing had been asked)."""
-    req = PlanRequest(
-        model="llama-3-8b",
-        cluster={"num_nodes": 1, "gpu": "H100-SXM"},
-        training={
-            "global_batch_size": 64,
-            "framework": "pytorch-fsdp",
-            "stack": "torchtitan",
-            "pinned": {"zero_stage": 3},
-        },
-    )
-    result = plan(req)
+    result = plan(one_node(pinned={"zero_stage": 3}))
     assert not result.plans
     assert any("without your pinned zero_stage=3" in s for s in result.suggestions)
     assert any("not ZeRO stages" in r.message for r in result.rejected)
