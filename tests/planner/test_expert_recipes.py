@@ -145,10 +145,10 @@ def test_published_narrow_moe_runs_lie_inside_their_widened_intervals(rows: list
 def test_torchtitan_runs_are_predicted_on_its_own_stack(rows: list[dict[str, Any]]) -> None:
     """torchtitan's four published runs (Meta's 500 W, 96 GB HBM2e H100: the catalogue's H100-96GB-500W), planned on
     the torchtitan stacks, whose constants were measured on other stacks (data/stacks.json). Evaluated as Megatron
-    they were +17 .. +60 % too fast and the 8B and 405B memory off by -25 % .. +30 %; what closed the gap is physical
-    and pinned in tests/planner/test_torchtitan.py: op-level selective checkpointing (without it the 8B row needs
-    106 GiB), FSDP2 under pipelining keeping the stage gathered with fp32 gradients accumulated unsharded (without
-    it the 405B row needs 41 GiB against 72.7 measured), and the fp32 loss with the 16-bit logits freed."""
+    they were +17 .. +60 % too fast; a stack of calibrated terms alone put the 8B row at 106 GiB and the 405B row at
+    41 GiB against 82.4 and 72.7 measured (docs/planner.md, "What is not modelled"). What closed the gap is physical
+    and pinned in tests/planner/test_torchtitan.py: op-level selective checkpointing, FSDP2 under pipelining keeping
+    the stage gathered with fp32 gradients accumulated unsharded, and the fp32 loss with the 16-bit logits freed."""
     recipes = expert_recipes.load()
     names = {r["name"]: r for r in recipes if r["name"].startswith("torchtitan")}
     assert len(names) == 4
