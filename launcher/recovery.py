@@ -40,16 +40,23 @@ def node_finished(
     code: int, watch: WorkerWatch | None, linger: Linger | None, stopping: bool, node: int | None, log: Log
 ) -> bool:
     """An agent's exit that does not fail the node, said why: the launcher ended it after its workers finished
-    (launcher/linger.py), or it failed (on its own) after every rank had finished training and one failed only in
-    teardown."""
+    (launcher/linger.py), or it failed (on its own) after every rank had finished training and one failed in
+    teardown (or exited with a status the agent collected before the launcher could read it)."""
     if linger and linger.ended:
         log(f"node {node}: agent {procs.describe_returncode(code)} once ended; its workers had succeeded")
         return True
-    if code != 0 and not stopping and watch and watch.succeeded and watch.teardown_failures:
-        ranks = ", ".join(str(d.worker.rank) for d in watch.teardown_failures)
+    if code != 0 and not stopping and watch and watch.succeeded and watch.exits_after_done:
+        failed = [str(d.worker.rank) for d in watch.teardown_failures]
+        unknown = [str(d.worker.rank) for d in watch.exits_after_done if d.status is None]
+        reasons = []
+        if failed:
+            reasons.append(f"rank(s) {', '.join(failed)} failed only in teardown")
+        if unknown:
+            reasons.append(f"rank(s) {', '.join(unknown)} exited after reporting done, status collected by the agent")
+        why = "; ".join(reasons)
         log(
             f"node {node}: agent {procs.describe_returncode(code)}, but every rank of the node had finished its "
-            f"training (rank(s) {ranks} failed only in teardown): node {node} succeeded"
+            f"training ({why}): node {node} succeeded"
         )
         return True
     return False

@@ -97,6 +97,12 @@ class WorkerWatch:
         """The latest group's workers that failed only after their training was done (`Death.done_step`)."""
         return [d for d in self.deaths[-self.expected :] if d.done_step is not None and d.failed]
 
+    @property
+    def exits_after_done(self) -> list[Death]:
+        """The latest group's workers that failed, or exited with a status their agent collected first, after their
+        heartbeat said done: an agent that exits non-zero for one of them failed in teardown, not in training."""
+        return [d for d in self.deaths[-self.expected :] if d.done_step is not None and d.status != 0]
+
     def finished_training(self) -> bool:
         """Every worker of the latest group is past its training: exited 0, or reported done in its heartbeat
         (the ones still alive included: they are in their teardown)."""

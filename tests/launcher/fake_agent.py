@@ -93,6 +93,13 @@ def main() -> int:
         time.sleep(0.8)
         return 0
     while True:
+        if mode == "teardown":
+            # exits are seen without reaping (WNOWAIT), and a failed rank is reaped 1 s later: its zombie's status
+            # stays readable to the launcher, so the test follows the path where the launcher knows the SIGABRT
+            # (test_linger covers the one where the agent reaps first)
+            exited = [os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) for p in procs]
+            if any(e is not None and (e.si_code != os.CLD_EXITED or e.si_status != 0) for e in exited):
+                time.sleep(1.0)
         codes = [p.poll() for p in procs]
         if any(c not in (None, 0) for c in codes):
             time.sleep(0.3)  # like torchrun's monitor interval

@@ -9,6 +9,7 @@ import signal
 from launcher import procs
 from launcher.limits import Limits
 from launcher.linger import TERM_S, Linger
+from launcher.recovery import node_finished
 from launcher.watch import Death, WorkerWatch
 
 
@@ -66,3 +67,21 @@ def test_an_exit_after_a_done_heartbeat_counts_as_finished_whatever_its_status()
     watch.deaths.extend(finished)
     assert watch.succeeded  # an unknown status and a SIGABRT, each after the rank reported done
     assert [d.worker.rank for d in watch.teardown_failures] == [1]  # only the known failure is a teardown failure
+
+
+def test_an_agent_failing_after_every_rank_reported_done_leaves_the_node_succeeded_even_with_unknown_statuses() -> None:
+    """The race the CI met: rank 1 aborted after its done heartbeat and the agent reaped it before the launcher read
+    its status, then exited 1. The training had finished, so the node has; an agent failing before that has not."""
+    said: list[str] = []
+    done = [Death(procs.Worker(1000 + i, i, i, 0), 0, status, done_step=5) for i, status in enumerate((0, None))]
+    watch = _watch([])
+    watch.deaths.extend(done)
+    assert watch.teardown_failures == []  # nothing known to have failed, so the agent is not ended early
+    assert node_finished(1, watch, None, False, 0, said.append)
+    assert said == [
+        "node 0: agent exited with code 1, but every rank of the node had finished its training (rank(s) 1 exited "
+        "after reporting done, status collected by the agent): node 0 succeeded"
+    ]
+    assert not node_finished(1, _watch([0, None]), None, False, 0, said.append)  # no done heartbeat: unknown
+    assert not node_finished(1, watch, None, True, 0, said.append)  # the launcher was stopping the job
+    assert len(said) == 1
