@@ -149,20 +149,49 @@ def _mlp_internals(model: ModelSpec, sb: float, ffn_local: float, gin: int) -> f
     return ACT * sb * fc1_out + gin * sb * ffn_local
 
 
-def _hf_eager(model: ModelSpec, par: ParallelConfig) -> LayerActivations:
+def _hf_eager(model: ModelSpec, par: ParallelConfig, moe: bool) -> LayerActivations:
     sb, h = tokens(model, par), model.hidden_size
     shape = attention_shape(model)
-    assert model.ffn_hidden_size is not None
-    f = model.ffn_hidden_size
     norm_parts = 2 * (FP32 + ACT) * sb * h  # fp32 upcast + pre-weight normalised tensor, two norms
-    mlp = (4 if model.swiglu else 2) * ACT * sb * f
+    attention = ACT * sb * (shape.q_width + shape.k_width + shape.v_width) + FP32 * sb * model.num_attention_heads
+    if model.qk_layernorm:  # Qwen3's per-head q_norm / k_norm: fp32 upcast, normalised tensor, rsqrt per head
+        heads = model.num_attention_heads + (model.num_query_groups or model.num_attention_heads)
+        attention += (FP32 + ACT) * sb * (shape.q_width + shape.k_width) + FP32 * sb * heads
+    router = shared = 0.0
+    if moe:
+        mlp, router, shared = _hf_sparse_moe(model, sb)
+    else:
+        assert model.ffn_hidden_size is not None
+        mlp = (4 if model.swiglu else 2) * ACT * sb * model.ffn_hidden_size
     return LayerActivations(
         residual=norm_parts,
         layernorm=2 * ACT * sb * h,
-        attention=ACT * sb * (shape.q_width + shape.k_width + shape.v_width) + FP32 * sb * model.num_attention_heads,
+        attention=attention,
         attention_out=2 * ACT * sb * shape.out_in,  # SDPA's saved output + o_proj's contiguous input copy
         mlp=mlp,
+        shared_experts=shared,
+        router=router,
     )
+
+
+def _hf_sparse_moe(model: ModelSpec, sb: float) -> tuple[float, float, float]:
+    """(experts, router, shared expert) bytes a Hugging Face sparse MoE block keeps (transformers 4.57
+    MixtralSparseMoeBlock, Qwen3MoeSparseMoeBlock, Qwen2MoeSparseMoeBlock): every expert is local, so the
+    `sb x top-k` token-expert pairs are exactly the tokens' (no imbalance); per pair the gathered input, the expert's
+    output and its probability-weighted copy (3 x 2h B), w1's and w3's outputs, SiLU's and the product (4 x 2f B),
+    the int64 token index and the bf16 weight (10 B); per token the router logits in bf16 and their fp32 softmax
+    (6 B per expert) and the top-k indices, weights and their sum (12 B per choice + 4). Qwen2-MoE's shared expert
+    keeps a dense SwiGLU MLP's tensors, its output and the sigmoid gate's. Measured against autograd's saved
+    tensors of the transformers blocks (tests/planner/test_hf_moe.py)."""
+    assert model.moe_ffn_hidden_size is not None and model.num_experts and model.moe_router_topk
+    h, f = model.hidden_size, model.moe_ffn_hidden_size
+    pairs = sb * model.moe_router_topk
+    experts = pairs * (3 * ACT * h + 4 * ACT * f + 8 + ACT)
+    router = sb * (model.num_experts * (ACT + FP32) + model.moe_router_topk * (8 + FP32) + FP32)
+    shared = 0.0
+    if model.moe_shared_expert_intermediate_size:
+        shared = 4 * ACT * sb * model.moe_shared_expert_intermediate_size + ACT * sb * h + ACT * sb
+    return experts, router, shared
 
 
 def _mpt(model: ModelSpec, par: ParallelConfig) -> LayerActivations:
@@ -242,7 +271,7 @@ def layer_activations(model: ModelSpec, par: ParallelConfig, training: TrainingS
 def _layer_activations(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, moe: bool) -> LayerActivations:
     layout = training.software.costs.activation_layout
     if layout == "hf-eager":
-        return _hf_eager(model, par)
+        return _hf_eager(model, par, moe)
     if layout == "mpt":
         return _mpt(model, par)
     if layout == "torchtitan" and training.software.costs.elementwise == "hf-eager":

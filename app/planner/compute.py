@@ -31,6 +31,14 @@ from app.planner.specs import ModelSpec, ParallelConfig, TrainingSpec
 from app.planner.stack import GenerationCosts, attention_kernel
 
 ACT = 2
+# Hugging Face's sparse MoE block (transformers 4.57 MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock), run eagerly:
+# the router's gate, fp32 softmax, top-k, renormalisation, cast, zeros, one_hot, sum, greater and the nonzero of the
+# experts hit (11 launches); per expert hit, torch.where (a nonzero), the gather of its tokens, w1, SiLU, w3, mul,
+# w2, the weights' gather, their product and the index_add into the output (10). Per token-expert pair the
+# gather reads and writes 2h B each way, the weighting 3 x 2h, the index_add 3 x 2h: 14h bytes.
+HF_ROUTER_OPS = 11
+HF_EXPERT_OPS = 10
+HF_MOE_BYTES_PER_PAIR = 14
 CAUSAL = 0.5  # causal masking computes half of the s x s scores
 ATTN_BWD_FLOPS = 2.5  # FlashAttention-2: 5 matmuls in backward against 2 in forward
 BWD_BYTES = 2.0  # backward element-wise kernels read the saved tensors and the incoming gradient, write one more
@@ -221,12 +229,17 @@ def elementwise(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, t
     if impl == "hf-eager":
         # LlamaRMSNorm: to(fp32), pow, mean, rsqrt, mul, to(bf16), mul(weight): ~36 bytes per element, 7 kernels;
         # RoPE by rotate_half (mul, neg, cat, mul, add) ~20 bytes per q/k element; SiLU then mul ~10 bytes
+        qk_norm = 36 * qk * tokens if model.qk_layernorm else 0.0
+        moe_ops = 0.0
+        if moe:  # the sparse block's gather, weighting and index_add (per pair) instead of a permute
+            permute = HF_MOE_BYTES_PER_PAIR * routed * h + ACT * tokens * h
+            moe_ops = HF_ROUTER_OPS + HF_EXPERT_OPS * (model.num_experts or 0)
         return Elementwise(
-            norm_bytes=2 * 36 * tokens * h / sp,
+            norm_bytes=2 * 36 * tokens * h / sp + qk_norm,
             attention_bytes=(20 * qk if rope else 0.0) * tokens + 4 * tokens * shape.out_in / par.tp,
             residual_bytes=2 * 6 * tokens * h / sp,
             mlp_bytes=(10 if model.swiglu else 4) * act_elems + permute,
-            ops=14 + (10 if rope else 0) + 2 + 2 + 2 + 7,
+            ops=14 + (10 if rope else 0) + 2 + 2 + 2 + 7 + (14 if model.qk_layernorm else 0) + moe_ops,
         )
     if impl == "mpt":
         return Elementwise(
@@ -267,7 +280,9 @@ def _layer_time(
     attn_t = [gemm_time(g, gpu, costs, precision) for g in attn_gemms]
     mlp_t = [gemm_time(g, gpu, costs, precision) for g in mlp_gemms]
     attn_g, mlp_g = sum(attn_t), sum(mlp_t)
-    if moe:  # the busiest GPU processes `imbalance` x the mean routed tokens
+    if moe and (par.ep > 1 or model.moe_capacity_factor):
+        # the busiest GPU processes `imbalance` x the mean routed tokens (with every expert on each GPU, EP 1 and
+        # dropless, each processes exactly its own tokens' pairs)
         mlp_g *= 1.0 + (moe_imbalance(model, training) - 1.0) * _expert_share(model)
     attn_f, attn_b = attention_times(model, par, training, gpu, costs)
     ew = elementwise(model, par, training, tokens, moe)
@@ -275,6 +290,9 @@ def _layer_time(
     fwd = attn_g + mlp_g + attn_f + ew_f
     bwd = 2 * (attn_g + mlp_g) + attn_b + BWD_BYTES * ew_f
     mlp_f = mlp_g + stream_time(ew.mlp_bytes, 1, gpu, costs)
+    if moe and training.software.costs.elementwise == "hf-eager":
+        waits = sparse_block_waits(model, costs, mlp_f - mlp_t[0])
+        fwd, mlp_f = fwd + waits, mlp_f + waits
     return LayerTime(
         fwd=fwd,
         bwd=bwd,
@@ -289,6 +307,17 @@ def _layer_time(
         mlp_fwd=mlp_f,
         ops_fwd=ew.ops + len(attn_gemms) + len(mlp_gemms) + 1,
     )
+
+
+def sparse_block_waits(model: ModelSpec, costs: GenerationCosts, experts_s: float) -> float:
+    """Seconds a Hugging Face sparse MoE block's forward adds to its device time `experts_s`: the router's nonzero
+    and each expert's torch.where copy a count to the host and wait for it, so the GPU has nothing queued when the
+    host goes on: each of the E + 1 segments starts with one launch the GPU waits for, and an expert whose launches
+    take longer than its kernels leaves the GPU idle for the difference (the host cannot run ahead across the
+    sync). Backward has no such sync; its launches count against the host floor like any layer's."""
+    experts = model.num_experts or 0
+    launches = HF_EXPERT_OPS * costs.host_op_s
+    return (experts + 1) * costs.host_op_s + experts * max(0.0, launches - experts_s / max(experts, 1))
 
 
 def _recompute_time(

@@ -117,7 +117,10 @@ def stage_params(model: ModelSpec, par: ParallelConfig, shape: StageShape, dense
     fc1 = model.hidden_size * model.ffn_hidden_size * (2 if model.swiglu else 1) // par.tp
     vocab = model.vocab_size * model.hidden_size // par.tp
     layer = (m_shard or d_shard).total
-    return StageParams(total_dense, total_expert, max(fc1, vocab), max(layer, vocab))
+    # a sparse MoE block is one ZeRO-3 leaf module: all its experts are gathered together (DeepSpeed's
+    # zero_optimization.leaf_module defaults name transformers' Mixtral, Qwen2-MoE and Qwen3-MoE blocks)
+    block = m_shard.expert if m_shard else 0
+    return StageParams(total_dense, total_expert, max(fc1, vocab, block), max(layer, vocab))
 
 
 @dataclass(frozen=True, slots=True)

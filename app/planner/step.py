@@ -48,6 +48,7 @@ from app.planner.traffic import (
 OPTIMIZER_BYTES = {"fused-adam": 30.0, "torch-adamw": 80.0, "per-tensor-adamw": 80.0}
 ZERO_STEP_BYTES = 34.0  # DeepSpeed ZeRO-1/2 step: flatten (4) + upcast (6) + norm (4) + clip (8) + copy back (6) + zero
 MODULES_PER_LAYER = {"hf-eager": 9, "megatron": 6, "mpt": 6}  # parameterised modules a ZeRO-3 hook fires on
+MLP_MODULES = {"hf-eager": 3, "megatron": 2, "mpt": 2}  # of which the MLP's linears
 
 
 @dataclass(slots=True)
@@ -248,6 +249,10 @@ def _layer_part(
     hooks = 0.0
     if par.zero_stage == 3 and training.software.costs.zero3_module_hook_s:
         modules = MODULES_PER_LAYER[training.software.costs.activation_layout]
+        if moe:  # the MLP's modules give way to the sparse block, one ZeRO-3 leaf module (states.stage_params)
+            modules -= MLP_MODULES[training.software.costs.activation_layout] - 1
+        if model.qk_layernorm:  # q_norm and k_norm: two more parameterised modules
+            modules += 2
         hooks = modules * training.software.costs.zero3_module_hook_s * (2 + repeat)
     return StageTime(
         compute=lt.fwd + lt.bwd,

@@ -14,6 +14,15 @@ from dataclasses import dataclass
 from app.planner.results import DeepSpeedDecision, OffloadDecision, ZeroDecision
 from app.render.facts import Facts
 
+# DeepSpeed 0.19's `zero_optimization.leaf_module.classes` defaults (runtime/zero/leaf_module_config.py): transformers'
+# sparse MoE blocks, gathered whole by ZeRO-3 (the planner's memory counts them so, states.stage_params). Written
+# out for an MoE model under ZeRO-3, so the file shows what the plan assumes and a user adds another block's class.
+ZERO3_LEAF_MODULES = (
+    "transformers.models.mixtral.modeling_mixtral.MixtralSparseMoeBlock",
+    "transformers.models.qwen2_moe.modeling_qwen2_moe.Qwen2MoeSparseMoeBlock",
+    "transformers.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeSparseMoeBlock",
+)
+
 
 @dataclass(frozen=True, slots=True)
 class Optimizer:
@@ -61,6 +70,7 @@ class DsConfig:
     optimizer: Optimizer | None  # Megatron-DeepSpeed builds its own optimizer and scheduler from its arguments
     scheduler: Scheduler | None
     pipeline: bool
+    leaf_modules: tuple[str, ...] = ()  # ZeRO-3 leaf module classes (an MoE model's sparse blocks)
 
 
 def deepspeed_decision(f: Facts) -> DeepSpeedDecision:
@@ -95,4 +105,5 @@ def ds_config(f: Facts) -> DsConfig:
         optimizer=Optimizer(o.lr, o.weight_decay) if own_optimizer else None,
         scheduler=Scheduler(o.train_iters, max(1, o.warmup_iters), o.final_lr / o.lr) if own_optimizer else None,
         pipeline=ds.pipeline_engine,
+        leaf_modules=ZERO3_LEAF_MODULES if zero.stage == 3 and f.model.is_moe else (),
     )

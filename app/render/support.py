@@ -110,8 +110,13 @@ def _deepspeed_limits(model: ModelSpec, plan: Plan, entrypoint: str) -> list[str
             f"#{plan.rank} has tp({par.tp}) pp({par.pp}) cp({par.cp}) ep({par.ep}); use megatron-deepspeed "
             f"for pipeline or tensor parallelism"
         )
-    if model.is_moe or model.multi_latent_attention:
-        out.append(f"model {model.name}: MoE and MLA models are rendered for Megatron-LM only (framework deepspeed)")
+    if model.multi_latent_attention:
+        out.append(f"model {model.name}: MLA models are rendered for Megatron-LM only (framework deepspeed)")
+    if model.is_moe and entrypoint == EXAMPLE_TRAINER:
+        out.append(
+            f"model {model.name}: {EXAMPLE_TRAINER} builds dense models only; give your Hugging Face training "
+            f"script as the entrypoint to render this MoE plan (ds_config.json is the same)"
+        )
     if entrypoint == EXAMPLE_TRAINER and model.position_embedding_type not in ("rope", "learned_absolute"):
         out.append(
             f"model.position_embedding_type: {EXAMPLE_TRAINER} supports rope and learned_absolute, "

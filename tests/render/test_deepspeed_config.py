@@ -241,3 +241,28 @@ def test_deepspeed_accepts_the_config_of_every_plan_the_search_returns(
             ds.train_batch_size == batch == ds.train_micro_batch_size_per_gpu * ds.gradient_accumulation_steps * par.dp
         )
         assert ds.zero_optimization_stage == par.zero_stage
+
+
+def test_a_hugging_face_moe_under_zero3_names_its_sparse_blocks_as_deepspeeds_own_leaf_modules(
+    deepspeed_config,
+) -> None:
+    """A Mixtral plan under ZeRO-3 with the user's own Hugging Face script: ds_config.json builds DeepSpeed's own
+    config, and its leaf modules are DeepSpeed's defaults (the sparse blocks the planner counts as gathered whole);
+    the example trainer, which builds dense models only, is refused with the reason."""
+    from deepspeed.runtime.zero.leaf_module_config import DEFAULT_LEAF_MODULE_CLASSES
+
+    request = {
+        "model": "mixtral-8x7b",
+        "cluster": {"num_nodes": 1, "gpus_per_node": 8, "gpu": "H100-SXM"},
+        "training": {"global_batch_size": 64, "framework": "deepspeed"},
+    }
+    result = fixed_result(request, {"dp": 8, "zero_stage": 3, "recompute": "full"})
+    cfg = json.loads(render(result, 1, RenderOptions(entrypoint="train_hf.py")).files["ds_config.json"])
+    built = deepspeed_config(cfg, 8, 1)
+    assert built.zero_config.leaf_module.classes == DEFAULT_LEAF_MODULE_CLASSES
+    assert cfg["zero_optimization"]["leaf_module"]["classes"] == DEFAULT_LEAF_MODULE_CLASSES
+    dense = fixed_result({**request, "model": "llama-2-7b"}, {"dp": 8, "zero_stage": 3})
+    dense_cfg = json.loads(render(dense, 1, RenderOptions()).files["ds_config.json"])
+    assert "leaf_module" not in dense_cfg["zero_optimization"]
+    with pytest.raises(ValueError, match="builds dense models only; give your Hugging Face training script"):
+        render(result, 1, RenderOptions())

@@ -162,14 +162,17 @@ def activation_offload_supported(c: Ctx) -> Violation | None:
 
 
 def model_fits_framework(c: Ctx) -> Violation | None:
-    """What each stack can run (and the renderer writes): MoE and MLA with Megatron-core only; ALiBi only where the
+    """What each stack can run: MoE with Megatron-core and Hugging Face models (every expert on each GPU: DeepSpeed
+    ZeRO, FSDP), MLA with Megatron-core only; ALiBi only where the
     stack implements it (BigScience's Megatron-DeepSpeed fork, Hugging Face, llm-foundry); sliding-window attention
     with Megatron-core and Hugging Face models."""
     m, s = c.model, c.training.software
     if (m.is_moe and not s.can.moe) or (m.multi_latent_attention and not s.can.mla):
-        what = "experts" if m.is_moe else "multi-latent attention"
+        mla = m.multi_latent_attention and not s.can.mla
+        what = "multi-latent attention" if mla else "experts"
+        names = ", ".join(st.name for st in stacks() if (st.can.mla if mla else st.can.moe))
         return Violation(
-            "framework_support", f"{m.name} has {what}: planned and rendered for Megatron-LM only, not {s.label}"
+            "framework_support", f"{m.name} has {what}: planned with training.stack {names}, not {s.label}"
         )
     if m.mtp_num_layers and m.position_embedding_type not in ("rope", "none"):  # arguments.py validate_args
         return Violation(
