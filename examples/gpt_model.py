@@ -249,4 +249,5 @@ def cycles(succ: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
 
 
 def num_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    """Every parameter once (tied ones too), at its full size also where ZeRO-3 holds a partition (`ds_numel`)."""
+    return sum(getattr(p, "ds_numel", p.numel()) for p in {id(p): p for p in model.parameters()}.values())

@@ -1,4 +1,6 @@
-"""Train the small GPT of examples/gpt_model.py with DeepSpeed (ZeRO 0-3), from Megatron-style arguments.
+"""Train the small GPT of examples/gpt_model.py with DeepSpeed (ZeRO 0-3), from Megatron-style arguments; with
+`--model-impl hf`, the transformers network of the same shape instead (examples/hf_model.py: Llama, Qwen3, and the
+Mixtral / Qwen3-MoE sparse blocks with `--num-experts`), what the planner's deepspeed-hf stack models.
 
     torchrun --nproc-per-node 2 examples/train_gpt.py --num-layers 2 --hidden-size 64 \\
         --num-attention-heads 4 --seq-length 32 --vocab-size 256 --micro-batch-size 2 \\
@@ -60,7 +62,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     for name in ("num-layers", "hidden-size", "num-attention-heads", "seq-length", "vocab-size"):
         a(f"--{name}", type=int, required=False)
     a("--num-query-groups", type=int, default=None)
+    a("--kv-channels", type=int, default=None)
     a("--ffn-hidden-size", type=int, default=None)
+    a(
+        "--model-impl",
+        choices=("gpt", "hf"),
+        default="gpt",
+        help="gpt: examples/gpt_model.py; hf: the transformers network (examples/hf_model.py), MoE included",
+    )
+    a("--qk-layernorm", action="store_true")
+    a("--num-experts", type=int, default=None)
+    a("--moe-router-topk", type=int, default=2)
+    a("--moe-ffn-hidden-size", type=int, default=None)
     a("--max-position-embeddings", type=int, default=None)
     a("--swiglu", action="store_true")
     a("--normalization", choices=("LayerNorm", "RMSNorm"), default="RMSNorm")
@@ -125,7 +138,39 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.recompute = recompute_from_args(args)
     except ValueError as exc:
         p.error(str(exc))
+    if args.model_impl == "hf":
+        from hf_model import unsupported
+
+        layers = args.recompute.num_layers if args.recompute else None
+        problems = unsupported(hf_shape(args), layers, args.window_size, args.position_embedding_type)
+        if problems:
+            p.error("--model-impl hf: " + "; ".join(problems))
+    elif args.num_experts or args.qk_layernorm:
+        p.error("--num-experts and --qk-layernorm are built by --model-impl hf (examples/gpt_model.py is dense)")
     return args
+
+
+def hf_shape(args: argparse.Namespace) -> Any:
+    from hf_model import HFShape
+
+    return HFShape(
+        num_layers=args.num_layers,
+        hidden_size=args.hidden_size,
+        num_attention_heads=args.num_attention_heads,
+        vocab_size=args.vocab_size,
+        seq_length=args.seq_length,
+        num_query_groups=args.num_query_groups,
+        kv_channels=args.kv_channels,
+        ffn_hidden_size=args.ffn_hidden_size,
+        swiglu=args.swiglu,
+        normalization=args.normalization,
+        untie_embeddings_and_output_weights=args.untie_embeddings_and_output_weights,
+        qk_layernorm=args.qk_layernorm,
+        num_experts=args.num_experts,
+        moe_router_topk=args.moe_router_topk,
+        moe_ffn_hidden_size=args.moe_ffn_hidden_size,
+        max_position_embeddings=args.max_position_embeddings,
+    )
 
 
 def recompute_from_args(args: argparse.Namespace) -> Recompute | None:
@@ -255,7 +300,12 @@ def init_engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any], torch.de
         window_attn_skip_freq=args.window_attn_skip_freq,
     )
     with device:  # initialised where it trains: a 7B model is built in seconds on a GPU, in minutes on the CPU
-        model = GPT(cfg_model, args.recompute)
+        if args.model_impl == "hf":
+            from hf_model import HFCausalLM
+
+            model = HFCausalLM(hf_shape(args), recompute=args.recompute is not None)
+        else:
+            model = GPT(cfg_model, args.recompute)
     config = ds_config(args, int(os.environ.get("WORLD_SIZE", 1)), on_cuda)
     optimizer = optimizer_for(model, config, args, on_cuda)
     # The ds_config's scheduler block, if any, is DeepSpeed's; otherwise Megatron's schedule. Either way the engine

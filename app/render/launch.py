@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from app.render.facts import Facts
 from app.render.flags import Flag, flag, flag_name, group_words
 from app.render.megatron_args import recompute_flags, save_interval
-from app.render.megatron_model import model_flags
+from app.render.megatron_model import model_flags, moe_flags
 from app.render.slurm import srun_cpu_words
+from app.render.support import EXAMPLE_TRAINER
 from app.render.words import Line, Var, Word
 
 HERE = Var("HERE")
@@ -35,6 +36,8 @@ TRAINER_MODEL_FLAGS = (
     "--window-size",
     "--window-attn-skip-freq",
 )
+# ... and, for an MoE model, the flags of its transformers network (examples/hf_model.py, `--model-impl hf`)
+TRAINER_HF_FLAGS = ("--kv-channels", "--qk-layernorm", "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size")
 
 
 def in_dir(base: Word, name: str) -> Word:
@@ -53,6 +56,10 @@ def trainer_flags(f: Facts, config_path: Word) -> list[tuple[str, tuple[Word, ..
     """Arguments of the DeepSpeed training script (examples/train_gpt.py's Megatron-style names)."""
     o = f.options
     model = [fl for fl in model_flags(f) if fl.name in TRAINER_MODEL_FLAGS]
+    if f.model.is_moe:  # the sparse blocks the deepspeed-hf stack models: transformers' (examples/hf_model.py)
+        model += [fl for fl in (*model_flags(f), *moe_flags(f)) if fl.name in TRAINER_HF_FLAGS]
+        if f.entrypoint == EXAMPLE_TRAINER:
+            model.append(flag("--model-impl", "hf"))
     flags: list[Flag] = [
         *model,
         flag("--vocab-size", f.model.vocab_size),

@@ -111,12 +111,21 @@ def _deepspeed_limits(model: ModelSpec, plan: Plan, entrypoint: str) -> list[str
             f"for pipeline or tensor parallelism"
         )
     if model.multi_latent_attention:
-        out.append(f"model {model.name}: MLA models are rendered for Megatron-LM only (framework deepspeed)")
+        out.append("model.multi_latent_attention: MLA is rendered for Megatron-LM only (framework deepspeed)")
     if model.is_moe and entrypoint == EXAMPLE_TRAINER:
-        out.append(
-            f"model {model.name}: {EXAMPLE_TRAINER} builds dense models only; give your Hugging Face training "
-            f"script as the entrypoint to render this MoE plan (ds_config.json is the same)"
-        )
+        out += [
+            f"model.{name}: {EXAMPLE_TRAINER} --model-impl hf builds transformers' Mixtral and Qwen3-MoE blocks, "
+            f"not {what}; give your Hugging Face training script as the entrypoint (ds_config.json is the same)"
+            for name, what, present in (
+                ("moe_shared_expert_intermediate_size", "shared experts", model.moe_shared_expert_intermediate_size),
+                ("moe_first_dense_layers", "leading dense layers", model.moe_first_dense_layers),
+                ("swiglu", "a GELU MLP", not model.swiglu),
+                ("normalization", model.normalization, model.normalization != "RMSNorm"),
+                ("position_embedding_type", model.position_embedding_type, model.position_embedding_type != "rope"),
+                ("sliding_window", "sliding-window attention", model.sliding_window is not None),
+            )
+            if present
+        ]
     if entrypoint == EXAMPLE_TRAINER and model.position_embedding_type not in ("rope", "learned_absolute"):
         out.append(
             f"model.position_embedding_type: {EXAMPLE_TRAINER} supports rope and learned_absolute, "

@@ -248,7 +248,7 @@ def test_a_hugging_face_moe_under_zero3_names_its_sparse_blocks_as_deepspeeds_ow
 ) -> None:
     """A Mixtral plan under ZeRO-3 with the user's own Hugging Face script: ds_config.json builds DeepSpeed's own
     config, and its leaf modules are DeepSpeed's defaults (the sparse blocks the planner counts as gathered whole);
-    the example trainer, which builds dense models only, is refused with the reason."""
+    the example trainer builds the transformers network (`--model-impl hf`), but not a block with shared experts."""
     from deepspeed.runtime.zero.leaf_module_config import DEFAULT_LEAF_MODULE_CLASSES
 
     request = {
@@ -264,5 +264,8 @@ def test_a_hugging_face_moe_under_zero3_names_its_sparse_blocks_as_deepspeeds_ow
     dense = fixed_result({**request, "model": "llama-2-7b"}, {"dp": 8, "zero_stage": 3})
     dense_cfg = json.loads(render(dense, 1, RenderOptions()).files["ds_config.json"])
     assert "leaf_module" not in dense_cfg["zero_optimization"]
-    with pytest.raises(ValueError, match="builds dense models only; give your Hugging Face training script"):
-        render(result, 1, RenderOptions())
+    assert "--model-impl hf" in render(result, 1, RenderOptions()).files["torchrun.sh"]
+    assert "--model-impl" not in render(result, 1, RenderOptions(entrypoint="train_hf.py")).files["torchrun.sh"]
+    shared = fixed_result({**request, "model": "qwen2-57b-a14b"}, {"dp": 8, "zero_stage": 3, "recompute": "full"})
+    with pytest.raises(ValueError, match="builds transformers' Mixtral and Qwen3-MoE blocks, not shared experts"):
+        render(shared, 1, RenderOptions())
