@@ -81,12 +81,15 @@ class LayerActivations:
         )
 
 
-def moe_imbalance(model: ModelSpec, training: TrainingSpec) -> float:
+def moe_imbalance(model: ModelSpec, par: ParallelConfig, training: TrainingSpec) -> float:
     """Routed tokens on the busiest rank over the mean: the capacity factor when tokens are capped (and padded
-    to capacity), else the training's load-imbalance margin for dropless routing."""
+    to capacity), else the training's load-imbalance margin for dropless routing across an EP group; with every
+    expert on each GPU (EP 1, dropless) each GPU processes exactly its own tokens' pairs: 1."""
     if not model.is_moe:
         return 1.0
-    return model.moe_capacity_factor or training.moe_load_imbalance
+    if model.moe_capacity_factor:
+        return model.moe_capacity_factor
+    return training.moe_load_imbalance if par.ep > 1 else 1.0
 
 
 def routed_tokens(model: ModelSpec, par: ParallelConfig, training: TrainingSpec) -> float:
@@ -94,7 +97,7 @@ def routed_tokens(model: ModelSpec, par: ParallelConfig, training: TrainingSpec)
     (sequence-parallel shards of 1/t when experts are not tensor-parallel) x top-k, spread over the EP group and
     gathered again over expert-TP, times the load-imbalance margin of the busiest rank."""
     entering = tokens(model, par) * par.expert_tp / par.tp
-    return entering * model.moe_router_topk * moe_imbalance(model, training)
+    return entering * model.moe_router_topk * moe_imbalance(model, par, training)
 
 
 def _megatron(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, moe: bool) -> LayerActivations:

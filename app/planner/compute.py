@@ -114,7 +114,7 @@ def _mlp_part_gemms(
     assert model.moe_ffn_hidden_size is not None and model.num_experts
     local_experts = model.num_experts // par.ep
     # the tokens this GPU's experts see, spread over its local experts (grouped GEMM)
-    per_expert = routed_tokens(model, par, training) / moe_imbalance(model, training) * par.ep / model.num_experts
+    per_expert = routed_tokens(model, par, training) / moe_imbalance(model, par, training) * par.ep / model.num_experts
     sp = t if par.sequence_parallel and t > 1 else 1
     gemms = [Gemm(tokens / sp, model.num_experts, model.hidden_size)]  # router
     for g in _mlp_gemms(model, per_expert, model.moe_ffn_hidden_size, par.expert_tp):
@@ -220,7 +220,7 @@ def elementwise(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, t
     rope = model.position_embedding_type == "rope"
     if moe:
         assert model.moe_ffn_hidden_size is not None
-        routed = routed_tokens(model, par, training) / moe_imbalance(model, training)
+        routed = routed_tokens(model, par, training) / moe_imbalance(model, par, training)
         act_elems = routed * model.moe_ffn_hidden_size / par.expert_tp
         permute = 2 * 2 * ACT * routed * h  # permute + unpermute, read and write
     else:
@@ -280,10 +280,8 @@ def _layer_time(
     attn_t = [gemm_time(g, gpu, costs, precision) for g in attn_gemms]
     mlp_t = [gemm_time(g, gpu, costs, precision) for g in mlp_gemms]
     attn_g, mlp_g = sum(attn_t), sum(mlp_t)
-    if moe and (par.ep > 1 or model.moe_capacity_factor):
-        # the busiest GPU processes `imbalance` x the mean routed tokens (with every expert on each GPU, EP 1 and
-        # dropless, each processes exactly its own tokens' pairs)
-        mlp_g *= 1.0 + (moe_imbalance(model, training) - 1.0) * _expert_share(model)
+    if moe:  # the busiest GPU processes `imbalance` x the mean routed tokens
+        mlp_g *= 1.0 + (moe_imbalance(model, par, training) - 1.0) * _expert_share(model)
     attn_f, attn_b = attention_times(model, par, training, gpu, costs)
     ew = elementwise(model, par, training, tokens, moe)
     ew_f = stream_time(ew.total, ew.ops, gpu, costs)
