@@ -4,6 +4,7 @@
     python benchmarks/gpu_validation.py --out DIR        # default grid (12 + planner's pick + 7B pair), < 10 min
     python benchmarks/gpu_validation.py --full-grid      # ZeRO 1/2/3 x mbs 1/4/8/16 x recompute off/on (24)
     python benchmarks/gpu_validation.py --cpu --out DIR  # smoke: tiny models on CPU (gloo), every code path
+    python benchmarks/gpu_validation.py --moe            # Hugging Face MoE: a Qwen3-MoE-like grid, a Mixtral-like pair
 
 1. `python -m launcher probe --nodes 1 --gpus-per-node 1` measures the machine (a cluster profile).
 2. For each configuration (pinned ZeRO stage, micro-batch size, recompute, offload) the planner estimates that
@@ -77,6 +78,42 @@ TINY_A = {
     "untie_embeddings_and_output_weights": True,
 }
 TINY_B = {**TINY_A, "name": "tiny-b", "num_layers": 3}
+# --moe: Hugging Face sparse MoE blocks under DeepSpeed (examples/hf_model.py; docs/planner.md, "Hugging Face MoE
+# models"): many narrow experts (Qwen3-MoE's block, host-bound by its per-expert syncs) on the grid, few wide ones
+# (Mixtral's block, GEMM-bound) for the pair
+QWEN3_MOE_1B = {
+    "name": "qwen3-moe-1b",
+    "num_layers": 16,
+    "hidden_size": 1024,
+    "num_attention_heads": 16,
+    "num_query_groups": 4,
+    "kv_channels": 64,
+    "qk_layernorm": True,
+    "ffn_hidden_size": 3072,
+    "num_experts": 64,
+    "moe_router_topk": 8,
+    "moe_ffn_hidden_size": 256,
+    "vocab_size": 32000,
+    "seq_length": 2048,
+    "swiglu": True,
+    "untie_embeddings_and_output_weights": True,
+    "normalization": "RMSNorm",
+    "position_embedding_type": "rope",
+}
+MIXTRAL_2B = {
+    **QWEN3_MOE_1B,
+    "name": "mixtral-2b",
+    "num_layers": 8,
+    "hidden_size": 2048,
+    "num_query_groups": 8,
+    "kv_channels": 128,
+    "qk_layernorm": False,
+    "num_experts": 8,
+    "moe_router_topk": 2,
+    "moe_ffn_hidden_size": 5632,
+}
+TINY_MOE_A = {**TINY_A, "name": "tiny-moe-a", "num_experts": 4, "moe_router_topk": 2, "moe_ffn_hidden_size": 64}
+TINY_MOE_B = {**TINY_MOE_A, "name": "tiny-moe-b", "num_layers": 3, "qk_layernorm": True}
 OOM_PATTERNS = ("torch.OutOfMemoryError", "CUDA out of memory", "OutOfMemoryError", "CUBLAS_STATUS_ALLOC_FAILED")
 REPORT_RESERVE_S = 10.0  # kept back from the budget for the table
 
@@ -140,14 +177,22 @@ def grid(model: str, zeros: list[int], sizes: list[int], recomputes: list[str]) 
 def suite_for(args: argparse.Namespace) -> Suite:
     """The GPU suite (1.1B grid, 7B pair), or the CPU smoke suite with the same structure on tiny models."""
     if args.cpu:
-        models, pair_model, gbs, pair_mbs = {"tiny-a": TINY_A, "tiny-b": TINY_B}, "tiny-b", 4, 2
-        configs: tuple[Config, ...] = (Config("tiny-a", 1, 2, "full"), Config("tiny-a", 3, 4, "none"))
-        timeout_s, min_start_s = {"tiny-a": 90.0, "tiny-b": 90.0}, {"tiny-a": 10.0, "tiny-b": 10.0}
+        a, b = (TINY_MOE_A, TINY_MOE_B) if args.moe else (TINY_A, TINY_B)
+        models, pair_model, gbs, pair_mbs = {a["name"]: a, b["name"]: b}, b["name"], 4, 2
+        configs: tuple[Config, ...] = (Config(a["name"], 1, 2, "full"), Config(a["name"], 3, 4, "none"))
+        timeout_s, min_start_s = dict.fromkeys(models, 90.0), dict.fromkeys(models, 10.0)
         offload_timeout_s = 90.0
         notes: tuple[str, ...] = (
             "CPU smoke run: predictions are for the planner's GPU, measurements are CPU "
             "processes (max RSS, gloo); only the code paths are checked",
         )
+    elif args.moe:
+        models, pair_model, gbs, pair_mbs = {"qwen3-moe-1b": QWEN3_MOE_1B, "mixtral-2b": MIXTRAL_2B}, "mixtral-2b", 8, 1
+        # host-bound at micro-batch 1 (about 12-18 s per step predicted on H200): the default grid starts at 2
+        zeros, sizes = ([1, 2, 3], [1, 4, 8]) if args.full_grid else (args.zero, args.moe_mbs)
+        configs = grid("qwen3-moe-1b", zeros, sizes, ["none", "full"])
+        timeout_s, min_start_s = {"qwen3-moe-1b": 150.0, "mixtral-2b": 150.0}, dict.fromkeys(models, 40.0)
+        offload_timeout_s, notes = 300.0, ("MoE suite: Hugging Face sparse blocks (--model-impl hf)",)
     else:
         models, pair_model, gbs, pair_mbs = {"llama-1.1b": LLAMA_1B, "llama-2-7b": LLAMA_7B}, "llama-2-7b", 16, 1
         zeros, sizes = ([1, 2, 3], [1, 4, 8, 16]) if args.full_grid else (args.zero, args.mbs)
@@ -493,6 +538,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--skip-pair", action="store_true", help="leave out the 7B pair")
     p.add_argument("--budget-s", type=float, default=540.0, help="wall-clock budget for everything (default 540)")
     p.add_argument("--gpu", default="H200", help="the planner's GPU (catalogue name, default H200)")
+    p.add_argument(
+        "--moe", action="store_true", help="Hugging Face MoE models (Qwen3-MoE-like grid, Mixtral-like pair)"
+    )
+    p.add_argument("--moe-mbs", type=ints, default=[2, 8], help="micro-batch sizes of the --moe grid (default 2,8)")
     args = p.parse_args(argv)
     args.steps = args.steps or (3 if args.cpu else 5)
     args.warmup = args.warmup if args.warmup is not None else (1 if args.cpu else 2)

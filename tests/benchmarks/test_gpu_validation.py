@@ -339,3 +339,36 @@ def test_every_gpu_configuration_renders_a_plan_json(tmp_path: Path, monkeypatch
     without, offloaded = by_label["llama-2-7b-z3-mbs1-rcon"], by_label["llama-2-7b-z3-mbs1-rcon-offload"]
     assert without["predicted_fits"] is True and offloaded["predicted_fits"] is True
     assert offloaded["predicted_reserved_bytes"] < without["predicted_reserved_bytes"] - 50 * 2**30
+
+
+def test_the_moe_suite_renders_transformers_sparse_blocks_for_the_trainer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--moe`: a Qwen3-MoE-like grid and a Mixtral-like pair; each rendered plan passes the trainer the experts'
+    flags and --model-impl hf, and the trainer reads every argument (nothing ignored)."""
+
+    def fake_bench(plan_json: Path, work: Path, suite: gv.Suite, timeout_s: float) -> dict[str, Any]:
+        args = json.loads(plan_json.read_text())["entrypoint"]["args"]
+        full = "--recompute-granularity" in args
+        return {"status": "ok", "detail": "", "measured_recompute": "full" if full else "none"}
+
+    monkeypatch.setattr(gv, "bench", fake_bench)
+    suite = gv.suite_for(gv.parse_args(["--moe"]))
+    assert suite.grid_model == "qwen3-moe-1b" and {c.model for c in suite.pair} == {"mixtral-2b"}
+    assert len(suite.grid) == 8 and suite.global_batch_size == 8
+    sys.path.insert(0, str(ROOT / "examples"))
+    import train_gpt
+
+    for cfg in (suite.grid[0], suite.pair[0]):
+        rec = gv.validate(cfg, suite, H200, tmp_path, 60.0)
+        assert rec["status"] == "ok", rec.get("detail")
+        plan = json.loads(Path(rec["plan_json"]).read_text())
+        args = train_gpt.parse_args([a.replace("{run_dir}", str(tmp_path)) for a in plan["entrypoint"]["args"]])
+        shape = gv.QWEN3_MOE_1B if cfg.model == "qwen3-moe-1b" else gv.MIXTRAL_2B
+        assert args.ignored == [] and args.model_impl == "hf"
+        assert (args.num_experts, args.moe_router_topk, args.moe_ffn_hidden_size, args.qk_layernorm) == (
+            shape["num_experts"],
+            shape["moe_router_topk"],
+            shape["moe_ffn_hidden_size"],
+            shape["qk_layernorm"],
+        )
