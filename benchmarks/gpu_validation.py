@@ -5,6 +5,7 @@
     python benchmarks/gpu_validation.py --full-grid      # ZeRO 1/2/3 x mbs 1/4/8/16 x recompute off/on (24)
     python benchmarks/gpu_validation.py --cpu --out DIR  # smoke: tiny models on CPU (gloo), every code path
     python benchmarks/gpu_validation.py --moe            # Hugging Face MoE: a Qwen3-MoE-like grid, a Mixtral-like pair
+    python benchmarks/gpu_validation.py --seq 16384 --mbs 1,2 --skip-pair   # long context
 
 1. `python -m launcher probe --nodes 1 --gpus-per-node 1` measures the machine (a cluster profile).
 2. For each configuration (pinned ZeRO stage, micro-batch size, recompute, offload) the planner estimates that
@@ -209,6 +210,9 @@ def suite_for(args: argparse.Namespace) -> Suite:
     )
     if args.skip_offload:
         pair = tuple(c for c in pair if c.offload_optimizer == "none")
+    if args.seq:  # long context: every model of the suite at this sequence length (RoPE reaches it by config)
+        models = {name: {**shape, "seq_length": args.seq} for name, shape in models.items()}
+        notes = (*notes, f"every model at sequence length {args.seq} (--seq)")
     return Suite(
         models=models,
         grid=configs,
@@ -541,6 +545,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--moe", action="store_true", help="Hugging Face MoE models (Qwen3-MoE-like grid, Mixtral-like pair)"
     )
+    p.add_argument("--seq", type=int, default=None, help="every model at this sequence length (long context)")
     p.add_argument("--moe-mbs", type=ints, default=[2, 8], help="micro-batch sizes of the --moe grid (default 2,8)")
     args = p.parse_args(argv)
     args.steps = args.steps or (3 if args.cpu else 5)

@@ -372,3 +372,10 @@ def test_the_moe_suite_renders_transformers_sparse_blocks_for_the_trainer(
             shape["moe_ffn_hidden_size"],
             shape["qk_layernorm"],
         )
+
+
+def test_seq_puts_every_model_of_the_suite_at_that_length() -> None:
+    suite = gv.suite_for(gv.parse_args(["--seq", "16384", "--moe"]))
+    assert {m["seq_length"] for m in suite.models.values()} == {16384}
+    assert suite.extra_notes[-1] == "every model at sequence length 16384 (--seq)"
+    assert gv.suite_for(gv.parse_args([])).models["llama-1.1b"]["seq_length"] == 2048
