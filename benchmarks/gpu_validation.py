@@ -27,6 +27,7 @@ RSS, which is not comparable: the smoke run shows it and leaves the memory targe
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import re
@@ -238,6 +239,16 @@ def allocator_prediction(stage: StageMemory, eff: Efficiency) -> tuple[float, fl
     return float(stage.allocated_bytes), float(stage.reserved_bytes)
 
 
+def hf_stack() -> str:
+    """The deepspeed-hf stack of the installed transformers: 5's grouped_mm experts, or 4's per-expert loop (what
+    examples/hf_model.py builds here for an MoE)."""
+    try:
+        major = int(importlib.metadata.version("transformers").split(".")[0])
+    except importlib.metadata.PackageNotFoundError:
+        return "deepspeed-hf"
+    return "deepspeed-hf" if major >= 5 else "deepspeed-hf-transformers4"
+
+
 def request_for(suite: Suite, model: str, cluster: dict[str, Any]) -> PlanRequest:
     training = {
         "global_batch_size": suite.global_batch_size,
@@ -246,6 +257,8 @@ def request_for(suite: Suite, model: str, cluster: dict[str, Any]) -> PlanReques
         "objective": "throughput",
         "max_plans": 1,
     }
+    if suite.models[model].get("num_experts"):
+        training["stack"] = hf_stack()
     return PlanRequest(model=suite.models[model], cluster=cluster, training=training)
 
 

@@ -152,7 +152,7 @@ def _mlp_internals(model: ModelSpec, sb: float, ffn_local: float, gin: int) -> f
     return ACT * sb * fc1_out + gin * sb * ffn_local
 
 
-def _hf_eager(model: ModelSpec, par: ParallelConfig, moe: bool) -> LayerActivations:
+def _hf_eager(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, moe: bool) -> LayerActivations:
     sb, h = tokens(model, par), model.hidden_size
     shape = attention_shape(model)
     norm_parts = 2 * (FP32 + ACT) * sb * h  # fp32 upcast + pre-weight normalised tensor, two norms
@@ -162,7 +162,7 @@ def _hf_eager(model: ModelSpec, par: ParallelConfig, moe: bool) -> LayerActivati
         attention += (FP32 + ACT) * sb * (shape.q_width + shape.k_width) + FP32 * sb * heads
     router = shared = 0.0
     if moe:
-        mlp, router, shared = _hf_sparse_moe(model, sb)
+        mlp, router, shared = _hf_sparse_moe(model, sb, training.software.costs.hf_experts)
     else:
         assert model.ffn_hidden_size is not None
         mlp = (4 if model.swiglu else 2) * ACT * sb * model.ffn_hidden_size
@@ -177,24 +177,31 @@ def _hf_eager(model: ModelSpec, par: ParallelConfig, moe: bool) -> LayerActivati
     )
 
 
-def _hf_sparse_moe(model: ModelSpec, sb: float) -> tuple[float, float, float]:
-    """(experts, router, shared expert) bytes a Hugging Face sparse MoE block keeps (transformers 4.57
-    MixtralSparseMoeBlock, Qwen3MoeSparseMoeBlock, Qwen2MoeSparseMoeBlock): every expert is local, so the
-    `sb x top-k` token-expert pairs are exactly the tokens' (no imbalance); per pair the gathered input, the expert's
-    output and its probability-weighted copy (3 x 2h B), w1's and w3's outputs, SiLU's and the product (4 x 2f B),
-    the int64 token index and the bf16 weight (10 B); per token the router logits in bf16 and their fp32 softmax
-    (6 B per expert) and the top-k indices, weights and their sum (12 B per choice + 4). Qwen2-MoE's shared expert
-    keeps a dense SwiGLU MLP's tensors, its output and the sigmoid gate's. Measured against autograd's saved
-    tensors of the transformers blocks (tests/planner/test_hf_moe.py)."""
+def _hf_sparse_moe(model: ModelSpec, sb: float, experts_implementation: str) -> tuple[float, float, float]:
+    """(experts, router, shared expert) bytes a Hugging Face sparse MoE block keeps. Every expert is local, so the
+    `sb x top-k` token-expert pairs are exactly the tokens' (no imbalance). Per pair:
+    - `grouped_mm` (transformers 5's default, integrations/moe.py grouped_mm_experts_forward): the gathered input
+      and the down projection's output (2 x 2h B), gate_up's output, SiLU's and the product (4 x 2f B), the fp32
+      routing weight and three int64 indices (the sort permutation, its token index, the inverse); per layer the
+      experts' int32 offsets; per token the router's fp32 softmax (4 B per expert), top-k indices, weights and sum;
+    - `eager` (transformers 4.57 MixtralSparseMoeBlock, Qwen3MoeSparseMoeBlock): the gathered input, the expert's
+      output and its probability-weighted copy (3 x 2h B), w1's and w3's outputs, SiLU's and the product (4 x 2f B),
+      the int64 token index and the bf16 weight (10 B); per token the router logits in bf16 as well.
+    Qwen2-MoE's shared expert keeps a dense SwiGLU MLP's tensors, its output and the sigmoid gate's. Measured against
+    autograd's saved tensors of the transformers blocks (tests/planner/test_hf_moe.py)."""
     assert model.moe_ffn_hidden_size is not None and model.num_experts and model.moe_router_topk
-    h, f = model.hidden_size, model.moe_ffn_hidden_size
-    pairs = sb * model.moe_router_topk
-    experts = pairs * (3 * ACT * h + 4 * ACT * f + 8 + ACT)
-    router = sb * (model.num_experts * (ACT + FP32) + model.moe_router_topk * (8 + FP32) + FP32)
+    h, f, k, experts = model.hidden_size, model.moe_ffn_hidden_size, model.moe_router_topk, model.num_experts
+    pairs = sb * k
+    if experts_implementation == "grouped_mm":
+        kept = pairs * (2 * ACT * h + 4 * ACT * f + FP32 + 3 * 8) + 4 * experts
+        router = sb * (experts * FP32 + k * (8 + FP32) + FP32)
+    else:
+        kept = pairs * (3 * ACT * h + 4 * ACT * f + 8 + ACT)
+        router = sb * (experts * (ACT + FP32) + k * (8 + FP32) + FP32)
     shared = 0.0
     if model.moe_shared_expert_intermediate_size:
         shared = 4 * ACT * sb * model.moe_shared_expert_intermediate_size + ACT * sb * h + ACT * sb
-    return experts, router, shared
+    return kept, router, shared
 
 
 def _mpt(model: ModelSpec, par: ParallelConfig) -> LayerActivations:
@@ -274,7 +281,7 @@ def layer_activations(model: ModelSpec, par: ParallelConfig, training: TrainingS
 def _layer_activations(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, moe: bool) -> LayerActivations:
     layout = training.software.costs.activation_layout
     if layout == "hf-eager":
-        return _hf_eager(model, par, moe)
+        return _hf_eager(model, par, training, moe)
     if layout == "mpt":
         return _mpt(model, par)
     if layout == "torchtitan" and training.software.costs.elementwise == "hf-eager":

@@ -39,6 +39,13 @@ ACT = 2
 HF_ROUTER_OPS = 11
 HF_EXPERT_OPS = 10
 HF_MOE_BYTES_PER_PAIR = 14
+# transformers 5's default, grouped_mm_experts_forward (integrations/moe.py): the router (linear, float, softmax,
+# top-k, sum, div) and sort, the gathers of tokens and weights, histc, cumsum, two grouped GEMMs, chunk, SiLU, mul,
+# the fp32 weighting, the inverse permutation (empty, arange, index_put), its gather and the sum over top-k, the
+# cast: 24 launches, no host sync (the offsets stay on the GPU). Per pair: the gather 2 x 2h B, the weighting
+# 2h + 4h, the gather back 2 x 4h, the sum's read 4h: 22h bytes; per token the sum's write and the cast 6h.
+HF_GROUPED_OPS = 24
+HF_GROUPED_BYTES_PER_PAIR = 22
 CAUSAL = 0.5  # causal masking computes half of the s x s scores
 ATTN_BWD_FLOPS = 2.5  # FlashAttention-2: 5 matmuls in backward against 2 in forward
 BWD_BYTES = 2.0  # backward element-wise kernels read the saved tensors and the incoming gradient, write one more
@@ -50,6 +57,7 @@ class Gemm:
     n: float
     k: float
     count: float = 1.0  # how many such GEMMs (batched heads, local experts)
+    grouped: bool = False  # all `count` in one kernel (torch's grouped_mm): its fixed cost once
 
 
 def gemm_rate(gpu: GPUSpec, costs: GenerationCosts, precision: str) -> float:
@@ -75,7 +83,8 @@ def gemm_time(g: Gemm, gpu: GPUSpec, costs: GenerationCosts, precision: str) -> 
     flops = 2.0 * g.m * g.n * g.k
     traffic = in_bytes * (g.m * g.k + g.k * g.n) + ACT * g.m * g.n
     compute_s = flops / (gemm_rate(gpu, costs, precision) * k_factor(g.k, gpu))
-    return g.count * (max(compute_s, traffic / (gpu.hbm_bw * gpu.efficiency.hbm)) + costs.kernel_overhead_s)
+    launches = 1.0 if g.grouped else g.count
+    return g.count * max(compute_s, traffic / (gpu.hbm_bw * gpu.efficiency.hbm)) + launches * costs.kernel_overhead_s
 
 
 def stream_time(num_bytes: float, kernels: float, gpu: GPUSpec, costs: GenerationCosts) -> float:
@@ -117,8 +126,9 @@ def _mlp_part_gemms(
     per_expert = routed_tokens(model, par, training) / moe_imbalance(model, par, training) * par.ep / model.num_experts
     sp = t if par.sequence_parallel and t > 1 else 1
     gemms = [Gemm(tokens / sp, model.num_experts, model.hidden_size)]  # router
+    grouped = training.software.costs.elementwise == "hf-eager" and training.software.costs.hf_experts == "grouped_mm"
     for g in _mlp_gemms(model, per_expert, model.moe_ffn_hidden_size, par.expert_tp):
-        gemms.append(Gemm(g.m, g.n, g.k, local_experts))
+        gemms.append(Gemm(g.m, g.n, g.k, local_experts, grouped))
     if model.moe_shared_expert_intermediate_size:
         gemms += _mlp_gemms(model, tokens, model.moe_shared_expert_intermediate_size, t)
     return gemms
@@ -231,7 +241,10 @@ def elementwise(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, t
         # RoPE by rotate_half (mul, neg, cat, mul, add) ~20 bytes per q/k element; SiLU then mul ~10 bytes
         qk_norm = 36 * qk * tokens if model.qk_layernorm else 0.0
         moe_ops = 0.0
-        if moe:  # the sparse block's gather, weighting and index_add (per pair) instead of a permute
+        if moe and training.software.costs.hf_experts == "grouped_mm":  # sort, gather, weigh, gather back, sum
+            permute = HF_GROUPED_BYTES_PER_PAIR * routed * h + 6 * tokens * h
+            moe_ops = HF_GROUPED_OPS
+        elif moe:  # the loop: each expert's gather, weighting and index_add (per pair) instead of a permute
             permute = HF_MOE_BYTES_PER_PAIR * routed * h + ACT * tokens * h
             moe_ops = HF_ROUTER_OPS + HF_EXPERT_OPS * (model.num_experts or 0)
         return Elementwise(
@@ -288,7 +301,7 @@ def _layer_time(
     fwd = attn_g + mlp_g + attn_f + ew_f
     bwd = 2 * (attn_g + mlp_g) + attn_b + BWD_BYTES * ew_f
     mlp_f = mlp_g + stream_time(ew.mlp_bytes, 1, gpu, costs)
-    if moe and training.software.costs.elementwise == "hf-eager":
+    if moe and training.software.costs.elementwise == "hf-eager" and training.software.costs.hf_experts == "eager":
         waits = sparse_block_waits(model, costs, mlp_f - mlp_t[0])
         fwd, mlp_f = fwd + waits, mlp_f + waits
     return LayerTime(

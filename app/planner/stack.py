@@ -114,6 +114,12 @@ class Costs(_Data):
         description="The Adam implementation: fused multi-tensor (Megatron, TE), torch's foreach AdamW (a temporary as "
         "large as the shard), or a per-tensor loop (Composer's DecoupledAdamW: one tensor's temporary at a time)."
     )
+    hf_experts: Literal["grouped_mm", "eager"] = Field(
+        "grouped_mm",
+        description="How a Hugging Face sparse MoE block runs its experts (transformers' experts_implementation): "
+        "grouped_mm, transformers 5's default (two grouped GEMMs over token-expert pairs sorted by expert, no host "
+        "sync), or eager, transformers 4's loop over the experts hit (a host sync per expert).",
+    )
     network_rails: Rails = Field(
         "all",
         description="NIC rails a group's collectives use across nodes: all the rails its ranks on a node sit on "

@@ -33,8 +33,18 @@ def spec(**extra: object) -> ModelSpec:
     )
 
 
-def deepspeed() -> TrainingSpec:
-    return TrainingSpec(global_batch_size=8, framework="deepspeed")
+def deepspeed(stack: str | None = None) -> TrainingSpec:
+    return TrainingSpec(global_batch_size=8, framework="deepspeed", stack=stack)
+
+
+TRANSFORMERS_4 = "deepspeed-hf-transformers4"  # the experts' Python loop (transformers 4.x)
+
+
+def planned_block(stack: str | None) -> float:
+    """The planner's MoE layer less the dense one of the same width (the attention and norms cancel)."""
+    par, training = ParallelConfig(micro_batch_size=1), deepspeed(stack)
+    moe = spec(num_experts=E, moe_router_topk=K, moe_ffn_hidden_size=F)
+    return act.layer_bytes(moe, par, training, moe=True) - act.layer_bytes(spec(), par, training, moe=False)
 
 
 def _saved_per_layer(cls: type, config: object) -> int:
@@ -63,8 +73,9 @@ def _saved_per_layer(cls: type, config: object) -> int:
 
 def test_a_sparse_moe_block_keeps_what_autograd_saves_in_transformers() -> None:
     """Mixtral's and Qwen3-MoE's blocks against a dense SwiGLU MLP of the same width (the attention, norms and
-    residuals are the same in both): the planner's difference is autograd's to the byte (the routing draws which
-    expert gets which token, but not how many pairs there are). Qwen3's q_norm / k_norm likewise."""
+    residuals are the same in both), run by the installed transformers (4.x: the experts' loop; 5.x: grouped_mm, its
+    default): the planner's difference is autograd's to the byte (the routing draws which expert gets which token,
+    but not how many pairs there are). Qwen3's q_norm / k_norm likewise."""
     transformers = pytest.importorskip("transformers")
     common = dict(
         hidden_size=H,
@@ -87,21 +98,29 @@ def test_a_sparse_moe_block_keeps_what_autograd_saves_in_transformers() -> None:
             **common, head_dim=64, num_experts=E, num_experts_per_tok=K, moe_intermediate_size=F, norm_topk_prob=True
         ),
     )
-    par, training = ParallelConfig(micro_batch_size=1), deepspeed()
-    dense = spec()
-    moe = spec(num_experts=E, moe_router_topk=K, moe_ffn_hidden_size=F)
-    planned_moe = act.layer_bytes(moe, par, training, moe=True) - act.layer_bytes(dense, par, training, moe=False)
-    assert planned_moe == mixtral - llama == qwen3_moe - qwen3  # 1,859,584 B: the same block in both
+    grouped = int(transformers.__version__.split(".")[0]) >= 5
+    planned = planned_block(None if grouped else TRANSFORMERS_4)
+    assert planned == mixtral - llama
+    # Qwen3-MoE casts the routing weights to bf16 before grouped_mm's weighting: 2 B less per pair there
+    assert qwen3_moe - qwen3 == planned - (2 * S * K if grouped else 0)
     qk = spec(qk_layernorm=True)
-    planned_qk = act.layer_bytes(qk, par, training, moe=False) - act.layer_bytes(dense, par, training, moe=False)
+    par, training = ParallelConfig(micro_batch_size=1), deepspeed()
+    planned_qk = act.layer_bytes(qk, par, training, moe=False) - act.layer_bytes(spec(), par, training, moe=False)
     assert planned_qk == qwen3 - llama
+
+
+def test_both_expert_implementations_match_what_transformers_measured() -> None:
+    """The same probe as above, run with each transformers on this VM (2026-12-06, CPU, torch 2.13): 4.57.6's loop
+    saved 1,859,584 B more than the dense layer; 5.25.0's grouped_mm 1,602,592 B (its eager loop 1,860,608)."""
+    assert planned_block(TRANSFORMERS_4) == 1_859_584
+    assert planned_block(None) == 1_602_592
 
 
 def test_each_expert_waits_for_the_host() -> None:
     """Hand-worked: 128 experts, 45 us per launch, 10 launches per expert (450 us) against 50 us of kernels each:
     129 segments each start with one exposed launch (5.8 ms) and each expert leaves the GPU idle 400 us (51.2 ms)."""
     model = spec(num_experts=128, moe_router_topk=8, moe_ffn_hidden_size=F)
-    costs = stack.get("deepspeed-hf").generation("hopper").model_copy(update={"host_op_s": 45e-6})
+    costs = stack.get(TRANSFORMERS_4).generation("hopper").model_copy(update={"host_op_s": 45e-6})
     assert HF_EXPERT_OPS == 10
     assert sparse_block_waits(model, costs, 128 * 50e-6) == pytest.approx(129 * 45e-6 + 128 * 400e-6)
     # kernels longer than the launches: only the segments' first launches are exposed
@@ -113,13 +132,17 @@ def test_the_waits_are_in_the_forward_and_in_what_full_recompute_repeats() -> No
     is the same as without them; a recomputed forward pays them again."""
     model = spec(num_experts=64, moe_router_topk=8, moe_ffn_hidden_size=F)
     gpu = ClusterSpec(num_nodes=1, gpus_per_node=8, gpu="H100-SXM").gpu
-    costs = deepspeed().software.generation("hopper")
-    plain = layer_time(model, ParallelConfig(micro_batch_size=1), deepspeed(), gpu, costs, moe=True)
-    full = layer_time(model, ParallelConfig(micro_batch_size=1, recompute="full"), deepspeed(), gpu, costs, moe=True)
+    loop = deepspeed(TRANSFORMERS_4)
+    costs = loop.software.generation("hopper")
+    plain = layer_time(model, ParallelConfig(micro_batch_size=1), loop, gpu, costs, moe=True)
+    full = layer_time(model, ParallelConfig(micro_batch_size=1, recompute="full"), loop, gpu, costs, moe=True)
     waits = 65 * costs.host_op_s  # at least every segment's first launch
     assert plain.fwd > waits and plain.mlp_fwd > waits
     assert plain.bwd < plain.fwd * 3  # the waits did not reach the backward (2x the forward's kernels)
     assert full.recompute == pytest.approx(full.fwd)
+    # transformers 5's grouped_mm: no sync, two grouped GEMMs whose fixed kernel cost is paid once each
+    grouped = layer_time(model, ParallelConfig(micro_batch_size=1), deepspeed(), gpu, costs, moe=True)
+    assert grouped.fwd < plain.fwd - waits and grouped.bwd < plain.bwd
 
 
 def test_zero3_gathers_the_whole_sparse_block_at_once() -> None:
@@ -155,18 +178,25 @@ def test_deepspeed_and_fsdp_plan_a_mixtral_and_torchtitan_still_refuses_it() -> 
     )
     assert not refused.plans
     message = refused.rejected[0].message
-    assert "planned with training.stack megatron-core, deepspeed-hf, hf-fsdp, not torchtitan" in message
-
-
-def test_many_small_experts_make_the_hugging_face_block_host_bound() -> None:
-    """Qwen3-30B-A3B (128 experts of 768) under DeepSpeed: the GPU waits for the host in every expert; Megatron's
-    grouped GEMMs behind its all-to-all dispatcher run the same model several times faster on the same GPUs."""
-    cluster = {"num_nodes": 2, "gpu": "H100-SXM"}
-    megatron = plan(PlanRequest(model="qwen3-30b-a3b", cluster=cluster, training={"global_batch_size": 128}))
-    ds = plan(
-        PlanRequest(
-            model="qwen3-30b-a3b", cluster=cluster, training={"global_batch_size": 128, "framework": "deepspeed"}
-        )
+    assert (
+        "planned with training.stack megatron-core, deepspeed-hf, deepspeed-hf-transformers4, hf-fsdp, not" in message
     )
-    assert megatron.plans and ds.plans
-    assert ds.plans[0].estimate.time.step_s > 4 * megatron.plans[0].estimate.time.step_s
+
+
+def test_many_small_experts_make_the_transformers_4_loop_host_bound() -> None:
+    """Qwen3-30B-A3B (128 experts of 768) under DeepSpeed: transformers 4's loop makes the GPU wait for the host in
+    every expert, several times slower than megatron-core's grouped GEMMs on the same GPUs; transformers 5's
+    grouped_mm has no per-expert launches and is much closer."""
+    cluster = {"num_nodes": 2, "gpu": "H100-SXM"}
+
+    def step(**training: object) -> float:
+        result = plan(
+            PlanRequest(model="qwen3-30b-a3b", cluster=cluster, training={"global_batch_size": 128, **training})
+        )
+        assert result.plans, result.suggestions
+        return result.plans[0].estimate.time.step_s
+
+    megatron = step()
+    loop = step(framework="deepspeed", stack=TRANSFORMERS_4)
+    grouped = step(framework="deepspeed")
+    assert loop > 4 * megatron and loop > 3 * grouped > 3 * megatron
