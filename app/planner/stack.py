@@ -153,6 +153,11 @@ class Stack(_Data):
     costs: Costs
     generations: dict[str, GenerationCosts]
     unmodelled: tuple[Unmodelled, ...] = Field((), description="Effects left out, with the runs that size them.")
+    residuals_of: str | None = Field(
+        None,
+        description="The stack whose measured residuals this one's intervals use: the same code path for every "
+        "model those runs cover (their `covers` still widens what they do not).",
+    )
 
     @property
     def can(self) -> Capabilities:

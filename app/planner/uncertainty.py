@@ -101,7 +101,10 @@ def spread(stack: str, generation: str, kind: str, label: str, model: ModelSpec 
     and a `model` outside what those runs cover, the fallback spread naming what is not covered (memory keeps the
     stack's spread whatever the model). A step-time spread reaches as far as the published runs of an effect the
     stack's model leaves out went, where it applies to `model` (the stack's `unmodelled`)."""
-    s = _measured_spread(stack, generation, kind, label, model)
+    measured = software.get(stack).residuals_of
+    if measured:  # the same code path as another stack's measured runs: those, under that stack's name
+        label = f"{measured} (the same code path)"
+    s = _measured_spread(measured or stack, generation, kind, label, model)
     if kind != "time" or model is None:
         return s
     for effect in software.get(stack).unmodelled:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.planner import PlanRequest, plan, stack
+from app.planner import PlanRequest, plan, stack, uncertainty
 from app.planner import activations as act
 from app.planner.compute import HF_EXPERT_OPS, layer_time, sparse_block_waits
 from app.planner.layout import StageShape
@@ -200,3 +200,15 @@ def test_many_small_experts_make_the_transformers_4_loop_host_bound() -> None:
     loop = step(framework="deepspeed", stack=TRANSFORMERS_4)
     grouped = step(framework="deepspeed")
     assert loop > 4 * megatron and loop > 3 * grouped > 3 * megatron
+
+
+def test_the_transformers_4_stack_takes_the_measured_runs_of_the_same_dense_code_path() -> None:
+    """Dense models run the same code under both transformers stacks: the H200 runs' spread, named as theirs; an MoE
+    is outside what those runs cover, so its interval is the widest and says why."""
+    dense = uncertainty.spread(TRANSFORMERS_4, "hopper", "time", TRANSFORMERS_4, spec())
+    assert dense == uncertainty.spread("deepspeed-hf", "hopper", "time", "deepspeed-hf (the same code path)", spec())
+    assert dense.runs == 9 and "deepspeed-hf (the same code path)" in dense.basis
+    moe = uncertainty.spread(
+        TRANSFORMERS_4, "hopper", "time", TRANSFORMERS_4, spec(num_experts=E, moe_ffn_hidden_size=F)
+    )
+    assert moe.runs == 0 and "no MoE runs" in moe.basis
