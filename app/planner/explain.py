@@ -5,7 +5,7 @@ from __future__ import annotations
 from app.planner.pipeline import alone_passes, pairs_none
 from app.planner.results import Estimate
 from app.planner.space import ep_overlap_runs
-from app.planner.specs import ParallelConfig
+from app.planner.specs import ModelSpec, ParallelConfig, TrainingSpec
 
 GiB = 2**30
 
@@ -145,3 +145,25 @@ def _headline(t: object, best: Estimate | None, feasible: int, objective: str, w
     if objective == "headroom":
         return f"most memory headroom of {feasible} feasible plans ({tokens:,.0f} tokens/s, MFU {100 * mfu:.1f}%)"
     return f"fastest of {feasible} feasible plans: {tokens:,.0f} tokens/s, MFU {100 * mfu:.1f}%"
+
+
+def model_notes(model: ModelSpec, training: TrainingSpec) -> list[str]:
+    """What the plans of this model assume about its implementation that the user may have to check."""
+    costs = training.software.costs
+    if not model.is_moe or costs.elementwise != "hf-eager":
+        return []
+    if costs.hf_experts == "grouped_mm":
+        other = (
+            "plan with training.stack deepspeed-hf-transformers4"
+            if training.software.framework == "deepspeed"
+            else "only training.stack deepspeed-hf-transformers4 (under DeepSpeed) models that"
+        )
+        return [
+            f"{model.name}'s experts are planned as transformers 5 runs them by default (experts_implementation "
+            f"grouped_mm: two grouped GEMMs, no host sync); with transformers 4, or experts_implementation eager, "
+            f"they run in a loop with a host sync per expert: {other}"
+        ]
+    return [
+        f"{model.name}'s experts are planned as transformers 4 runs them (a loop over the experts hit, a host sync "
+        f"each); transformers 5's default grouped_mm is faster: plan with training.stack deepspeed-hf"
+    ]

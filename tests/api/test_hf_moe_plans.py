@@ -19,7 +19,9 @@ def test_a_mixtral_under_deepspeed_zero3_is_stored_shown_and_rendered(client: Te
     )
     assert r.status_code == 201, r.text
     plan_id = r.json()["id"]
-    assert client.get(f"/p/{plan_id}").status_code == 200
+    page = client.get(f"/p/{plan_id}")
+    assert page.status_code == 200
+    assert "planned as transformers 5 runs them by default (experts_implementation grouped_mm" in page.text
     ds = client.get(f"/plans/{plan_id}/artifacts/ds_config.json")
     assert ds.status_code == 200, ds.text
     classes = json.loads(ds.text)["zero_optimization"]["leaf_module"]["classes"]

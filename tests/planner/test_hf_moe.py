@@ -169,6 +169,7 @@ def test_deepspeed_and_fsdp_plan_a_mixtral_and_torchtitan_still_refuses_it() -> 
         )
         assert result.plans, result.suggestions
         assert all(p.parallel.ep == 1 and p.parallel.tp == 1 for p in result.plans)  # every expert on each GPU
+        assert any("training.stack deepspeed-hf-transformers4" in n for n in result.notes)  # the other transformers
     refused = plan(
         PlanRequest(
             model="mixtral-8x7b",
