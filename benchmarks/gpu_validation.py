@@ -84,23 +84,17 @@ TINY_B = {**TINY_A, "name": "tiny-b", "num_layers": 3}
 # models"): many narrow experts (Qwen3-MoE's block, host-bound by its per-expert syncs) on the grid, few wide ones
 # (Mixtral's block, GEMM-bound) for the pair
 QWEN3_MOE_1B = {
+    **LLAMA_1B,
     "name": "qwen3-moe-1b",
     "num_layers": 16,
     "hidden_size": 1024,
     "num_attention_heads": 16,
-    "num_query_groups": 4,
     "kv_channels": 64,
     "qk_layernorm": True,
     "ffn_hidden_size": 3072,
     "num_experts": 64,
     "moe_router_topk": 8,
     "moe_ffn_hidden_size": 256,
-    "vocab_size": 32000,
-    "seq_length": 2048,
-    "swiglu": True,
-    "untie_embeddings_and_output_weights": True,
-    "normalization": "RMSNorm",
-    "position_embedding_type": "rope",
 }
 MIXTRAL_2B = {
     **QWEN3_MOE_1B,

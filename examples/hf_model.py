@@ -16,22 +16,16 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from gpt_model import GPTConfig
 from torch import nn
 
 
 @dataclass(frozen=True)
-class HFShape:
-    num_layers: int
-    hidden_size: int
-    num_attention_heads: int
-    vocab_size: int
-    seq_length: int
-    num_query_groups: int | None = None
+class HFShape(GPTConfig):
+    """The example GPT's shape and what transformers' classes add: the head size, q/k norms and the experts."""
+
+    swiglu: bool = True  # transformers' Llama, Qwen3 and MoE MLPs are SwiGLU
     kv_channels: int | None = None
-    ffn_hidden_size: int | None = None
-    swiglu: bool = True
-    normalization: str = "RMSNorm"
-    untie_embeddings_and_output_weights: bool = False
     qk_layernorm: bool = False
     num_experts: int | None = None
     moe_router_topk: int = 2
@@ -39,16 +33,16 @@ class HFShape:
     max_position_embeddings: int | None = None
 
 
-def unsupported(shape: HFShape, recompute_layers: int | None, window: object, position: str) -> list[str]:
+def unsupported(shape: HFShape, recompute_layers: int | None) -> list[str]:
     """Why these transformers classes cannot build `shape` (empty: they can)."""
     out = []
-    if position != "rope":
-        out.append(f"--position-embedding-type {position}: these classes use rope")
+    if shape.position_embedding_type != "rope":
+        out.append(f"--position-embedding-type {shape.position_embedding_type}: these classes use rope")
     if not shape.swiglu:
         out.append("--swiglu is required: transformers' Llama, Qwen3, Mixtral and Qwen3-MoE MLPs are SwiGLU")
     if shape.normalization != "RMSNorm":
         out.append(f"--normalization {shape.normalization}: these classes use RMSNorm")
-    if window is not None:
+    if shape.window_size is not None:
         out.append("--window-size: sliding windows are not built by the Hugging Face implementation here")
     if shape.num_experts and not shape.moe_ffn_hidden_size:
         out.append("--moe-ffn-hidden-size is required with --num-experts")

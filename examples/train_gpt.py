@@ -139,10 +139,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     except ValueError as exc:
         p.error(str(exc))
     if args.model_impl == "hf":
-        from hf_model import unsupported
+        from hf_model import HFShape, unsupported
 
-        layers = args.recompute.num_layers if args.recompute else None
-        problems = unsupported(hf_shape(args), layers, args.window_size, args.position_embedding_type)
+        shape = model_config(args)
+        assert isinstance(shape, HFShape)
+        problems = unsupported(shape, args.recompute.num_layers if args.recompute else None)
         if problems:
             p.error("--model-impl hf: " + "; ".join(problems))
     elif args.num_experts or args.qk_layernorm:
@@ -150,21 +151,31 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def hf_shape(args: argparse.Namespace) -> Any:
-    from hf_model import HFShape
-
-    return HFShape(
+def model_config(args: argparse.Namespace) -> GPTConfig:
+    """The network's shape: the example GPT's, or with `--model-impl hf` the transformers network's (HFShape, which
+    adds the head size, q/k norms and the experts)."""
+    shape: dict[str, Any] = dict(
         num_layers=args.num_layers,
         hidden_size=args.hidden_size,
         num_attention_heads=args.num_attention_heads,
         vocab_size=args.vocab_size,
         seq_length=args.seq_length,
         num_query_groups=args.num_query_groups,
-        kv_channels=args.kv_channels,
         ffn_hidden_size=args.ffn_hidden_size,
         swiglu=args.swiglu,
         normalization=args.normalization,
+        position_embedding_type=args.position_embedding_type,
         untie_embeddings_and_output_weights=args.untie_embeddings_and_output_weights,
+        window_size=args.window_size,
+        window_attn_skip_freq=args.window_attn_skip_freq,
+    )
+    if args.model_impl != "hf":
+        return GPTConfig(**shape)
+    from hf_model import HFShape
+
+    return HFShape(
+        **shape,
+        kv_channels=args.kv_channels,
         qk_layernorm=args.qk_layernorm,
         num_experts=args.num_experts,
         moe_router_topk=args.moe_router_topk,
@@ -284,26 +295,13 @@ def init_engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any], torch.de
     if on_cuda:
         torch.cuda.set_device(device)
     torch.manual_seed(args.seed)
-    cfg_model = GPTConfig(
-        num_layers=args.num_layers,
-        hidden_size=args.hidden_size,
-        num_attention_heads=args.num_attention_heads,
-        vocab_size=args.vocab_size,
-        seq_length=args.seq_length,
-        num_query_groups=args.num_query_groups,
-        ffn_hidden_size=args.ffn_hidden_size,
-        swiglu=args.swiglu,
-        normalization=args.normalization,
-        position_embedding_type=args.position_embedding_type,
-        untie_embeddings_and_output_weights=args.untie_embeddings_and_output_weights,
-        window_size=args.window_size,
-        window_attn_skip_freq=args.window_attn_skip_freq,
-    )
+    cfg_model = model_config(args)
     with device:  # initialised where it trains: a 7B model is built in seconds on a GPU, in minutes on the CPU
         if args.model_impl == "hf":
-            from hf_model import HFCausalLM
+            from hf_model import HFCausalLM, HFShape
 
-            model = HFCausalLM(hf_shape(args), recompute=args.recompute is not None)
+            assert isinstance(cfg_model, HFShape)
+            model = HFCausalLM(cfg_model, recompute=args.recompute is not None)
         else:
             model = GPT(cfg_model, args.recompute)
     config = ds_config(args, int(os.environ.get("WORLD_SIZE", 1)), on_cuda)

@@ -177,7 +177,7 @@ def _hf_eager(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, moe
     )
 
 
-def _hf_sparse_moe(model: ModelSpec, sb: float, experts_implementation: str) -> tuple[float, float, float]:
+def _hf_sparse_moe(model: ModelSpec, sb: float, experts_implementation: str | None) -> tuple[float, float, float]:
     """(experts, router, shared expert) bytes a Hugging Face sparse MoE block keeps. Every expert is local, so the
     `sb x top-k` token-expert pairs are exactly the tokens' (no imbalance). Per pair:
     - `grouped_mm` (transformers 5's default, integrations/moe.py grouped_mm_experts_forward): the gathered input

@@ -126,7 +126,7 @@ def _mlp_part_gemms(
     per_expert = routed_tokens(model, par, training) / moe_imbalance(model, par, training) * par.ep / model.num_experts
     sp = t if par.sequence_parallel and t > 1 else 1
     gemms = [Gemm(tokens / sp, model.num_experts, model.hidden_size)]  # router
-    grouped = training.software.costs.elementwise == "hf-eager" and training.software.costs.hf_experts == "grouped_mm"
+    grouped = training.software.costs.hf_experts == "grouped_mm"
     for g in _mlp_gemms(model, per_expert, model.moe_ffn_hidden_size, par.expert_tp):
         gemms.append(Gemm(g.m, g.n, g.k, local_experts, grouped))
     if model.moe_shared_expert_intermediate_size:
@@ -301,7 +301,7 @@ def _layer_time(
     fwd = attn_g + mlp_g + attn_f + ew_f
     bwd = 2 * (attn_g + mlp_g) + attn_b + BWD_BYTES * ew_f
     mlp_f = mlp_g + stream_time(ew.mlp_bytes, 1, gpu, costs)
-    if moe and training.software.costs.elementwise == "hf-eager" and training.software.costs.hf_experts == "eager":
+    if moe and training.software.costs.hf_experts == "eager":
         waits = sparse_block_waits(model, costs, mlp_f - mlp_t[0])
         fwd, mlp_f = fwd + waits, mlp_f + waits
     return LayerTime(

@@ -150,7 +150,7 @@ def _headline(t: object, best: Estimate | None, feasible: int, objective: str, w
 def model_notes(model: ModelSpec, training: TrainingSpec) -> list[str]:
     """What the plans of this model assume about its implementation that the user may have to check."""
     costs = training.software.costs
-    if not model.is_moe or costs.elementwise != "hf-eager":
+    if not model.is_moe or costs.hf_experts is None:
         return []
     if costs.hf_experts == "grouped_mm":
         other = (

@@ -4,14 +4,15 @@ Stacks live in data/stacks.json, each constant with its evidence; `framework` st
 default stack of a framework (`TrainingSpec.stack` names another). Consumers ask the stack (`stack.can.cp`,
 `stack.costs.attention_kernel`, `stack.generation(gpu)`) instead of comparing framework names.
 
-Adding a stack is a data change (a new entry) plus, at most, one new cost function (a new activation layout or
-element-wise implementation in activations.py / compute.py, selected by name from the data).
+Adding a stack is a data change (a new entry, or one that `extends` another and names what differs) plus, at most,
+one new cost function (a new activation layout or element-wise implementation in activations.py / compute.py,
+selected by name from the data).
 """
 
 from __future__ import annotations
 
 from functools import cache
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -114,11 +115,12 @@ class Costs(_Data):
         description="The Adam implementation: fused multi-tensor (Megatron, TE), torch's foreach AdamW (a temporary as "
         "large as the shard), or a per-tensor loop (Composer's DecoupledAdamW: one tensor's temporary at a time)."
     )
-    hf_experts: Literal["grouped_mm", "eager"] = Field(
-        "grouped_mm",
-        description="How a Hugging Face sparse MoE block runs its experts (transformers' experts_implementation): "
-        "grouped_mm, transformers 5's default (two grouped GEMMs over token-expert pairs sorted by expert, no host "
-        "sync), or eager, transformers 4's loop over the experts hit (a host sync per expert).",
+    hf_experts: Literal["grouped_mm", "eager"] | None = Field(
+        None,
+        description="How the stack's Hugging Face sparse MoE blocks run their experts (transformers' "
+        "experts_implementation): grouped_mm, transformers 5's default (two grouped GEMMs over token-expert pairs "
+        "sorted by expert, no host sync), or eager, transformers 4's loop over the experts hit (a host sync per "
+        "expert); None for a stack that does not run Hugging Face models.",
     )
     network_rails: Rails = Field(
         "all",
@@ -201,8 +203,27 @@ class AttentionKernel(_Data):
 
 @cache
 def _stacks() -> dict[str, Stack]:
-    data = catalog.load_data("stacks.json")
-    return {name: Stack(name=name, **row) for name, row in data["stacks"].items()}
+    rows = catalog.load_data("stacks.json")["stacks"]
+    return {name: Stack(name=name, **_resolved(rows, name)) for name in rows}
+
+
+def _resolved(rows: dict[str, Any], name: str, seen: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A stack's row with what it `extends` filled in: the other stack's row, this one's entries merged over it
+    (objects key by key, anything else replaced)."""
+    row = rows[name]
+    base = row.get("extends")
+    if base is None:
+        return dict(row)
+    if base not in rows or base in seen:
+        raise ValueError(f"stacks.json: stack {name!r} extends {base!r}, which is unknown or extends it back")
+    return _merged(_resolved(rows, base, (*seen, name)), {k: v for k, v in row.items() if k != "extends"})
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
 
 
 @cache

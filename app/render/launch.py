@@ -55,9 +55,10 @@ class Worker:
 def trainer_flags(f: Facts, config_path: Word) -> list[tuple[str, tuple[Word, ...]]]:
     """Arguments of the DeepSpeed training script (examples/train_gpt.py's Megatron-style names)."""
     o = f.options
-    model = [fl for fl in model_flags(f) if fl.name in TRAINER_MODEL_FLAGS]
+    shape = model_flags(f)
+    model = [fl for fl in shape if fl.name in TRAINER_MODEL_FLAGS]
     if f.model.is_moe:  # the sparse blocks the deepspeed-hf stack models: transformers' (examples/hf_model.py)
-        model += [fl for fl in (*model_flags(f), *moe_flags(f)) if fl.name in TRAINER_HF_FLAGS]
+        model += [fl for fl in (*shape, *moe_flags(f)) if fl.name in TRAINER_HF_FLAGS]
         if f.entrypoint == EXAMPLE_TRAINER:
             model.append(flag("--model-impl", "hf"))
     flags: list[Flag] = [

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -84,7 +85,7 @@ def test_the_transformers_network_is_the_one_the_planner_counts() -> None:
     model = HFCausalLM(shape, recompute=False)
     assert isinstance(spec.model, ModelSpec)
     assert sum(p.numel() for p in model.parameters()) == spec.model.num_parameters
-    assert unsupported(shape, 2, None, "learned_absolute") == [
+    assert unsupported(replace(shape, position_embedding_type="learned_absolute"), 2) == [
         "--position-embedding-type learned_absolute: these classes use rope",
         "--recompute-num-layers 2: gradient checkpointing in transformers recomputes each decoder layer (uniform, 1)",
     ]
