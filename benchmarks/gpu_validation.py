@@ -184,7 +184,7 @@ def suite_for(args: argparse.Namespace) -> Suite:
         )
     elif args.moe:
         models, pair_model, gbs, pair_mbs = {"qwen3-moe-1b": QWEN3_MOE_1B, "mixtral-2b": MIXTRAL_2B}, "mixtral-2b", 8, 1
-        # transformers 4's loop is host-bound at micro-batch 1 (12-18 s per step predicted on H200): the grid starts at 2
+        # transformers 4's loop is host-bound at micro-batch 1 (12-18 s per step predicted on H200): grid from 2
         zeros, sizes = ([1, 2, 3], [1, 4, 8]) if args.full_grid else (args.zero, args.moe_mbs)
         configs = grid("qwen3-moe-1b", zeros, sizes, ["none", "full"])
         timeout_s, min_start_s = {"qwen3-moe-1b": 150.0, "mixtral-2b": 150.0}, dict.fromkeys(models, 40.0)
