@@ -4,6 +4,8 @@ Reads a JSON request from a file or stdin."""
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections.abc import Callable
 
 from app.cli.planning import cmd_estimate, cmd_plan, cmd_render, format_estimate, format_plan
@@ -43,4 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return VERBS[args.verb][0](args)
+    try:
+        return VERBS[args.verb][0](args)
+    except BrokenPipeError:  # `trainplan plan ... | head`: the reader has what it wanted; end quietly, as cat does
+        # stdout's buffer would be flushed again at exit and fail again: point it at /dev/null first
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a writer that died of it

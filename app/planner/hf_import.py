@@ -162,7 +162,7 @@ def _llama_like(cfg: dict[str, Any], kind: str) -> dict[str, Any]:
         "ffn_hidden_size": _int(cfg, "intermediate_size", kind),
         "vocab_size": _int(cfg, "vocab_size", kind),
         "seq_length": _int(cfg, "max_position_embeddings", kind),
-        "swiglu": cfg.get("hidden_act", "silu") in ("silu", "swish"),
+        "swiglu": _gated_silu(cfg),
         "untie_embeddings_and_output_weights": not cfg.get("tie_word_embeddings", False),
         "position_embedding_type": "rope",
         "normalization": "RMSNorm",
@@ -176,6 +176,20 @@ def _llama_like(cfg: dict[str, Any], kind: str) -> dict[str, Any]:
         out["kv_channels"] = int(cfg["head_dim"])
     out.update(_moe_fields(cfg, kind))
     return out
+
+
+def _gated_silu(cfg: dict[str, Any]) -> bool:
+    """transformers' Llama-like MLPs (LlamaMLP, MistralMLP, Qwen2/3MLP and their experts; DeepseekV3MLP) are always
+    gated, down(act(gate(x)) * up(x)), with act = ACT2FN[hidden_act]; Megatron-LM has a flag for the SiLU gate only
+    (--swiglu). Any other activation would plan a different network (a plain two-matrix MLP has a third fewer MLP
+    weights), so it is refused with the key and its value."""
+    act = cfg.get("hidden_act", "silu")
+    if act not in ("silu", "swish"):
+        raise ValueError(
+            f"config.json hidden_act {act!r}: this model type's MLP is gated (gate_proj, up_proj, down_proj) and "
+            f"Megatron-LM gates with SiLU only (--swiglu); a gated {act} has no Megatron flag"
+        )
+    return True
 
 
 def _moe_fields(cfg: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -223,7 +237,7 @@ def _deepseek(cfg: dict[str, Any], kind: str) -> dict[str, Any]:
         "ffn_hidden_size": _int(cfg, "intermediate_size", kind),
         "vocab_size": _int(cfg, "vocab_size", kind),
         "seq_length": _int(cfg, "max_position_embeddings", kind),
-        "swiglu": True,
+        "swiglu": _gated_silu(cfg),
         "untie_embeddings_and_output_weights": not cfg.get("tie_word_embeddings", False),
         "position_embedding_type": "rope",
         "normalization": "RMSNorm",
@@ -298,21 +312,33 @@ def _gpt_neox(cfg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def model_type(cfg: dict[str, Any]) -> str:
+    """The config's model_type, refused (naming the supported ones) when it is none of them."""
+    kind = str(cfg.get("model_type", "")).lower()
+    if kind not in SUPPORTED:
+        raise ValueError(f"config.json model_type {kind or None!r} is not supported; supported: {', '.join(SUPPORTED)}")
+    return kind
+
+
+def longest_context(cfg: dict[str, Any]) -> str:
+    """How long a context the config says the model supports, as `key = value` under the key it uses."""
+    key = "n_positions" if "n_positions" in cfg and "max_position_embeddings" not in cfg else "max_position_embeddings"
+    return f"{key} = {cfg.get(key)}"
+
+
 def from_hf_config(cfg: dict[str, Any], name: str | None = None) -> dict[str, Any]:
     """ModelSpec fields from a parsed config.json. Unknown model types are refused, naming the known ones."""
     if not isinstance(cfg, dict):
         raise ValueError("config.json must be a JSON object")
-    kind = str(cfg.get("model_type", "")).lower()
+    kind = model_type(cfg)
     if kind in LLAMA_LIKE:
         fields = _llama_like(cfg, kind)
     elif kind in DEEPSEEK:
         fields = _deepseek(cfg, kind)
     elif kind == "gpt2":
         fields = _gpt2(cfg)
-    elif kind == "gpt_neox":
-        fields = _gpt_neox(cfg)
     else:
-        raise ValueError(f"config.json model_type {kind or None!r} is not supported; supported: {', '.join(SUPPORTED)}")
+        fields = _gpt_neox(cfg)
     label = name or cfg.get("_name_or_path") or (cfg.get("architectures") or [kind])[0]
     fields["name"] = str(label)[:100]
     fields["source"] = f"Hugging Face config.json (model_type {kind})"

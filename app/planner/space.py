@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from app.planner import activations as act
 from app.planner import dispatch, layout
-from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
+from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, ParallelPins, TrainingSpec
 
 MAX_MICRO_BATCH = 32
 MAX_MICROBATCH_TOKENS = 262_144  # no micro-batch larger than this many tokens per GPU is worth timing
@@ -76,7 +76,8 @@ def cp_comm_options(
     if model.sliding_window is not None and not pinned:
         # Transformer Engine runs windowed attention under CP with all_gather or a2a only (rules cp_sliding_window)
         usable = ("all_gather", "a2a") if heads % cp == 0 else ("all_gather",)
-        return [(kind, None) for kind in usable if kind in can]
+        kinds: list[tuple[str, tuple[int, int] | None]] = [(kind, None) for kind in usable if kind in can]
+        return kinds or ([(usable[0], None)] if training.pinned.cp else [])
     out: list[tuple[str, tuple[int, int] | None]] = [("p2p", None)] if "p2p" in can else []
     gqa = (model.num_query_groups or model.num_attention_heads) < model.num_attention_heads
     if gqa and "all_gather" in can:  # Llama 3's CP: with few K/V heads, gathering K and V is cheap
@@ -88,7 +89,9 @@ def cp_comm_options(
         out.append(("a2a+p2p", (inner, cp // inner)))
     if pinned:
         out = [o for o in out if o[0] == pinned] or [(pinned, None)]
-    return out
+    # a pinned CP the stack cannot run (Megatron-DeepSpeed, DeepSpeed): one option, which the rules refuse by name
+    # rather than a search of no candidates and no reason
+    return out or ([("p2p", None)] if training.pinned.cp else [])
 
 
 def pp_options(model: ModelSpec, training: TrainingSpec, rest: int) -> list[int]:
@@ -148,21 +151,28 @@ def sharding_options(training: TrainingSpec, dp: int, cp: int, pp: int, offload:
     pins = training.pinned
     can = training.software.can
     if "distributed_optimizer" in can.sharding:
+        # a pinned ZeRO stage or ZeRO offload is not this stack's: carried into every option, so that the rules
+        # refuse it by name ("shards with distributed_optimizer, not ZeRO stages") instead of the search dropping it
+        foreign = _pinned(pins, ("zero_stage", "offload_optimizer", "offload_param"))
         # the distributed optimizer shards optimizer state over DP x CP at the communication volume of the
         # all-reduce it replaces (reduce-scatter + all-gather): with DP x CP > 1 it is always taken; Megatron-FSDP
         # also shards the gradients (optim_grads) and the weights (optim_grads_params, PP 1); its `optim` strategy
         # is the distributed optimizer's sharding and is not searched twice
         options = [dp * cp > 1] if pins.distributed_optimizer is None else [pins.distributed_optimizer]
-        out: list[dict[str, object]] = [{"distributed_optimizer": d} for d in options]
+        out: list[dict[str, object]] = [{"distributed_optimizer": d, **foreign} for d in options]
         if "megatron_fsdp" in can.sharding and dp * cp > 1 and pins.distributed_optimizer is not False:
             strategies = ["optim_grads"] + (["optim_grads_params"] if pp == 1 else [])
             if pins.megatron_fsdp:
                 strategies, out = [pins.megatron_fsdp], []
-            out += [{"distributed_optimizer": True, "megatron_fsdp": s} for s in strategies]
+            out += [{"distributed_optimizer": True, "megatron_fsdp": s, **foreign} for s in strategies]
+        elif pins.megatron_fsdp:  # refused by rule (no Megatron-FSDP here, or nothing to shard it over)
+            out = [{**option, "megatron_fsdp": pins.megatron_fsdp} for option in out]
         return out
     if "fsdp" in can.sharding:  # FSDP's full shard; a pinned ZeRO stage or distributed optimizer is refused by rule
         pinned = {"zero_stage": pins.zero_stage, "distributed_optimizer": pins.distributed_optimizer}
         return [{k: v for k, v in pinned.items() if v}]
+    # Megatron's distributed optimizer or Megatron-FSDP pinned on a ZeRO stack: carried, so that the rules refuse it
+    foreign = _pinned(pins, ("distributed_optimizer", "megatron_fsdp"))
     stages = [s for s in can.zero_stages if s <= 1] if pp > 1 else list(can.zero_stages)
     if dp == 1 and pins.zero_stage is None:
         stages = [min(s for s in stages if s >= 1)] if any(s >= 1 for s in stages) else stages
@@ -178,8 +188,13 @@ def sharding_options(training: TrainingSpec, dp: int, cp: int, pp: int, offload:
         for opt, param in offloads:
             if pins.offload_optimizer not in (None, opt) or pins.offload_param not in (None, param):
                 continue
-            out.append({"zero_stage": stage, "offload_optimizer": opt, "offload_param": param})
+            out.append({"zero_stage": stage, "offload_optimizer": opt, "offload_param": param, **foreign})
     return out
+
+
+def _pinned(pins: ParallelPins, names: tuple[str, ...]) -> dict[str, object]:
+    """The pins among `names` set to something other than their "off" value (None, False, 0, "none")."""
+    return {name: value for name in names if (value := getattr(pins, name)) not in (None, False, 0, "none")}
 
 
 @dataclass(frozen=True, slots=True)

@@ -138,7 +138,9 @@ def offload(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, dead
         if found is None:
             continue
         plan = f"{describe(found.par)}, {found.peak_bytes / GiB:.1f} GiB per GPU"
-        if "none" in (found.par.offload_optimizer,) and found.par.offload_param == "none":
+        if found.par.offload_optimizer == "none" and found.par.offload_param == "none":
+            if framework == training.framework:  # what the request asked for already: no news
+                continue
             return f"framework {framework} would fit on this cluster: {plan}"
         return (
             f"framework {framework} with ZeRO offload would fit on this cluster: {plan} "
@@ -178,22 +180,32 @@ def shorter_sequence(model: ModelSpec, cluster: ClusterSpec, training: TrainingS
     return None
 
 
-def without_pins(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, deadline: float) -> str | None:
+def without_pins(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, deadline: float
+) -> tuple[str | None, bool]:
+    """The hint for the pinned dimensions, and whether a plan fits on this cluster without them."""
     pins = training.pinned.model_dump(exclude_none=True)
     if not pins:
-        return None
+        return None, False
     free = training.model_copy(update={"pinned": ParallelPins()})
     found = _best(model, cluster, free, cluster.world_size, training.software.can.offload, deadline)
     fixed = ", ".join(f"{k}={v}" for k, v in pins.items())
     if found is None:
-        return f"even without your pinned {fixed}, nothing fits on this cluster"
-    return f"without your pinned {fixed}: {describe(found.par)} fits, {found.peak_bytes / GiB:.1f} GiB per GPU"
+        return f"even without your pinned {fixed}, nothing fits on this cluster", False
+    return f"without your pinned {fixed}: {describe(found.par)} fits, {found.peak_bytes / GiB:.1f} GiB per GPU", True
 
 
 def suggestions(request: PlanRequest, state: SearchState, until: float | None = None) -> list[str]:
-    """What would fit. More nodes, offload and shorter sequences are tried without the pinned dimensions, for at
-    most BUDGET_S and never past `until` (the request's own search time limit)."""
+    """What would fit. Where a plan fits this cluster without the pinned dimensions, that is the one hint (a pin
+    that breaks the batch's divisibility or the stack's support is no memory problem). Otherwise more nodes,
+    offload and shorter sequences are tried without the pinned dimensions, for at most BUDGET_S and never past
+    `until` (the request's own search time limit)."""
     model, cluster, training = request.model, request.cluster, request.training
+    if state.truncated:  # the time ran out: nothing says the cluster is too small
+        return [
+            f"no plan was found before the search time cap ({training.search_time_limit_s:g} s) ran out "
+            f"({state.candidates} candidates checked): raise training.search_time_limit_s"
+        ]
     deadline = time.perf_counter() + BUDGET_S
     if until is not None:
         deadline = min(deadline, max(until, time.perf_counter() + 0.2))
@@ -207,9 +219,11 @@ def suggestions(request: PlanRequest, state: SearchState, until: float | None = 
     closest = _closest(state)
     if closest:
         out.append(closest)
-    hint = without_pins(model, cluster, training, deadline)
+    hint, pins_block = without_pins(model, cluster, training, deadline)
     if hint:
         out.append(hint)
+    if pins_block:  # the cluster fits the model: more nodes, offload or a shorter sequence would not be the fix
+        return out
     free = training.model_copy(update={"pinned": ParallelPins()})
     for finder in (bf16_optimizer_states, more_nodes, offload, shorter_sequence):
         # each node count ruled out is a whole search, so the node count could take all the time there is: it

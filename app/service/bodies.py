@@ -25,6 +25,7 @@ from pydantic import (
 
 from app.planner import catalog
 from app.planner.gpu import GPUSpec
+from app.planner.hf_import import longest_context, model_type
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from app.render import RenderOptions
 
@@ -89,15 +90,20 @@ class HFConfigModel(BaseModel):
         description="Training sequence length in tokens (required: a config.json gives only max_position_embeddings).",
     )
 
+    @field_validator("hf_config")
+    @classmethod
+    def _known_type(cls, config: dict[str, Any]) -> dict[str, Any]:
+        model_type(config)  # a model type the import refuses is the first thing to say, before the sequence length
+        return config
+
     @field_validator("seq_length", mode="before")
     @classmethod
     def _asked_for(cls, value: object, info: ValidationInfo) -> object:
-        if value is None:
-            config = info.data.get("hf_config") or {}
-            longest = config.get("max_position_embeddings") or config.get("n_positions")
+        if value is None and "hf_config" in info.data:  # (a refused config.json is the one error)
+            config = info.data["hf_config"]
             raise ValueError(
                 "give the sequence length to train at: config.json says only how long a context the model "
-                f"supports (max_position_embeddings = {longest}), and planning at that length is rarely meant"
+                f"supports ({longest_context(config)}), and planning at that length is rarely meant"
             )
         return value
 

@@ -17,6 +17,7 @@ from app.web.prefs import Prefs
 
 GiB = 2**30
 FONT = 11
+AXIS_TITLE_X = 4.0  # the y-axis title starts here, inside the chart
 
 MEMORY_PARTS = (
     ("weights_bytes", "weights", "#4e79a7"),
@@ -114,7 +115,8 @@ def nice_step(span: float, ticks: int = 5) -> float:
 
 
 def _y_axis(chart: Chart, top: float, bottom: float, left: float, right: float, vmax: float, unit: str) -> None:
-    """Grid lines and tick labels from 0 to vmax, the unit above the axis."""
+    """Grid lines and tick labels from 0 to vmax, the axis title above it from the chart's left edge (anchored at
+    its end it ran off the edge: "PU (GiB)" of "memory per GPU (GiB)")."""
     step = nice_step(vmax)
     v = 0.0
     while v <= vmax + 1e-9:
@@ -122,7 +124,7 @@ def _y_axis(chart: Chart, top: float, bottom: float, left: float, right: float, 
         chart.lines.append(Line(left, y, right, y, "grid"))
         chart.labels.append(Label(left - 6, y + 4, f"{v:g}", "end", "tick"))
         v += step
-    chart.labels.append(Label(left - 6, top - 10, unit, "end", "tick"))
+    chart.labels.append(Label(AXIS_TITLE_X, top - 10, unit, "start", "tick"))
 
 
 def _capacity_labels(chart: Chart, right: float, ys: list[tuple[float, str, str]]) -> None:

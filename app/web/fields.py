@@ -9,6 +9,8 @@ a spec value into the form; `to_value(to_text(v)) == v` for every value a spec a
 from __future__ import annotations
 
 import json
+import math
+import re
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -243,7 +245,7 @@ def spec_field(
     fields = {
         "name": f"{prefix}.{name}",
         "label": label,
-        "help": info.description or "",
+        "help": re.sub(r"\bbytes\b", "GiB", info.description or "") if scale == GiB else info.description or "",
         "kind": kind,
         "options": options,
         "default": default,
@@ -296,11 +298,25 @@ def to_value(f: FormField, raw: str) -> Any:
         except json.JSONDecodeError as exc:
             raise BadValue(f"not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}") from None
     if f.kind == "int" and f.scale > 1:
-        number = _number(raw, float)
-        return round(number * f.scale) if isinstance(number, float) else number
+        return _scaled(f, raw)
     if f.kind in ("int", "float"):
         return _number(raw, int if f.kind == "int" else float)
     return raw
+
+
+def _scaled(f: FormField, raw: str) -> int:
+    """A field the form shows in GiB: the number of bytes, its range checked in GiB, as the user typed it (the spec's
+    own message would give bytes, and a non-finite number has no bytes)."""
+    unit = "GiB"
+    number = _number(raw, float)
+    if not isinstance(number, float) or not math.isfinite(number):
+        raise BadValue(f"{raw!r} is not a number of {unit}")
+    low, high = f.attrs.get("min"), f.attrs.get("max")
+    if low is not None and number < float(low):
+        raise BadValue(f"at least {low} {unit} (got {number_text(number)})")
+    if high is not None and number > float(high):
+        raise BadValue(f"at most {high} {unit} (got {number_text(number)})")
+    return round(number * f.scale)
 
 
 def _number(raw: str, kind: type) -> Any:

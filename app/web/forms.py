@@ -15,6 +15,7 @@ from typing import Any
 from app.planner import catalog
 from app.planner.errors import FieldError
 from app.planner.gpu import Efficiency, GPUSpec
+from app.planner.hf_import import longest_context, model_type
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelPins, PlanRequest, TrainingSpec
 from app.render import RenderOptions
 from app.web.fields import BadValue, FormField, spec_field, spec_fields, to_value, values_of
@@ -254,16 +255,19 @@ def _hf_model(
     sections: dict[str, list[FormField]], form: Mapping[str, str], upload: bytes | None, errors: list[FieldError]
 ) -> dict[str, Any]:
     config = _hf_config(form, upload)
+    try:  # a model type the import refuses is the first thing to say, before the sequence length
+        model_type(config)
+    except ValueError as exc:
+        raise FormError([FieldError("hf.config", str(exc))]) from None
     model: dict[str, Any] = {"hf_config": config}
     fields = {f.name: f for f in sections["model_hf"]}
     seq = form.get("hf.seq_length", "").strip()
     if not seq:
-        longest = config.get("max_position_embeddings") or config.get("n_positions")
         errors.append(
             FieldError(
                 "hf.seq_length",
                 "give the sequence length to train at: config.json says only "
-                f"how long a context the model supports (max_position_embeddings = {longest})",
+                f"how long a context the model supports ({longest_context(config)})",
             )
         )
     else:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from markupsafe import Markup, escape
 
 from app.web.prefs import Prefs
 
@@ -38,8 +40,19 @@ def seconds(value: float) -> str:
 
 
 def days(value: float) -> str:
-    """Days for people: hours below two days."""
-    return f"{24 * value:,.1f} h" if value < 2 else f"{value:,.1f} days"
+    """Days for people: hours below two days, minutes below an hour, seconds below a minute."""
+    if value >= 2:
+        return f"{value:,.1f} days"
+    hours = 24 * value
+    if hours >= 1:
+        return f"{hours:,.1f} h"
+    return f"{60 * hours:.1f} min" if hours * 60 >= 1 else f"{3600 * hours:.1f} s"
+
+
+def breakable(value: object) -> Markup:
+    """Escaped text that may also wrap after "(", "_", "/" and "=" (<wbr>), besides its spaces and hyphens: a long
+    layout word wraps in a narrow column; a number, which has none of them, never does."""
+    return Markup(re.sub(r"([(_/=])", r"\1<wbr>", str(escape(value))))
 
 
 def money(value: float) -> str:
@@ -71,7 +84,15 @@ class WebTemplates:
             auto_reload=False,
         )
         self.env.filters.update(
-            gib=gib, pct=pct, num=num, seconds=seconds, params=params, n=coord, days=days, money=money
+            gib=gib,
+            pct=pct,
+            num=num,
+            seconds=seconds,
+            params=params,
+            n=coord,
+            days=days,
+            money=money,
+            breakable=breakable,
         )
         self.env.globals["default_prefs"] = Prefs()
 

@@ -79,3 +79,20 @@ def test_a_request_that_is_not_utf8_names_the_file_and_the_byte(tmp_path: Path) 
         assert done.returncode == 2, done.stderr
         assert f"error: cannot read request '{path}': not UTF-8 text (byte 0xff at offset 22)" in done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
+    """`trainplan plan --json ... | head -2`: the JSON is larger than a pipe holds, so the writer meets a closed pipe;
+    it ended in a BrokenPipeError traceback."""
+    path = tmp_path / "req.json"
+    path.write_text(json.dumps(REQUEST))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app", "plan", str(path), "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(10).startswith(b"{")
+    proc.stdout.close()  # what head does after its lines
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and "Traceback" not in err, err

@@ -144,3 +144,27 @@ def test_sliding_windows_are_imported_as_megatron_builds_them(
     with pytest.raises(ValueError, match=r"sliding_window\(128\) on layers wgwwgw"):
         from_hf_config({**cfg, "use_sliding_window": True, "sliding_window": 128,
                         "layer_types": ["sliding_attention", "full_attention", "sliding_attention"] * 2})  # fmt: skip
+
+
+@pytest.mark.parametrize("act", ["gelu", "gelu_pytorch_tanh", "relu"])
+def test_a_gated_mlp_with_another_activation_is_refused(act: str) -> None:
+    """transformers builds Llama's MLP gated whatever hidden_act says; it was imported as a plain two-matrix MLP
+    (Llama-3-8B-shaped: 6.15B parameters instead of 8.03B) and rendered without --swiglu."""
+    with pytest.raises(ValidationError, match=f"hidden_act '{act}': this model type's MLP is gated"):
+        params({**LLAMA2_7B, "hidden_act": act})
+    assert from_hf_config({**LLAMA2_7B, "hidden_act": "swish"})["swiglu"] is True
+
+
+def test_the_model_type_is_checked_before_the_sequence_length() -> None:
+    """An unsupported config.json was first asked for its sequence length; GPT-2's longest context is n_positions."""
+    from app.service.errors import Refused
+    from app.service.requests import parse_plan_request
+
+    cluster, training = {"num_nodes": 1, "gpu": "H100-SXM"}, {"global_batch_size": 8}
+    with pytest.raises(Refused) as exc:
+        parse_plan_request({"model": {"hf_config": {"model_type": "gemma2"}}, "cluster": cluster, "training": training})
+    assert [(e.field, e.message.split(";")[0]) for e in exc.value.errors] == [
+        ("model.hf_config", "config.json model_type 'gemma2' is not supported")
+    ]
+    with pytest.raises(Refused, match=r"\(n_positions = 1024\)"):
+        parse_plan_request({"model": {"hf_config": GPT2}, "cluster": cluster, "training": training})

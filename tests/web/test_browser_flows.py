@@ -150,6 +150,38 @@ def test_compare_two_ranked_plans(page: Any, server: str, tmp_path: Path) -> Non
     assert hidden <= 0, f"the comparison table scrolls sideways by {hidden} px at 390 px"
 
 
+# the words of each comparison cell (between spaces and hyphens, where text may wrap) laid out over more than one line
+SPLIT_WORDS = """(() => {
+  const split = [];
+  for (const cell of document.querySelectorAll('table.compare td')) {
+    const walk = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node = walk.nextNode(); node; node = walk.nextNode()) {
+      for (const m of node.data.matchAll(/[^\\s-]+/g)) {
+        const r = document.createRange();
+        r.setStart(node, m.index);
+        r.setEnd(node, m.index + m[0].length);
+        const tops = new Set([...r.getClientRects()].map((b) => Math.round(b.top)));
+        if (tops.size > 1) split.push(m[0]);
+      }
+    }
+  }
+  return split;
+})()"""
+
+
+def test_compare_four_plans_on_a_phone_keeps_every_number_whole(page: Any, server: str, tmp_path: Path) -> None:
+    """Four plans side by side at 390 px: the cells wrap between words, never inside a number ("149,157" was laid out
+    as "149 / ,15 / 7" and "DP16" as "DP1 / 6")."""
+    plan_id = submit_plan(page, server, **{"training.global_batch_size": "64"}).rsplit("/", 1)[1].split("?")[0]
+    page.set_viewport_size({"width": 390, "height": 900})
+    page.goto(f"{server}/compare?" + "&".join(f"p={plan_id}:{rank}" for rank in (1, 2, 3, 4)))
+    assert page.locator("table.compare th[scope=col]").all_inner_texts()[1:] == ["A", "B", "C", "D"]
+    split = page.evaluate(SPLIT_WORDS)
+    shots(page, tmp_path, "compare-4-phone")
+    page.set_viewport_size({"width": 1440, "height": 900})
+    assert split == [], f"words split across lines at 390 px: {split}"
+
+
 def test_time_to_train_and_cost(page: Any, server: str, tmp_path: Path) -> None:
     submit_plan(page, server, **{"training.global_batch_size": "64"})
     page.fill("#in-tokens", "1e12")

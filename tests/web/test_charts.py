@@ -136,6 +136,9 @@ def test_memory_bars_add_up_to_each_stage_against_capacity() -> None:
         assert segments[0].y + segments[0].h == pytest.approx(zero)
     peaks = [r for r in chart.rects if r.cls == "peak"]
     assert len(peaks) == 1 and peaks[0].title.startswith(f"stage {mem.peak_stage}:")
+    # the axis title starts inside the chart (anchored at its end, 46 px from the edge, it was cut to "PU (GiB)")
+    title = next(label for label in chart.labels if label.text == "memory per GPU (GiB)")
+    assert title.anchor == "start" and 0 < title.x < 52
 
 
 def test_pipeline_draws_every_op_when_few_microbatches() -> None:

@@ -77,9 +77,33 @@ def test_help_text_is_the_spec_description() -> None:
     for f in forms.all_fields(SECTIONS):
         prefix, _, name = f.name.rpartition(".")
         if prefix in SPECS and f.name != "cluster.gpu":
-            assert f.help == SPECS[prefix].model_fields[name].description, f.name
+            description = SPECS[prefix].model_fields[name].description
+            # a field shown in GiB says GiB where its spec counts bytes
+            assert f.help == (description.replace("bytes", "GiB") if f.scale > 1 else description), f.name
             checked += 1
     assert checked > 150
+    memory = next(f for f in forms.all_fields(SECTIONS) if f.name == "cluster.gpu.memory_bytes")
+    assert memory.help == "Device memory visible to the job, GiB."
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("1e400", "'1e400' is not a number of GiB"),
+        ("inf", "'inf' is not a number of GiB"),
+        ("nan", "'nan' is not a number of GiB"),
+        ("lots", "'lots' is not a number of GiB"),
+        ("1e300", "at most 4096 GiB (got 1e+300)"),
+        ("5000", "at most 4096 GiB (got 5000)"),
+        ("0.1", "at least 0.25 GiB (got 0.1)"),
+    ],
+)
+def test_a_gib_field_checks_its_number_in_gib(text: str, message: str) -> None:
+    """The form converts GiB to the spec's bytes: a number with no bytes (infinite, not a number, past the range)
+    is refused at its field in GiB, as typed, instead of overflowing or quoting bytes."""
+    with pytest.raises(forms.FormError) as exc:
+        forms.to_request(SECTIONS, form(cluster_mode="custom", cluster__gpu__memory_bytes=text), None)
+    assert [(e.field, e.message) for e in exc.value.errors] == [("cluster.gpu.memory_bytes", message)]
 
 
 def test_bounds_come_from_the_spec() -> None:

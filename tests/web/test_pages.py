@@ -6,6 +6,8 @@ import json
 import xml.etree.ElementTree as ET
 from typing import Any
 
+import pytest
+
 from app.web.pages import SECTIONS
 from tests.api.conftest import SMALL
 from tests.web.html_dom import element, hrefs, svgs
@@ -182,3 +184,15 @@ def test_stylesheet(web: Any) -> None:
     r = web.get("/static/style.css")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/css") and ".mode-panel" in r.text
     assert r.headers.get("content-encoding") == "gzip"  # httpx asks for gzip and unpacks it
+
+
+@pytest.mark.parametrize("path", ["/", "/check"])
+def test_a_gib_value_with_no_bytes_is_refused_at_its_field(web: Any, path: str) -> None:
+    """A custom GPU's memory of 1e400 GiB (or 1e300, whose bytes overflow) was a 500 that lost the form."""
+    values = {**PLAN_FORM, "cluster_mode": "custom", "cluster.gpu.memory_bytes": "1e300"}
+    r = web.post(path, data=form(**{k.replace(".", "__"): v for k, v in values.items()}), follow_redirects=False)
+    assert r.status_code == 422
+    text, inputs = element(r.text, "field-cluster.gpu.memory_bytes")
+    assert "at most 4096 GiB (got 1e+300)" in text
+    assert inputs[0][1]["value"] == "1e300"
+    assert web.get("/plans").json()["total"] == 0
