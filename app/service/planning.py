@@ -219,10 +219,11 @@ def get_plan(store: PlanStore, plan_id: str) -> PlanRecord:
     return record
 
 
-def check_rank(record: PlanRecord, rank: int) -> None:
+def check_rank(record: PlanRecord, rank: int, what: str = "artifacts") -> None:
+    """404 unless the stored plan has a ranked plan `rank`; `what` names what was asked of it."""
     count = len(record.result.plans)
     if count == 0:
-        raise NotFound(f"plan {record.id} has no feasible plans, so no artifacts", "rank")
+        raise NotFound(f"plan {record.id} has no feasible plans, so no {what}", "rank")
     if not 1 <= rank <= count:
         raise NotFound(f"rank {rank} is out of range: plan {record.id} has ranks 1..{count}", "rank")
 

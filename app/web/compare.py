@@ -76,6 +76,8 @@ def _columns(store: PlanStore, refs: list[Ref], errors: list[FieldError]) -> lis
         record = store.get(ref.plan_id)
         if record is None:
             errors.append(FieldError("p", f"no stored plan with id {ref.plan_id}"))
+        elif not record.result.plans:
+            errors.append(FieldError("p", f"plan {ref.plan_id} has no feasible plans to compare: nothing fit"))
         elif not 1 <= ref.rank <= len(record.result.plans):
             errors.append(
                 FieldError("p", f"plan {ref.plan_id} has ranks 1..{len(record.result.plans)}, not {ref.rank}")

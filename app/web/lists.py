@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 from typing import Annotated
-from urllib.parse import urlencode
+from urllib.parse import parse_qsl, urlencode
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import RedirectResponse, Response
@@ -69,6 +69,7 @@ def recent_page(
         max_compare=MAX_PLANS,
         csrf_token=viewer.csrf_token if viewer.via == "session" else "",
         csv_url="/recent.csv?" + query_of(filters),
+        filters_query=query_of(filters),
         self_url="/recent?" + query_of(filters, offset=offset),
         prev_url="/recent?" + query_of(filters, offset=max(0, offset - size)) if offset > 0 else None,
         next_url="/recent?" + query_of(filters, offset=offset + size) if offset + size < matching else None,
@@ -165,7 +166,10 @@ def delete_plan(
             self_url="/recent",
         )
         return html(request, page, 404)
-    return RedirectResponse(f"/recent?deleted={plan_id}", status_code=303)
+    # back to the list as it was filtered (only the filters are read back from the form, as filters)
+    back = dict(parse_qsl(form.values.get("back", ""))[:8])
+    query = query_of(filters_of(*(back.get(k, "")[:200] for k in ("q", "model", "gpu", "owner"))), deleted=plan_id)
+    return RedirectResponse(f"/recent?{query}", status_code=303)
 
 
 @router.get("/compare", response_class=HTML)

@@ -232,7 +232,7 @@ def chart_svg(
 ) -> Response:
     """One chart as a standalone SVG, to paste into a ticket or a wiki."""
     record = get_plan(store, plan_id)
-    check_rank(record, rank)
+    check_rank(record, rank, "charts")
     drawn = chart_for(chart, record, rank, prefs)
     if drawn is None:
         raise NotFound(f"no chart {chart!r}", "chart")

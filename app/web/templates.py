@@ -49,6 +49,27 @@ def days(value: float) -> str:
     return f"{60 * hours:.1f} min" if hours * 60 >= 1 else f"{3600 * hours:.1f} s"
 
 
+NUMBER = r"\d[\d,]*(?:\.\d+)?"
+# "N GiB", and "A of B GiB", "A / B GiB", "A–B GiB" (both numbers are in the unit)
+GIB_IN_TEXT = re.compile(rf"(?:({NUMBER})( of | / |–| to ))?({NUMBER}) GiB\b")
+
+
+def in_units(text: str, prefs: Prefs) -> str:
+    """The planner's sentences give memory in GiB; with GB chosen, each "N GiB" in them reads as GB, so one page
+    never shows the same peak in both units with different numbers."""
+    if prefs.units == "GiB":
+        return text
+
+    def gb(number: str) -> str:
+        return f"{float(number.replace(',', '')) * GiB / 1e9:,.1f}"
+
+    def convert(m: re.Match[str]) -> str:
+        first = f"{gb(m.group(1))}{m.group(2)}" if m.group(1) else ""
+        return f"{first}{gb(m.group(3))} GB"
+
+    return GIB_IN_TEXT.sub(convert, text)
+
+
 def breakable(value: object) -> Markup:
     """Escaped text that may also wrap after "(", "_", "/" and "=" (<wbr>), besides its spaces and hyphens: a long
     layout word wraps in a narrow column; a number, which has none of them, never does."""
@@ -56,7 +77,17 @@ def breakable(value: object) -> Markup:
 
 
 def money(value: float) -> str:
-    return f"{value:,.0f}" if value >= 100 else f"{value:,.2f}"
+    """Whole units from 100, cents from 1, three significant digits below (a short run's 0.0046 is not "0.00")."""
+    if value >= 100:
+        return f"{value:,.0f}"
+    return f"{value:,.2f}" if value >= 1 or value == 0 else f"{value:.3g}"
+
+
+def amount(value: float) -> str:
+    """A count such as GPU-hours: whole from 100, one decimal from 1, three significant digits below."""
+    if value >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.1f}" if value >= 1 or value == 0 else f"{value:.3g}"
 
 
 def coord(value: float) -> str:
@@ -92,7 +123,9 @@ class WebTemplates:
             n=coord,
             days=days,
             money=money,
+            amount=amount,
             breakable=breakable,
+            in_units=in_units,
         )
         self.env.globals["default_prefs"] = Prefs()
 

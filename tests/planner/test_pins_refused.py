@@ -55,3 +55,14 @@ def test_a_search_out_of_time_says_so_rather_than_nothing_fits() -> None:
     assert "before the search time cap (0.001 s) ran out" in result.suggestions[0]
     assert "raise training.search_time_limit_s" in result.suggestions[0]
     assert "no plan fits" not in result.suggestions[0]
+
+
+def test_fp8_on_a_stack_without_it_names_the_stacks_that_plan_it() -> None:
+    """It said "planned for Megatron-LM only" while torchtitan and MaxText plan FP8 too."""
+    result = _plan(precision="fp8", framework="pytorch-fsdp")
+    (reason,) = result.rejected
+    assert reason.reason == "fp8_framework"
+    assert "FP8 is planned with training.stack megatron-core, torchtitan, torchtitan-eager, maxtext, not " in (
+        reason.message
+    )
+    assert _plan(precision="fp8", framework="pytorch-fsdp", stack="torchtitan").plans

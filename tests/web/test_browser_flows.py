@@ -238,7 +238,8 @@ def test_plan_list_search_csv_and_delete(page: Any, server: str, tmp_path: Path)
     rows = Path(download.value.path()).read_text().splitlines()
     assert rows[0].startswith("id,created_at,owner,model") and len(rows) == 2 and rows[1].startswith(pid)
     page.click(f'button[aria-label="delete plan {pid}"]')
-    page.wait_for_url(f"{server}/recent?deleted={pid}")
+    page.wait_for_url(f"{server}/recent?q={pid}&deleted={pid}")  # back to the list as it was filtered
+    assert page.input_value("#f-q") == pid
     assert page.request.get(f"{server}/plans/{pid}").status == 404
 
 

@@ -95,6 +95,14 @@ def test_compare_refuses_what_it_cannot_compare(web: Any) -> None:
     assert bad.status_code == 422 and "is not &lt;plan id&gt;:&lt;rank&gt;" in bad.text
     out = web.get("/compare", params={"p": [f"{pid}:1", f"{pid}:99"]})
     assert out.status_code == 422 and f"has ranks 1..{len(created['result']['plans'])}, not 99" in out.text
+    # a stored request where nothing fit (it said "has ranks 1..0"), and its chart ("no artifacts")
+    empty = stored(web, {"model": "llama-2-70b", "cluster": {"num_nodes": 1, "gpu": "A100-40GB"}, "training": {
+        "global_batch_size": 64}})  # fmt: skip
+    assert empty["result"]["plans"] == []
+    none = web.get("/compare", params={"p": [f"{pid}:1", f"{empty['id']}:1"]})
+    assert none.status_code == 422 and f"plan {empty['id']} has no feasible plans to compare" in none.text
+    chart = web.get(f"/p/{empty['id']}/memory.svg")
+    assert chart.status_code == 404 and "has no feasible plans, so no charts" in chart.text
     good = web.get("/compare", params={"p": [f"{pid}:1", f"{pid}:2"]})
     assert good.status_code == 200 and 'id="memory-chart-A"' in good.text and 'id="memory-chart-B"' in good.text
     assert "url(#pipeline-chart-A-bubble)" in good.text and 'id="pipeline-chart-A-bubble"' in good.text
@@ -236,3 +244,37 @@ def test_check_shows_an_imported_sliding_window(web: Any) -> None:
     )
     assert r.status_code == 200, r.text
     assert "attention window" in r.text and "4,096 tokens on 32 of 32 layers" in r.text
+
+
+def test_deleting_from_a_filtered_list_returns_to_it(web: Any) -> None:
+    """Delete on /recent?model=... redirected to the whole list; the filters now come back (read as filters only)."""
+    keep = stored(web, {**SMALL, "model": "llama-2-13b"})
+    gone = stored(web, {**SMALL, "model": "llama-2-13b"})
+    # (the page's Delete button, shown to a signed-in session, sends the list's filters as "back")
+    back = "q=llama&model=llama-2-13b&next=https://evil.example/"
+    done = web.post(f"/p/{gone['id']}/delete", data={"back": back}, follow_redirects=False)
+    assert done.status_code == 303
+    assert done.headers["location"] == f"/recent?q=llama&model=llama-2-13b&deleted={gone['id']}"
+    after = web.get(done.headers["location"]).text
+    assert f"Deleted plan {gone['id']}" in after and f"/p/{keep['id']}" in after
+
+
+def test_with_gb_chosen_the_planners_sentences_read_in_gb(web: Any) -> None:
+    """The KPI said "67.5 / 85.5 GB" while the Why said "62.9 of 79.6 GiB": the sentences now follow the unit."""
+    from app.web.prefs import Prefs
+    from app.web.templates import in_units
+
+    assert in_units("memory 62.9 of 79.6 GiB on stage 0 (1,024 GiB)", Prefs(units="GB")) == (
+        "memory 67.5 of 85.5 GB on stage 0 (1,099.5 GB)"
+    )
+    assert in_units("memory 62.9 of 79.6 GiB", Prefs()) == "memory 62.9 of 79.6 GiB"
+    created = stored(web, SMALL)
+    web.cookies.set("tp_prefs", "GB.system")
+    page = web.get(f"/p/{created['id']}").text
+    web.cookies.delete("tp_prefs")
+    why = page.split('<ul class="why">', 1)[1].split("</ul>", 1)[0]
+    peak = created["result"]["plans"][0]["estimate"]["memory"]["peak_bytes"]
+    assert "GiB" not in why, why
+    # converted from the sentence's one decimal of GiB: within 0.1 of the KPI's exact GB
+    shown = float(why.split("<li>memory ", 1)[1].split(" of ", 1)[0])
+    assert abs(shown - peak / 1e9) <= 0.11

@@ -49,3 +49,28 @@ def test_the_cli_prints_interval_and_goodput_of_the_chosen_plan(tmp_path: Path) 
         assert main(["plan", str(request), "--json"]) == 0
     chosen = json.loads(out.getvalue())["plans"][0]["checkpoint"]
     assert f"every {chosen['interval_steps']:,} steps" in line
+
+
+def test_the_time_to_train_kpi_is_the_wall_clock_of_the_cost_table(web: Any) -> None:
+    """The KPI showed the compute time (298.6 days) beside a table whose wall clock said 301.4 days; it now shows the
+    wall clock, the same as the table's, and names the compute time."""
+    from app.web.templates import seconds
+
+    body = {**SMALL, "training": {**SMALL["training"], "train_tokens": 2e12}}
+    r = web.post("/plans", json=body)
+    assert r.status_code == 201, r.text
+    plan = r.json()["result"]["plans"][0]
+    compute = plan["estimate"]["time"]["time_to_train_s"]
+    wall = compute / plan["checkpoint"]["goodput"]
+    kpi = web.get(f"/p/{r.json()['id']}").text.split('id="kpi-time-to-train"', 1)[1].split("</div>", 1)[0]
+    assert f"{seconds(wall)} <small>wall clock; compute {seconds(compute)}</small>" in kpi
+    assert seconds(wall) != seconds(compute)
+
+
+def test_short_runs_and_small_sums_keep_their_digits() -> None:
+    """A million tokens took "0.0 h", 0 GPU-hours and a cost of 0."""
+    from app.web.templates import amount, days, money
+
+    assert [days(d) for d in (3.0, 0.5, 0.01, 13 / 86400)] == ["3.0 days", "12.0 h", "14.4 min", "13.0 s"]
+    assert [amount(h) for h in (1234.4, 12.34, 0.2345, 0.0)] == ["1,234", "12.3", "0.234", "0.0"]
+    assert [money(c) for c in (1234.4, 12.345, 0.4612, 0.0046)] == ["1,234", "12.35", "0.461", "0.0046"]

@@ -196,3 +196,19 @@ def test_a_gib_value_with_no_bytes_is_refused_at_its_field(web: Any, path: str) 
     assert "at most 4096 GiB (got 1e+300)" in text
     assert inputs[0][1]["value"] == "1e300"
     assert web.get("/plans").json()["total"] == 0
+
+
+def test_the_pages_curl_example_works_as_shown(web: Any) -> None:
+    """The form's "From a script" snippet had no Authorization header, so it answered 401 as written."""
+    import html
+    import re
+
+    from tests.api.conftest import login_token
+
+    snippet = html.unescape(web.get("/").text.split("<h2>From a script</h2>", 1)[1].split("</pre>", 1)[0])
+    headers = dict(h.split(": ", 1) for h in re.findall(r"-H ['\"]([^'\"]+)['\"]", snippet))
+    body = json.loads(re.search(r"-d '(.*)'", snippet, re.S).group(1))  # type: ignore[union-attr]
+    headers["Authorization"] = headers["Authorization"].replace("$TRAINPLAN_TOKEN", login_token(web, "bob"))
+    web.headers.pop("Authorization")
+    r = web.post(re.search(r"POST \S*?(/?plans)\b", snippet).group(1), json=body, headers=headers)  # type: ignore[union-attr]
+    assert r.status_code == 201, r.text

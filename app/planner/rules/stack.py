@@ -99,7 +99,8 @@ def overlap_supported(c: Ctx) -> Violation | None:
 def precision_supported(c: Ctx) -> Violation | None:
     p, s, t = c.par, c.training.software, c.training
     if t.precision == "fp8" and not s.can.fp8:
-        return Violation("fp8_framework", "FP8 (Transformer Engine) is planned for Megatron-LM only")
+        names = ", ".join(st.name for st in stacks() if st.can.fp8)
+        return Violation("fp8_framework", f"FP8 is planned with training.stack {names}, not {s.label}")
     sharded = p.distributed_optimizer or "fsdp" in s.can.sharding
     if p.fp8_param_gather and not (t.precision == "fp8" and s.can.fp8_param_gather and sharded):
         return Violation(
