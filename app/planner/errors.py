@@ -31,6 +31,9 @@ def field_errors(exc: ValidationError, prefix: str = "") -> list[FieldError]:
         field = ".".join(x for x in (prefix, loc) if x)
         msg = str(err.get("msg", "invalid"))
         msg = msg.removeprefix("Value error, ")
+        named = named_field(err, loc, prefix)
+        if named is not None:
+            field, msg = named.field, named.message
         if "input" in err and err.get("type") not in ("missing", "value_error", "model_type", "extra_forbidden"):
             given = err["input"]
             if not isinstance(given, (dict, list)):
@@ -39,6 +42,17 @@ def field_errors(exc: ValidationError, prefix: str = "") -> list[FieldError]:
             msg = "unknown field"
         out.append(FieldError(field, msg))
     return out
+
+
+def named_field(err: Any, loc: str, prefix: str = "") -> FieldError | None:
+    """A spec's cross-field check that raised an InputError naming the field at fault (from the request's root:
+    cluster.hosts, where pydantic says only cluster) inside the spec at `prefix`.`loc`: that field and the check's
+    message."""
+    cause = (err.get("ctx") or {}).get("error")
+    where = ".".join(x for x in (prefix, loc) if x)
+    if isinstance(cause, InputError) and cause.field and (not where or cause.field.startswith(f"{where}.")):
+        return FieldError(cause.field, cause.message)
+    return None
 
 
 class InputError(ValueError):

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.planner.errors import FieldError, field_errors, value_error
+from app.planner.errors import FieldError, field_errors, named_field, value_error
 
 TAG_PREFIX = "as:"  # union tags of the request bodies (app/service/bodies.py); field names never contain ':'
 _LOCATIONS = ("body", "query", "path", "header", "cookie")
@@ -64,8 +64,12 @@ def error_list(errors: Iterable[Mapping[str, Any]], prefix: str = "") -> list[Fi
     """pydantic error dicts (a ValidationError's, or FastAPI's RequestValidationError's) as field errors."""
     out = []
     for err in errors:
-        field = ".".join(x for x in (prefix, _user_loc(err.get("loc", ()))) if x)
-        out.append(FieldError(field, _message(err)))
+        loc = _user_loc(err.get("loc", ()))
+        named = named_field(err, loc, prefix)
+        if named is not None:
+            out.append(named)
+            continue
+        out.append(FieldError(".".join(x for x in (prefix, loc) if x), _message(err)))
     return out
 
 

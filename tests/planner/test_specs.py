@@ -77,6 +77,26 @@ def test_hosts_must_match_node_count() -> None:
         ClusterSpec(num_nodes=2, gpu="A100-80GB", hosts=("node1",))
 
 
+@pytest.mark.parametrize(
+    ("hosts", "message"),
+    [(["a", "b", "c"], "lists 3 hosts but num_nodes is 2"), (["a", "a"], "lists a more than once")],
+)
+def test_a_host_list_error_names_cluster_hosts(hosts: list[str], message: str) -> None:
+    """The check runs over the whole cluster, so pydantic placed it at `cluster`; the API and the form now put it at
+    `cluster.hosts`, through the planner's error mapping and the service's alike."""
+    from app.planner.errors import field_errors
+    from app.service.errors import Refused
+    from app.service.requests import parse_plan_request
+
+    cluster = {"num_nodes": 2, "gpu": "H100-SXM", "hosts": hosts}
+    with pytest.raises(ValidationError) as exc:
+        PlanRequest(model="llama-2-7b", cluster=cluster, training={"global_batch_size": 64})
+    assert [(e.field, e.message) for e in field_errors(exc.value)] == [("cluster.hosts", message)]
+    with pytest.raises(Refused) as refused:
+        parse_plan_request({"model": "llama-2-7b", "cluster": cluster, "training": {"global_batch_size": 64}})
+    assert [(e.field, e.message) for e in refused.value.errors] == [("cluster.hosts", message)]
+
+
 def test_specs_are_frozen() -> None:
     t = TrainingSpec(global_batch_size=8)
     with pytest.raises(ValidationError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator, model_validator
 
 from app.planner import catalog
+from app.planner.errors import InputError
 from app.planner.gpu import GPUSpec
 from app.planner.profile import ClusterProfile
 from app.planner.specs.common import Frozen, check_safe_name, check_safe_path
@@ -99,9 +100,10 @@ class ClusterSpec(Frozen):
         if self.nvme_path is not None:
             check_safe_path("cluster.nvme_path", self.nvme_path)
         if self.hosts and len(self.hosts) != self.num_nodes:
-            raise ValueError(f"cluster.hosts lists {len(self.hosts)} hosts but num_nodes is {self.num_nodes}")
+            raise InputError("cluster.hosts", f"lists {len(self.hosts)} hosts but num_nodes is {self.num_nodes}")
         if len(set(self.hosts)) != len(self.hosts):
-            raise ValueError("cluster.hosts has duplicates")
+            twice = sorted({h for h in self.hosts if self.hosts.count(h) > 1})
+            raise InputError("cluster.hosts", f"lists {', '.join(twice)} more than once")
         return self
 
     @property
