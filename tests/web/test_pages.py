@@ -212,3 +212,22 @@ def test_the_pages_curl_example_works_as_shown(web: Any) -> None:
     web.headers.pop("Authorization")
     r = web.post(re.search(r"POST \S*?(/?plans)\b", snippet).group(1), json=body, headers=headers)  # type: ignore[union-attr]
     assert r.status_code == 201, r.text
+
+
+def test_a_cross_field_model_error_is_shown_beside_the_field_it_names(web: Any) -> None:
+    """hidden 4096 with 33 heads was said only in the box at the top; the check now names model.num_attention_heads."""
+    values = {
+        **PLAN_FORM,
+        "model_mode": "dims",
+        "model.name": "mine",
+        "model.num_layers": "4",
+        "model.hidden_size": "4096",
+        "model.num_attention_heads": "33",
+        "model.vocab_size": "32000",
+        "model.seq_length": "2048",
+    }
+    r = submit(web, values)
+    assert r.status_code == 422
+    text, inputs = element(r.text, "field-model.num_attention_heads")
+    assert "hidden_size(4096) is not divisible by num_attention_heads(33)" in text
+    assert inputs[0][1]["value"] == "33" and inputs[0][1].get("aria-invalid") == "true"

@@ -7,6 +7,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
+from app.planner.errors import InputError
 from app.planner.network import RopeScaling, check_label, router_errors
 from app.planner.specs.common import Frozen, default_ffn_hidden_size
 
@@ -188,9 +189,10 @@ class ModelSpec(Frozen):
             defaults["ffn_hidden_size"] = default_ffn_hidden_size(h, self.swiglu)
         if self.kv_channels is None:
             if h % heads:
-                raise ValueError(
+                raise InputError(
+                    "model.num_attention_heads",
                     f"hidden_size({h}) is not divisible by num_attention_heads({heads}); "
-                    f"set kv_channels to give the head dimension"
+                    f"set kv_channels to give the head dimension",
                 )
             defaults["kv_channels"] = h // heads
         if self.num_experts and self.moe_ffn_hidden_size is None:
@@ -204,15 +206,22 @@ class ModelSpec(Frozen):
         heads, groups = self.num_attention_heads, self.num_query_groups
         assert groups is not None and self.ffn_hidden_size is not None  # filled above
         if groups < 1 or heads % groups:
-            raise ValueError(f"num_attention_heads({heads}) must be a multiple of num_query_groups({groups})")
+            raise InputError(
+                "model.num_query_groups",
+                f"num_attention_heads({heads}) must be a multiple of num_query_groups({groups})",
+            )
         if self.ffn_hidden_size < 1:
             raise ValueError(f"ffn_hidden_size({self.ffn_hidden_size}) must be >= 1")
         if self.num_experts is not None:
             if self.moe_router_topk > self.num_experts:
-                raise ValueError(f"moe_router_topk({self.moe_router_topk}) > num_experts({self.num_experts})")
+                raise InputError(
+                    "model.moe_router_topk",
+                    f"moe_router_topk({self.moe_router_topk}) > num_experts({self.num_experts})",
+                )
             if self.moe_first_dense_layers >= self.num_layers:
-                raise ValueError(
-                    f"moe_first_dense_layers({self.moe_first_dense_layers}) must be < num_layers({self.num_layers})"
+                raise InputError(
+                    "model.moe_first_dense_layers",
+                    f"moe_first_dense_layers({self.moe_first_dense_layers}) must be < num_layers({self.num_layers})",
                 )
         elif self.moe_first_dense_layers or self.moe_shared_expert_intermediate_size:
             raise ValueError("MoE fields are set but num_experts is not")
@@ -227,9 +236,15 @@ class ModelSpec(Frozen):
         if errors:
             raise ValueError("; ".join(errors))
         if self.window_attn_skip_freq is not None and self.sliding_window is None:
-            raise ValueError(f"window_attn_skip_freq({self.window_attn_skip_freq}) is set but sliding_window is not")
+            raise InputError(
+                "model.window_attn_skip_freq",
+                f"window_attn_skip_freq({self.window_attn_skip_freq}) is set but sliding_window is not",
+            )
         if self.rope_scaling is not None and self.position_embedding_type != "rope":
-            raise ValueError(f"rope_scaling needs position_embedding_type rope, not {self.position_embedding_type}")
+            raise InputError(
+                "model.rope_scaling",
+                f"rope_scaling needs position_embedding_type rope, not {self.position_embedding_type}",
+            )
         return self
 
     @field_validator("name")
