@@ -18,6 +18,8 @@ from app.planner.gpu import Efficiency, GPUSpec
 from app.planner.hf_import import longest_context, model_type
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelPins, PlanRequest, TrainingSpec
 from app.render import RenderOptions
+from app.service.errors import Refused
+from app.service.requests import parse_plan_request
 from app.web.fields import BadValue, FormField, spec_field, spec_fields, to_value, values_of
 from app.web.presets import cluster_presets
 
@@ -336,8 +338,26 @@ def to_request(sections: dict[str, list[FormField]], form: Mapping[str, str], up
     render: dict[str, Any] = {}
     _section_values(sections["render"] + sections["render_more"], form, render, "render.", errors)
     if errors:
-        raise FormError(errors)
+        raise FormError(errors + _spec_errors(request, errors))
     return {**request, "render": render} if render else request
+
+
+def _spec_errors(request: dict[str, Any], found: list[FieldError]) -> list[FieldError]:
+    """What the specs say of the rest of a form that already has errors of its own (a JSON field that does not
+    parse, a GiB value out of range), so that every bad field is named in one round, not the rest only after
+    those are fixed. A field left out for its own error, and what is missing because of it, is not said twice."""
+    known = {e.field for e in found}
+    try:
+        parse_plan_request(request)
+    except Refused as exc:
+        return [
+            e
+            for e in exc.errors
+            if e.field not in known
+            and not any(k.startswith(f"{e.field}.") or e.field.startswith(f"{k}.") for k in known)
+            and e.message != "Field required"
+        ]
+    return []
 
 
 def error_field(error: FieldError, form: Mapping[str, str]) -> str:

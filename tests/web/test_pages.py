@@ -231,3 +231,24 @@ def test_a_cross_field_model_error_is_shown_beside_the_field_it_names(web: Any) 
     text, inputs = element(r.text, "field-model.num_attention_heads")
     assert "hidden_size(4096) is not divisible by num_attention_heads(33)" in text
     assert inputs[0][1]["value"] == "33" and inputs[0][1].get("aria-invalid") == "true"
+
+
+def test_every_bad_field_is_named_in_one_round(web: Any) -> None:
+    """A JSON field that does not parse used to hide the bad numbers until it was fixed."""
+    values = {
+        **PLAN_FORM,
+        "model_mode": "dims",
+        "model.name": "mine",
+        "model.num_layers": "abc",
+        "model.hidden_size": "4096",
+        "model.num_attention_heads": "32",
+        "model.vocab_size": "32000",
+        "model.seq_length": "2048",
+        "model.rope_scaling": "{not json",
+        "training.global_batch_size": "-3",
+    }
+    r = submit(web, values)
+    assert r.status_code == 422
+    assert "not valid JSON" in element(r.text, "field-model.rope_scaling")[0]
+    assert "valid integer" in element(r.text, "field-model.num_layers")[0]
+    assert "greater than or equal to 1" in element(r.text, "field-training.global_batch_size")[0]
