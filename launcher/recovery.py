@@ -21,10 +21,17 @@ Log = Callable[..., None]
 
 
 def tear_down_hung(
-    watch: WorkerWatch, progress: ProgressWatch, hang: Hang, run_dir: Path, take_stacks: bool, log: Log
+    watch: WorkerWatch,
+    progress: ProgressWatch,
+    hang: Hang,
+    run_dir: Path,
+    take_stacks: bool,
+    log: Log,
+    restarts_left: bool = True,
 ) -> None:
     """Name the hung ranks, take every local rank's stack, and SIGKILL the node's workers, so that the agent (or
-    the launcher, for backends without restarts of their own) restarts them from the last checkpoint."""
+    the launcher, for backends without restarts of their own) restarts them from the last checkpoint while
+    restarts are left."""
     log(hang.describe())
     workers = watch.workers()
     if take_stacks:
@@ -33,7 +40,8 @@ def tear_down_hung(
     watch.killed.update(w.pid for w in workers)
     killed = procs.signal_pids([w.pid for w in workers], signal.SIGKILL)
     ranks_killed = ", ".join(str(w.rank) for w in workers if w.pid in killed)
-    log(f"node {watch.node_rank}: watchdog killed rank(s) {ranks_killed} to restart from the last checkpoint")
+    why = "to restart from the last checkpoint" if restarts_left else "(no restart left: the job ends)"
+    log(f"node {watch.node_rank}: watchdog killed rank(s) {ranks_killed} {why}")
 
 
 def node_finished(

@@ -306,10 +306,11 @@ class Runner:
 
                 self.hang = self.hang or hang
                 assert self.policy.limits is not None
+                left = self.policy.max_restarts - self.restarts - self.agent_restarts - r.watch.restarts
                 recovery.tear_down_hung(
-                    r.watch, progress, hang, self.policy.run_dir, self.policy.limits.stack_traces, self.log
+                    r.watch, progress, hang, self.policy.run_dir, self.policy.limits.stack_traces, self.log, left > 0
                 )
-                progress.note_failure(time.monotonic())
+                progress.note_failure(time.monotonic(), ended=r.watch.killed)
 
     def _on_worker_exit(self, watch: WorkerWatch, pid: int) -> None:
         death = watch.on_exit(pid)

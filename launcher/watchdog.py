@@ -22,7 +22,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,10 +100,11 @@ class ProgressWatch:
         self.checkpoint_events: set[tuple[int, bool]] = set()
         self.interrupted: tuple[float, int] | None = None  # (monotonic time, last completed step) of a failure
         self.last_step = 0
+        self.ended: set[int] = set()  # pids the watchdog had killed: no longer watched while they are reaped
 
     # Polling ----------------------------------------------------------------------------------------------------
     def poll(self, workers: list[procs.Worker], now: float) -> Hang | None:
-        live = {w.rank: w for w in workers}
+        live = {w.rank: w for w in workers if w.pid not in self.ended}
         for rank in [r for r, t in self.tracks.items() if live.get(r) != t.worker]:
             del self.tracks[rank]  # gone, or replaced by the agent's restart
         for rank, worker in live.items():
@@ -122,8 +123,11 @@ class ProgressWatch:
         self._slow_steps()
         return None if self.fired else self._hang(now)
 
-    def note_failure(self, now: float) -> None:
-        """The job was interrupted (a rank died or was killed): time the resume from here."""
+    def note_failure(self, now: float, ended: Iterable[int] = ()) -> None:
+        """The job was interrupted (a rank died or was killed): time the resume from here. `ended`: the pids the
+        watchdog killed, which stay among the agent's workers until they are reaped and must not be taken for a
+        second hang (it named the healthy ranks and signalled the dead ones)."""
+        self.ended.update(ended)
         for rank in self.tracks:  # the last records, the dead ranks' included
             beat = read_beat(self.directory, rank)
             if beat is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from launcher.backends.torchrun import agent_env, torchrun_argv
 from launcher.command import Command
@@ -70,6 +71,11 @@ class Slurm:
             "--kill-on-bad-exit=1",
             "--nodelist",
             ",".join(nodes[: w.num_nodes]),
+            # the node's one task is its torchrun and every rank under it: all of the node's CPUs and no binding
+            # (a site default of one CPU per task pinned them all, data-loader workers included, to one core; the
+            # rendered sbatch.sh does the same)
+            *_node_cpus(ctx.caller_env),
+            "--cpu-bind=none",
         ]
         agent = torchrun_argv(ctx, None, nodes[0], ctx.caller_env["SLURM_JOB_ID"])
         return Command(
@@ -93,3 +99,13 @@ class Slurm:
             node_rank=None,
             log=str(ctx.node_log_dir(None) / "sbatch.log"),
         )
+
+
+def _node_cpus(env: Mapping[str, str]) -> list[str]:
+    """`--cpus-per-task=<the CPUs the allocation has on a node>` (SLURM_CPUS_ON_NODE, the first node's count for a
+    heterogeneous one such as "64(x2)" in SLURM_JOB_CPUS_PER_NODE); nothing when Slurm says neither."""
+    for key in ("SLURM_CPUS_ON_NODE", "SLURM_JOB_CPUS_PER_NODE"):
+        count = env.get(key, "").split("(", 1)[0].split(",", 1)[0]
+        if count.isdigit() and int(count) > 0:
+            return [f"--cpus-per-task={int(count)}"]
+    return []

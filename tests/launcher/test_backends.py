@@ -165,6 +165,13 @@ def test_slurm_inside_an_allocation_sruns_one_torchrun_per_node() -> None:
     assert after(argv, "--rdzv-endpoint") == "gpu01:29555" and after(argv, "--rdzv-id") == "7"
     assert "--rdzv-conf" not in argv  # the same argv on every node
     assert cmd.env["SLURM_JOB_ID"] == "7" and "SECRET_TOKEN" not in cmd.env and cmd.node_rank is None
+    # a site default of one CPU per task pinned a node's torchrun and all its ranks to one core (QA, 2026-12-06)
+    assert "--cpu-bind=none" in argv and not any(a.startswith("--cpus-per-task") for a in argv)  # Slurm says none
+    for caller in ({"SLURM_CPUS_ON_NODE": "64"}, {"SLURM_JOB_CPUS_PER_NODE": "64(x2)", "SLURM_CPUS_PER_TASK": "1"}):
+        (cmd,) = build(ctx_for(plan, "slurm", caller={**CALLER, **caller}))[1]
+        assert "--cpus-per-task=64" in cmd.argv and cmd.argv.index("--cpus-per-task=64") < cmd.argv.index(
+            "torch.distributed.run"
+        )
 
 
 def test_slurm_refuses_an_allocation_that_is_too_small() -> None:

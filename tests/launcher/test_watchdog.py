@@ -81,6 +81,10 @@ def test_a_stopped_rank_is_named_once_it_is_past_the_step_timeout(tmp_path: Path
     assert "rank 1 (pid" in hang.describe() and "last completed step 3" in hang.describe()
     assert "2 x 0.25 s predicted step upper bound + 2 s floor" in hang.describe()
     assert watch.poll(sleepers, t + 5) is None  # said once per failure
+    # the runner kills the node's ranks and notes the failure: until the agent reaps them they are still among its
+    # workers, and were taken for a second hang at the next poll, naming the healthy rank 0 too (QA, 2026-12-06)
+    watch.note_failure(t + 5.1, ended=[w.pid for w in sleepers])
+    assert watch.poll(sleepers, t + 10) is None and not watch.tracks
     os.kill(sleepers[1].pid, signal.SIGCONT)
 
 
