@@ -515,6 +515,7 @@ FAULTS: dict[str, tuple[Fault, str | None]] = {  # name -> (fault, what it needs
     "disk-full": (disk_full_at_checkpoint, "root"),
     "sigterm": (signal_to_launcher(signal.SIGTERM), None),
     "sigint": (signal_to_launcher(signal.SIGINT), None),
+    "sighup": (signal_to_launcher(signal.SIGHUP), None),
     "slurm-preemption": (slurm_preemption, None),
     "launcher-sigkill": (launcher_sigkill, None),
     "full-run-dir": (full_run_directory, "root"),

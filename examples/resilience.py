@@ -38,12 +38,14 @@ SPACE_MARGIN = 1.1
 
 
 class ExitSignal:
-    """SIGTERM/SIGINT: finish the step, save, exit (all ranks after the same step: the flag is all-reduced)."""
+    """SIGTERM/SIGINT/SIGHUP: finish the step, save, exit (all ranks after the same step: the flag is all-reduced).
+    SIGHUP is what a closed terminal or a dropped ssh session sends the launcher, which forwards it (torchrun
+    passes it on to the ranks): without a handler the ranks died of it and lost the steps since the last save."""
 
     def __init__(self, enabled: bool) -> None:
         self.received: int | None = None
         if enabled:
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 signal.signal(sig, self._handler)
 
     def _handler(self, signum: int, frame: object) -> None:

@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING, BinaryIO
 
 from launcher import rundir, spec
-from launcher.backends import build
+from launcher.backends import Backend, build
 from launcher.checks import FAIL, Check, is_local_command
 from launcher.command import Command, launch_argv
 from launcher.context import LaunchContext, make_context
@@ -47,6 +47,16 @@ def launch(ctx: LaunchContext, console: BinaryIO | None = None) -> int:
     if failed:
         sys.stderr.write(f"launcher: refusing to start {ctx.plan.job.name}:\n{checks_table(failed)}\n")
         return 2
+    try:
+        lock = rundir.lock(ctx)
+    except rundir.RunDirError as exc:
+        sys.stderr.write(f"launcher: refusing to start {ctx.plan.job.name}: {exc}\n")
+        return 2
+    with lock:
+        return _launch(ctx, backend, commands, console)
+
+
+def _launch(ctx: LaunchContext, backend: Backend, commands: list[Command], console: BinaryIO | None) -> int:
     rundir.prepare(ctx, commands, backend.derived_files(ctx))
     log = EventLog(ctx.run_dir / f"launcher{ctx.suffix}.log")
     log(f"run directory {ctx.run_dir}; backend {ctx.backend}; {len(commands)} command(s)")

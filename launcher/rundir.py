@@ -6,9 +6,11 @@ the plan's `files` and the backend's derived files by name, and logs/node<K>/ (a
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from pathlib import Path
+from typing import IO
 
 from launcher.command import Command
 from launcher.context import LaunchContext
@@ -33,6 +35,34 @@ def commands_document(ctx: LaunchContext, commands: list[Command]) -> dict[str, 
         "node_rank": ctx.node_rank,
         "commands": [{**c.to_dict(), "shell": c.shell()} for c in commands],
     }
+
+
+def lock(ctx: LaunchContext) -> IO[str]:
+    """An exclusive lock on the run directory for this node's launcher, held while the file stays open (the kernel
+    drops it when the launcher exits, SIGKILL included). A second launcher of the same node on the same directory
+    resumed from the first one's checkpoints while it trained, and both wrote the same files."""
+    path = ctx.run_dir / f".launcher{ctx.suffix}.lock"
+    try:
+        ctx.run_dir.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 (held for the run: the caller closes it)
+    except OSError as exc:
+        raise RunDirError(f"cannot prepare the run directory {ctx.run_dir}: {exc.strerror}") from None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        holder = handle.read().strip() or "?"
+        handle.close()
+        node = "" if ctx.node_rank is None else f" of node {ctx.node_rank}"
+        raise RunDirError(
+            f"the run directory {ctx.run_dir} is in use by another launcher{node} (pid {holder}): "
+            f"give this run its own --run-dir, or stop that one first"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle
 
 
 def prepare(ctx: LaunchContext, commands: list[Command], derived_files: dict[str, str]) -> None:

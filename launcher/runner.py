@@ -397,6 +397,11 @@ class Runner:
                 self.signalled = self.signalled or sig
                 if sig == PREEMPT:
                     self._begin_stop(signal.SIGTERM, "received SIGUSR1 (preemption notice): the job saves and stops")
+                elif sig == signal.SIGHUP:  # a closed terminal or ssh session: trainers save on SIGTERM (Megatron's
+                    # --exit-signal-handler takes SIGTERM alone), and die of a SIGHUP passed on as it is
+                    self._begin_stop(
+                        signal.SIGTERM, "received SIGHUP (terminal or session closed): the job saves and stops"
+                    )
                 else:
                     self._begin_stop(signal.Signals(sig), f"received {procs.signal_name(sig)}")
 

@@ -181,3 +181,25 @@ def test_the_usual_run_command_lines_are_read_quickly() -> None:
         assert quick is not None and read is not None and vars(quick) == vars(read), argv
     for argv in (["run", "plan.json", "--run-dir=r"], ["run", "p", "--run-dir", "a", "--run-dir", "b"], ["run", "-h"]):
         assert quick_run_args(argv) is None  # argparse's to read: it agrees, or says what is wrong
+
+
+def test_a_run_directory_in_use_by_another_launcher_is_refused(tmp_path: Path) -> None:
+    """Two launchers of one node on one run directory: the second resumed from the first one's checkpoints while it
+    trained and both wrote the same files (QA, 2026-12-06). The first holds a lock the kernel drops at its exit."""
+    import fcntl
+    import os
+
+    path = write_plan(tmp_path, tiny_plan(steps=2))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with open(run_dir / ".launcher.lock", "a+") as held:  # what a running launcher holds (pid in the file)
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write(f"{os.getpid()}\n")
+        held.flush()
+        done = run_launcher("run", str(path), "--run-dir", str(run_dir))
+    assert done.returncode == 2
+    assert f"the run directory {run_dir} is in use by another launcher (pid {os.getpid()})" in done.stderr
+    assert not (run_dir / "plan.json").exists() and not (run_dir / "launcher.log").exists()  # nothing touched
+    again = run_launcher("run", str(path), "--run-dir", str(run_dir))  # the lock was dropped: it runs
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert (run_dir / ".launcher.lock").read_text().strip().isdigit()
