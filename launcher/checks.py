@@ -95,7 +95,7 @@ def check_entrypoint(ctx: LaunchContext, commands: list[Command]) -> Check:
 def check_accelerators(ctx: LaunchContext, commands: list[Command]) -> Check:
     w = ctx.plan.world
     if not any(c.workers and is_local_command(c) for c in commands):
-        return Check("accelerators", OK, "no workers start on this machine (checked on each node)")
+        return not_checked_here("accelerators", commands)
     if w.accelerator == "cpu":
         cores = len(os.sched_getaffinity(0))
         if w.gpus_per_node > cores:
@@ -126,8 +126,10 @@ def check_port(ctx: LaunchContext, commands: list[Command]) -> Check:
     w = ctx.plan.world
     if not uses_master_port(ctx):
         return Check("port", OK, "not needed (torchrun --standalone picks a free port; srun: the first node)")
-    if 0 not in ctx.nodes() or not is_local_command(commands[0]):
-        return Check("port", OK, f"{w.master_addr}:{w.master_port} is opened by node 0 (checked there)")
+    if 0 not in ctx.nodes():
+        return Check("port", OK, f"{w.master_addr}:{w.master_port} is opened by node 0 (checked by its launcher)")
+    if not is_local_command(commands[0]):
+        return not_checked_here("port", commands[:1], f"{w.master_addr}:{w.master_port}")
     addr = w.master_addr if is_local(w.master_addr) else "0.0.0.0"
     import socket  # only where the port is checked (see _which)
 
@@ -171,6 +173,21 @@ def check_tools(ctx: LaunchContext, commands: list[Command]) -> Check:
 
 def is_local_command(command: Command) -> bool:
     return command.host == "localhost" or is_local(command.host)
+
+
+def not_checked_here(name: str, commands: list[Command], what: str = "") -> Check:
+    """A check of another machine: where those nodes start over ssh no launcher runs there, so it is not checked
+    (it said "ok, checked on each node"); where a launcher runs per node (`--node-rank`), that one checks it."""
+    remote = sorted({c.host for c in commands if not is_local_command(c)})
+    if not remote:  # srun or a launcher per node: the nodes' own processes
+        return Check(name, OK, "the workers start elsewhere (srun's nodes, or a launcher per node that checks its own)")
+    hosts = ", ".join(remote)
+    return Check(
+        name,
+        WARN,
+        f"{what + ' ' if what else ''}not checked: started over ssh on {hosts}, where no launcher runs this check",
+        "run `python -m launcher preflight plan.json --node-rank K` on node K to check it there",
+    )
 
 
 QUICK: tuple[Callable[[LaunchContext, list[Command]], Check], ...] = (

@@ -14,7 +14,7 @@ import shlex
 from pathlib import Path
 
 from launcher import checks
-from launcher.checks import FAIL, OK, WARN, Check, is_local_command
+from launcher.checks import FAIL, OK, WARN, Check, is_local_command, not_checked_here
 from launcher.command import Command
 from launcher.context import LaunchContext
 
@@ -83,7 +83,7 @@ def free_bytes(directory: Path) -> int:
 
 def check_checkpoint_dirs(ctx: LaunchContext, commands: list[Command]) -> Check:
     if not any(is_local_command(c) for c in commands):
-        return Check("checkpoints", OK, "checked on each node")
+        return not_checked_here("checkpoints", commands)
     dirs = save_dirs(ctx)
     if not dirs:
         return Check(

@@ -44,6 +44,10 @@ def test_dry_run_prints_every_command_and_its_environment_and_creates_nothing(tm
     assert len(ssh) == 2 and [argv[-2] for argv in ssh] == [a, b] and ssh[0][1] == "-tt"
     assert "env -i" in ssh[1][-1] and "NCCL_SOCKET_IFNAME=eth0" in ssh[1][-1]
     assert not run_dir.exists()
+    # nothing runs the per-node checks on nodes started over ssh: they are said to be unchecked, not "ok" (QA)
+    rows = {line.split()[0]: line for line in out.splitlines() if line.split()[:1] in (["accelerators"], ["port"])}
+    for name in ("accelerators", "port"):
+        assert f"not checked: started over ssh on {a}" in rows[name] and " warn " in rows[name], rows[name]
 
 
 def test_show_summarises(tmp_path: Path) -> None:
