@@ -129,13 +129,12 @@ def worker_env(decisions: Decisions, framework: str, options: RenderOptions) -> 
                 "(2% + 1 GiB over allocated)",
             )
         )
-    if framework != "deepspeed":
-        out.append(
-            EnvVar(
-                "TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
-                str(decisions.graceful_stop_s),
-                "after SIGTERM torchrun waits this long for the ranks to save a checkpoint before SIGKILL "
-                "(--exit-signal-handler; torch's default is 30 s)",
-            )
+    out.append(
+        EnvVar(
+            "TORCH_ELASTIC_SHUTDOWN_TIMEOUT",
+            str(decisions.graceful_stop_s),
+            "after SIGTERM torchrun waits this long for the ranks to save a checkpoint before SIGKILL (Megatron's "
+            "--exit-signal-handler, the example trainer's SIGTERM handler; torch's default is 30 s)",
         )
+    )
     return tuple(out)

@@ -138,7 +138,15 @@ def build_plan(f: Facts, files: dict[str, str]) -> spec.Plan:
     o, par = f.options, f.par
     script, workdir = _script_path(f)
     return spec.Plan(
-        job=spec.Job(name=f.job_name, backend="torchrun", max_restarts=o.max_restarts),
+        # the launcher's grace period is torchrun's --shutdown-timeout and its own SIGKILL: the plan's graceful-stop
+        # margin, as TORCH_ELASTIC_SHUTDOWN_TIMEOUT, sbatch's --signal and the pod's grace period have it (it was
+        # torch's 30 s, which killed a Megatron save on SIGTERM that the plan predicts takes minutes)
+        job=spec.Job(
+            name=f.job_name,
+            backend="torchrun",
+            max_restarts=o.max_restarts,
+            grace_period_s=float(f.decisions.graceful_stop_s),
+        ),
         world=spec.World(
             num_nodes=f.num_nodes,
             gpus_per_node=f.gpus_per_node,

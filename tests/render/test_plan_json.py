@@ -40,6 +40,10 @@ def test_plan_json_loads_and_matches_the_plan(all_rendered) -> None:
         assert "plan.json" not in plan.files and set(plan.files) <= set(arts.files)
         assert plan.prediction is not None and len(plan.prediction.peak_memory_bytes) == p.parallel.pp
         assert json.loads(arts.files["plan.json"]) == plan.to_dict()  # what dump() would write
+        # the launcher's grace period (torchrun's --shutdown-timeout, its own SIGKILL) is the plan's graceful-stop
+        # margin, as every launch file's: it was torch's 30 s, which killed a save a plan predicts takes minutes
+        margin = p.decisions.graceful_stop_s
+        assert plan.job.grace_period_s == margin and plan.env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == str(margin), label
         loaded += 1
     assert loaded >= 35
 
@@ -201,6 +205,7 @@ def test_the_launcher_builds_its_commands_from_the_plan(tmp_path: Path) -> None:
     (cmd,) = commands
     args = get_args_parser().parse_args(list(cmd.argv[3:]))
     assert (args.nnodes, args.nproc_per_node) == ("2", "8")
+    assert args.shutdown_timeout == plan.job.grace_period_s >= 600  # the graceful-stop margin, not torch's 30 s
     assert cmd.env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1" and "NCCL_ALGO" not in cmd.env  # H100: NVLSTree is NCCL's
     assert args.training_script.endswith("pretrain_gpt.py")
     assert "--tensor-model-parallel-size" in args.training_script_args

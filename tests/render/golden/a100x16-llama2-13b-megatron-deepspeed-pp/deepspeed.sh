@@ -8,7 +8,7 @@ MASTER_ADDR=dgx1
 # shellcheck source=nccl_env.sh
 source "${HERE}/nccl_env.sh"
 export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron-DeepSpeed raises without it under sequence parallelism (arguments.py)
-export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=600  # after SIGTERM torchrun waits this long for the ranks to save a checkpoint before SIGKILL (--exit-signal-handler; torch's default is 30 s)
+export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=600  # after SIGTERM torchrun waits this long for the ranks to save a checkpoint before SIGKILL (Megatron's --exit-signal-handler, the example trainer's SIGTERM handler; torch's default is 30 s)
 cd /opt/Megatron-DeepSpeed
 exec python -m deepspeed.launcher.runner \
   --hostfile "${HERE}/hostfile" \

@@ -28,7 +28,7 @@ RDZV_ENDPOINT="${MASTER_ADDR}:${MASTER_PORT}"
 # shellcheck source=nccl_env.sh
 source "${HERE}/nccl_env.sh"
 export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron-DeepSpeed raises without it under sequence parallelism (arguments.py)
-export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=600  # after SIGTERM torchrun waits this long for the ranks to save a checkpoint before SIGKILL (--exit-signal-handler; torch's default is 30 s)
+export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=600  # after SIGTERM torchrun waits this long for the ranks to save a checkpoint before SIGKILL (Megatron's --exit-signal-handler, the example trainer's SIGTERM handler; torch's default is 30 s)
 cd /opt/Megatron-DeepSpeed
 exec srun --nodes "${NNODES}" --ntasks-per-node 1 --cpus-per-task "${CPUS_PER_NODE}" --cpu-bind=none --kill-on-bad-exit=1 \
   python -m torch.distributed.run \

@@ -7,6 +7,7 @@ NNODES=1
 NPROC_PER_NODE=8
 # shellcheck source=nccl_env.sh
 source "${HERE}/nccl_env.sh"
+export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=600  # after SIGTERM torchrun waits this long for the ranks to save a checkpoint before SIGKILL (Megatron's --exit-signal-handler, the example trainer's SIGTERM handler; torch's default is 30 s)
 exec python -m torch.distributed.run \
   --nnodes "${NNODES}" \
   --nproc-per-node "${NPROC_PER_NODE}" \

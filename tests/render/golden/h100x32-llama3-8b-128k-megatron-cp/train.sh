@@ -8,7 +8,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "${HERE}/nccl_env.sh"
 export CUDA_DEVICE_MAX_CONNECTIONS=1  # tp(2) and cp(8) > 1: Megatron asserts one CUDA connection before Blackwell, so that its TP/CP communication kernels are scheduled in issue order
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # the caching allocator maps what it needs instead of fixed blocks: next to no fragmentation, as NVIDIA's Megatron-Bridge memory guide advises and the planner's memory model for Megatron assumes (2% + 1 GiB over allocated)
-export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=600  # after SIGTERM torchrun waits this long for the ranks to save a checkpoint before SIGKILL (--exit-signal-handler; torch's default is 30 s)
+export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=600  # after SIGTERM torchrun waits this long for the ranks to save a checkpoint before SIGKILL (Megatron's --exit-signal-handler, the example trainer's SIGTERM handler; torch's default is 30 s)
 ARGS=()
 while read -r -a words; do
   if [[ -z "${words[*]:-}" || "${words[0]}" == \#* ]]; then
