@@ -43,6 +43,7 @@ class Pod:
     host_network: bool
     grace_period_s: int
     notes: tuple[str, ...]
+    host_paths: tuple[tuple[str, str], ...] = ()  # (volume name, path on the node, mounted at the same path)
 
 
 def _memory_gib(f: Facts) -> int:
@@ -87,4 +88,15 @@ def pod(f: Facts) -> Pod:
         host_network=o.k8s_host_network,
         grace_period_s=f.decisions.graceful_stop_s,
         notes=tuple(notes),
+        host_paths=_nvme(f),
     )
+
+
+def _nvme(f: Facts) -> tuple[tuple[str, str], ...]:
+    """ZeRO-Infinity swaps to cluster.nvme_path (ds_config.json): the node's NVMe, mounted into the pod at the same
+    path. Without it DeepSpeed's swapper creates the folder in the container's writable layer and fills the node's
+    root disk (or the pod is evicted for ephemeral storage), at a speed the plan never timed."""
+    par = f.par
+    if "nvme" not in (par.offload_optimizer, par.offload_param) or f.cluster.nvme_path is None:
+        return ()
+    return (("nvme-swap", f.cluster.nvme_path),)

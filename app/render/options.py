@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from app.planner import strict
+from app.planner.errors import InputError
 from app.planner.specs import check_safe_name, check_safe_path
 
 # Kubernetes object names (RFC 1123 labels) are the strictest of Slurm, file and k8s names: use them for all.
@@ -28,6 +29,10 @@ HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 IMAGE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
 SLURM_TIME = re.compile(r"^(\d+-)?\d+(:\d{2}){0,2}$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+# extra_args bounds: far above any real flag list, far below Linux's 128 KiB per argument (MAX_ARG_STRLEN) and the
+# PyTorchJob ConfigMap's 1 MiB
+EXTRA_ARGS_MAX_WORDS = 1024
+EXTRA_ARG_MAX_CHARS = 4096
 
 TokenizerType = Literal["HuggingFaceTokenizer", "GPTSentencePieceTokenizer", "GPT2BPETokenizer", "NullTokenizer"]
 # NCCL_ALGO values that leave every collective an algorithm: Ring runs all of them; allreduce:tree pins only the
@@ -227,7 +232,11 @@ class RenderOptions(BaseModel):
     @field_validator("extra_args")
     @classmethod
     def _extra_args(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if len(v) > EXTRA_ARGS_MAX_WORDS:
+            raise ValueError(f"extra_args: {len(v)} words, more than {EXTRA_ARGS_MAX_WORDS}")
         for i, word in enumerate(v):
+            if len(word) > EXTRA_ARG_MAX_CHARS:
+                raise ValueError(f"extra_args[{i}]: {len(word)} characters, more than {EXTRA_ARG_MAX_CHARS}")
             _check(
                 PLAIN_WORD,
                 f"extra_args[{i}]",
@@ -302,6 +311,12 @@ class RenderOptions(BaseModel):
         if self.data_path and self.tokenizer_type in (None, "NullTokenizer"):
             raise ValueError(
                 "data_path needs the dataset's tokenizer_type (and its tokenizer_model or vocab and merge files)"
+            )
+        tokenizer = [n for n in ("tokenizer_type", "tokenizer_model", "vocab_file", "merge_file") if getattr(self, n)]
+        if tokenizer and not self.data_path and self.tokenizer_type != "NullTokenizer":
+            # without data the job trains on mock data with the NullTokenizer: the tokenizer would be dropped unsaid
+            raise InputError(
+                f"render.{tokenizer[0]}", "is set but data_path is not: without data_path the job trains on mock data"
             )
         return self
 

@@ -48,6 +48,31 @@ def test_hostile_extra_args_are_refused_word_by_word() -> None:
             RenderOptions(extra_args=("--ok", bad))
 
 
+def test_a_tokenizer_without_data_is_refused_not_dropped() -> None:
+    """vocab_file without data_path rendered a mock-data run with the NullTokenizer and no word (QA, 2026-12-06)."""
+    from app.service.errors import Refused
+    from app.service.requests import parse_plan_request
+
+    request = {"model": "llama-2-7b", "cluster": {"num_nodes": 1, "gpu": "H100-SXM"}, "training": {
+        "global_batch_size": 64}, "render": {"vocab_file": "/v.json"}}  # fmt: skip
+    with pytest.raises(Refused) as exc:
+        parse_plan_request(request)
+    assert [(e.field, e.message) for e in exc.value.errors] == [
+        ("render.vocab_file", "is set but data_path is not: without data_path the job trains on mock data")
+    ]
+    assert RenderOptions(tokenizer_type="NullTokenizer").tokenizer_type == "NullTokenizer"  # the mock data's own
+
+
+def test_extra_args_beyond_what_a_launch_can_carry_are_refused() -> None:
+    """A 200,003-character word passed validation and failed every launch with "Argument list too long"; 50,000
+    words made the PyTorchJob's ConfigMap 1.49 MB, past its 1 MiB (QA, 2026-12-06)."""
+    with pytest.raises(ValidationError, match=r"extra_args\[1\]: 4097 characters, more than 4096"):
+        RenderOptions(extra_args=("--ok", "a" * 4097))
+    with pytest.raises(ValidationError, match=r"extra_args: 1025 words, more than 1024"):
+        RenderOptions(extra_args=("--x",) * 1025)
+    assert len(RenderOptions(extra_args=("--x",) * 1024).extra_args) == 1024
+
+
 @pytest.mark.parametrize(
     ("where", "value"),
     [("nics", ["mlx5_0;reboot"]), ("hosts", ["$(id)"]), ("socket_ifname", "eth0`id`"), ("nvme_path", "/nvme;rm")],

@@ -109,6 +109,29 @@ def test_the_grace_period_lets_megatron_save_on_sigterm() -> None:
     assert grace >= 600 and env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == str(grace)
 
 
+def test_a_deepspeed_job_also_waits_for_its_save() -> None:
+    """torchrun's 30 s default killed a DeepSpeed rank's save on SIGTERM (QA, 2026-12-06)."""
+    doc, _ = job(framework="deepspeed")
+    env = {e["name"]: e["value"] for e in pod(doc)["containers"][0]["env"]}
+    assert env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] == str(pod(doc)["terminationGracePeriodSeconds"])
+
+
+def test_nvme_offload_mounts_the_nodes_nvme_into_the_pod() -> None:
+    """ZeRO-Infinity's swap folder (ds_config.json nvme_path) was not mounted: DeepSpeed wrote it into the
+    container's writable layer (about 0.5 TB per pod for Llama-2 70B on 2 nodes)."""
+    cluster = {**IB, "nvme_path": "/local_nvme"}
+    req = {"model": "llama-2-70b", "cluster": cluster, "training": {"global_batch_size": 64, "framework": "deepspeed"}}
+    par = {"dp": 16, "zero_stage": 3, "offload_optimizer": "nvme", "offload_param": "nvme"}
+    arts = render(fixed_result(req, par), 1, RenderOptions())
+    spec = pod(validate_pytorchjob_yaml(arts.files["pytorchjob.yaml"])[1])
+    (volume,) = [v for v in spec["volumes"] if "hostPath" in v]
+    assert volume["hostPath"] == {"path": "/local_nvme", "type": "Directory"}
+    mounts = {m["name"]: m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
+    assert mounts[volume["name"]] == "/local_nvme" and '"nvme_path": "/local_nvme"' in arts.files["ds_config.json"]
+    doc, _ = job(framework="deepspeed")  # no NVMe offload: no host path
+    assert not [v for v in pod(doc)["volumes"] if "hostPath" in v]
+
+
 def test_job_names_are_dns_1035_labels() -> None:
     with pytest.raises(ValidationError, match="job_name: '7b-run' is not a job name"):
         RenderOptions(job_name="7b-run")

@@ -43,6 +43,14 @@ def test_cpus_memory_and_binding(tmp_path) -> None:
     assert argv[argv.index("--cpus-per-task") + 1] == "224" and "--cpu-bind=none" in argv
     fixed = render(fixed_result(REQ, PAR), 1, RenderOptions(slurm_cpus_per_task=96)).files["sbatch.sh"]
     assert "#SBATCH --cpus-per-task=96" in header(fixed)
+    assert "#SBATCH --gpus-per-node=8" in lines
+
+
+def test_a_cpu_run_asks_slurm_for_no_gpus() -> None:
+    """accelerator cpu ran CPU processes yet asked for 8 GPUs per node, which a CPU partition cannot grant (QA)."""
+    req = {**REQ, "training": {"global_batch_size": 64, "framework": "deepspeed"}}
+    arts = render(fixed_result(req, {"dp": 16, "zero_stage": 1}), 1, RenderOptions(accelerator="cpu"))
+    assert not [line for line in header(arts.files["sbatch.sh"]) if "gpus" in line]
 
 
 def test_graceful_stop_before_the_time_limit() -> None:
