@@ -213,14 +213,46 @@ def sections(f: Facts) -> list[Section]:
     return out
 
 
+# Flags that set one thing under different names: an extra argument from a group the plan already sets contradicts
+# it (Megatron's validate_args aborts at start-up: --fp16 with --bf16, two interleaving flags, --recompute-activations
+# with a recompute granularity, --data-path with --mock-data; or it silently trains another plan: --fp8-format on a
+# bf16 plan)
+SAME_SETTING: tuple[tuple[str, frozenset[str]], ...] = (
+    ("the precision", frozenset({"--fp16", "--bf16", "--fp8-format"})),
+    (
+        "the interleaving",
+        frozenset({"--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank"}),
+    ),
+    (
+        "the recomputation",
+        frozenset(
+            {"--recompute-activations", "--recompute-granularity", "--recompute-method", "--recompute-num-layers"}
+        ),
+    ),
+    ("the data", frozenset({"--data-path", "--mock-data"})),
+)
+
+
 def _refuse_duplicates(secs: list[Section]) -> None:
-    seen: set[str] = set()
+    seen: dict[str, bool] = {}  # flag -> set by extra_args
     for sec in secs:
+        extra = sec.title.startswith("extra")
         for fl in sec.flags:
-            if flag_name(fl.name) in seen:
-                where = "extra_args" if sec.title.startswith("extra") else sec.title
+            name = flag_name(fl.name)
+            if name in seen:
+                where = "extra_args" if extra else sec.title
+                if extra and seen[name]:
+                    raise ValueError(f"extra_args: {fl.name} is given twice")
                 raise ValueError(
                     f"{where}: {fl.name} is already set by the plan; change the plan or the render "
                     f"options instead of repeating it"
                 )
-            seen.add(flag_name(fl.name))
+            if extra:
+                for what, group in SAME_SETTING:
+                    planned = sorted(f for f, by_extra in seen.items() if f in group and not by_extra)
+                    if name in group and planned:
+                        raise ValueError(
+                            f"extra_args: {fl.name} contradicts the plan's {', '.join(planned)} ({what}); change the "
+                            f"plan or the render options instead"
+                        )
+            seen[name] = extra

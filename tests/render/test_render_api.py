@@ -138,6 +138,34 @@ def test_megatron_deepspeed_needs_a_dataset() -> None:
         render(fixed_result(request("megatron-deepspeed"), {"tp": 2, "dp": 4, "zero_stage": 1}))
 
 
+@pytest.mark.parametrize(
+    ("extra", "par", "message"),
+    [
+        (("--fp16",), {"tp": 2, "dp": 4}, "--fp16 contradicts the plan's --bf16 (the precision)"),
+        (("--fp8-format", "e4m3"), {"tp": 2, "dp": 4}, "--fp8-format contradicts the plan's --bf16 (the precision)"),
+        (("--data-path", "/d"), {"tp": 2, "dp": 4}, "--data-path contradicts the plan's --mock-data (the data)"),
+        (
+            ("--recompute-activations",),
+            {"tp": 2, "dp": 4, "recompute": "full"},
+            "--recompute-activations contradicts the plan's --recompute-granularity, --recompute-method, "
+            "--recompute-num-layers (the recomputation)",
+        ),
+        (
+            ("--num-virtual-stages-per-pipeline-rank", "2"),
+            {"tp": 2, "pp": 2, "vpp": 2, "dp": 2},
+            "--num-virtual-stages-per-pipeline-rank contradicts the plan's --num-layers-per-virtual-pipeline-stage "
+            "(the interleaving)",
+        ),
+        (("--log-timers-to-tensorboard",) * 2, {"tp": 2, "dp": 4}, "--log-timers-to-tensorboard is given twice"),
+    ],
+)
+def test_extra_args_may_not_set_what_the_plan_sets_under_another_name(extra: tuple, par: dict, message: str) -> None:
+    """Megatron's validate_args aborted at start-up on these, or (--fp8-format on a bf16 plan) silently trained
+    another plan; a flag given twice in extra_args was reported as set by the plan (QA, 2026-12-06)."""
+    with pytest.raises(ValueError, match=re.escape(f"extra_args: {message}")):
+        render(fixed_result(request(), par), 1, RenderOptions(extra_args=extra))
+
+
 def test_extra_args_may_not_repeat_a_planned_flag() -> None:
     result = fixed_result(request(), {"tp": 2, "dp": 4})
     with pytest.raises(ValueError, match="extra_args: --tensor-model-parallel-size is already set by the plan"):
