@@ -49,6 +49,11 @@ class Pod:
 def _memory_gib(f: Facts) -> int:
     o = f.options
     if o.k8s_memory_GiB_per_pod:
+        if o.k8s_memory_GiB_per_pod > f.cluster.cpu_memory_GiB:  # requests = limits: no node could take the pod
+            raise ValueError(
+                f"render.k8s_memory_GiB_per_pod({o.k8s_memory_GiB_per_pod}) > cluster.cpu_memory_GiB"
+                f"({f.cluster.cpu_memory_GiB:g}): no node of the cluster could schedule the pod"
+            )
         return o.k8s_memory_GiB_per_pod
     offload = f.plan.estimate.memory.cpu_bytes_per_node / GiB
     want = offload + HOST_MEMORY_PER_GPU_GIB * f.gpus_per_node

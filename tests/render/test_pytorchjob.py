@@ -132,6 +132,14 @@ def test_nvme_offload_mounts_the_nodes_nvme_into_the_pod() -> None:
     assert not [v for v in pod(doc)["volumes"] if "hostPath" in v]
 
 
+def test_a_pod_larger_than_a_node_is_refused() -> None:
+    """k8s_memory_GiB_per_pod 100000 rendered pods no node could schedule (QA, 2026-12-06)."""
+    with pytest.raises(ValueError, match=r"k8s_memory_GiB_per_pod\(100000\) > cluster.cpu_memory_GiB\(1024\)"):
+        job({"k8s_memory_GiB_per_pod": 100_000})
+    doc, _ = job({"k8s_memory_GiB_per_pod": 512})
+    assert pod(doc)["containers"][0]["resources"]["limits"]["memory"] == "512Gi"
+
+
 def test_job_names_are_dns_1035_labels() -> None:
     with pytest.raises(ValidationError, match="job_name: '7b-run' is not a job name"):
         RenderOptions(job_name="7b-run")
