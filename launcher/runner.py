@@ -392,8 +392,7 @@ class Runner:
         with contextlib.suppress(BlockingIOError):
             for sig in os.read(fd, 64):
                 if self.signalled is not None and sig == signal.SIGINT:
-                    self.log("second SIGINT: killing the job now")
-                    self._kill_all()
+                    self._kill_all("second SIGINT: killing the job now")
                 self.signalled = self.signalled or sig
                 if sig == PREEMPT:
                     self._begin_stop(signal.SIGTERM, "received SIGUSR1 (preemption notice): the job saves and stops")
@@ -427,9 +426,9 @@ class Runner:
                     os.killpg(r.popen.pid, sig)
         return len(procs.signal_pids(self._below(), sig))
 
-    def _kill_all(self) -> None:
+    def _kill_all(self, why: str = "grace period over") -> None:
         n = self._signal_tree(signal.SIGKILL)
-        self.log(f"grace period over: sent SIGKILL to {n} process(es)")
+        self.log(f"{why}: sent SIGKILL to {n} process(es)")
         self.stopping, self.stop_deadline = True, None  # nothing more to escalate to
 
     def _finish_attempt(self) -> None:

@@ -1,8 +1,10 @@
 """A stand-in for torchrun in the runner tests (no torch): starts N workers with RANK/LOCAL_RANK in their
 own sessions, as torchrun does, and fails when one of them fails.
 
-    fake_agent.py N MODE [TAG]     MODE: ok | fail1 | hang | orphan | abandon | linger | teardown | early-abort
+    fake_agent.py N MODE [TAG]     MODE: ok | fail1 | hang | deaf | orphan | abandon | linger | teardown | early-abort
                                          | flaky:<marker file>
+
+deaf: the agent and its workers ignore SIGINT and SIGTERM (only SIGKILL ends them).
 
 linger: once its workers have all exited 0 (each reporting done in its heartbeat first) the agent stays, deaf to
 SIGTERM, as torchrun's does in its exit barrier (a C++ store wait for the other nodes' agents that a Python signal
@@ -39,10 +41,12 @@ if mode in ("teardown", "early-abort"):
     if rank == 1:
         os.abort()
     sys.exit(0)
-if mode == "hang":  # before anything else: a SIGTERM may come as soon as the launcher has seen this process
+if mode in ("hang", "deaf"):  # before anything else: a SIGTERM may come as soon as the launcher has seen this process
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if mode == "deaf":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 print(f"worker rank {rank} pid {os.getpid()} up", flush=True)
-if mode == "hang":
+if mode in ("hang", "deaf"):
     time.sleep(600)
 if mode == "fail1" and rank == 1:
     time.sleep(0.5)
@@ -62,6 +66,9 @@ if mode == "linger":
 
 def main() -> int:
     n, mode = int(sys.argv[1]), sys.argv[2]
+    if mode == "deaf":
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
     tag = sys.argv[3] if len(sys.argv) > 3 else ""
     if mode.startswith("flaky:"):
         marker = mode.split(":", 1)[1]

@@ -170,6 +170,36 @@ def test_signal_to_the_launcher_is_forwarded_then_escalated(tmp_path: Path, sig:
     assert not processes_mentioning(str(tmp_path))
 
 
+def test_a_second_sigint_kills_at_once_and_says_why(tmp_path: Path) -> None:
+    """A second Ctrl-C kills the job at once; the log said "grace period over" though it was not (QA, 2026-12-06)."""
+    spec = {
+        "commands": [{**agent(tmp_path, "deaf").to_dict()}],
+        "grace_s": 60.0,
+        "max_restarts": 0,
+        "restarts_inside": True,
+        "run_dir": str(tmp_path),
+    }
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "run_commands.py"), str(tmp_path / "spec.json")],
+        env=launcher_env(),
+        cwd=HERE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    agent_log = tmp_path / "logs" / "agent.log"
+    wait_for(lambda: agent_log.exists() and agent_log.read_text().count(" up") == 2, 20, "workers to be up")
+    t0 = time.monotonic()
+    os.kill(proc.pid, signal.SIGINT)
+    wait_for(lambda: "received SIGINT" in (tmp_path / "launcher.log").read_text(), 10, "the first SIGINT")
+    os.kill(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=30) == 130 and time.monotonic() - t0 < 20  # not the 60 s grace period
+    log = (tmp_path / "launcher.log").read_text()
+    assert "second SIGINT: killing the job now: sent SIGKILL to" in log and "grace period over" not in log, log
+    assert not processes_mentioning(str(tmp_path))
+
+
 def test_an_agent_that_exits_0_while_its_workers_run_has_not_finished_the_job(tmp_path: Path) -> None:
     code, _, log = run(tmp_path, [agent(tmp_path, "abandon")], grace_s=1.0)
     assert code == 1
