@@ -145,6 +145,25 @@ class Settings(BaseModel):
         description="How long an Idempotency-Key keeps answering with the plan it made.",
     )
 
+    @field_validator("database_url")
+    @classmethod
+    def _a_database_url(cls, value: str) -> str:
+        """A URL SQLAlchemy can read, of a database this service ships a driver for (it was a traceback from
+        SQLAlchemy at the first query)."""
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            url = make_url(value)
+        except ArgumentError:
+            raise ValueError(
+                f"{value!r} is not a database URL (sqlite:///path or postgresql+psycopg://user:password@host:5432/db)"
+            ) from None
+        kind = url.get_backend_name()
+        if kind not in ("sqlite", "postgresql", "postgres"):
+            raise ValueError(f"{kind!r} databases are not supported: sqlite or postgresql")
+        return value
+
     @field_validator("trusted_origins", mode="before")
     @classmethod
     def _split_origins(cls, value: object) -> object:

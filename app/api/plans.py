@@ -111,7 +111,10 @@ def post_plan(
     )
     record = created.record
     response.headers["Location"] = str(request.url_for("get_plan_by_id", plan_id=record.id).path)
-    response.headers["X-Trainplan-Search"] = "cached" if created.cache_hit else "searched"
+    # a replay searched nothing: it is the plan the key made the first time
+    response.headers["X-Trainplan-Search"] = (
+        "replayed" if created.replayed else "cached" if created.cache_hit else "searched"
+    )
     if created.replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return stored_plan(record, sorted(store.artifacts(record.id, 1) or {}))

@@ -12,6 +12,23 @@ from app.cli.common import fail, input_error
 from app.planner.errors import FieldError
 
 
+class DatabaseUnavailable(Exception):
+    """DATABASE_URL does not parse, or its database cannot be opened: said in a line, with exit code 2."""
+
+
+def _open_accounts() -> Any:
+    """`_accounts()` for the account verbs: a bad or unreachable DATABASE_URL is a message, not a traceback."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        return _accounts()
+    except ValueError as exc:  # the settings' own check of DATABASE_URL
+        raise DatabaseUnavailable(str(exc)) from None
+    except SQLAlchemyError as exc:
+        first = str(exc.orig if getattr(exc, "orig", None) else exc).splitlines()[0]
+        raise DatabaseUnavailable(f"DATABASE_URL: cannot open the database: {first}") from None
+
+
 def _accounts(settings: Any = None) -> Any:
     """The account store on DATABASE_URL (tables created if missing)."""
     from app.settings import Settings
@@ -120,7 +137,10 @@ def _secret(args: argparse.Namespace) -> tuple[str, bool]:
 
 def cmd_users(args: argparse.Namespace) -> int:
     """users add|list|passwd|role|disable|enable."""
-    accounts = _accounts()
+    try:
+        accounts = _open_accounts()
+    except DatabaseUnavailable as exc:
+        return fail([FieldError("", str(exc))])
     try:
         if args.action == "list":
             for u in accounts.users():
@@ -147,7 +167,10 @@ def cmd_tokens(args: argparse.Namespace) -> int:
     """tokens create|list|revoke."""
     from app.store import AccountError
 
-    accounts = _accounts()
+    try:
+        accounts = _open_accounts()
+    except DatabaseUnavailable as exc:
+        return fail([FieldError("", str(exc))])
     try:
         if args.action == "create":
             token, info = accounts.create_token(args.name, args.label)

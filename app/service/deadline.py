@@ -176,6 +176,9 @@ def _option(
     judged = c.wall_days if body.wall_clock and c.wall_days is not None else c.days
     training = body.training.model_dump(mode="json", exclude_unset=True)
     training["pinned"] = {**training.get("pinned", {}), "num_nodes": nodes}
+    # the option was planned for throughput on exactly these nodes (`_request`): its request says so, so that POST
+    # /plans of it gives the plan priced here (it kept the caller's objective: headroom gave another layout)
+    training["objective"] = "throughput"
     request = {
         "model": sent_model,
         "cluster": {"num_nodes": nodes, "gpus_per_node": body.gpus_per_node, "gpu": option.gpu},

@@ -46,6 +46,17 @@ def test_the_cheapest_that_meets_the_deadline(sqlite_client: Any) -> None:
     assert stored.status_code == 201 and stored.json()["result"]["cluster"]["num_nodes"] == d["best"]["num_nodes"]
 
 
+def test_an_options_request_plans_the_layout_it_priced(sqlite_client: Any) -> None:
+    """Each option is planned for throughput on its node count; with the caller's objective headroom, its request
+    kept headroom and POST /plans of it gave another layout (TP8 CP2 at a quarter of the tokens/s; QA, 2026-12-06)."""
+    body = {**BODY, "training": {**BODY["training"], "objective": "headroom"}, "gpus": BODY["gpus"][:1]}
+    body.update(nodes_min=2, nodes_max=2, node_counts=1)
+    (option,) = sqlite_client.post("/deadline", json=body).json()["options"]
+    assert option["request"]["training"]["objective"] == "throughput"
+    planned = sqlite_client.post("/plans", json=option["request"]).json()["result"]["plans"][0]
+    assert planned["estimate"]["time"]["tokens_per_s"] == option["tokens_per_s"]
+
+
 def test_a_deadline_nothing_meets_says_so(sqlite_client: Any) -> None:
     d = sqlite_client.post("/deadline", json={**BODY, "deadline_days": 0.001}).json()
     assert d["best"] is None and d["options"] and not any(o["meets_deadline"] for o in d["options"])

@@ -19,6 +19,7 @@ def test_a_retry_with_the_same_key_gets_the_same_plan(client: Any) -> None:
     assert first.status_code == again.status_code == 201
     assert again.json()["id"] == first.json()["id"] and again.json() == first.json()
     assert again.headers["idempotent-replayed"] == "true" and "idempotent-replayed" not in first.headers
+    assert (first.headers["x-trainplan-search"], again.headers["x-trainplan-search"]) == ("searched", "replayed")
     assert again.headers["location"] == first.headers["location"]
     assert client.get("/plans").json()["total"] == 1
     fresh = client.post("/plans", json=TINY)  # no key: a new plan every time

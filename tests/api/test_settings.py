@@ -45,6 +45,26 @@ def test_a_bad_variable_is_named() -> None:
         Settings.from_env({"TRAINPLAN_MAX_SEARCH_TIME_S": "soon"})
 
 
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("notaurl", "DATABASE_URL: 'notaurl' is not a database URL"),
+        ("mysql://a@b/c", "DATABASE_URL: 'mysql' databases are not supported: sqlite or postgresql"),
+    ],
+)
+def test_a_database_url_that_cannot_work_is_named_before_any_query(url: str, message: str) -> None:
+    """It was SQLAlchemy's traceback from `trainplan serve` and every account verb (QA, 2026-12-06)."""
+    import subprocess
+    import sys
+
+    with pytest.raises(ValueError, match=message):
+        Settings.from_env({"DATABASE_URL": url})
+    env = {"PATH": "/usr/bin:/bin", "DATABASE_URL": url}
+    for verb in (["users", "list"], ["tokens", "list", "alice"]):
+        done = subprocess.run([sys.executable, "-m", "app", *verb], capture_output=True, text=True, env=env, timeout=60)
+        assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
 def test_serve_flags_override_the_environment() -> None:
     args = build_parser().parse_args(["serve", "--port", "9001", "--workers", "2"])
     s = Settings.from_env({"TRAINPLAN_PORT": "9000"}, host=args.host, port=args.port, workers=args.workers)
