@@ -25,7 +25,7 @@ def _open_accounts() -> Any:
     except ValueError as exc:  # the settings' own check of DATABASE_URL
         raise DatabaseUnavailable(str(exc)) from None
     except SQLAlchemyError as exc:
-        first = str(exc.orig if getattr(exc, "orig", None) else exc).splitlines()[0]
+        first = str(getattr(exc, "orig", None) or exc).splitlines()[0]
         raise DatabaseUnavailable(f"DATABASE_URL: cannot open the database: {first}") from None
 
 

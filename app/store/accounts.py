@@ -168,6 +168,8 @@ class AccountStore:
         """A new token for `user`: the full token is returned once and never stored."""
         if len(label) > 100:
             raise AccountError(f"label: {len(label)} characters; at most 100")
+        if any(not ch.isprintable() for ch in label):  # a newline or an escape code would forge `tokens list` lines
+            raise AccountError(f"label: {label!r} has control characters (newlines, escapes); printable text only")
         token_id, secret = secrets.token_hex(8), secrets.token_urlsafe(32)
         row = TokenRow(
             id=token_id, user=user, label=label, secret_sha256=sha256_hex(secret), created_at=datetime.now(UTC)

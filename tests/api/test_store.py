@@ -92,3 +92,17 @@ def test_ids_are_unique_and_url_safe(store: PlanStore) -> None:
 )
 def test_postgres_urls_use_psycopg3(url: str, driver: str) -> None:
     assert normalize_url(url).drivername == driver
+
+
+@pytest.mark.parametrize("label", ["ci\nalice  tp_fake  admin", "\x1b[2Jwiped", "tab\there"])
+def test_a_token_label_with_control_characters_is_refused(tmp_path: Path, label: str) -> None:
+    """A newline in a label forged a line of `tokens list`, an escape code reached the admin's terminal (QA)."""
+    from app.store import AccountError, AccountStore
+
+    store = PlanStore(f"sqlite:///{tmp_path / 'a.db'}")
+    store.init()
+    accounts = AccountStore(store.engine)
+    accounts.add_user("alice", "user", None)
+    with pytest.raises(AccountError, match="has control characters"):
+        accounts.create_token("alice", label)
+    assert accounts.create_token("alice", "ci runner é")[1].label == "ci runner é"
