@@ -176,7 +176,7 @@ def create_plan(
     try:
         earlier = store.idempotent_plan(key) if key else None
     except KeyReused as exc:
-        raise Refused([FieldError("idempotency-key", str(exc))]) from None
+        raise Refused([FieldError("Idempotency-Key", str(exc))]) from None
     if earlier is not None:
         return Created(earlier, cache_hit=False, replayed=True)
     parsed = parse()
@@ -199,7 +199,7 @@ def create_plan(
             result_json=outcome.result_json,
         )
     except KeyReused as exc:
-        raise Refused([FieldError("idempotency-key", str(exc))]) from None
+        raise Refused([FieldError("Idempotency-Key", str(exc))]) from None
     return Created(record, outcome.cache_hit, replayed)
 
 
