@@ -107,7 +107,9 @@ def compute(work: Work, kind: str, request: BaseModel, model: type[T], timeout_s
         raise Refused(exc.errors) from None
     except ComputeError as exc:
         status = _COMPUTE_STATUS.get(exc.kind, 422)
-        raise Refused([FieldError(field, str(exc))], status, retry_after_s=5 if status == 503 else None) from None
+        # busy or gone is the service's state, not the input's: no field (a time or memory cap is the field's)
+        at = "" if exc.kind in _COMPUTE_STATUS else field
+        raise Refused([FieldError(at, str(exc))], status, retry_after_s=5 if status == 503 else None) from None
     try:
         return Computed(model.model_validate_json(text), text)
     except ValidationError as exc:  # e.g. a number that overflowed to infinity: refuse it rather than store it

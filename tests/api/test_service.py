@@ -156,3 +156,21 @@ def test_an_error_after_the_process_ran_into_its_cap_is_out_of_memory_and_a_bug_
     assert _child_answer("fill", 128) == ("memory", "")
     status, value = _child_answer("bug", 1024)
     assert status == "error" and "KeyError: 'a bug'" in value
+
+
+@pytest.mark.parametrize(("kind", "status", "field"), [("busy", 503, ""), ("gone", 499, ""), ("timeout", 422, "f.x")])
+def test_a_busy_service_is_not_blamed_on_a_field(kind: str, status: int, field: str) -> None:
+    """All planner processes busy was a 503 whose error named the request's `parallel` field (QA, 2026-12-06); a
+    time cap is the input's (its field), the service's state is not."""
+    from app.service.compute import ComputeError
+
+    class Pool:
+        def run(self, *_args: object) -> str:
+            raise ComputeError(kind, f"the {kind} message")
+
+    work = Work(Pool(), None, lambda: False)  # type: ignore[arg-type]
+    with pytest.raises(Refused) as exc:
+        service.compute(work, "plan", PlanRequest(**TINY), PlanRequest, 1.0, "f.x")
+    assert exc.value.status_code == status and [(e.field, e.message) for e in exc.value.errors] == [
+        (field, f"the {kind} message")
+    ]
