@@ -204,7 +204,7 @@ def add_account_arguments(name: str, p: argparse.ArgumentParser) -> None:
         role.add_argument("name")
         role.add_argument("role", choices=ROLES)
         for verb in ("disable", "enable"):
-            actions.add_parser(verb, help=f"{verb} a user (disabling ends its sessions and tokens)").add_argument(
+            actions.add_parser(verb, help=f"{verb} a user (disabling ends its web sessions and suspends its tokens until it is enabled again)").add_argument(
                 "name"
             )
         return

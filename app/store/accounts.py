@@ -139,6 +139,11 @@ class AccountStore:
             changed = session.execute(update(UserRow).where(UserRow.name == name).values(**values))
             if changed.rowcount != 1:  # type: ignore[attr-defined]
                 raise AccountError(f"name: no user named {name!r}")
+            admins = select(func.count()).select_from(UserRow).where(UserRow.role == "admin", ~UserRow.disabled)
+            if ("role" in values or values.get("disabled")) and not session.scalar(admins):
+                # checked after the change, in its transaction (rolled back): nobody could manage accounts or plans
+                # on the web any more (the CLI could still mend it)
+                raise AccountError(f"name: {name!r} is the last enabled admin; make another user admin first")
             if values.get("disabled"):
                 session.execute(delete(SessionRow).where(SessionRow.user == name))
             session.add(audit_row(actor, action, name, **{k: v for k, v in values.items() if k != "password_hash"}))

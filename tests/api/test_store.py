@@ -106,3 +106,20 @@ def test_a_token_label_with_control_characters_is_refused(tmp_path: Path, label:
     with pytest.raises(AccountError, match="has control characters"):
         accounts.create_token("alice", label)
     assert accounts.create_token("alice", "ci runner é")[1].label == "ci runner é"
+
+
+def test_the_last_enabled_admin_is_neither_demoted_nor_disabled(tmp_path: Path) -> None:
+    """The CLI could leave the service without an admin (QA, 2026-12-06)."""
+    from app.store import AccountError, AccountStore
+
+    store = PlanStore(f"sqlite:///{tmp_path / 'a.db'}")
+    store.init()
+    accounts = AccountStore(store.engine)
+    accounts.add_user("root", "admin", None)
+    for change in (lambda: accounts.set_role("root", "user"), lambda: accounts.set_disabled("root", True)):
+        with pytest.raises(AccountError, match="'root' is the last enabled admin"):
+            change()
+    assert [(u.name, u.role, u.disabled) for u in accounts.users()] == [("root", "admin", False)]  # rolled back
+    accounts.add_user("bea", "admin", None)
+    accounts.set_role("root", "user")  # another admin is left
+    assert {u.name: u.role for u in accounts.users()} == {"bea": "admin", "root": "user"}
