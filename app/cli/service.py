@@ -204,9 +204,10 @@ def add_account_arguments(name: str, p: argparse.ArgumentParser) -> None:
         role.add_argument("name")
         role.add_argument("role", choices=ROLES)
         for verb in ("disable", "enable"):
-            actions.add_parser(verb, help=f"{verb} a user (disabling ends its web sessions and suspends its tokens until it is enabled again)").add_argument(
-                "name"
-            )
+            actions.add_parser(
+                verb,
+                help=f"{verb} a user (disabling ends its web sessions and suspends its tokens until it is enabled)",
+            ).add_argument("name")
         return
     create = actions.add_parser("create", help="a new API token for a user (printed once)")
     create.add_argument("name")
