@@ -90,6 +90,12 @@ def apply(record: PlanRecord, changes: Mapping[str, str]) -> dict[str, str]:
             values[name] = value
     if values.get("cluster.gpu") != before.get("cluster.gpu"):
         values.update({f.name: "" for f in SECTIONS["gpu_overrides"]})  # another GPU: its own catalogue numbers
+    hosts = values.get("cluster.hosts", "").split()
+    nodes = values.get("cluster.num_nodes", "")
+    if hosts and nodes.isdigit() and len(hosts) != int(nodes):
+        # a host list names one host per node: on fewer nodes the first of them (the head node first); on more,
+        # the added nodes have no names, so none are given (it was refused: "lists 1 hosts but num_nodes is 2")
+        values["cluster.hosts"] = " ".join(hosts[: int(nodes)]) if int(nodes) < len(hosts) else ""
     if values.get("training.framework") != before.get("training.framework") and "training.stack" not in changes:
         values["training.stack"] = ""  # another framework: its usual stack (a named one runs the old framework)
     return values

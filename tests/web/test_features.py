@@ -125,6 +125,18 @@ def test_what_if_changes_only_what_was_posted(web: Any) -> None:
     assert missing.status_code == 404
 
 
+def test_what_if_on_another_node_count_keeps_the_host_list_consistent(web: Any) -> None:
+    """ "Plan on N nodes" and the Nodes control kept a host list of the old count and were refused ("lists 1 hosts
+    but num_nodes is 2"), so the button never worked on a cluster that names its hosts (QA, 2026-12-06)."""
+    cluster = {**SMALL["cluster"], "num_nodes": 2, "hosts": ["gpu-a", "gpu-b"]}
+    created = stored(web, {**SMALL, "cluster": cluster})
+    for nodes, hosts in (("1", ["gpu-a"]), ("3", [])):
+        r = web.post("/whatif", data={"whatif.from": created["id"], "cluster.num_nodes": nodes}, follow_redirects=False)
+        assert r.status_code == 303, r.text
+        again = web.get("/plans/" + r.headers["location"].rsplit("/", 1)[1]).json()["result"]["cluster"]
+        assert again["num_nodes"] == int(nodes) and again["hosts"] == hosts
+
+
 def test_what_if_another_framework_plans_on_its_own_stack(web: Any) -> None:
     """A request that named a stack (torchtitan) re-planned under another framework runs that framework's usual
     stack: the named one runs the old framework only, and keeping it was a 422 on a one-click re-plan."""
@@ -278,3 +290,16 @@ def test_with_gb_chosen_the_planners_sentences_read_in_gb(web: Any) -> None:
     # converted from the sentence's one decimal of GiB: within 0.1 of the KPI's exact GB
     shown = float(why.split("<li>memory ", 1)[1].split(" of ", 1)[0])
     assert abs(shown - peak / 1e9) <= 0.11
+
+
+def test_a_read_only_user_is_not_offered_what_would_fail(web: Any) -> None:
+    """Search plans, Plan again and the one-click suggestions always failed for a read-only user ("it may read plans,
+    not create them"), while the list already hid Delete (QA, 2026-12-06)."""
+    created = stored(web, {**SMALL, "training": {"global_batch_size": 64}})
+    reader = dict(httpx.Headers(auth(login_token(web, "rita", "read-only"))))
+    form = web.get("/", headers=reader).text
+    assert ">Search plans</button>" not in form and "rita has the read-only role" in form
+    page = web.get(f"/p/{created['id']}", headers=reader).text
+    assert 'id="whatif"' not in page and 'action="/whatif"' not in page
+    mine = web.get(f"/p/{created['id']}").text  # the admin's own view keeps them
+    assert 'id="whatif"' in mine and ">Search plans</button>" in web.get("/").text
