@@ -138,7 +138,7 @@ def stage_parts(
     moe: int,
     stage: int,
 ) -> StageParts:
-    states, flight, acts, static, backward, step, allocated, reserved, runtime = _stage_bytes(
+    states, flight, acts, _static, backward, step, allocated, reserved, runtime = _stage_bytes(
         model, cluster, training, par, shape, dense, moe, stage
     )
     return StageParts(
@@ -147,7 +147,14 @@ def stage_parts(
         grads=states.grads,
         optimizer=states.optimizer,
         activations=acts if backward >= step else 0.0,
-        other=reserved + runtime - static - (acts if backward >= step else 0.0) + states.buffers,
+        # everything else of the total, so that the parts add up to it (the TP-overlap userbuffers were in the total
+        # and in no part: 0.1-0.25 GiB short per stage)
+        other=reserved
+        + runtime
+        - states.weights
+        - states.grads
+        - states.optimizer
+        - (acts if backward >= step else 0.0),
         allocated=allocated,
         reserved=reserved,
         total=reserved + runtime,
