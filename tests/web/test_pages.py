@@ -255,7 +255,7 @@ def test_every_bad_field_is_named_in_one_round(web: Any) -> None:
 
 
 def test_one_node_is_one_node(web: Any) -> None:
-    """"Cluster: 1 nodes" (QA, 2026-12-06)."""
+    """ "Cluster: 1 nodes" (QA, 2026-12-06)."""
     created = web.post("/plans", json={**SMALL, "cluster": {**SMALL["cluster"], "num_nodes": 1}}).json()
     page = web.get(f"/p/{created['id']}").text
     assert "Cluster: 1 node ×" in page and "1 nodes" not in page
