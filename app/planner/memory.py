@@ -211,7 +211,8 @@ def memory_estimate(
     cpu_per_gpu = nvme_per_gpu = 0.0
     for stage, shape, dense, moe in _stages(model, training, par):
         parts = stage_parts(model, cluster, training, par, shape, dense, moe, stage)
-        stages.append(_to_stage_memory(stage, dense + moe, parts))
+        # the stage's decoder layers, as the layout counts them (its MTP layers are in the memory, not the count)
+        stages.append(_to_stage_memory(stage, dense + moe - shape.mtp, parts))
         cpu_per_gpu, nvme_per_gpu = max(cpu_per_gpu, parts.cpu), max(nvme_per_gpu, parts.nvme)
     peak = max(stages, key=lambda s: s.total_bytes)
     capacity = cluster.gpu.memory_bytes

@@ -338,3 +338,15 @@ def test_a_stages_parts_add_up_to_its_total_with_tp_overlap() -> None:
         for s in p.estimate.memory.stages:
             parts = s.weights_bytes + s.gradients_bytes + s.optimizer_bytes + s.activations_bytes + s.other_bytes
             assert abs(parts - s.total_bytes) <= 4, (s.stage, parts, s.total_bytes)  # int rounding of five parts
+
+
+def test_a_stage_counts_its_decoder_layers_as_the_layout_does_with_mtp() -> None:
+    """With an MTP layer the memory table said 14 layers on the last stage, the layout 13 (QA, 2026-12-06): the MTP
+    layer's memory is the stage's, its count is not a decoder layer's."""
+    from app.planner import PlanRequest, plan
+
+    result = plan(PlanRequest(model="deepseek-v3-like", cluster={"num_nodes": 32, "gpu": "H100-SXM"}, training={
+        "global_batch_size": 1024}))  # fmt: skip
+    assert result.model.mtp_num_layers and result.plans
+    for p in result.plans:
+        assert [s.layers for s in p.estimate.memory.stages] == p.layout.stage_layers
