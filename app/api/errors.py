@@ -8,7 +8,7 @@ from urllib.parse import quote
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
@@ -86,7 +86,15 @@ def install(app: FastAPI) -> None:
         return error_response(422, request_errors(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
-    def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 404 and "text/html" in request.headers.get("accept", ""):
+            # a browser at an unknown address gets the site's not-found page, not {"detail": "Not Found"}
+            from app.planner import __version__
+
+            page = request.app.state.templates.render(
+                "not_found.html", message=f"No page at {request.url.path}.", planner_version=__version__, self_url="/"
+            )
+            return HTMLResponse(page, 404)
         headers = dict(exc.headers or {})
         if exc.status_code == 405:  # every method of the path, not only those of the first route that matched it
             headers["Allow"] = ", ".join(allowed_methods(request))

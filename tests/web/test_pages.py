@@ -259,3 +259,12 @@ def test_one_node_is_one_node(web: Any) -> None:
     created = web.post("/plans", json={**SMALL, "cluster": {**SMALL["cluster"], "num_nodes": 1}}).json()
     page = web.get(f"/p/{created['id']}").text
     assert "Cluster: 1 node ×" in page and "1 nodes" not in page
+
+
+def test_a_browser_at_an_unknown_address_gets_the_not_found_page(web: Any) -> None:
+    """It got {"detail":"Not Found"} (QA, 2026-12-06); an API client still gets the JSON error body."""
+    page = web.get("/no/such/page", headers={"Accept": "text/html,application/xhtml+xml"})
+    assert page.status_code == 404 and page.headers["content-type"].startswith("text/html")
+    assert "<h1>Not found</h1>" in page.text and "No page at /no/such/page." in page.text
+    api = web.get("/no/such/page")
+    assert api.status_code == 404 and api.json()["detail"] == "Not Found"
