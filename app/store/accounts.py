@@ -136,13 +136,15 @@ class AccountStore:
 
     def _change_user(self, name: str, actor: str, action: str, **values: Any) -> None:
         with Session(self.engine) as session, session.begin():
+            before = session.get(UserRow, name)
+            was_admin = before is not None and before.role == "admin" and not before.disabled
             changed = session.execute(update(UserRow).where(UserRow.name == name).values(**values))
             if changed.rowcount != 1:  # type: ignore[attr-defined]
                 raise AccountError(f"name: no user named {name!r}")
             admins = select(func.count()).select_from(UserRow).where(UserRow.role == "admin", ~UserRow.disabled)
-            if ("role" in values or values.get("disabled")) and not session.scalar(admins):
-                # checked after the change, in its transaction (rolled back): nobody could manage accounts or plans
-                # on the web any more (the CLI could still mend it)
+            if was_admin and not session.scalar(admins):
+                # the change took the last enabled admin away (checked in its transaction, rolled back): nobody could
+                # manage accounts or others' plans on the web any more (the CLI could still mend it)
                 raise AccountError(f"name: {name!r} is the last enabled admin; make another user admin first")
             if values.get("disabled"):
                 session.execute(delete(SessionRow).where(SessionRow.user == name))
