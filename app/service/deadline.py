@@ -264,6 +264,8 @@ def cheapest(body: DeadlineBody, sent: Mapping[str, Any], work: Work, cache: Pla
                         raise
                     reason = "; ".join(str(e) for e in exc.errors)
                     stopped = any(e.field == "training.search_time_limit_s" for e in exc.errors)
+                    if stopped:  # what the page (and this request) can change is the whole search's time budget
+                        reason = "its search ran out of the time left: a larger time_budget_s reaches it"
                     (not_tried if stopped else nothing).append(NotPlanned(gpu=option.gpu, num_nodes=n, reason=reason))
                     continue
                 made = _option(body, sent_model, option, n, result)

@@ -67,6 +67,11 @@ def test_the_time_budget_bounds_the_search_and_says_what_was_not_tried(sqlite_cl
     big = {**BODY, "model": "llama-2-70b", "nodes_max": 64, "node_counts": 40, "time_budget_s": 0.3}
     d = sqlite_client.post("/deadline", json=big).json()
     assert d["time_budget_s"] == 0.3 and d["not_tried"], d
+    # each says what this request can change (it named training.search_time_limit_s, which the page does not have)
+    assert {m["reason"] for m in d["not_tried"]} <= {
+        "the time budget ran out first",
+        "its search ran out of the time left: a larger time_budget_s reaches it",
+    }, d["not_tried"]
     assert len(d["options"]) + len(d["nothing_fits"]) + len(d["not_tried"]) == 2 * len(d["node_counts"])
     capped = sqlite_client.post("/deadline", json={**BODY, "time_budget_s": 3600}).json()
     assert capped["time_budget_s"] == 30 and any("capped at" in n for n in capped["notes"])
