@@ -138,11 +138,12 @@ def test_launcher_restarts_a_failed_job_up_to_the_limit(tmp_path: Path) -> None:
     assert code == 1 and log.count("restart 1 of at most 1") == 1 and "restart 2" not in log
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_signal_to_the_launcher_is_forwarded_then_escalated(tmp_path: Path, sig: signal.Signals) -> None:
+def _running(tmp_path: Path, mode: str, grace_s: float) -> subprocess.Popen[bytes]:
+    """The runner on one fake agent of `mode` in its own process, once both workers are up (each prints "up" after
+    it has set its signal handling)."""
     spec = {
-        "commands": [{**agent(tmp_path, "hang").to_dict()}],
-        "grace_s": 1.0,
+        "commands": [{**agent(tmp_path, mode).to_dict()}],
+        "grace_s": grace_s,
         "max_restarts": 0,
         "restarts_inside": True,
         "run_dir": str(tmp_path),
@@ -157,8 +158,14 @@ def test_signal_to_the_launcher_is_forwarded_then_escalated(tmp_path: Path, sig:
         stderr=subprocess.DEVNULL,
     )
     wait_for(lambda: (tmp_path / "workers.node0.json").exists(), 20, "workers to start")
-    agent_log = tmp_path / "logs" / "agent.log"  # "up" is printed once the worker ignores SIGTERM
+    agent_log = tmp_path / "logs" / "agent.log"
     wait_for(lambda: agent_log.exists() and agent_log.read_text().count(" up") == 2, 20, "workers to be up")
+    return proc
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_to_the_launcher_is_forwarded_then_escalated(tmp_path: Path, sig: signal.Signals) -> None:
+    proc = _running(tmp_path, "hang", 1.0)
     t0 = time.monotonic()
     os.kill(proc.pid, sig)
     assert proc.wait(timeout=30) == 128 + sig
@@ -172,24 +179,7 @@ def test_signal_to_the_launcher_is_forwarded_then_escalated(tmp_path: Path, sig:
 
 def test_a_second_sigint_kills_at_once_and_says_why(tmp_path: Path) -> None:
     """A second Ctrl-C kills the job at once; the log said "grace period over" though it was not (QA, 2026-12-06)."""
-    spec = {
-        "commands": [{**agent(tmp_path, "deaf").to_dict()}],
-        "grace_s": 60.0,
-        "max_restarts": 0,
-        "restarts_inside": True,
-        "run_dir": str(tmp_path),
-    }
-    (tmp_path / "logs").mkdir()
-    (tmp_path / "spec.json").write_text(json.dumps(spec))
-    proc = subprocess.Popen(
-        [sys.executable, str(HERE / "run_commands.py"), str(tmp_path / "spec.json")],
-        env=launcher_env(),
-        cwd=HERE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    agent_log = tmp_path / "logs" / "agent.log"
-    wait_for(lambda: agent_log.exists() and agent_log.read_text().count(" up") == 2, 20, "workers to be up")
+    proc = _running(tmp_path, "deaf", 60.0)
     t0 = time.monotonic()
     os.kill(proc.pid, signal.SIGINT)
     wait_for(lambda: "received SIGINT" in (tmp_path / "launcher.log").read_text(), 10, "the first SIGINT")

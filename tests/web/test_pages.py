@@ -214,19 +214,22 @@ def test_the_pages_curl_example_works_as_shown(web: Any) -> None:
     assert r.status_code == 201, r.text
 
 
+# a model given by its dimensions, for the form's cross-field and multi-error tests
+DIMS_FORM = {
+    **PLAN_FORM,
+    "model_mode": "dims",
+    "model.name": "mine",
+    "model.num_layers": "4",
+    "model.hidden_size": "4096",
+    "model.num_attention_heads": "32",
+    "model.vocab_size": "32000",
+    "model.seq_length": "2048",
+}
+
+
 def test_a_cross_field_model_error_is_shown_beside_the_field_it_names(web: Any) -> None:
     """hidden 4096 with 33 heads was said only in the box at the top; the check now names model.num_attention_heads."""
-    values = {
-        **PLAN_FORM,
-        "model_mode": "dims",
-        "model.name": "mine",
-        "model.num_layers": "4",
-        "model.hidden_size": "4096",
-        "model.num_attention_heads": "33",
-        "model.vocab_size": "32000",
-        "model.seq_length": "2048",
-    }
-    r = submit(web, values)
+    r = submit(web, {**DIMS_FORM, "model.num_attention_heads": "33"})
     assert r.status_code == 422
     text, inputs = element(r.text, "field-model.num_attention_heads")
     assert "hidden_size(4096) is not divisible by num_attention_heads(33)" in text
@@ -236,14 +239,8 @@ def test_a_cross_field_model_error_is_shown_beside_the_field_it_names(web: Any) 
 def test_every_bad_field_is_named_in_one_round(web: Any) -> None:
     """A JSON field that does not parse used to hide the bad numbers until it was fixed."""
     values = {
-        **PLAN_FORM,
-        "model_mode": "dims",
-        "model.name": "mine",
+        **DIMS_FORM,
         "model.num_layers": "abc",
-        "model.hidden_size": "4096",
-        "model.num_attention_heads": "32",
-        "model.vocab_size": "32000",
-        "model.seq_length": "2048",
         "model.rope_scaling": "{not json",
         "training.global_batch_size": "-3",
     }
