@@ -13,6 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from app.api.schemas import ErrorBody, FieldErrorOut
+from app.planner import __version__
 from app.planner.errors import FieldError
 from app.service.auth import AuthError, LoginRequired
 from app.service.errors import NotFound, Refused, error_list
@@ -89,8 +90,6 @@ def install(app: FastAPI) -> None:
     def _http(request: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 404 and "text/html" in request.headers.get("accept", ""):
             # a browser at an unknown address gets the site's not-found page, not {"detail": "Not Found"}
-            from app.planner import __version__
-
             page = request.app.state.templates.render(
                 "not_found.html", message=f"No page at {request.url.path}.", planner_version=__version__, self_url="/"
             )

@@ -12,21 +12,19 @@ from app.cli.common import fail, input_error
 from app.planner.errors import FieldError
 
 
-class DatabaseUnavailable(Exception):
-    """DATABASE_URL does not parse, or its database cannot be opened: said in a line, with exit code 2."""
-
-
-def _open_accounts() -> Any:
-    """`_accounts()` for the account verbs: a bad or unreachable DATABASE_URL is a message, not a traceback."""
+def _open_accounts() -> Any | None:
+    """`_accounts()` for the account verbs, or None once a bad or unreachable DATABASE_URL is said in a line (not a
+    traceback)."""
     from sqlalchemy.exc import SQLAlchemyError
 
     try:
         return _accounts()
     except ValueError as exc:  # the settings' own check of DATABASE_URL
-        raise DatabaseUnavailable(str(exc)) from None
+        fail([FieldError("", str(exc))])
     except SQLAlchemyError as exc:
         first = str(getattr(exc, "orig", None) or exc).splitlines()[0]
-        raise DatabaseUnavailable(f"DATABASE_URL: cannot open the database: {first}") from None
+        fail([FieldError("", f"DATABASE_URL: cannot open the database: {first}")])
+    return None
 
 
 def _accounts(settings: Any = None) -> Any:
@@ -137,10 +135,9 @@ def _secret(args: argparse.Namespace) -> tuple[str, bool]:
 
 def cmd_users(args: argparse.Namespace) -> int:
     """users add|list|passwd|role|disable|enable."""
-    try:
-        accounts = _open_accounts()
-    except DatabaseUnavailable as exc:
-        return fail([FieldError("", str(exc))])
+    accounts = _open_accounts()
+    if accounts is None:
+        return 2
     try:
         if args.action == "list":
             for u in accounts.users():
@@ -167,10 +164,9 @@ def cmd_tokens(args: argparse.Namespace) -> int:
     """tokens create|list|revoke."""
     from app.store import AccountError
 
-    try:
-        accounts = _open_accounts()
-    except DatabaseUnavailable as exc:
-        return fail([FieldError("", str(exc))])
+    accounts = _open_accounts()
+    if accounts is None:
+        return 2
     try:
         if args.action == "create":
             token, info = accounts.create_token(args.name, args.label)

@@ -141,23 +141,20 @@ def stage_parts(
     states, flight, acts, _static, backward, step, allocated, reserved, runtime = _stage_bytes(
         model, cluster, training, par, shape, dense, moe, stage
     )
+    at_peak = acts if backward >= step else 0.0  # the activations live at the stage's peak (none in the step)
+    total = reserved + runtime
     return StageParts(
         params=states.params,
         weights=states.weights,
         grads=states.grads,
         optimizer=states.optimizer,
-        activations=acts if backward >= step else 0.0,
+        activations=at_peak,
         # everything else of the total, so that the parts add up to it (the TP-overlap userbuffers were in the total
         # and in no part: 0.1-0.25 GiB short per stage)
-        other=reserved
-        + runtime
-        - states.weights
-        - states.grads
-        - states.optimizer
-        - (acts if backward >= step else 0.0),
+        other=total - states.weights - states.grads - states.optimizer - at_peak,
         allocated=allocated,
         reserved=reserved,
-        total=reserved + runtime,
+        total=total,
         phase="backward" if backward >= step else "optimizer step",
         cpu=states.cpu,
         nvme=states.nvme,

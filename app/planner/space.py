@@ -169,8 +169,7 @@ def sharding_options(training: TrainingSpec, dp: int, cp: int, pp: int, offload:
             out = [{**option, "megatron_fsdp": pins.megatron_fsdp} for option in out]
         return out
     if "fsdp" in can.sharding:  # FSDP's full shard; a pinned ZeRO stage or distributed optimizer is refused by rule
-        pinned = {"zero_stage": pins.zero_stage, "distributed_optimizer": pins.distributed_optimizer}
-        return [{k: v for k, v in pinned.items() if v}]
+        return [_pinned(pins, ("zero_stage", "distributed_optimizer"))]
     # Megatron's distributed optimizer or Megatron-FSDP pinned on a ZeRO stack: carried, so that the rules refuse it
     foreign = _pinned(pins, ("distributed_optimizer", "megatron_fsdp"))
     stages = [s for s in can.zero_stages if s <= 1] if pp > 1 else list(can.zero_stages)

@@ -76,18 +76,21 @@ def breakable(value: object) -> Markup:
     return Markup(re.sub(r"([(_/=])", r"\1<wbr>", str(escape(value))))
 
 
-def money(value: float) -> str:
-    """Whole units from 100, cents from 1, three significant digits below (a short run's 0.0046 is not "0.00")."""
+def _figure(value: float, decimals: int) -> str:
+    """Whole from 100, `decimals` from 1, three significant digits below (a short run's 0.0046 is not "0.00")."""
     if value >= 100:
         return f"{value:,.0f}"
-    return f"{value:,.2f}" if value >= 1 or value == 0 else f"{value:.3g}"
+    return f"{value:,.{decimals}f}" if value >= 1 or value == 0 else f"{value:.3g}"
+
+
+def money(value: float) -> str:
+    """Cents below 100."""
+    return _figure(value, 2)
 
 
 def amount(value: float) -> str:
-    """A count such as GPU-hours: whole from 100, one decimal from 1, three significant digits below."""
-    if value >= 100:
-        return f"{value:,.0f}"
-    return f"{value:.1f}" if value >= 1 or value == 0 else f"{value:.3g}"
+    """A count such as GPU-hours: one decimal below 100."""
+    return _figure(value, 1)
 
 
 def coord(value: float) -> str:
