@@ -315,7 +315,7 @@ class Runner:
     def _on_worker_exit(self, watch: WorkerWatch, pid: int) -> None:
         death = watch.on_exit(pid)
         progress = self.progress.get(watch.node_rank)
-        if death and death.root and progress:
+        if death and death.interrupts and progress:  # times the resume ("training again") from here
             progress.note_failure(time.monotonic())
         r = next(r for r in self.running if r.watch is watch)
         if not self.stopping and not (r.linger and r.linger.ended):  # an agent being ended stays so

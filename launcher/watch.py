@@ -33,6 +33,7 @@ class Death:
     status: int | None  # raw wait status, None if the agent collected it first
     root: bool = False  # the first failure, not one caused by stopping the job
     done_step: int | None = None  # a failed or unknown exit after its heartbeat said "done" at this step: teardown
+    interrupts: bool = False  # it ended its group's training: a failed or unknown exit before "done", not ours
 
     @property
     def failed(self) -> bool:
@@ -177,7 +178,10 @@ class WorkerWatch:
                 f"died first: {self.deaths[earlier].describe()} before its training was done; {after} (its report "
                 f"gives the status)"
             )
-        death = Death(worker, self.node_rank, status, root=first, done_step=done)
+        # any group's failure, not only the run's first (root): a rank whose status the agent collected first
+        # interrupts as much as the one the agent then stopped, which is not root either
+        interrupts = watched and status != 0 and done is None
+        death = Death(worker, self.node_rank, status, root=first, done_step=done, interrupts=interrupts)
         self.deaths.append(death)
         self._group_deaths += 1
         self._died_since_restart = True

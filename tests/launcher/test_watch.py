@@ -138,6 +138,38 @@ def test_an_unseen_exit_of_a_group_the_agent_restarted_is_not_blamed_for_the_nex
     assert watch.restarts == 1 and lines[-1].startswith("died first: rank 0")
 
 
+def test_every_failure_that_ends_a_groups_training_interrupts_it_whether_or_not_it_is_the_root() -> None:
+    """The resume is timed from the moment a group's training ends ("training again ... after the failure"). In the
+    CI run of 2026-12-06 rank 1 was SIGKILLed and reaped by torchrun first, then rank 0 stopped by it with SIGTERM:
+    neither exit was the root when it was read (rank 0's made rank 1 the root afterwards), so the launcher never
+    timed the resume. Both interrupt, as does a later group's failure (root is the run's first only); an exit with
+    code 0, and a rank the watchdog killed itself, do not."""
+    first, second = _child(), _child()
+    watch, _ = _watching([first, second])
+    _collected_by_the_agent(first)
+    unseen = watch.on_exit(first.pid)
+    _unreaped(second, signal.SIGTERM)
+    stopped = watch.on_exit(second.pid)
+    second.wait()
+    assert unseen is not None and stopped is not None and not unseen.root and not stopped.root
+    assert unseen.interrupts and stopped.interrupts
+
+    watch._note_restart()
+    again, clean, ours = _child(), subprocess.Popen([sys.executable, "-c", "pass"]), _child()
+    for rank, child in enumerate((again, clean, ours)):
+        fd = os.pidfd_open(child.pid)
+        watch.alive[child.pid] = (procs.Worker(child.pid, rank, rank, 0), fd)
+        watch.selector.register(fd, selectors.EVENT_READ)
+    watch.killed.add(ours.pid)
+    deaths = []
+    for child, sig in ((again, signal.SIGKILL), (clean, None), (ours, signal.SIGKILL)):
+        _unreaped(child, sig)
+        deaths.append(watch.on_exit(child.pid))
+        child.wait()
+    assert [d is not None and d.interrupts for d in deaths] == [True, False, False]
+    assert watch.first_failure is not None and watch.first_failure.worker.pid == first.pid
+
+
 def _watch_with_root(status: int | None) -> WorkerWatch:
     watch = WorkerWatch(1, 2, 0, selectors.DefaultSelector(), lambda *a, **k: None, None, 0)
     watch.deaths.append(Death(procs.Worker(1001, 1, 1, 0), 0, status, root=True))
