@@ -91,7 +91,8 @@ def describe_command(command: Command) -> str:
 
 
 def dry_run(args: argparse.Namespace) -> int:
-    """Print every command per node with its exact environment, and the checks; create nothing."""
+    """Print every command per node with its exact environment, and the checks; create nothing. Exits 2, as `run`
+    would refuse to start, when a check fails (a script can gate on it); 0 otherwise."""
     ctx = context_from_args(args)
     backend, commands = build(ctx)
     print(f"# plan {ctx.plan.job.name}: backend {ctx.backend}, run directory {ctx.run_dir} (not created)")
@@ -100,7 +101,12 @@ def dry_run(args: argparse.Namespace) -> int:
     files = {**ctx.plan.files, **backend.derived_files(ctx)}
     if files:
         print("# files written to the run directory: " + ", ".join(sorted(files)))
-    print(checks_table(quick_checks(ctx, commands)))
+    checks = quick_checks(ctx, commands)
+    print(checks_table(checks))
+    failed = [c.name for c in checks if c.status == FAIL]
+    if failed:
+        sys.stderr.write(f"launcher: run would refuse to start {ctx.plan.job.name}: failed {', '.join(failed)}\n")
+        return 2
     return 0
 
 

@@ -113,6 +113,22 @@ def test_plan_inconsistent_with_the_machine_is_refused(tmp_path: Path) -> None:
     assert "refusing to start" in err and "world.gpus_per_node(1024) but this node exposes" in err
 
 
+def test_dry_run_of_a_plan_that_run_would_refuse_exits_2_after_printing_it(tmp_path: Path) -> None:
+    """A script gates a launch on `dry-run` (QA, 2026-12-06: it printed a failed check and exited 0). It still
+    prints every command and the checks, then exits 2 naming the failed one, as `run` refuses; nothing is created."""
+    plan = replace(
+        tiny_plan(),
+        world=World(gpus_per_node=1024, accelerator="cuda"),
+        parallel=Parallel(dp=1024, global_batch_size=1024),
+    )
+    run_dir = tmp_path / "run"
+    done = run_launcher("dry-run", str(write_plan(tmp_path, plan)), "--run-dir", str(run_dir))
+    assert done.returncode == 2, done.stderr
+    assert "torch.distributed.run" in done.stdout and " fail " in done.stdout
+    assert done.stderr.startswith("launcher: run would refuse to start") and "failed accelerators" in done.stderr
+    assert not run_dir.exists()
+
+
 def test_missing_entrypoint_and_bad_node_rank_are_refused(tmp_path: Path) -> None:
     plan = replace(tiny_plan(), entrypoint=Entrypoint(script="no_such_train.py"))
     err = refused(tmp_path, json.dumps(plan.to_dict()))
