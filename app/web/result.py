@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from app.planner import __version__, catalog, uncertainty
@@ -29,6 +29,7 @@ class PlanRow:
     mem_w: float  # width of the memory meter (48 px = capacity)
     mem_colour: str
     p: Plan
+    differs: str = ""  # what tells it apart from ranked plans whose shown columns are the same ("CP comm: a2a")
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,26 @@ def plan_row(p: Plan) -> PlanRow:
     )
 
 
+def plan_rows(plans: list[Plan]) -> list[PlanRow]:
+    """The ranked table's rows. Plans whose shown columns are all alike (they differ in the CP communication, an
+    overlap, the recomputed modules...) say in which fields, so the compare boxes are not a guess."""
+    rows = [plan_row(p) for p in plans]
+    groups: dict[tuple[object, ...], list[int]] = {}
+    for i, row in enumerate(rows):
+        par, lay = row.p.parallel, row.p.layout
+        shown = (lay.world_size, par.tp, par.pp, par.vpp, par.dp, par.cp, par.ep, row.sharding, par.recompute,
+                 par.micro_batch_size, lay.num_microbatches, row.stage_layers)  # fmt: skip
+        groups.setdefault(shown, []).append(i)
+    for members in (m for m in groups.values() if len(m) > 1):
+        pars = [rows[i].p.parallel for i in members]
+        names = [n for n in ParallelConfig.model_fields if len({repr(getattr(par, n)) for par in pars}) > 1]
+        for i in members:
+            par = rows[i].p.parallel
+            words = "; ".join(f"{label_for(n)}: {value_text(n, getattr(par, n))}" for n in names)
+            rows[i] = replace(rows[i], differs=words)
+    return rows
+
+
 def layers_text(stage_layers: list[int]) -> str:
     """Layers per pipeline stage, short: "20 × 4", or "19, 21 × 2, 19" when uneven."""
     runs: list[list[int]] = []
@@ -82,19 +103,21 @@ def layers_text(stage_layers: list[int]) -> str:
 def dimensions(par: ParallelConfig) -> list[tuple[str, str, str]]:
     """Every field of the plan's ParallelConfig: (label, value, the spec's description), generated from the spec so
     a new dimension is shown without an edit here."""
-    rows = []
-    for name, info in ParallelConfig.model_fields.items():
-        value = getattr(par, name)
-        if value is None:
-            text = "–"
-        elif isinstance(value, bool):
-            text = "yes" if value else "no"
-        elif isinstance(value, tuple):
-            text = " × ".join(map(str, value)) if name == "hierarchical_cp_sizes" else ", ".join(map(str, value))
-        else:
-            text = str(value)
-        rows.append((label_for(name), text, info.description or ""))
-    return rows
+    return [
+        (label_for(name), value_text(name, getattr(par, name)), info.description or "")
+        for name, info in ParallelConfig.model_fields.items()
+    ]
+
+
+def value_text(name: str, value: object) -> str:
+    """A ParallelConfig field's value in words."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, tuple):
+        return " × ".join(map(str, value)) if name == "hierarchical_cp_sizes" else ", ".join(map(str, value))
+    return str(value)
 
 
 def spreads(plan: Plan, prefs: Prefs) -> list[Spread]:
@@ -167,7 +190,7 @@ def result_context(
         "rank": rank,
         "prefs": prefs,
         "planner_version": __version__,
-        "plan_rows": [plan_row(p) for p in result.plans],
+        "plan_rows": plan_rows(result.plans),
         "show_cp": any(p.parallel.cp > 1 for p in result.plans),
         "show_ep": any(p.parallel.ep > 1 for p in result.plans),
         "rejected": [

@@ -265,3 +265,23 @@ def test_a_browser_at_an_unknown_address_gets_the_not_found_page(web: Any) -> No
     assert "<h1>Not found</h1>" in page.text and "No page at /no/such/page." in page.text
     api = web.get("/no/such/page")
     assert api.status_code == 404 and api.json()["detail"] == "Not Found"
+
+
+def test_ranked_plans_that_look_alike_say_what_tells_them_apart(web: Any) -> None:
+    """Llama-2 70B on 8 x 8 H100 ranks CP-2 plans that differ only in their CP communication; the table showed them
+    as identical rows (QA, 2026-12-06). Each such row names the field and its value; a row unlike the others is
+    left as it was."""
+    created = web.post(
+        "/plans",
+        json={
+            "model": "llama-2-70b",
+            "cluster": {"num_nodes": 8, "gpu": "H100-SXM"},
+            "training": {"global_batch_size": 512},
+        },
+    ).json()
+    page = web.get(f"/p/{created['id']}").text
+    table = page.split('aria-label="Ranked plans"', 1)[1].split("</table>", 1)[0]
+    rows = table.split("<tbody>", 1)[1].split("</tr>")[:-1]
+    told = [row for row in rows if "CP communication:" in row]
+    assert len(told) >= 2 and len(told) < len(rows)
+    assert {("p2p" in row, "all_gather" in row) for row in told} == {(True, False), (False, True)}
