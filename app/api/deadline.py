@@ -11,7 +11,7 @@ from app.api.openapi import AUTH_ERRORS
 from app.api.routing import StrictJSONRoute
 from app.api.schemas import ErrorBody
 from app.service.deadline import DeadlineBody, DeadlineResult, cheapest
-from app.service.deps import CacheDep, ReaderDep, SentJson, WorkDep
+from app.service.deps import AccountDep, CacheDep, SentJson, WorkDep
 
 router = APIRouter(tags=["plans"], route_class=StrictJSONRoute)
 EXAMPLE: dict[str, Any] = {
@@ -43,11 +43,12 @@ def post_deadline(
     sent: SentJson,
     work: WorkDep,
     cache: CacheDep,
-    who: ReaderDep,
+    who: AccountDep,
 ) -> DeadlineResult:
     """Plans every allowed (GPU type, node count) with objective throughput, prices each plan's time to train
     (`training.train_tokens` / tokens per second, on the wall clock through its checkpoint goodput) at the GPU's
     price per GPU-hour, and returns the cheapest that meets `deadline_days`, with every other plan ranked by cost
     (`meets_deadline` false for those too slow). The search is bounded by `time_budget_s` (capped by the
-    service); candidates it did not reach are listed in `not_tried`."""
+    service); candidates it did not reach are listed in `not_tried`. Any account may search (read-only included:
+    nothing is stored), never an anonymous client."""
     return cheapest(body, sent, work, cache)

@@ -81,7 +81,7 @@ class OriginCheckMiddleware:
         parts = urlsplit(origin.lower())
         if origin == "null" or f"{parts.scheme}://{parts.netloc}" not in {_own_origin(scope, headers), *self.trusted}:
             return (
-                f"origin: {origin!r} is not this service's origin ({_own_origin(scope, headers)}) nor one of "
+                f"{origin!r} is not this service's origin ({_own_origin(scope, headers)}) nor one of "
                 "TRAINPLAN_TRUSTED_ORIGINS; cross-origin requests may not change anything"
             )
         return None
@@ -94,7 +94,7 @@ class OriginCheckMiddleware:
         if reason is None:
             await self.app(scope, receive, send)
             return
-        body = json.dumps({"detail": reason, "errors": [{"field": "origin", "message": reason}]}).encode()
+        body = json.dumps({"detail": f"origin: {reason}", "errors": [{"field": "origin", "message": reason}]}).encode()
         await send(
             {
                 "type": "http.response.start",

@@ -1,6 +1,7 @@
-"""Booleans and numbers kept apart in every spec: pydantic's lax mode reads 0/1 as false/true and true/false as
-1/0, so `{"tp_comm_overlap": 1}` or `{"nvlink_GBps": true}` would be accepted as something the user did not write.
-A `field_validator("*", mode="before")` with `check` refuses both, naming what was expected."""
+"""Booleans, numbers and strings kept apart in every spec: pydantic's lax mode reads 0/1 as false/true, true/false
+as 1/0 and "2" as 2, so `{"tp_comm_overlap": 1}`, `{"nvlink_GBps": true}` or `{"num_nodes": "2"}` would be accepted
+as something the user did not write (and a stored request would keep the string where its schema says integer). A
+`field_validator("*", mode="before")` with `check` refuses all three, naming what was expected."""
 
 from __future__ import annotations
 
@@ -11,17 +12,28 @@ from typing import Any
 from pydantic import ValidationInfo
 
 
-def _kinds(annotation: Any) -> set[type]:
-    """The plain types an annotation accepts (through Optional, unions and Annotated; Literal and others: none)."""
+def _kinds(annotation: Any) -> set[Any]:
+    """The plain types an annotation accepts (through Optional, unions and Annotated); `object` stands for any other
+    member (str, a Literal, a model...), which may take a string."""
     origin = typing.get_origin(annotation)
     if origin is typing.Annotated:
         return _kinds(typing.get_args(annotation)[0])
     if origin in (typing.Union, types.UnionType):
-        out: set[type] = set()
+        out: set[Any] = set()
         for arg in typing.get_args(annotation):
             out |= _kinds(arg)
         return out
-    return {annotation} if annotation in (bool, int, float) else set()
+    if annotation is type(None):
+        return set()
+    return {annotation} if annotation in (bool, int, float) else {object}
+
+
+def _numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def check(cls: Any, value: Any, info: ValidationInfo) -> Any:
@@ -31,11 +43,16 @@ def check(cls: Any, value: Any, info: ValidationInfo) -> Any:
     if field is None:
         return value
     kinds = _kinds(field.annotation)
-    if not kinds:
+    plain = kinds - {object}
+    if not plain:
         return value
+    if isinstance(value, str) and object not in kinds:
+        expected = "true or false" if plain == {bool} else "a number"
+        quoted = value.strip().lower() in ("true", "false") or _numeric(value)  # "2": a number sent as a string
+        raise ValueError(f"expected {expected}{', not a string' if quoted else ''} (got {value[:40]!r})")
     if isinstance(value, bool):
-        if bool not in kinds:
+        if bool not in plain:
             raise ValueError(f"expected a number, got {str(value).lower()}")
-    elif kinds == {bool} and isinstance(value, int | float):
+    elif plain == {bool} and isinstance(value, int | float):
         raise ValueError(f"expected true or false, got {value!r}")
     return value

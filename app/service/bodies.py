@@ -23,7 +23,7 @@ from pydantic import (
     field_validator,
 )
 
-from app.planner import catalog
+from app.planner import catalog, strict
 from app.planner.gpu import GPUSpec
 from app.planner.hf_import import longest_context, model_type
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
@@ -200,6 +200,8 @@ ClusterInput = Annotated[
 
 class Body(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    _plain_types = field_validator("*", mode="before")(strict.check)  # no "10" or true for a number
 
 
 class PlanBody(Body):

@@ -194,6 +194,8 @@ class AccountStore:
         if user is not None:
             query = query.where(TokenRow.user == user)
         with Session(self.engine) as session:
+            if user is not None and session.get(UserRow, user) is None:
+                raise AccountError(f"name: no user named {user!r}")  # as every other verb says (QA, 2026-12-06)
             return [_token(r) for r in session.scalars(query)]
 
     def revoke_token(self, token_id: str, actor: str = "cli") -> None:

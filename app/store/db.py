@@ -42,8 +42,14 @@ def _sqlite_pragmas(synchronous: str) -> Callable[[Any, Any], None]:
         cur.execute("PRAGMA busy_timeout=10000")  # wait for a concurrent writer (another worker) instead of failing
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
+        # SQLite's own lower() folds ASCII only: a search for "éclair" never met "ÉCLAIR"; PostgreSQL's is Unicode's
+        dbapi_conn.create_function("lower", 1, _lower, deterministic=True)
 
     return connect
+
+
+def _lower(value: object) -> object:
+    return value.lower() if isinstance(value, str) else value
 
 
 def make_engine(url: str, sqlite_synchronous: str = "FULL") -> Engine:

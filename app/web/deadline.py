@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from app.planner import __version__, catalog
 from app.planner.errors import FieldError
-from app.service.auth import CSRF_FIELD, Principal
+from app.service.auth import CSRF_FIELD, LoginRequired, Principal
 from app.service.deadline import DeadlineBody, DeadlineResult, cheapest
 from app.service.deps import CacheDep, ClusterLookupDep, PageViewerDep, SettingsDep, StoreDep, WorkDep
 from app.service.errors import Refused, validation_errors
@@ -124,7 +124,10 @@ def deadline_search(
     viewer: PageViewerDep,
     prefs: PrefsDep,
 ) -> Response:
-    """Plan every allowed (GPU, node count) and show the cheapest within the deadline; nothing is stored."""
+    """Plan every allowed (GPU, node count) and show the cheapest within the deadline; nothing is stored. Any
+    account may search; an anonymous visitor (TRAINPLAN_ANONYMOUS_READ) is sent to log in first."""
+    if viewer.via == "anonymous":
+        raise LoginRequired("/cheapest")
     require_csrf(viewer, form.values.get(CSRF_FIELD))
     values = {k: v for k, v in form.values.items() if k != CSRF_FIELD}
     raw = to_body(values)

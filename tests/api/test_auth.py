@@ -135,6 +135,21 @@ def test_anonymous_reading_only_when_turned_on(make_client: ClientFactory) -> No
         assert _count(admin) == 1
 
 
+def test_a_deadline_search_needs_an_account_even_where_reading_is_open(make_client: ClientFactory) -> None:
+    """POST /deadline runs up to TRAINPLAN_MAX_DEADLINE_TIME_S of planning and stores nothing: a read-only account
+    may run it, an anonymous client may not, TRAINPLAN_ANONYMOUS_READ or not (QA, 2026-12-06: anonymous got 200)."""
+    body = {"model": "tiny-gpt", "training": {"global_batch_size": 8, "train_tokens": 1e9}, "deadline_days": 1,
+            "gpus": [{"gpu": "H100-SXM", "price_per_gpu_hour": 2.0}], "nodes_max": 1, "gpus_per_node": 2}  # fmt: skip
+    with make_client(anonymous_read=True) as admin:
+        refused = anonymous(admin).post("/deadline", json=body)
+        assert refused.status_code == 401 and "needs an account" in refused.json()["detail"]
+        page = anonymous(admin).post("/cheapest", data={"deadline_days": "1"}, follow_redirects=False)
+        assert page.status_code == 303 and page.headers["location"].startswith("/login?next=%2Fcheapest")
+        reader = auth(login_token(admin, "rita", "read-only"))
+        done = admin.post("/deadline", json=body, headers=reader)
+        assert done.status_code == 200 and done.json()["best"] is not None, done.text
+
+
 def test_each_token_has_its_own_rate_limit(make_client: ClientFactory) -> None:
     with make_client(rate_limit_per_minute=6, rate_limit_burst=3) as admin:
         uma = auth(login_token(admin, "uma", "user"))

@@ -85,6 +85,10 @@ def test_bad_deadline_requests_name_the_field(sqlite_client: Any) -> None:
         ({**BODY, "gpus": [{"gpu": "H100-SXM", "price_per_gpu_hour": -1}]}, "gpus.0.price_per_gpu_hour", "(got -1)"),
         ({**BODY, "training": {"global_batch_size": 256}}, "training.train_tokens", "tokens to train"),
         ({**BODY, "deadline_days": "soon"}, "deadline_days", "(got 'soon')"),
+        # numbers as strings were read as numbers, though the schema says number (QA, 2026-12-06)
+        ({**BODY, "deadline_days": "10"}, "deadline_days", "expected a number, not a string (got '10')"),
+        ({**BODY, "gpus": [{"gpu": "H100-SXM", "price_per_gpu_hour": "2.5"}]}, "gpus.0.price_per_gpu_hour", "string"),
+        ({**BODY, "nodes_max": True}, "nodes_max", "expected a number, got true"),
     ]
     for body, field, words in cases:
         r = sqlite_client.post("/deadline", json=body)

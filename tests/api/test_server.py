@@ -163,6 +163,8 @@ def test_users_and_tokens_from_the_command_line(tmp_path: Path) -> None:
     token_id = token.split("_")[1]
     assert cli(env, "tokens", "revoke", token_id).returncode == 0
     assert re.search(rf"^{token_id}\s+uma\s+revoked", cli(env, "tokens", "list", "uma").stdout, re.M)
+    nobody = cli(env, "tokens", "list", "nobody")  # exited 0 with nothing, unlike every other verb (QA, 2026-12-06)
+    assert nobody.returncode == 2 and "no user named 'nobody'" in nobody.stderr and not nobody.stdout
     assert cli(env, "users", "disable", "rita").returncode == 0
     listed = cli(env, "users", "list").stdout
     assert re.search(r"^uma\s+user\s+web login", listed, re.M) and re.search(

@@ -67,6 +67,21 @@ def test_a_filter_holding_a_nul_matches_nothing_on_every_backend(store: PlanStor
     assert store.get(record.id) is not None
 
 
+def test_the_search_folds_every_letters_case_on_every_backend(store: PlanStore) -> None:
+    """SQLite's lower() folds ASCII only, so "ÉCLAIR" was never found, not even as stored (QA, 2026-12-06), while
+    PostgreSQL found it: both now fold Unicode capitals; a word that is not there still matches nothing."""
+    from app.planner import catalog
+
+    request = {**TINY, "model": {**catalog.model_fields("tiny-gpt"), "name": "ÉCLAIR-Tiny-Ω"}}
+    store.add(request, plan(PlanRequest(**request)), [])
+    store.add(TINY, plan(PlanRequest(**TINY)), [])
+    for q in ("ÉCLAIR-Tiny-Ω", "éclair-tiny-ω", "ÉcLaIr", "tiny-Ω"):
+        items, total = store.page(10, 0, filters=PlanFilters(q=q))
+        assert total == 1 and items[0].model_name == "ÉCLAIR-Tiny-Ω", q
+    assert store.page(10, 0, filters=PlanFilters(q="tiny"))[1] == 2
+    assert store.page(10, 0, filters=PlanFilters(q="èclair"))[1] == 0
+
+
 def test_artifacts_are_frozen_first_writer_wins(store: PlanStore) -> None:
     record, _ = store.add(TINY, plan(PlanRequest(**TINY)), [])
     first = store.put_artifacts(record.id, 2, {"a.txt": "first"})

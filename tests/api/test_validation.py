@@ -38,7 +38,10 @@ def _with(path: str, value: Any, base: dict[str, Any] = TINY) -> dict[str, Any]:
     ("path", "value", "field", "words"),
     [
         ("cluster.num_nodes", 0, "cluster.num_nodes", "greater than or equal to 1"),
-        ("cluster.num_nodes", "many", "cluster.num_nodes", "valid integer"),
+        ("cluster.num_nodes", "many", "cluster.num_nodes", "expected a number (got 'many')"),
+        ("cluster.num_nodes", "2", "cluster.num_nodes", "expected a number, not a string (got '2')"),  # QA 12-06
+        ("training.pinned.tp", "2", "training.pinned.tp", "not a string"),
+        ("render.master_port", "29500", "render.master_port", "not a string"),
         ("cluster.gpus_per_node", 1000, "cluster.gpus_per_node", "less than or equal to 256"),
         ("cluster.gpu", "H900", "cluster.gpu", "unknown gpu"),
         ("cluster.nics", ["mlx5_0; rm -rf /"], "cluster", "not a plain name"),
@@ -58,6 +61,8 @@ def test_bad_field_is_named_with_its_reason(sqlite_client: Any, path: str, value
     errors = _errors(r)
     assert field in errors, errors
     assert words.lower() in errors[field].lower()
+    # the field is named once: "render.job_name: job_name: ..." read twice (QA, 2026-12-06)
+    assert not errors[field].startswith(field.rsplit(".", 1)[-1] + ": "), errors[field]
 
 
 def test_api_reports_the_same_errors_as_the_cli(sqlite_client: Any) -> None:

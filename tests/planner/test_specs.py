@@ -171,6 +171,10 @@ def test_every_preset_has_a_source_link_or_note() -> None:
         ),
         ({"global_batch_size": True}, "training.global_batch_size", "expected a number"),
         ({"global_batch_size": 64, "flash_attention": 0}, "training.flash_attention", "true or false"),
+        # a string where the schema says integer was read as the number and stored as the string (QA, 2026-12-06)
+        ({"global_batch_size": "64"}, "training.global_batch_size", "expected a number, not a string (got '64')"),
+        ({"global_batch_size": 64, "pinned": {"tp": "2"}}, "training.pinned.tp", "expected a number, not a string"),
+        ({"global_batch_size": 64, "flash_attention": "true"}, "training.flash_attention", "true or false, not a"),
     ],
 )
 def test_booleans_and_numbers_are_not_confused(training: dict[str, object], field: str, message: str) -> None:
