@@ -50,7 +50,9 @@ def _spans(op: Op, cut: float) -> list[tuple[float, float]]:
     return [(op.start, cut), (cut, op.end)] if op.start < cut < op.end else [(op.start, op.end)]
 
 
-def _op_rects(chart: Chart, ops: list[Op], frame: _Frame, vpp: int) -> None:
+def _op_rects(chart: Chart, ops: list[Op], frame: _Frame, vpp: int, elided: int) -> None:
+    """The passes; one that starts after the cut is `elided` micro-batches later in the real step (whole steady-state
+    cycles are cut out), so it carries that number: the last backward is the step's last micro-batch, m - 1."""
     busy: dict[int, list[float]] = {}  # stage -> [x0, x1] of the busy span being merged
 
     def flush(stage: int) -> None:
@@ -85,31 +87,35 @@ def _op_rects(chart: Chart, ops: list[Op], frame: _Frame, vpp: int) -> None:
             flush(op.stage)
             fill = CHUNK_COLORS[op.chunk % len(CHUNK_COLORS)][0 if op.kind == "F" else 1]
             what = "forward" if op.kind == "F" else "backward"
+            number = op.microbatch + (elided if op.start >= frame.cut else 0)
             title = (
-                f"stage {op.stage} {what} micro-batch {op.microbatch}"
+                f"stage {op.stage} {what} micro-batch {number}"
                 + (f" chunk {op.chunk}" if vpp > 1 else "")
                 + f": {1000 * (op.end - op.start):.1f} ms"
             )
             chart.rects.append(Rect(x0, y, max(x1 - x0 - 0.5, 0.5), frame.row - 2, fill, title, "op"))
             if x1 - x0 >= 13 and frame.row >= 14 and a == op.start:  # room for the micro-batch number
                 chart.labels.append(
-                    Label((x0 + x1) / 2, y + frame.row / 2 + 2.5, str(op.microbatch), "middle", "oplabel")
+                    Label((x0 + x1) / 2, y + frame.row / 2 + 2.5, str(number), "middle", "oplabel")
                 )
     for stage in list(busy):
         flush(stage)
 
 
 def _time_axis(chart: Chart, frame: _Frame, y: float, makespan: float, elided_s: float) -> None:
-    """Ticks in seconds of the real step: after the cut they jump by the time cut out."""
-    step = nice_step(makespan + elided_s, 6)
-    t = 0.0
-    while t <= makespan + elided_s + 1e-12:
-        drawn = t if t <= frame.cut else t - elided_s
-        if t <= frame.cut or drawn >= frame.cut + 1e-12:
-            x = frame.x(drawn)
+    """Ticks in seconds of the real step, spaced for the time drawn: from 0 to the cut, then from the end of the time
+    cut out to the step's end (spaced for the whole step, a long cut left a single "0" tick)."""
+    step = nice_step(makespan, 10 if elided_s > 0 else 6)  # a cut chart: two halves of about 5 ticks
+    segments = [(0.0, frame.cut, 0.0)]
+    if elided_s > 0:
+        segments.append((frame.cut + elided_s, makespan + elided_s, elided_s))
+    for first, last, shift in segments:
+        t = math.ceil(first / step - 1e-9) * step
+        while t <= last + 1e-12:
+            x = frame.x(t - shift)
             chart.lines.append(Line(x, y, x, y + 4, "axis"))
-            chart.labels.append(Label(x, y + 15, f"{t:.3g}", "middle", "tick"))
-        t += step
+            chart.labels.append(Label(x, y + 15, f"{t:.4g}", "middle", "tick"))
+            t += step
     chart.labels.append(Label(frame.x(makespan), y + 30, "seconds into the step", "end", "tick"))
 
 
@@ -156,7 +162,7 @@ def pipeline_chart(plan: Plan, timing: list[StageTiming], width: float = 1200) -
         if len(rows) <= 16 or rows.index(s) % math.ceil(len(rows) / 16) == 0:
             chart.labels.append(Label(left - 6, y + row / 2 + 4, f"stage {s}", "end", "tick"))
             chart.labels.append(Label(right + 6, y + row / 2 + 4, f"{t.layers} layers", "start", "tick"))
-    _op_rects(chart, ops, frame, par.vpp)
+    _op_rects(chart, ops, frame, par.vpp, elided)
     if elided:
         x, w = frame.x(cut), gap * frame.scale
         chart.rects.append(

@@ -210,3 +210,26 @@ def test_combined_1f1b_draws_its_unpaired_passes_longer() -> None:
     assert backwards == [1.0] * 3 + [1.3] * 5
     plain = simulate(par.model_copy(update={"moe_ep_overlap": False}), 4, timing)
     assert {round(op.end - op.start, 9) for op in plain} == {0.5, 1.0}
+
+
+def test_after_the_cut_passes_carry_their_real_numbers_and_the_axis_its_real_seconds() -> None:
+    """PP13 with 256 micro-batches draws 39 and cuts 217 out: right of the cut the passes were numbered 14…38 and
+    the time axis, spaced for the whole step, had a single "0" tick (QA, 2026-12-06). The last backward is micro-batch
+    255, every number drawn is one of the step's, and ticks are spread on both sides of the cut."""
+    plan = synthetic_plan(pp=13, microbatches=256)
+    chart = pipeline_chart(plan, even(13, 1, 0.01, 0.02))
+    draw(chart)
+    ops = [r for r in chart.rects if r.cls == "op"]
+    numbers = [int(r.title.split("micro-batch ")[1].split(":")[0]) for r in ops]
+    assert max(numbers) == 255 and min(numbers) == 0
+    last = max((r for r in ops if "backward" in r.title), key=lambda r: r.x)
+    assert "micro-batch 255" in last.title
+    cut = next(r for r in chart.rects if r.cls == "cut")
+    after = {n for r, n in zip(ops, numbers, strict=True) if r.x > cut.x + cut.w}
+    assert after and min(after) > 38  # no number of the drawn schedule's own
+    axis = next(line for line in chart.lines if line.cls == "axis")
+    ticks = [label for label in chart.labels if label.cls == "tick" and label.y > axis.y1 and label.text[0].isdigit()]
+    left = [t for t in ticks if t.x < cut.x]
+    right = [t for t in ticks if t.x > cut.x + cut.w]
+    assert len(left) >= 3 and len(right) >= 2, [t.text for t in ticks]
+    assert float(right[0].text) > float(left[-1].text) + 217 * 0.03 * 0.9  # after the cut: the time cut out added
