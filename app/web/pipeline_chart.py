@@ -95,9 +95,7 @@ def _op_rects(chart: Chart, ops: list[Op], frame: _Frame, vpp: int, elided: int)
             )
             chart.rects.append(Rect(x0, y, max(x1 - x0 - 0.5, 0.5), frame.row - 2, fill, title, "op"))
             if x1 - x0 >= 13 and frame.row >= 14 and a == op.start:  # room for the micro-batch number
-                chart.labels.append(
-                    Label((x0 + x1) / 2, y + frame.row / 2 + 2.5, str(number), "middle", "oplabel")
-                )
+                chart.labels.append(Label((x0 + x1) / 2, y + frame.row / 2 + 2.5, str(number), "middle", "oplabel"))
     for stage in list(busy):
         flush(stage)
 
