@@ -58,6 +58,23 @@ def _unreadable_model(exc: Exception) -> FieldError:
     return FieldError("model", f"cannot read the model: {type(exc).__name__}: {exc}")
 
 
+def _changed_preset(preset: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    """A preset's fields with the overrides. Unless the overrides name it, a model whose shape changed says how
+    ("llama-2-7b (num_layers 7)"): under the preset's own name a 1.68B model was listed, filtered and titled as
+    llama-2-7b (QA, 2026-12-06). The training sequence length is not the model's shape: it keeps the name."""
+    fields = catalog.model_fields(preset)
+    changed = [
+        f"{k} {v}" if isinstance(v, int | float) and not isinstance(v, bool) else k
+        for k, v in overrides.items()
+        if k in ModelSpec.model_fields and k not in _NOT_SHAPE and fields.get(k) != v
+    ]
+    named = {"name": f"{preset} ({', '.join(changed)})"[:100]} if changed and "name" not in overrides else {}
+    return {**fields, **overrides, **named}
+
+
+_NOT_SHAPE = frozenset({"name", "source", "seq_length"})
+
+
 def model_spec(model: object) -> ModelSpec:
     """The ModelSpec a body's `model` names (Refused, naming model.<field>, when it does not validate)."""
     if isinstance(model, ModelSpec):
@@ -66,7 +83,7 @@ def model_spec(model: object) -> ModelSpec:
         if isinstance(model, str):
             fields = catalog.model_fields(model)
         elif isinstance(model, PresetModel):
-            fields = {**catalog.model_fields(model.preset), **(model.model_extra or {})}
+            fields = _changed_preset(model.preset, model.model_extra or {})
         elif isinstance(model, HFConfigModel):
             overrides = {"seq_length": model.seq_length, **(model.model_extra or {})}
             fields = {**from_hf_config(model.hf_config), **overrides}

@@ -166,3 +166,25 @@ def test_a_request_that_fits_nowhere_is_stored_with_suggestions(client: Any) -> 
     assert created["links"]["bundle"] is None and created["links"]["artifacts"] == []
     assert client.get(f"/plans/{created['id']}/bundle.zip").status_code == 404
     assert client.get("/plans").json()["items"][0]["num_plans"] == 0
+
+
+def test_a_preset_with_its_shape_changed_is_not_listed_under_the_presets_name(sqlite_client: Any) -> None:
+    """{"preset": "llama-2-7b", "num_layers": 7} is a 1.68B model that was listed, filtered and titled as
+    llama-2-7b (QA, 2026-12-06). Its name says what changed; a new sequence length (not the model's shape), the
+    preset's own value, or a name given with the overrides leave the name as it is."""
+
+    def name_of(model: dict[str, Any]) -> str:
+        body = {**TINY, "model": model, "cluster": {"num_nodes": 1, "gpus_per_node": 8, "gpu": "H100-SXM"}}
+        created = sqlite_client.post("/plans", json=body)
+        assert created.status_code == 201, created.text
+        return str(created.json()["result"]["model"]["name"])
+
+    assert name_of({"preset": "llama-2-7b", "num_layers": 7}) == "llama-2-7b (num_layers 7)"
+    assert name_of({"preset": "llama-2-7b", "num_layers": 8, "ffn_hidden_size": 11008 * 2}) == (
+        "llama-2-7b (num_layers 8, ffn_hidden_size 22016)"
+    )
+    assert name_of({"preset": "llama-2-7b", "seq_length": 2048}) == "llama-2-7b"
+    assert name_of({"preset": "llama-2-7b", "num_layers": 32}) == "llama-2-7b"
+    assert name_of({"preset": "llama-2-7b", "num_layers": 7, "name": "mini"}) == "mini"
+    listed = sqlite_client.get("/plans", params={"model": "llama-2-7b"}).json()
+    assert listed["total"] == 2  # the unchanged shapes only
