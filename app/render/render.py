@@ -118,8 +118,22 @@ def _deepspeed_files(f: Facts) -> dict[str, str]:
     return {
         "ds_config.json": _template("ds_config.json", ds=ds, z=ds.zero, nvme_path=f.cluster.nvme_path),
         "hostfile": _template("hostfile", f=f, hosts=hosts, hosts_known=known),
-        "deepspeed.sh": _template("deepspeed.sh", f=f, command=runner),
+        "deepspeed.sh": _template("deepspeed.sh", f=f, command=runner, passed_on=ds_env_file_names(f)),
     }
+
+
+# What DeepSpeed's runner passes on to the other nodes itself (deepspeed/launcher/runner.py EXPORT_ENVS, and the
+# CUDA accelerator's export_envs()): pdsh starts the remote ranks with these and nothing else of node 0's environment.
+DS_FORWARDED = ("NCCL", "PYTHON", "MV2", "UCX", "MLFLOW")
+
+
+def ds_env_file_names(f: Facts) -> list[str]:
+    """The variables deepspeed.sh sets that DeepSpeed's runner would not pass on to the other nodes (GLOO_SOCKET_IFNAME,
+    TORCH_*...): deepspeed.sh lists them in the file DS_ENV_FILE names, which the runner reads (QA, 2026-12-06:
+    the remote ranks ran without GLOO_SOCKET_IFNAME). One node: none (the runner starts its ranks locally)."""
+    if f.num_nodes == 1:
+        return []
+    return [e.name for e in f.env if not e.name.startswith(DS_FORWARDED)]
 
 
 def _launch_files(f: Facts, worker_files: dict[str, str]) -> dict[str, str]:
