@@ -81,6 +81,21 @@ def _written(beat: Beat, now: float) -> float:
     return now if beat.written is None else now - max(0.0, time.time() - beat.written)
 
 
+def _first_step_done(beat: Beat, resumed: int, since_failure_s: float) -> str:
+    """When the first step after the resume (resumed + 1) was done, counted from the failure. The poll may first see
+    a later step (QA, 2026-12-06: it named steps 11, 12 or 13 of a resume from 10, so the times did not compare):
+    that step's write time less the steps between, at the step time the rank reported."""
+    first, ahead = resumed + 1, beat.step - resumed - 1
+    if ahead <= 0:
+        return f"step {beat.step} done {max(0.0, since_failure_s):.1f} s after the failure"
+    if beat.step_s is None:
+        return (
+            f"step {beat.step} done {since_failure_s:.1f} s after the failure (step {first}, the first, was not seen)"
+        )
+    estimate = max(0.0, since_failure_s - ahead * beat.step_s)
+    return f"step {first} done about {estimate:.1f} s after the failure (seen at step {beat.step})"
+
+
 class ProgressWatch:
     """Polled by the runner every `limits.poll_s` while the job runs."""
 
@@ -158,8 +173,8 @@ class ProgressWatch:
             resumed = track.beat.resumed_from or 0
             lost = max(0, last - resumed)
             self.log(
-                f"node {self.node_rank}: training again: step {beat.step} done {now - at:.1f} s after the "
-                f"failure; resumed from step {resumed}, {lost} step(s) lost (last completed: {last})"
+                f"node {self.node_rank}: training again: {_first_step_done(beat, resumed, _written(beat, now) - at)}"
+                f"; resumed from step {resumed}, {lost} step(s) lost (last completed: {last})"
             )
             self.interrupted = None
         self.last_step = max(self.last_step, beat.step)

@@ -4,6 +4,7 @@ writes them) and real processes; the guardian (launcher/guardian.py) with a real
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -184,3 +185,38 @@ def test_a_torn_or_foreign_record_reads_as_nothing(tmp_path: Path) -> None:
     assert read_beat(tmp_path, 4) is None
     (tmp_path / "rank4.json").write_text('{"rank": 4, "pid": 1, "seq": 1, "phase": "dancing"}')
     assert read_beat(tmp_path, 4) is None and read_beat(tmp_path, 5) is None
+
+
+def test_the_resume_is_timed_at_the_first_step_after_it_whichever_step_the_poll_sees(tmp_path: Path) -> None:
+    """Ranks resumed from step 1 after a failure; the first poll after the restart sees step 4 (three steps done
+    between two polls). The launcher named whichever step it saw first, so resume times did not compare (QA,
+    2026-12-06); it names step 2, timed from step 4's write less two steps of the reported step time."""
+    events: list[str] = []
+    popens = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(2)]
+    try:
+        old, new = [procs.Worker(p.pid, 0, 0, 0) for p in popens]
+        watch = ProgressWatch(limits(step_s=0.2, step_s_high=0.25), tmp_path, 0, lambda m, echo=True: events.append(m))
+        hb, t = Heartbeat(str(tmp_path), 0), 1000.0
+        hb.beat(pid=old.pid)
+        watch.poll([old], t)
+        for step in (1, 2):
+            hb.beat(phase="train", step=step, step_s=0.2)
+            watch.poll([old], t + 0.2 * step)
+        watch.note_failure(t + 1.0)  # rank 0 died after step 2; the checkpoint is step 1
+        hb.beat(pid=new.pid, phase="load", step=1, resumed_from=1)
+        watch.poll([new], t + 2.0)
+        hb.beat(phase="train", step=4, step_s=0.5)
+        watch.poll([new], t + 4.0)
+        said = [e for e in events if "training again" in e]
+        assert len(said) == 1, events
+        # step 4 written "now" (4.0 s after the failure at 1.0: 3.0 s, less the moments between write and poll),
+        # less 2 x 0.5 s for steps 3 and 4
+        found = re.search(
+            r"training again: step 2 done about ([0-9.]+) s after the failure \(seen at step 4\)", said[0]
+        )
+        assert found is not None and 1.8 <= float(found.group(1)) <= 2.0, said
+        assert "resumed from step 1, 1 step(s) lost (last completed: 2)" in said[0]
+    finally:
+        for p in popens:
+            p.kill()
+            p.wait()
