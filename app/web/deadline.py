@@ -20,11 +20,25 @@ from app.service.jsonbody import BodyError, parse_json
 from app.service.planning import create_plan
 from app.service.requests import parse_plan_request
 from app.web.deps import FormDep, TemplatesDep
+from app.web.fields import typed_number
 from app.web.respond import HTML, PrefsDep, html, require_csrf
 
 router = APIRouter(include_in_schema=False)
-NUMBERS = ("deadline_days", "nodes_min", "nodes_max", "gpus_per_node", "node_counts", "time_budget_s")
-TRAINING = ("global_batch_size", "train_tokens", "precision", "framework")
+# the form's number boxes and what each reads as (the body refuses numbers sent as text)
+NUMBERS: dict[str, type] = {
+    "deadline_days": float,
+    "nodes_min": int,
+    "nodes_max": int,
+    "gpus_per_node": int,
+    "node_counts": int,
+    "time_budget_s": float,
+}
+TRAINING: dict[str, type | None] = {
+    "global_batch_size": int,
+    "train_tokens": float,
+    "precision": None,
+    "framework": None,
+}
 DEFAULTS = {
     "model": "llama-2-7b",
     "seq_length": "",
@@ -49,16 +63,21 @@ def gpu_names() -> list[str]:
 
 
 def to_body(values: Mapping[str, str]) -> dict[str, Any]:
-    """The JSON POST /deadline takes for these form values (numbers as typed: the body's types read them)."""
+    """The JSON POST /deadline takes for these form values: numbers as numbers, text that is none as typed (the body
+    names the field)."""
     seq = values.get("seq_length", "").strip()
     model: Any = values.get("model", "")
     if seq:
-        model = {"preset": model, "seq_length": seq}
-    training = {k: values[f"training.{k}"].strip() for k in TRAINING if values.get(f"training.{k}", "").strip()}
+        model = {"preset": model, "seq_length": typed_number(seq, int)}
+    training = {
+        k: v if kind is None else typed_number(v, kind)
+        for k, kind in TRAINING.items()
+        if (v := values.get(f"training.{k}", "").strip())
+    }
     body: dict[str, Any] = {"model": model, "training": training, "wall_clock": values.get("wall_clock") == "true"}
-    body.update({k: values[k].strip() for k in NUMBERS if values.get(k, "").strip()})
+    body.update({k: typed_number(v, kind) for k, kind in NUMBERS.items() if (v := values.get(k, "").strip())})
     prices = [(name, values.get(f"price.{name}", "").strip()) for name in gpu_names()]
-    body["gpus"] = [{"gpu": name, "price_per_gpu_hour": price} for name, price in prices if price]
+    body["gpus"] = [{"gpu": name, "price_per_gpu_hour": typed_number(price, float)} for name, price in prices if price]
     return body
 
 

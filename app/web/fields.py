@@ -291,7 +291,7 @@ def to_value(f: FormField, raw: str) -> Any:
         return {"true": True, "false": False}.get(raw, raw)
     if f.kind == "list":
         parts = [part for part in raw.replace(",", " ").split() if part]
-        return [_number(part, int) if f.item is int else part for part in parts]
+        return [typed_number(part, int) if f.item is int else part for part in parts]
     if f.kind == "json":
         try:
             return json.loads(raw)
@@ -300,7 +300,7 @@ def to_value(f: FormField, raw: str) -> Any:
     if f.kind == "int" and f.scale > 1:
         return _scaled(f, raw)
     if f.kind in ("int", "float"):
-        return _number(raw, int if f.kind == "int" else float)
+        return typed_number(raw, int if f.kind == "int" else float)
     return raw
 
 
@@ -308,7 +308,7 @@ def _scaled(f: FormField, raw: str) -> int:
     """A field the form shows in GiB: the number of bytes, its range checked in GiB, as the user typed it (the spec's
     own message would give bytes, and a non-finite number has no bytes)."""
     unit = "GiB"
-    number = _number(raw, float)
+    number = typed_number(raw, float)
     if not isinstance(number, float) or not math.isfinite(number):
         raise BadValue(f"{raw!r} is not a number of {unit}")
     low, high = f.attrs.get("min"), f.attrs.get("max")
@@ -319,12 +319,19 @@ def _scaled(f: FormField, raw: str) -> int:
     return round(number * f.scale)
 
 
-def _number(raw: str, kind: type) -> Any:
+def typed_number(raw: str, kind: type) -> Any:
+    """The number the text reads as (int or float; 1,000 and 1_000 for int), or the text itself when it is none: the
+    spec then names the field and says why ("expected a number (got 'two')")."""
     text = raw.replace(",", "").replace("_", "") if kind is int else raw.replace(",", "")
     try:
         return kind(text)
     except ValueError:
+        pass
+    try:
+        number = float(text)  # 1e3 or 2.5 in an int box: the first is 1000, the second the spec refuses as 2.5
+    except ValueError:
         return raw
+    return int(number) if kind is int and number.is_integer() else number
 
 
 def values_of(fields: Iterable[FormField], spec: BaseModel | Mapping[str, Any], prefix: str) -> dict[str, str]:

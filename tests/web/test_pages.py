@@ -285,3 +285,21 @@ def test_ranked_plans_that_look_alike_say_what_tells_them_apart(web: Any) -> Non
     told = [row for row in rows if "CP communication:" in row]
     assert len(told) >= 2 and len(told) < len(rows)
     assert {("p2p" in row, "all_gather" in row) for row in told} == {(True, False), (False, True)}
+
+
+def test_the_deadline_form_sends_its_numbers_as_numbers(web: Any) -> None:
+    """The body refuses numbers sent as text (QA, 2026-12-06), and the deadline form sent every box as typed: each
+    number box reads as a number (1e3 nodes as 1000), and text that is none is named at its box."""
+    from app.web.deadline import DEFAULTS, to_body
+
+    body = to_body({**DEFAULTS, "nodes_max": "1e3", "seq_length": "8,192", "price.H100-SXM": "2.5"})
+    assert body["nodes_max"] == 1000 and body["deadline_days"] == 30.0 and body["model"]["seq_length"] == 8192
+    assert body["training"] == {
+        "global_batch_size": 512,
+        "train_tokens": 1e12,
+        "precision": "bf16",
+        "framework": "megatron",
+    }
+    assert {"gpu": "H100-SXM", "price_per_gpu_hour": 2.5} in body["gpus"]
+    assert to_body({**DEFAULTS, "nodes_max": "2.5"})["nodes_max"] == 2.5  # the body says it is no integer
+    assert to_body({**DEFAULTS, "deadline_days": "soon"})["deadline_days"] == "soon"
