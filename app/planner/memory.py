@@ -108,8 +108,9 @@ def _stage_bytes(
     moe: int,
     stage: int,
 ) -> tuple[States, float, float, float, float, float, float, float, float]:
-    """(states, micro-batches in flight, activations, static, backward peak, step peak, allocated, reserved, runtime)
-    of one stage: `stage_parts` in numbers (the search's memory check reads only the total and the host bytes)."""
+    """(states, micro-batches in flight, the activations and the gradients autograd made that are live at the
+    backward peak, backward peak, step peak, allocated, reserved, runtime) of one stage: `stage_parts` in numbers
+    (the search's memory check reads only the total and the host bytes)."""
     states = stage_states(model, training, par, shape, dense, moe)
     microbatches = max(1, num_microbatches(training, par))
     flight = in_flight(par, stage, microbatches)
@@ -117,7 +118,16 @@ def _stage_bytes(
     static = states.weights + states.grads + states.optimizer + states.buffers
     if par.tp_comm_overlap:  # Transformer Engine userbuffers: a [tokens, h] 16-bit buffer per overlapped GEMM
         static += 4 * 2.0 * model.seq_length // par.cp * par.micro_batch_size * model.hidden_size
-    backward = static + max(acts, states.lazy_grads)
+    if microbatches > 1 and states.grads_persist:
+        # DeepSpeed ZeRO-1 keeps every 16-bit gradient in param.grad, ZeRO-2 its partition buffer, from the first
+        # micro-batch's backward to the step: the later micro-batches' activations come on top of them (stage 1
+        # registers no reducing hook without overlap_comm; stage_1_and_2.py process_gradients / reduce_gradients)
+        lazy_live, acts_live = states.lazy_grads, acts
+    elif states.lazy_grads > acts:  # one micro-batch (or one module's gradient): made as activations are freed
+        lazy_live, acts_live = states.lazy_grads, 0.0
+    else:
+        lazy_live, acts_live = 0.0, acts
+    backward = static + lazy_live + acts_live
     step = static + states.step_peak
     allocated = max(backward, step)
     costs = training.software.generation(cluster.gpu.generation)
@@ -125,7 +135,7 @@ def _stage_bytes(
     runtime = float(cluster.gpu.efficiency.runtime_overhead_bytes)
     if moe and par.moe_token_dispatcher == "flex":
         runtime += dispatch.flex_buffer_bytes(model, par.ep, par.expert_tp)
-    return states, flight, acts, static, backward, step, allocated, reserved, runtime
+    return states, flight, acts_live, lazy_live, backward, step, allocated, reserved, runtime
 
 
 def stage_parts(
@@ -138,20 +148,24 @@ def stage_parts(
     moe: int,
     stage: int,
 ) -> StageParts:
-    states, flight, acts, _static, backward, step, allocated, reserved, runtime = _stage_bytes(
+    states, flight, acts, lazy_live, backward, step, allocated, reserved, runtime = _stage_bytes(
         model, cluster, training, par, shape, dense, moe, stage
     )
-    at_peak = acts if backward >= step else 0.0  # the activations live at the stage's peak (none in the step)
+    in_backward = backward >= step
+    # the activations and the gradients autograd made that are live at the stage's peak (none in the step: there
+    # the optimizer's own gradient copies are in "other"); ZeRO-1 showed "grads 0" under 15 GiB of them (QA)
+    at_peak = acts if in_backward else 0.0
+    grads = states.grads + (lazy_live if in_backward else 0.0)
     total = reserved + runtime
     return StageParts(
         params=states.params,
         weights=states.weights,
-        grads=states.grads,
+        grads=grads,
         optimizer=states.optimizer,
         activations=at_peak,
         # everything else of the total, so that the parts add up to it (the TP-overlap userbuffers were in the total
         # and in no part: 0.1-0.25 GiB short per stage)
-        other=total - states.weights - states.grads - states.optimizer - at_peak,
+        other=total - states.weights - grads - states.optimizer - at_peak,
         allocated=allocated,
         reserved=reserved,
         total=total,

@@ -136,6 +136,9 @@ class States:
     step_peak: float  # what the optimizer step adds on top of weights + grads + optimizer + buffers
     cpu: float
     nvme: float
+    # lazy_grads stay from the first micro-batch's backward to the step (DeepSpeed ZeRO-1's param.grad, ZeRO-2's
+    # partition buffer), so later micro-batches' activations add to them; else they are one module's, in passing
+    grads_persist: bool = False
 
 
 def _megatron_states(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, sp: StageParams) -> States:
@@ -235,7 +238,7 @@ def _zero_states(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, 
         grads, lazy = 0.0, 2.0 * n_params
         # flatten the 16-bit grad partition, upcast it to fp32 (then the 16-bit grads go), then the Adam temporary
         step = 0.0 if offloaded else max(lazy + 6.0 * shard, (4.0 + foreach) * shard)
-    return States(n_params, weights, grads, lazy, fp32, buffers, step, cpu, nvme_b)
+    return States(n_params, weights, grads, lazy, fp32, buffers, step, cpu, nvme_b, grads_persist=True)
 
 
 def _fsdp_states(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, sp: StageParams) -> States:

@@ -272,6 +272,30 @@ def test_optimizer_step_peak_of_zero1_on_one_gpu() -> None:
     assert parts.allocated == pytest.approx(22 * TINY.num_parameters + buckets, rel=1e-9)
 
 
+@pytest.mark.parametrize(("stage", "lazy_per_param"), [(1, 2.0), (2, 2.0 / 8)])
+def test_zero_1_and_2_gradients_stay_under_the_next_micro_batches_activations(
+    stage: int, lazy_per_param: float
+) -> None:
+    """DeepSpeed ZeRO-1 keeps every 16-bit gradient in param.grad, ZeRO-2 its partition buffer, from the first
+    micro-batch's backward to the step (stage_1_and_2.py: stage 1 reduces only at the accumulation boundary). With
+    one micro-batch the gradients are made as the activations are freed: the larger of the two. With 4, the later
+    micro-batches' activations add to the gradients: 2 B (ZeRO-2: 2/8 B) per parameter more, shown as gradients.
+    The planner took the larger of the two for every count (QA, 2026-12-06: Llama-3-8B ZeRO-1 on 8 H100 at GBS 64
+    fitted with 64.6 GiB; with its 15 GiB of gradients it needs about 81)."""
+    cluster = ClusterSpec(num_nodes=1, gpus_per_node=8, gpu="H100-SXM")
+    par = ParallelConfig(dp=8, zero_stage=stage, micro_batch_size=1)
+    shape = StageShape((22,), True, True)
+    one, four = (
+        stage_parts(TINY, cluster, TrainingSpec(global_batch_size=gbs, framework="deepspeed"), par, shape, 22, 0, 0)
+        for gbs in (8, 32)
+    )
+    n = TINY.num_parameters
+    assert one.phase == four.phase == "backward" and one.activations == four.activations > lazy_per_param * n
+    assert four.allocated - one.allocated == pytest.approx(lazy_per_param * n, rel=1e-9)
+    assert (one.grads, four.grads) == (0.0, pytest.approx(lazy_per_param * n, rel=1e-9))
+    assert four.weights + four.grads + four.optimizer + four.activations + four.other == pytest.approx(four.total)
+
+
 def test_reserved_memory_from_the_stack_allocator() -> None:
     """deepspeed-hf on Hopper: reserved = allocated x 1.09 + 4.3 GiB (fitted on the H200 rows' allocator peaks)."""
     training = TrainingSpec(global_batch_size=8, framework="deepspeed")

@@ -301,7 +301,9 @@ CASES = {
         {"global_batch_size": 64, "pinned": {"tp": 1, "pp": 1, "cp": 1, "ep": 4, "micro_batch_size": 1}},
     ),
     # DeepSpeed's ZeRO stages are not ordered by time: ZeRO-3 was tried only with the levels faster than the one
-    # ZeRO-1 needed, so the search kept ZeRO-1 (9.613 s) over ZeRO-3 at the same recomputation (9.590 s).
+    # ZeRO-1 needed, so the search kept ZeRO-1 (9.613 s) over ZeRO-3 at the same recomputation (9.590 s). (Since
+    # ZeRO-1's gradients are counted under the later micro-batches' activations, ZeRO-1 at micro-batch 2 no longer
+    # fits: ZeRO-2 and ZeRO-3 with full recomputation are left, 9.59 s each.)
     "deepspeed-zero": (
         "llama-3-8b",
         "H100-SXM",
@@ -338,7 +340,7 @@ def test_the_search_keeps_the_fastest_sharding_and_recomputation_that_fit(case: 
             if estimate.feasible and estimate.time is not None:
                 steps.append((estimate.time.step_s, sharding, level))
     fastest = min(steps, key=lambda s: s[0])
-    assert len(steps) >= 3
+    assert len(steps) >= 2
     assert best.estimate.time is not None
     assert best.estimate.time.step_s <= fastest[0] * (1 + 1e-9), (best.parallel, fastest)
 
