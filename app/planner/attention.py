@@ -54,7 +54,8 @@ def _shape(m: ModelSpec) -> AttentionShape:
     if not m.multi_latent_attention:
         q, kv = m.query_size, m.kv_size
         d = m.head_dim
-        linears = (Linear(h, q + 2 * kv, "column", m.add_bias_linear), Linear(q, h, "row", m.add_bias_linear))
+        qkv_bias = m.add_bias_linear or m.add_qkv_bias  # Qwen2: biases on Q, K and V only (--add-qkv-bias)
+        linears = (Linear(h, q + 2 * kv, "column", qkv_bias), Linear(q, h, "row", m.add_bias_linear))
         return AttentionShape(linears, q, kv, kv, q, d, d, 0, 0)
     score = m.qk_head_dim + m.qk_pos_emb_head_dim
     q_up = heads * score

@@ -290,6 +290,12 @@ def ep_overlap_runs(ep: int, recompute: str, pp: int, vpp: int) -> bool:
     return ep > 1 and recompute != "full" and (pp == 1 or vpp > 1)
 
 
+# Transformer Engine's TP comm overlap (userbuffers) is built for NVSwitch systems from Hopper on: it relies on CUDA
+# multicast handles (NVIDIA/TransformerEngine#1071), and its pipelined reduce-scatter overlap was held back for a
+# hang on A100 (TransformerEngine#1311); no published Ampere run uses it. Elsewhere it is off unless pinned.
+USERBUFFERS_GENERATIONS = ("hopper", "blackwell")
+
+
 def overlap_options(
     model: ModelSpec,
     training: TrainingSpec,
@@ -307,7 +313,9 @@ def overlap_options(
     primary weights with the distributed optimizer; and the FP8 recipe of the GPU generation when the request leaves
     it open."""
     can, pins = training.software.can, training.pinned
-    tp_overlap = can.tp_comm_overlap and tp > 1 and can.sequence_parallel
+    tp_overlap = (
+        can.tp_comm_overlap and tp > 1 and can.sequence_parallel and cluster.gpu.generation in USERBUFFERS_GENERATIONS
+    )
     if pins.tp_comm_overlap is not None:
         tp_overlap = pins.tp_comm_overlap and tp > 1
     ep_overlap = can.ep_overlap and ep_overlap_runs(ep, recompute, pp, vpp)

@@ -52,6 +52,27 @@ def test_counts_match_the_published_models(cfg: dict[str, Any], total: float, ac
     assert got_active == pytest.approx(active, rel=0.02)
 
 
+QWEN25_7B = {
+    "model_type": "qwen2",
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 28,
+    "num_key_value_heads": 4,
+    "vocab_size": 152064,
+    "max_position_embeddings": 32768,
+    "tie_word_embeddings": False,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1e6,
+}
+
+
+def test_qwen2_counts_its_qkv_biases() -> None:
+    """Qwen2.5-7B: 7,615,616,512 parameters (Hugging Face), 28 x (3584 + 512 + 512) of them the Q, K and V biases,
+    which the count left out although the import set add_qkv_bias (QA, 2026-12-06)."""
+    assert params(QWEN25_7B) == (7_615_616_512, 7_615_616_512)
+
+
 def test_overrides_win_and_sequence_defaults_to_max_positions() -> None:
     r = PlanRequest(
         model={"hf_config": MIXTRAL, "seq_length": 4096},

@@ -3,6 +3,8 @@ returns exactly what an exhaustive one would."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from app.planner import PlanRequest, plan, space, splits
@@ -259,6 +261,20 @@ def test_headroom_ranks_like_timing_every_feasible_layout() -> None:
     assert ranked == sorted(key(par) for par in layouts)[: len(ranked)]
 
 
+def test_a_plan_faster_than_the_first_says_so_under_another_objective() -> None:
+    """Under headroom a later plan can be faster than #1; its headline read "-79.0% slower than #1" for one 4.8x
+    as fast (QA, 2026-12-06). It says how much faster and that the objective ranked it lower."""
+    plans = plan(request("llama-2-13b", 8, 256, objective="headroom")).plans
+    first = plans[0].estimate.time
+    assert first is not None
+    for p in plans[1:]:
+        t = p.estimate.time
+        assert t is not None and "-" not in p.why[0].split("%")[0], p.why[0]
+        if t.step_s < first.step_s * 0.99:
+            assert p.why[0].startswith(f"{first.step_s / t.step_s:.2f}x as fast as #1, ranked below it by objective")
+    assert any("as fast as #1" in p.why[0] for p in plans[1:])
+
+
 def test_sliding_window_attention_runs_cp_only_where_transformer_engine_allows_it() -> None:
     """Transformer Engine disables fused attention for a sliding window under CP with p2p or a2a+p2p
     (dot_product_attention/utils.py get_attention_backend): the search offers all_gather and a2a instead, a p2p
@@ -283,3 +299,26 @@ def test_sliding_window_attention_runs_cp_only_where_transformer_engine_allows_i
     assert any(v.code == "framework_support" and "sliding-window" in v.message for v in refused)
     best = plan(r).plans[0]
     assert best.parallel.cp == 1 or best.parallel.cp_comm_type in ("all_gather", "a2a")
+
+
+@pytest.mark.parametrize(("gpu", "taken"), [("A100-80GB", False), ("H100-SXM", True), ("B200", True)])
+def test_tp_comm_overlap_is_taken_only_where_userbuffers_run(gpu: str, taken: bool) -> None:
+    """Transformer Engine's userbuffers rely on CUDA multicast (Hopper and later NVSwitch systems); on A100 the planner
+    credited the overlap to Megatron-core plans, up to 65.9 % MFU for GPT-3 175B on 1,024 A100 (QA, 2026-12-06).
+    Off there unless pinned: a pin is the user's knowledge of their stack and is kept."""
+    request = {"model": "llama-2-13b", "cluster": {"num_nodes": 2, "gpu": gpu}, "training": {"global_batch_size": 64}}
+    pins = {"tp": 2, "pp": 1, "sequence_parallel": True}
+    best = plan(PlanRequest(**{**request, "training": {"global_batch_size": 64, "pinned": pins}})).plans[0]
+    assert best.parallel.tp_comm_overlap is taken
+    pinned = {**request, "training": {"global_batch_size": 64, "pinned": {**pins, "tp_comm_overlap": True}}}
+    assert plan(PlanRequest(**pinned)).plans[0].parallel.tp_comm_overlap
+
+
+def test_the_gradient_sync_of_a_cp_plan_is_named_after_its_group() -> None:
+    """Llama-3-70B at GBS 1 on 4 x 8 H100 runs DP 1 x CP 2: its gradient sync runs over DP x CP, and the why said
+    "DP 17.4%" (QA, 2026-12-06)."""
+    best = plan(PlanRequest(model="llama-3-70b", cluster={"num_nodes": 4, "gpu": "H100-SXM"},
+                            training={"global_batch_size": 1})).plans[0]  # fmt: skip
+    assert (best.parallel.dp, best.parallel.cp) == (1, 2)
+    exposed = next(w for w in best.why if w.startswith("exposed communication"))
+    assert "DP x CP " in exposed and not re.search(r"[(,] DP \d", exposed.replace("(", "( ")), exposed
