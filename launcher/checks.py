@@ -80,7 +80,8 @@ def check_entrypoint(ctx: LaunchContext, commands: list[Command]) -> Check:
             "entrypoint",
             FAIL,
             f"entrypoint.script {ctx.script} does not exist",
-            "fix entrypoint.script (relative paths are relative to plan.json's directory)",
+            "fix entrypoint.script: a relative path is relative to plan.json's directory (a rendered plan: render "
+            "it with render.workdir, the directory that holds the script)",
         )
     if not os.path.isdir(ctx.working_dir):
         return Check(

@@ -183,7 +183,7 @@ def build_plan(f: Facts, files: dict[str, str]) -> spec.Plan:
         meta={
             "summary": comment(f.summary),
             "framework": f.framework,
-            "stack": f.training.stack or f.framework,
+            "stack": f.training.software.name,  # the stack modelled (deepspeed-hf, megatron-core...), not the framework
             "planner_version": f.planner_version,
             "renderer_version": RENDERER_VERSION,
         },

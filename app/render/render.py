@@ -183,8 +183,13 @@ def notes(f: Facts) -> list[str]:
         out.append("cluster.hosts was not given: the hostfile lists placeholder names to replace")
     if f.master_addr is None:
         out.append(
-            "no head-node address (cluster.hosts or options.master_addr): the multi-node scripts read "
+            "no head-node address (cluster.hosts or render.master_addr): the multi-node scripts read "
             "MASTER_ADDR from the environment, and plan.json (which must name it) is not rendered"
+        )
+    if f.master_addr is not None and not f.options.workdir and not f.entrypoint.startswith("/"):
+        out.append(
+            f"plan.json: the launcher looks for {f.entrypoint} next to plan.json (the shell scripts run it from the "
+            "directory they are started in): set render.workdir to the directory that holds it"
         )
     if f.uses_example_trainer:
         out += trainer_notes(f)
