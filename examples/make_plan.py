@@ -151,7 +151,11 @@ def main() -> int:
         accelerator=a.accelerator,
         master_port=a.master_port,
     )
-    dump(plan, a.output)
+    try:
+        dump(plan, a.output)
+    except OSError as exc:  # a folder that does not exist: say so, no traceback (QA, 2026-12-06)
+        sys.stderr.write(f"make_plan: cannot write {a.output}: {exc.strerror}\n")
+        return 2
     return 0
 
 

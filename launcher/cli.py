@@ -5,6 +5,7 @@ Everything the launcher process imports is the standard library: no torch, nothi
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterable
 from types import SimpleNamespace
@@ -157,3 +158,6 @@ def main(argv: list[str] | None = None) -> int:
     except RunDirError as exc:
         sys.stderr.write(f"launcher: refusing to start: {exc}\n")
         return 2
+    except BrokenPipeError:  # `dry-run plan.json | head`: the reader has what it wanted; end quietly, as cat does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # stdout is flushed again at exit
+        return 141  # 128 + SIGPIPE

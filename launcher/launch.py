@@ -117,7 +117,8 @@ def show(args: argparse.Namespace) -> int:
         (
             "job",
             f"{job.name}: backend {job.backend}, max_restarts {job.max_restarts}, "
-            f"grace {job.grace_period_s:g} s, numa {job.numa_binding}, OMP threads {job.omp_num_threads}",
+            f"grace {job.grace_period_s:g} s, numa {job.numa_binding}, "
+            f"OMP threads {job.omp_num_threads or 'per the backend (torchrun: 1)'}",
         ),
         (
             "world",
@@ -151,7 +152,8 @@ def show(args: argparse.Namespace) -> int:
         rows.append(
             (
                 "prediction",
-                f"{pr.tokens_per_s or '-'} tokens/s, step {pr.step_s or '-'} s, peak memory GiB per stage: {mem}",
+                f"{_rounded(pr.tokens_per_s, ',.0f')} tokens/s, step {_rounded(pr.step_s, '.3g')} s, "
+                f"peak memory GiB per stage: {mem}",
             )
         )
         if pr.checkpoint_save_s is not None or pr.checkpoint_interval_steps is not None:
@@ -207,10 +209,20 @@ def strategy_summary(st: Strategy) -> str:
 def checkpoint_summary(pr: spec.Prediction) -> str:
     size = "-" if pr.checkpoint_bytes is None else f"{pr.checkpoint_bytes / 2**30:.1f} GiB"
     goodput = "-" if pr.goodput is None else f"{100 * pr.goodput:.1f} %"
-    return (
-        f"every {pr.checkpoint_interval_steps or '-'} steps, {size}, save {pr.checkpoint_save_s or '-'} s, "
-        f"load {pr.checkpoint_load_s or '-'} s; expected goodput {goodput}"
+    every = (
+        f"every {pr.checkpoint_interval_steps} steps"
+        if pr.checkpoint_interval_steps
+        else "interval not set (plan.json has one only where the plan names a checkpoint directory)"
     )
+    return (
+        f"{every}, {size}, save {_rounded(pr.checkpoint_save_s, '.3g')} s, "
+        f"load {_rounded(pr.checkpoint_load_s, '.3g')} s; expected goodput {goodput}"
+    )
+
+
+def _rounded(value: float | None, spec: str) -> str:
+    """A prediction for a person: 77,337 tokens/s, 27.1 s (not 77337.0565943719); '-' when there is none."""
+    return "-" if value is None else format(value, spec)
 
 
 def watchdog_summary(plan: spec.Plan) -> str:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+SEPARATOR_MAX = 100  # a column as wide as a long command line got a rule of 1,500 dashes
+
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines.insert(1, "  ".join("-" * min(w, SEPARATOR_MAX) for w in widths))
     return "\n".join(lines)
 
 

@@ -199,11 +199,11 @@ def add_account_arguments(name: str, p: argparse.ArgumentParser) -> None:
         role = actions.add_parser("role", help="change a user's role")
         role.add_argument("name")
         role.add_argument("role", choices=ROLES)
-        for verb in ("disable", "enable"):
-            actions.add_parser(
-                verb,
-                help=f"{verb} a user (disabling ends its web sessions and suspends its tokens until it is enabled)",
-            ).add_argument("name")
+        for verb, what in (
+            ("disable", "disable a user: ends its web sessions and suspends its tokens until it is enabled"),
+            ("enable", "enable a disabled user: its tokens that were not revoked work again (revoke them to end them)"),
+        ):
+            actions.add_parser(verb, help=what).add_argument("name")
         return
     create = actions.add_parser("create", help="a new API token for a user (printed once)")
     create.add_argument("name")

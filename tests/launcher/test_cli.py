@@ -77,6 +77,56 @@ def test_show_says_what_the_strategy_sets(tmp_path: Path) -> None:
     assert "TP overlap" not in row and "offload" not in row
 
 
+def test_show_rounds_the_prediction_and_says_what_is_unset(tmp_path: Path) -> None:
+    """QA, 2026-12-06: "77337.0565943719 tokens/s, step 27.117039261003082 s", "OMP threads None", "checkpoint every -
+    steps" and a rule of 1,500 dashes under the summary column."""
+    from launcher.sections import Prediction
+
+    prediction = Prediction(tokens_per_s=77337.0565943719, step_s=27.117039261003082, checkpoint_save_s=12.3456)
+    plan = replace(tiny_plan(procs=2), prediction=prediction)
+    out = run_launcher("show", str(write_plan(tmp_path, plan))).stdout
+    assert "77,337 tokens/s, step 27.1 s" in out and "save 12.3 s" in out
+    assert "OMP threads None" not in out and "every - steps" not in out and "interval not set" in out
+    assert max(len(line) for line in out.splitlines() if set(line) <= {"-", " "}) <= 2 * 100 + 2
+
+
+def test_a_reader_that_stops_early_ends_the_verb_quietly(tmp_path: Path) -> None:
+    """`dry-run plan.json | head -1` printed a BrokenPipeError traceback (QA, 2026-12-06); it ends as cat does."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT, launcher_env
+
+    path = write_plan(tmp_path, tiny_plan(procs=2))
+    reader = subprocess.Popen(["head", "-c", "1"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    assert reader.stdin is not None
+    done = subprocess.run(
+        [sys.executable, "-m", "launcher", "dry-run", str(path)],
+        stdout=reader.stdin,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**launcher_env(), "PYTHONUNBUFFERED": "1"},
+        timeout=120,
+    )
+    reader.stdin.close()
+    reader.wait(timeout=30)
+    assert "Traceback" not in done.stderr and done.returncode in (0, 141), done.stderr
+
+
+def test_make_plan_into_a_missing_folder_says_so(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    target = tmp_path / "missing" / "plan.json"
+    done = subprocess.run(
+        [sys.executable, "examples/make_plan.py", str(target)], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr and "No such file or directory" in done.stderr
+
+
 def refused(tmp_path: Path, text: str, *extra: str) -> str:
     path = tmp_path / "plan.json"
     path.write_text(text)
