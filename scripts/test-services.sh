@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs and starts what the test suite uses outside Python, where this machine lets us (root + apt):
 # Debian's chromium (browser test), shellcheck (rendered scripts), iproute2 (multi-node test) and a
-# PostgreSQL server on 127.0.0.1 (the API tests' PostgreSQL run). Idempotent; writes scripts/.test-env.
+# PostgreSQL server on 127.0.0.1 (the API tests' PostgreSQL run). Idempotent; writes ./.test-env (the repository root).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 envfile=.test-env
