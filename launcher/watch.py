@@ -170,10 +170,20 @@ class WorkerWatch:
         # connection gone) did too, where that earlier rank's own heartbeat shows it was still training
         stopped = _stopped_by_agent(status)
         earlier = self._unexplained_exit(proven=not stopped) if first else None
+        # both statuses collected by the agent first (DeepSpeed's launch.py polls its ranks too; CI 2026-12-06 named
+        # no rank at all): a rank whose own heartbeat shows it mid-training ends after another one that did, which
+        # died first
+        unseen = status is None and done is None and watched and self.first_failure is None and not first
+        if unseen and earlier is None and self._training(worker):
+            earlier = self._unexplained_exit(proven=True)
         if earlier is not None:
             self.deaths[earlier] = replace(self.deaths[earlier], root=True)
             first = False
-            after = "the agent then stopped the other ranks" if stopped else f"rank {worker.rank} failed after it"
+            after = (
+                "the agent then stopped the other ranks"
+                if stopped
+                else f"rank {worker.rank} {'ended' if status is None else 'failed'} after it"
+            )
             self.log(
                 f"died first: {self.deaths[earlier].describe()} before its training was done; {after} (its report "
                 f"gives the status)"

@@ -186,11 +186,6 @@ def notes(f: Facts) -> list[str]:
             "no head-node address (cluster.hosts or render.master_addr): the multi-node scripts read "
             "MASTER_ADDR from the environment, and plan.json (which must name it) is not rendered"
         )
-    if f.master_addr is not None and not f.options.workdir and not f.entrypoint.startswith("/"):
-        out.append(
-            f"plan.json: the launcher looks for {f.entrypoint} next to plan.json (the shell scripts run it from the "
-            "directory they are started in): set render.workdir to the directory that holds it"
-        )
     if f.uses_example_trainer:
         out += trainer_notes(f)
     return [*f.derive_notes, *f.decisions.notes, *out, *env_notes(f.decisions, f.cluster, f.options), *k8s_pod(f).notes]

@@ -138,6 +138,34 @@ def test_an_unseen_exit_of_a_group_the_agent_restarted_is_not_blamed_for_the_nex
     assert watch.restarts == 1 and lines[-1].startswith("died first: rank 0")
 
 
+def test_when_the_agent_collected_both_statuses_the_rank_that_ended_first_mid_training_died_first(
+    tmp_path: Path,
+) -> None:
+    """CI of 2026-12-06 (fault matrix, deepspeed-rank-sigkill): DeepSpeed's launch.py reaped the SIGKILLed rank 1 and
+    then rank 0 (its gloo peer gone) before the launcher read either; no rank was named. Both heartbeats say they
+    were training: the one that ended first died first, named when the second ends. Without the second's own
+    heartbeat (it may have finished), nothing is named."""
+    first, second = _child(), _child()
+    watch, lines = _watching([second, first])  # rank 0: `second`, rank 1: `first` (rank 1 dies first)
+    beats = tmp_path / "heartbeats"
+    beats.mkdir()
+    for rank, child in ((0, second), (1, first)):
+        record = {"rank": rank, "pid": child.pid, "seq": 7, "phase": "train", "step": 3}
+        (beats / f"rank{rank}.json").write_text(json.dumps(record).ljust(RECORD_BYTES))
+    watch.beats = beats
+    _collected_by_the_agent(first)
+    watch.on_exit(first.pid)
+    assert watch.first_failure is None  # one unknown exit alone proves nothing yet
+    _collected_by_the_agent(second)
+    watch.on_exit(second.pid)
+    root = watch.first_failure
+    assert root is not None and root.worker.rank == 1 and root.status is None
+    assert lines[-2] == (
+        f"died first: rank 1 (local_rank 1, pid {first.pid}, node 0) exited (status already collected by its "
+        f"parent) before its training was done; rank 0 ended after it (its report gives the status)"
+    )
+
+
 def test_every_failure_that_ends_a_groups_training_interrupts_it_whether_or_not_it_is_the_root() -> None:
     """The resume is timed from the moment a group's training ends ("training again ... after the failure"). In the
     CI run of 2026-12-06 rank 1 was SIGKILLed and reaped by torchrun first, then rank 0 stopped by it with SIGTERM:
