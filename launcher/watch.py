@@ -169,12 +169,13 @@ class WorkerWatch:
         # one before it whose status the agent collected before we could; a rank that failed on its own (its peer's
         # connection gone) did too, where that earlier rank's own heartbeat shows it was still training
         stopped = _stopped_by_agent(status)
-        earlier = self._unexplained_exit(proven=not stopped) if first else None
-        # both statuses collected by the agent first (DeepSpeed's launch.py polls its ranks too; CI 2026-12-06 named
-        # no rank at all): a rank whose own heartbeat shows it mid-training ends after another one that did, which
-        # died first
-        unseen = status is None and done is None and watched and self.first_failure is None and not first
-        if unseen and earlier is None and self._training(worker):
+        earlier = None
+        if first:
+            earlier = self._unexplained_exit(proven=not stopped)
+        elif status is None and done is None and watched and self.first_failure is None and self._training(worker):
+            # both statuses collected by the agent first (DeepSpeed's launch.py polls its ranks too; CI 2026-12-06
+            # named no rank at all): a rank whose own heartbeat shows it mid-training ends after another one that
+            # did, which died first
             earlier = self._unexplained_exit(proven=True)
         if earlier is not None:
             self.deaths[earlier] = replace(self.deaths[earlier], root=True)

@@ -139,16 +139,16 @@ def why(
 
 def _headline(t: object, best: Estimate | None, feasible: int, objective: str, world: int) -> str:
     tokens, mfu, step = t.tokens_per_s, t.mfu, t.step_s  # type: ignore[attr-defined]
+    numbers = f"({tokens:,.0f} tokens/s, MFU {100 * mfu:.1f}%)"
     if best is not None:
-        numbers = f"({tokens:,.0f} tokens/s, MFU {100 * mfu:.1f}%)"
         if step < best.time.step_s * (1 - 5e-4):  # the objective (headroom, fewest GPUs) ranks by something else
             return f"{best.time.step_s / step:.2f}x as fast as #1, ranked below it by objective {objective} {numbers}"
         slower = 100 * (step / best.time.step_s - 1)
         return f"{slower:.1f}% slower than #1 {numbers}"
     if objective == "min_gpus":
-        return f"fewest GPUs that fit: {world} GPUs ({tokens:,.0f} tokens/s, MFU {100 * mfu:.1f}%)"
+        return f"fewest GPUs that fit: {world} GPUs {numbers}"
     if objective == "headroom":
-        return f"most memory headroom of {feasible} feasible plans ({tokens:,.0f} tokens/s, MFU {100 * mfu:.1f}%)"
+        return f"most memory headroom of {feasible} feasible plans {numbers}"
     return f"fastest of {feasible} feasible plans: {tokens:,.0f} tokens/s, MFU {100 * mfu:.1f}%"
 
 

@@ -97,18 +97,18 @@ def _reader(principal: PrincipalDep, settings: SettingsDep) -> Principal:
     return require(principal, "read", settings)
 
 
+ACCOUNT_NEEDED = (
+    "a deadline search runs many plans (up to TRAINPLAN_MAX_DEADLINE_TIME_S of the planner processes): it needs an "
+    "account, even where reading is open to anyone; send 'Authorization: Bearer tp_...' or log in at /login"
+)
+
+
 def _account(principal: PrincipalDep, settings: SettingsDep) -> Principal:
     """Any account, the read-only role included; never anonymous, even with TRAINPLAN_ANONYMOUS_READ: for work that
     stores nothing but costs minutes of the planner processes (the deadline search)."""
     if principal.via == "anonymous":
         raise AuthError(401, ACCOUNT_NEEDED)
     return require(principal, "read", settings)
-
-
-ACCOUNT_NEEDED = (
-    "a deadline search runs many plans (up to TRAINPLAN_MAX_DEADLINE_TIME_S of the planner processes): it needs an "
-    "account, even where reading is open to anyone; send 'Authorization: Bearer tp_...' or log in at /login"
-)
 
 
 def _csrf_checked(request: Request, principal: Principal) -> Principal:
