@@ -95,9 +95,13 @@ def install(app: FastAPI) -> None:
             )
             return HTMLResponse(page, 404)
         headers = dict(exc.headers or {})
+        errors: list[FieldError] = []
         if exc.status_code == 405:  # every method of the path, not only those of the first route that matched it
-            headers["Allow"] = ", ".join(allowed_methods(request))
-        return error_response(exc.status_code, [], detail=str(exc.detail), headers=headers)
+            headers["Allow"] = allow = ", ".join(allowed_methods(request))
+            errors = [FieldError("method", f"{request.method} is not allowed on {request.url.path}; allowed: {allow}")]
+        elif exc.status_code == 404:  # an unknown address (a route's own 404s name their field: NotFound)
+            errors = [FieldError("path", f"no such address: {request.url.path} (the API is listed at /docs)")]
+        return error_response(exc.status_code, errors, detail=str(exc.detail), headers=headers)
 
 
 _METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")

@@ -387,6 +387,10 @@ def test_security_headers_on_every_kind_of_response(sqlite_url: str) -> None:
         docs_csp = answers["docs"].headers["content-security-policy"]
         assert "script-src 'self';" in docs_csp and "http" not in docs_csp  # Swagger UI from this origin only
         assert answers["405"].status_code == 405 and answers["405"].headers["allow"] == "GET, POST"
+        # the body names what was refused and what is allowed (it had an empty error list)
+        assert answers["405"].json()["errors"] == [
+            {"field": "method", "message": "PUT is not allowed on /plans; allowed: GET, POST"}
+        ]
 
 
 @pytest.mark.parametrize(

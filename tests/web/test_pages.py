@@ -265,6 +265,9 @@ def test_a_browser_at_an_unknown_address_gets_the_not_found_page(web: Any) -> No
     assert "<h1>Not found</h1>" in page.text and "No page at /no/such/page." in page.text
     api = web.get("/no/such/page")
     assert api.status_code == 404 and api.json()["detail"] == "Not Found"
+    assert api.json()["errors"] == [  # it had an empty error list
+        {"field": "path", "message": "no such address: /no/such/page (the API is listed at /docs)"}
+    ]
 
 
 def test_ranked_plans_that_look_alike_say_what_tells_them_apart(web: Any) -> None:
