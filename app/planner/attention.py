@@ -85,3 +85,21 @@ def _shape(m: ModelSpec) -> AttentionShape:
 
 def attention_shape(m: ModelSpec) -> AttentionShape:
     return m.memo("attention_shape", lambda: _shape(m))  # depends on the model alone
+
+
+def heads_per_rank(m: ModelSpec, tp: int) -> tuple[int, int]:
+    """Query and key/value heads on one TP rank: K/V heads are replicated where TP exceeds the groups (megatron-core
+    allows groups that divide TP); MLA has no grouping, each head has its own K and V."""
+    q = m.num_attention_heads // tp
+    if m.multi_latent_attention:
+        return q, q
+    return q, max((m.num_query_groups or m.num_attention_heads) // tp, 1)
+
+
+def a2a_splits(m: ModelSpec, tp: int, size: int) -> bool:
+    """All-to-all context parallelism over `size` ranks splits the heads of Q, K and V alike; Transformer Engine
+    asserts that both counts per TP rank divide (dot_product_attention/context_parallel.py, AttnFuncWithCPAndQKVOA2A:
+    "cp_comm_type='a2a' requires num_heads % cp_size == 0 for Q, K, V"; a2a+p2p views K and V the same way in
+    flash_attn_a2a_communicate)."""
+    q, kv = heads_per_rank(m, tp)
+    return q % size == 0 and kv % size == 0

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from app.planner import activations as act
 from app.planner import dispatch, layout
+from app.planner.attention import a2a_splits
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, ParallelPins, TrainingSpec
 
 MAX_MICRO_BATCH = 32
@@ -72,10 +73,9 @@ def cp_comm_options(
         return [("p2p", None)]
     can = training.software.can.context_parallel
     pinned = training.pinned.cp_comm_type
-    heads = model.num_attention_heads // tp
     if model.sliding_window is not None and not pinned:
         # Transformer Engine runs windowed attention under CP with all_gather or a2a only (rules cp_sliding_window)
-        usable = ("all_gather", "a2a") if heads % cp == 0 else ("all_gather",)
+        usable = ("all_gather", "a2a") if a2a_splits(model, tp, cp) else ("all_gather",)
         kinds: list[tuple[str, tuple[int, int] | None]] = [(kind, None) for kind in usable if kind in can]
         return kinds or ([(usable[0], None)] if training.pinned.cp else [])
     out: list[tuple[str, tuple[int, int] | None]] = [("p2p", None)] if "p2p" in can else []
@@ -83,9 +83,9 @@ def cp_comm_options(
     if gqa and "all_gather" in can:  # Llama 3's CP: with few K/V heads, gathering K and V is cheap
         out.append(("all_gather", None))
     inner = max(1, min(cp, cluster.nvlink_domain // tp))
-    if pinned == "a2a" and heads % cp == 0:  # Ulysses: only when asked (NVIDIA's recipes run p2p / a2a+p2p)
+    if pinned == "a2a" and a2a_splits(model, tp, cp):  # Ulysses: only when asked (NVIDIA's recipes run p2p / a2a+p2p)
         out.append(("a2a", None))
-    if 1 < inner < cp and cp % inner == 0 and heads % inner == 0 and "a2a+p2p" in can:
+    if 1 < inner < cp and cp % inner == 0 and a2a_splits(model, tp, inner) and "a2a+p2p" in can:
         out.append(("a2a+p2p", (inner, cp // inner)))
     if pinned:
         out = [o for o in out if o[0] == pinned] or [(pinned, None)]

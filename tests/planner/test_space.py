@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from app.planner import PlanRequest, plan, space, splits
+from app.planner import PlanRequest, plan, rules, space, splits
 from app.planner.api import feasible_layouts
 from app.planner.estimate import off_pipeline_floor, stage_floors, step_lower_bound, time_estimate
 from app.planner.layout import parse_layout
@@ -35,6 +35,30 @@ def test_hierarchical_cp_across_nvlink_domains() -> None:
     r = request("llama-3-8b-128k", 4, 32)
     comms = {p.cp_comm for p in placements(r.model, r.cluster, r.training, 32) if p.cp == 16 and p.tp == 1}
     assert ("a2a+p2p", (8, 2)) in comms
+
+
+def test_a2a_context_parallelism_splits_the_key_value_heads_too() -> None:
+    """Transformer Engine's a2a CP asserts num_heads % cp_size == 0 for Q, K and V (context_parallel.py); only the
+    query heads were checked, and Llama-3-8B (8 K/V heads) at TP2 CP8 a2a was ranked #1 with a2a pinned (QA)."""
+    r = request("llama-3-8b-128k", 2, 16, pinned={"cp_comm_type": "a2a"})
+    result = plan(r)
+    assert result.plans
+    for p in result.plans:
+        kv = max(8 // p.parallel.tp, 1)
+        assert kv % p.parallel.cp == 0, describe_cp(p.parallel)
+    kv4 = r.training.model_copy(update={"pinned": r.training.pinned.model_copy(update={"cp_comm_type": None})})
+    refused = [pl for pl in placements(r.model, r.cluster, kv4, 16) if pl.cp_comm[0] in ("a2a", "a2a+p2p")]
+    for pl in refused:  # a2a+p2p's inner (a2a) size divides the K/V heads of a TP rank as well
+        inner = pl.cp_comm[1][0] if pl.cp_comm[1] else pl.cp
+        assert max(8 // pl.tp, 1) % inner == 0, pl
+    par = ParallelConfig(tp=2, cp=8, dp=1, cp_comm_type="a2a", sequence_parallel=True)
+    bad = rules.check(r.model, r.cluster, r.training, par, 16)
+    assert [v.code for v in bad] == ["cp_heads"]
+    assert "key/value heads per TP rank(4)" in bad[0].message and "a2a size(8)" in bad[0].message
+
+
+def describe_cp(par: ParallelConfig) -> str:
+    return f"TP{par.tp} CP{par.cp} {par.cp_comm_type} {par.hierarchical_cp_sizes}"
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ pipeline engine)."""
 
 from __future__ import annotations
 
+from app.planner.attention import a2a_splits, heads_per_rank
 from app.planner.layout import layout_vpp, num_microbatches, parse_layout, parse_layout_text
 from app.planner.rules.base import Ctx, Violation
 from app.planner.specs import ModelSpec, ParallelConfig
@@ -199,11 +200,13 @@ def context_parallel(c: Ctx) -> Violation | None:
             f"under context parallelism with cp_comm_type all_gather or a2a, not {p.cp_comm_type}",
         )
     if p.cp_comm_type in ("a2a", "a2a+p2p"):
-        heads = c.model.num_attention_heads // p.tp
         inner = p.hierarchical_cp_sizes[0] if p.hierarchical_cp_sizes else p.cp
-        if heads % inner:
+        if not a2a_splits(c.model, p.tp, inner):
+            q, kv = heads_per_rank(c.model, p.tp)
             return Violation(
-                "cp_heads", f"a2a context parallelism: heads per TP rank({heads}) % a2a size({inner}) != 0"
+                "cp_heads",
+                f"a2a context parallelism splits the heads of Q, K and V: query heads per TP rank({q}) and key/value "
+                f"heads per TP rank({kv}) must both be divisible by the a2a size({inner}) (Transformer Engine)",
             )
     return None
 
