@@ -11,7 +11,9 @@ Per parameter (16-bit training, Adam), by the stack's sharding engine:
   v 12/N. At the step, stage 1/2 flatten the 16-bit grad partition and upcast it to an fp32 partition
   (`single_partition_of_fp32_groups[i].grad`, L940), then free the 16-bit grads. Stage 3 shards the 16-bit params
   too and keeps a persistent grad-partition buffer (`grad_partitions_flat_buffer`, L791 — on the CPU under optimizer
-  offload, L333) and builds fp32 grads per `sub_group_size` sub-group at the step (`_prepare_fp32_grad_for_sub_group`,
+  offload, L333) and, under optimizer offload, the fp32 gradient partition on the host beside the
+  offloaded 12 B (stage 1/2 as well: 16 B per sharded parameter on the host, plus 2 B with gradient accumulation at
+  stage 1/2) and builds fp32 grads per `sub_group_size` sub-group at the step (`_prepare_fp32_grad_for_sub_group`,
   L2683), plus the gathered parameters of the modules being computed (prefetch bucket + the live module).
   Megatron-DeepSpeed with fp32 grad accumulation under bf16 uses `BF16_Optimizer`: a full fp32 grad buffer (4 B).
 - PyTorch FSDP FULL_SHARD (llm-foundry): fp32 flat params, fp32 grads and Adam states all sharded (16/N); the unsharded
@@ -25,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.planner import params as pc
-from app.planner.layout import StageShape
+from app.planner.layout import StageShape, num_microbatches
 from app.planner.specs import ModelSpec, ParallelConfig, TrainingSpec
 
 FP8_AMAX_HISTORY = 1024  # --fp8-amax-history-len as rendered (delayed scaling only)
@@ -211,9 +213,21 @@ def _zero_states(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, 
     fp32 = 12.0 * (shard if stage else n_params)
     cpu = nvme_b = 0.0
     if par.offload_optimizer == "cpu":
-        cpu, fp32 = fp32, 0.0
+        # the fp32 master, m and v on the host, and beside them the fp32 gradient partition the CPU Adam reads, kept
+        # for the whole run under offload (stage_1_and_2.py initialize_optimizer_states: the partition's `.grad` is
+        # dropped only without cpu_offload; stage3.py: a `subgroup_gradient_buffer` per sub-group, released by
+        # `_release_sub_group` only without offload)
+        cpu, fp32 = fp32 + 4.0 * shard, 0.0
+        if stage in (1, 2) and num_microbatches(training, par) > 1:
+            # gradient accumulation: each partition parameter's gradient is kept between micro-batches in a host
+            # buffer of its dtype (`accumulated_grads_in_cpu`, async_accumulate_grad_in_cpu_via_gpu)
+            cpu += 2.0 * shard
     elif par.offload_optimizer == "nvme":
-        nvme_b, fp32 = fp32, 0.0
+        # the states and the fp32 gradients are swapped per sub-group (stage3.py
+        # `_optimizer_states_and_gradient_swap_out`), through one host fp32 buffer of the largest sub-group
+        # (initialize_optimizer_states `gradient_buffer`)
+        nvme_b, fp32 = fp32 + 4.0 * shard, 0.0
+        cpu = 4.0 * min(float(buckets.sub_group_size), shard)
     overlap = 2 if zero_overlap_comm(stage) else 1
     buffers = 2.0 * buckets.reduce_bucket_size * overlap
     offloaded = par.offload_optimizer != "none"

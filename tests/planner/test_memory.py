@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from app.planner import PlanRequest, plan, validation
 from app.planner import activations as act
-from app.planner import validation
 from app.planner.estimate import evaluate
 from app.planner.layout import StageShape
 from app.planner.memory import memory_estimate, stage_parts
@@ -255,7 +255,38 @@ def test_zero3_optimizer_offload_keeps_the_grad_partition_on_the_host() -> None:
     s = stage_states(m, training, par, StageShape((32,), False, False), 32, 0)
     n = s.params
     assert (s.weights, s.grads, s.optimizer) == (0, 0, 0)
-    assert s.cpu / n == pytest.approx((12 + 2 + 2) / 4)  # fp32 states, 16-bit params, 16-bit grad partition
+    # fp32 states, their fp32 gradient (a `subgroup_gradient_buffer` per sub-group, kept under offload: it was
+    # missing, QA 2026-12-06), 16-bit params, 16-bit grad partition
+    assert s.cpu / n == pytest.approx((12 + 4 + 2 + 2) / 4)
+
+
+@pytest.mark.parametrize(("stage", "gbs", "host_per_param"), [(1, 4, 16.0), (2, 4, 16.0), (1, 8, 18.0), (2, 16, 18.0)])
+def test_zero_1_and_2_optimizer_offload_keeps_fp32_gradients_on_the_host(
+    stage: int, gbs: int, host_per_param: float
+) -> None:
+    """stage_1_and_2.py keeps the fp32 partition's `.grad` under cpu_offload (initialize_optimizer_states), and with
+    gradient accumulation a host copy of each partition parameter's 16-bit gradient (`accumulated_grads_in_cpu`):
+    16 B per sharded parameter on the host, 18 B with more than one micro-batch. It counted 12 (QA, 2026-12-06)."""
+    m = preset("llama-2-7b")
+    par = ParallelConfig(dp=4, zero_stage=stage, offload_optimizer="cpu", micro_batch_size=1)
+    training = TrainingSpec(global_batch_size=gbs, framework="deepspeed")
+    s = stage_states(m, training, par, StageShape((32,), True, True), 32, 0)
+    assert s.optimizer == 0 and s.cpu / s.params == pytest.approx(host_per_param / 4)
+
+
+def test_optimizer_offload_host_memory_refuses_a_70b_on_one_node_with_1_tib() -> None:
+    """Llama-2-70B on 8 A100 with 1 TiB of host memory: ZeRO-3 with the optimizer on the CPU needs 18 B per
+    parameter on the host (12 states + 4 fp32 grads + 2 grad partition), 1,156 GiB; it was ranked #1 at 899 GiB."""
+    r = plan(
+        PlanRequest(
+            model="llama-2-70b",
+            cluster={"num_nodes": 1, "gpu": "A100-80GB", "cpu_memory_GiB": 1024},
+            training={"global_batch_size": 64, "framework": "deepspeed"},
+        )
+    )
+    assert not any(p.parallel.offload_optimizer == "cpu" and p.parallel.zero_stage == 3 for p in r.plans)
+    host = next(x for x in r.rejected if x.reason == "cpu_out_of_memory")
+    assert "1156 GiB of host memory per node" in host.message
 
 
 def test_optimizer_step_peak_of_zero1_on_one_gpu() -> None:
