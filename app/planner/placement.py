@@ -131,9 +131,10 @@ def make_config(
         values = {**PARALLEL_DEFAULTS, **fixed, "fp8_param_gather": space.fp8_param_gather(training, dist), **sharding}
         base = pl._bases[base_key] = (values, frozenset(fixed) | frozenset(sharding) | _PER_CANDIDATE)
     values, names = base
-    if values["moe_ep_overlap"] and training.pinned.moe_ep_overlap is None:  # pairing nothing, it cannot help: off
+    if values["moe_ep_overlap"] and training.pinned.moe_ep_overlap is None:
+        # off where it pairs nothing (it cannot help) and beside activation offload (rules activation_offload)
         microbatches = max(1, training.global_batch_size // (pl.dp * mbs))
-        if pipeline.pairs_none(pl.pp, pl.vpp, microbatches):
+        if rc.offload or pipeline.pairs_none(pl.pp, pl.vpp, microbatches):
             values = {**values, "moe_ep_overlap": False}
     # the generators produce only valid values: skip pydantic's validation (a third of the search's time)
     made = pl._configs[key] = ParallelConfig.from_values(

@@ -146,7 +146,8 @@ def recompute_supported(c: Ctx) -> Violation | None:
 
 def activation_offload_supported(c: Ctx) -> Violation | None:
     """TransformerConfig.__post_init__: CPU offloading needs fewer layers than the model has, PP 1 and no
-    recomputation (megatron-core transformer_config.py, the cpu_offloading checks)."""
+    recomputation (megatron-core transformer_config.py, the cpu_offloading checks); and no EP overlap, which the
+    config accepts but whose schedule never enters the offload context."""
     p, s, m = c.par, c.training.software, c.model
     n = p.cpu_offloading_num_layers
     if not n:
@@ -159,6 +160,14 @@ def activation_offload_supported(c: Ctx) -> Violation | None:
         return Violation("activation_offload", f"activation offload needs pp 1, not {p.pp} (megatron-core)")
     if p.recompute != "none":
         return Violation("activation_offload", f"activation offload does not run with recompute {p.recompute}")
+    if p.moe_ep_overlap:
+        # the EP-overlap schedule runs each layer's parts itself (models/common/model_chunk_schedule_plan.py,
+        # gpt/fine_grained_callables.py), never TransformerBlock.forward, whose `offload_context` does the offload
+        return Violation(
+            "activation_offload",
+            "activation offload (cpu_offloading_num_layers) does not run with moe_ep_overlap: the EP-overlap "
+            "schedule bypasses TransformerBlock.forward, where megatron-core offloads",
+        )
     return None
 
 
