@@ -56,17 +56,26 @@ def _context_flags(f: Facts) -> list[Flag]:
 
 
 def _sharding_flags(f: Facts) -> list[Flag]:
-    """Distributed optimizer or Megatron-FSDP, and the overlap the step-time model assumes. Megatron-FSDP needs
-    `--ckpt-format fsdp_dtensor` (arguments.py L689-690) and no distributed optimizer flag; overlap-param-gather
-    needs the distributed optimizer (or FSDP) and overlap-grad-reduce (L597-601)."""
+    """Distributed optimizer or Megatron-FSDP, and the overlap the step-time model assumes. Megatron-FSDP runs on
+    the distributed optimizer, which Megatron-LM does not turn on by itself (without the flag it builds
+    Float16OptimizerWithFloat16Params: megatron-fsdp-user-guide.md "Required Configurations"; Megatron-Bridge
+    forces it, training/config.py `_validate_and_apply_megatron_fsdp_v1_configs`), and `--ckpt-format fsdp_dtensor`
+    (arguments.py L689-690); sharding the weights too, it builds the model on the meta device and materialises
+    each rank's shard (`--init-model-with-meta-device`, training.py L1218-1266; NVIDIA's perf scripts set it,
+    scripts/performance/utils/overrides.py `_set_megatron_fsdp_overrides`): otherwise every rank first allocates
+    its whole unsharded chunk. Gradient-accumulation fusion stays on, as in those scripts (validate_args only
+    warns). Overlap-param-gather needs the distributed optimizer (or FSDP) and overlap-grad-reduce (L597-601)."""
     par = f.par
     out: list[Flag] = []
     if par.megatron_fsdp is not None:
         out += [
             flag("--use-megatron-fsdp"),
             flag("--data-parallel-sharding-strategy", par.megatron_fsdp),
+            flag("--use-distributed-optimizer"),
             flag("--ckpt-format", "fsdp_dtensor"),
         ]
+        if par.megatron_fsdp == "optim_grads_params":
+            out.append(flag("--init-model-with-meta-device"))
     elif par.distributed_optimizer:
         out.append(flag("--use-distributed-optimizer"))
     sharded = par.distributed_optimizer or par.megatron_fsdp is not None

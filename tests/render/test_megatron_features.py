@@ -227,6 +227,7 @@ DIMENSIONS = {
             "--data-parallel-sharding-strategy": ("optim_grads_params",),
             "--ckpt-format": ("fsdp_dtensor",),
             "--overlap-param-gather": (),
+            "--init-model-with-meta-device": (),
         },
     ),
 }
@@ -261,7 +262,8 @@ def test_every_new_dimension_is_rendered_and_accepted(name: str, megatron_core: 
     fl, arts = rendered(model, par, nodes=nodes, precision=precision)
     for flag, values in expected.items():
         assert fl.items.get(flag) == values, (flag, fl.items.get(flag))
-    assert not fl.has("--use-distributed-optimizer") or "megatron_fsdp" not in par
+    if "megatron_fsdp" in par:  # Megatron-FSDP runs on the distributed optimizer, which Megatron-LM never implies
+        assert fl.has("--use-distributed-optimizer")
     check_megatron(arts)
     strategy = spec.loads(arts.files["plan.json"]).strategy
     assert strategy is not None
@@ -348,3 +350,15 @@ def test_flex_dispatcher_and_its_backend(gpu: str, backend: str, megatron_core: 
     assert spec.loads(arts.files["plan.json"]).strategy.moe_token_dispatcher == "flex"
     plain, _ = rendered("mixtral-8x7b", {"dp": 64, "ep": 8, "distributed_optimizer": True}, nodes=8)
     assert plain.one("--moe-token-dispatcher-type") == "alltoall" and not plain.has("--moe-flex-dispatcher-backend")
+
+
+@pytest.mark.parametrize(("gpu", "skip"), [("H100-PCIe", True), ("A100-80GB", True), ("H100-SXM", False)])
+def test_tp_comm_overlap_without_multicast_runs_userbuffers_over_ipc(gpu: str, skip: bool) -> None:
+    """Transformer Engine's initialize_ub stops where the GPUs have no CUDA multicast (no Hopper NVSwitch) unless
+    UB_SKIPMC=1; a pinned overlap on H100-PCIe was rendered without it (QA, 2026-12-06)."""
+    par = {"tp": 2, "dp": 4, "sequence_parallel": True, "tp_comm_overlap": True, "distributed_optimizer": True}
+    fl, arts = rendered("llama-2-7b", par, gpu=gpu)
+    assert fl.has("--tp-comm-overlap")
+    for name in ("train.sh", "torchrun.sh", "sbatch.sh"):
+        assert ("export UB_SKIPMC=1" in arts.files[name]) is skip, name
+    assert (spec.loads(arts.files["plan.json"]).env.get("UB_SKIPMC") == "1") is skip
