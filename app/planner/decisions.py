@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 
 from app.planner import layout as lay
+from app.planner import space
 from app.planner.results import (
     Decisions,
     DeepSpeedDecision,
@@ -245,6 +246,7 @@ def decide(
         nccl=nccl_decision(training, par, cluster),
         cuda_device_max_connections=connections,
         cuda_device_max_connections_reason=connections_reason,
+        userbuffers_skip_multicast=bool(par.tp_comm_overlap) and not space.userbuffers_multicast(cluster),
         distributed_timeout_minutes=timeout,
         timeout_reason=f"{TIMEOUT_STEPS} predicted steps of {step_s:.1f} s, at least Megatron's default "
         f"{MEGATRON_TIMEOUT_MIN} min",

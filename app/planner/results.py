@@ -211,6 +211,9 @@ class Decisions(Result):
     nccl: NcclDecision
     cuda_device_max_connections: int | None = Field(None, description="CUDA_DEVICE_MAX_CONNECTIONS, None: unset.")
     cuda_device_max_connections_reason: str = ""
+    userbuffers_skip_multicast: bool = Field(
+        False, description="UB_SKIPMC=1: TP comm overlap over CUDA IPC, the GPUs' NVLink has no multicast (NVSwitch)."
+    )
     distributed_timeout_minutes: int = Field(description="Collective timeout (--distributed-timeout-minutes).")
     timeout_reason: str = ""
     graceful_stop_s: int = Field(description="Seconds before a time limit or kill to stop and save.")

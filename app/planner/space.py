@@ -291,9 +291,17 @@ def ep_overlap_runs(ep: int, recompute: str, pp: int, vpp: int) -> bool:
 
 
 # Transformer Engine's TP comm overlap (userbuffers) is built for NVSwitch systems from Hopper on: it relies on CUDA
-# multicast handles (NVIDIA/TransformerEngine#1071), and its pipelined reduce-scatter overlap was held back for a
-# hang on A100 (TransformerEngine#1311); no published Ampere run uses it. Elsewhere it is off unless pinned.
+# multicast handles (NVIDIA/TransformerEngine#1071; initialize_ub stops where the device has none, asking for
+# UB_SKIPMC=1), and its pipelined reduce-scatter overlap was held back for a hang on A100 (TransformerEngine#1311);
+# no published Ampere run uses it. Elsewhere (and on NVLink-bridged PCIe cards) it is off unless pinned.
 USERBUFFERS_GENERATIONS = ("hopper", "blackwell")
+NVSWITCH_DOMAIN = 8  # GPUs behind NVSwitch (HGX 8-GPU boards, NVL72 racks); NVLink bridges join 2
+
+
+def userbuffers_multicast(cluster: ClusterSpec) -> bool:
+    """Whether the GPUs' NVLink fabric has CUDA multicast (NVSwitch from Hopper on: NVLink SHARP), which userbuffers
+    use unless UB_SKIPMC=1."""
+    return cluster.gpu.generation in USERBUFFERS_GENERATIONS and cluster.gpu.nvlink_domain >= NVSWITCH_DOMAIN
 
 
 def overlap_options(
@@ -313,9 +321,7 @@ def overlap_options(
     primary weights with the distributed optimizer; and the FP8 recipe of the GPU generation when the request leaves
     it open."""
     can, pins = training.software.can, training.pinned
-    tp_overlap = (
-        can.tp_comm_overlap and tp > 1 and can.sequence_parallel and cluster.gpu.generation in USERBUFFERS_GENERATIONS
-    )
+    tp_overlap = can.tp_comm_overlap and tp > 1 and can.sequence_parallel and userbuffers_multicast(cluster)
     if pins.tp_comm_overlap is not None:
         tp_overlap = pins.tp_comm_overlap and tp > 1
     ep_overlap = can.ep_overlap and ep_overlap_runs(ep, recompute, pp, vpp)

@@ -119,6 +119,15 @@ def worker_env(decisions: Decisions, framework: str, options: RenderOptions) -> 
                 decisions.cuda_device_max_connections_reason,
             )
         )
+    if decisions.userbuffers_skip_multicast:
+        out.append(
+            EnvVar(
+                "UB_SKIPMC",
+                "1",
+                "TP comm overlap (pinned) on GPUs without NVSwitch: Transformer Engine's userbuffers share memory "
+                "over CUDA IPC instead of multicast, which initialize_ub otherwise stops on",
+            )
+        )
     if framework == "megatron":
         out.append(
             EnvVar(

@@ -325,17 +325,25 @@ def test_sliding_window_attention_runs_cp_only_where_transformer_engine_allows_i
     assert best.parallel.cp == 1 or best.parallel.cp_comm_type in ("all_gather", "a2a")
 
 
-@pytest.mark.parametrize(("gpu", "taken"), [("A100-80GB", False), ("H100-SXM", True), ("B200", True)])
+@pytest.mark.parametrize(
+    ("gpu", "taken"), [("A100-80GB", False), ("H100-SXM", True), ("B200", True), ("H100-PCIe", False)]
+)
 def test_tp_comm_overlap_is_taken_only_where_userbuffers_run(gpu: str, taken: bool) -> None:
     """Transformer Engine's userbuffers rely on CUDA multicast (Hopper and later NVSwitch systems); on A100 the planner
-    credited the overlap to Megatron-core plans, up to 65.9 % MFU for GPT-3 175B on 1,024 A100 (QA, 2026-12-06).
-    Off there unless pinned: a pin is the user's knowledge of their stack and is kept."""
+    credited the overlap to Megatron-core plans, up to 65.9 % MFU for GPT-3 175B on 1,024 A100 (QA, 2026-12-06);
+    on H100-PCIe (NVLink bridge pairs, no NVSwitch) initialize_ub stops at start-up asking for UB_SKIPMC=1 (QA).
+    Off there unless pinned: a pin is the user's knowledge of their stack and is kept, and where the GPUs have no
+    multicast the rendered environment sets UB_SKIPMC=1 for it."""
     request = {"model": "llama-2-13b", "cluster": {"num_nodes": 2, "gpu": gpu}, "training": {"global_batch_size": 64}}
     pins = {"tp": 2, "pp": 1, "sequence_parallel": True}
     best = plan(PlanRequest(**{**request, "training": {"global_batch_size": 64, "pinned": pins}})).plans[0]
     assert best.parallel.tp_comm_overlap is taken
     pinned = {**request, "training": {"global_batch_size": 64, "pinned": {**pins, "tp_comm_overlap": True}}}
-    assert plan(PlanRequest(**pinned)).plans[0].parallel.tp_comm_overlap
+    kept = plan(PlanRequest(**pinned)).plans[0]
+    assert kept.parallel.tp_comm_overlap
+    assert kept.decisions is not None and kept.decisions.userbuffers_skip_multicast is (
+        gpu in ("H100-PCIe", "A100-80GB")
+    )
 
 
 def test_the_gradient_sync_of_a_cp_plan_is_named_after_its_group() -> None:
