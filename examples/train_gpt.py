@@ -413,6 +413,8 @@ def train(args: argparse.Namespace, heartbeat: Heartbeat, exit_signal: ExitSigna
             break
         if args.throttle_s:
             time.sleep(args.throttle_s)
+    if steps and stopped is None:  # the last step is saved as Megatron-LM saves it (training.py, after the loop)
+        ckpt.save(steps[-1]["step"])
     memory, kind, reserved = peak_memory(device)
     return {
         "resumed_from": start,

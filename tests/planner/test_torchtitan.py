@@ -187,8 +187,10 @@ def test_another_frameworks_hint_runs_that_frameworks_stack() -> None:
     for its framework (it used to report a torchtitan plan as Megatron-DeepSpeed's)."""
     # Llama-3 70B's model states alone outgrow one node under FSDP (a pin that cannot run, as before, now gets the
     # one hint "without your pinned ...": the cluster is not the problem there)
+    # (2 TiB of host memory: ZeRO-3 optimizer offload keeps 18 B per sharded parameter there, 1,183 GiB for 70B)
     base = one_node()
-    result = plan(PlanRequest(model="llama-3-70b", cluster=base.cluster, training=base.training))
+    cluster = base.cluster.model_copy(update={"cpu_memory_GiB": 2048.0})
+    result = plan(PlanRequest(model="llama-3-70b", cluster=cluster, training=base.training))
     assert not result.plans
     hint = next(s for s in result.suggestions if s.startswith("framework megatron-deepspeed with ZeRO offload"))
     assert "ZeRO" in hint and "TP-overlap" not in hint

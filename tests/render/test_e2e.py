@@ -22,9 +22,9 @@ REQUEST = {
 }
 
 
-def rendered(tmp_path: Path) -> Path:
+def rendered(tmp_path: Path, **extra: str) -> Path:
     result = fixed_result(REQUEST, {"dp": 2, "zero_stage": 2, "micro_batch_size": 2})
-    options = RenderOptions(workdir=str(ROOT), train_iters=3, log_interval=1, accelerator="cpu")
+    options = RenderOptions(workdir=str(ROOT), train_iters=3, log_interval=1, accelerator="cpu", **extra)
     out = tmp_path / "files"
     write_artifacts(render(result, 1, options), out)
     return out
@@ -54,9 +54,15 @@ def test_rendered_plan_json_trains_with_the_launcher(tmp_path: Path) -> None:
 
 
 def test_rendered_torchrun_sh_trains_as_written(tmp_path: Path) -> None:
-    files = rendered(tmp_path)
+    """With a checkpoint directory the run ends saved, as Megatron-LM's does: the rendered interval (the
+    checkpoint-interval optimum, thousands of steps) is past its 3 steps, and the trainer saved only at intervals and
+    on a stop signal (QA, 2026-12-06: a finished run left no checkpoint)."""
+    ckpt = tmp_path / "ckpt"
+    files = rendered(tmp_path, checkpoint_dir=str(ckpt))
+    assert "--save-interval 3 " not in (files / "torchrun.sh").read_text()
     done = subprocess.run(
         ["bash", str(files / "torchrun.sh")], capture_output=True, text=True, timeout=240, cwd=tmp_path, env=clean_env()
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "[train_gpt] step 3/3" in done.stdout + done.stderr
+    assert (ckpt / "latest").read_text().strip() == "step3"
