@@ -25,7 +25,8 @@ SCRIPT_PATH = re.compile(r"^[A-Za-z0-9_./-]*[A-Za-z0-9_]\.py$")
 # One command-line word that needs no shell quoting (shlex's safe characters).
 PLAIN_WORD = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
 # A Hugging Face model id, e.g. meta-llama/Llama-2-7b-hf.
-HF_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+# a Hub id, with its organisation or without (canonical ids such as gpt2, bert-base-uncased, t5-small)
+HF_ID = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9._-]*/)?[A-Za-z0-9][A-Za-z0-9._-]*$")
 IMAGE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
 SLURM_TIME = re.compile(r"^(\d+-)?\d+(:\d{2}){0,2}$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -227,7 +228,7 @@ class RenderOptions(BaseModel):
     def _tokenizer_model(cls, v: str | None) -> str | None:
         if v is None or v.startswith("/"):
             return None if v is None else check_safe_path("tokenizer_model", v)
-        return _check(HF_ID, "tokenizer_model", v, "an absolute path or a Hugging Face id like org/name")
+        return _check(HF_ID, "tokenizer_model", v, "an absolute path or a Hugging Face id like org/name or gpt2")
 
     @field_validator("extra_args")
     @classmethod

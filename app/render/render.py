@@ -188,7 +188,24 @@ def notes(f: Facts) -> list[str]:
         )
     if f.uses_example_trainer:
         out += trainer_notes(f)
+    out += run_notes(f)
     return [*f.derive_notes, *f.decisions.notes, *out, *env_notes(f.decisions, f.cluster, f.options), *k8s_pod(f).notes]
+
+
+def run_notes(f: Facts) -> list[str]:
+    """What the options make every launch style do that a user might expect of one only."""
+    o, out = f.options, []
+    if o.max_restarts and not o.checkpoint_dir:
+        out.append(
+            f"max_restarts {o.max_restarts} without checkpoint_dir: nothing is saved, so every restart trains "
+            f"again from step 0; give checkpoint_dir to resume from the last checkpoint"
+        )
+    if o.slurm_time_limit is not None and f.framework != "deepspeed":
+        out.append(
+            f"slurm_time_limit {o.slurm_time_limit}: --exit-duration-in-mins is in megatron_args.txt, which every "
+            f"launch file reads: torchrun.sh, plan.json and the PyTorchJob stop (and save) at that time as well"
+        )
+    return out
 
 
 def trainer_notes(f: Facts) -> list[str]:

@@ -134,3 +134,13 @@ def test_every_option_has_a_description() -> None:
         RenderOptions(unknown_field=1)  # type: ignore[call-arg]
     with pytest.raises(ValidationError):
         RenderOptions().model_copy().__setattr__("lr", 1.0)  # frozen
+
+
+@pytest.mark.parametrize("name", ["gpt2", "t5-small", "meta-llama/Llama-3.1-8B", "/models/tok"])
+def test_hub_ids_without_an_organisation_are_tokenizers_too(name: str) -> None:
+    """Canonical Hub ids have no organisation (gpt2, bert-base-uncased); they were refused (QA, 2026-12-06)."""
+    data = {"data_path": "/data/text_document", "tokenizer_type": "HuggingFaceTokenizer"}
+    assert RenderOptions(tokenizer_model=name, **data).tokenizer_model == name
+    for bad in ("./tok", "../tok", "org/../x", "tok/"):
+        with pytest.raises(ValidationError, match="tokenizer_model"):
+            RenderOptions(tokenizer_model=bad, **data)

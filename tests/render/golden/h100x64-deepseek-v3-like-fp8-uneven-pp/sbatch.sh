@@ -8,7 +8,8 @@
 #SBATCH --signal=TERM@600
 #SBATCH --output=%x-%j.out
 # sbatch.sh: deepseek-v3-like under Slurm (deepseek-v3-like on 8 x 8 H100-SXM, megatron, plan #1: TP2 PP4 DP8 EP8 stages 3/../3 layers dist-opt SP mbs 1 recompute full).
-# Submit it from the directory holding these files: sbatch sbatch.sh
+# Submit it from the directory holding these files: sbatch sbatch.sh. No render.workdir was given, so
+# pretrain_gpt.py runs relative to that directory too: put the training code there, or render with workdir.
 # The node count is written once, in --nodes above; everything below reads it from SLURM_JOB_NUM_NODES.
 # 600 s before the time limit Slurm sends SIGTERM: the ranks save a checkpoint and exit (--signal above).
 set -euo pipefail
