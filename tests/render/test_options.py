@@ -144,3 +144,13 @@ def test_hub_ids_without_an_organisation_are_tokenizers_too(name: str) -> None:
     for bad in ("./tok", "../tok", "org/../x", "tok/"):
         with pytest.raises(ValidationError, match="tokenizer_model"):
             RenderOptions(tokenizer_model=bad, **data)
+
+
+def test_restarts_without_a_checkpoint_directory_are_said_to_start_over() -> None:
+    """Each restart trained again from step 0 without a word (QA, 2026-12-06)."""
+    req = {"model": "llama-2-7b", "cluster": {"num_nodes": 1, "gpu": "H100-SXM"}, "training": {"global_batch_size": 64}}
+    result = fixed_result(req, {"tp": 2, "dp": 4})
+    said = render(result, 1, RenderOptions(max_restarts=2)).notes
+    assert any("max_restarts 2 without checkpoint_dir" in n and "step 0" in n for n in said), said
+    saved = render(result, 1, RenderOptions(max_restarts=2, checkpoint_dir="/ckpt")).notes
+    assert not any("without checkpoint_dir" in n for n in saved)
