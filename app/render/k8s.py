@@ -5,7 +5,8 @@
   node count and `maxRestarts` (pkg/webhooks/pytorch/pytorchjob_webhook.go requires the Worker replica spec with an
   elastic policy; pkg/controller.v1/pytorch/elastic.go turns the policy into PET_* variables). Without restarts:
   one Master and num_nodes - 1 Workers, the static rendezvous the operator sets up. Pods never restart by
-  themselves (restartPolicy Never): a failed pod fails the job, which resumes from its checkpoint when resubmitted.
+  themselves (restartPolicy Never): a failed pod fails the job, which resumes from its checkpoint when resubmitted
+  (checkpoint_dir on the PersistentVolumeClaim `k8s_checkpoint_claim`, which every pod mounts there).
 - InfiniBand: NCCL reaches the HCAs through the RDMA device plugin's resource (requested per pod, with the IPC_LOCK
   capability RDMA memory registration needs) or through the host network; both are render options because the
   resource name is the cluster's.
@@ -44,6 +45,7 @@ class Pod:
     grace_period_s: int
     notes: tuple[str, ...]
     host_paths: tuple[tuple[str, str], ...] = ()  # (volume name, path on the node, mounted at the same path)
+    claims: tuple[tuple[str, str, str], ...] = ()  # (volume name, PersistentVolumeClaim, mounted at)
 
 
 def _memory_gib(f: Facts) -> int:
@@ -84,6 +86,15 @@ def pod(f: Facts) -> Pod:
             "pytorchjob.yaml: cluster.nics names InfiniBand HCAs but neither k8s_rdma_resource nor "
             "k8s_host_network is set: the pods would see no HCA and NCCL would fall back to TCP sockets"
         )
+    claims: tuple[tuple[str, str, str], ...] = ()
+    if o.checkpoint_dir and o.k8s_checkpoint_claim:
+        claims = (("checkpoints", o.k8s_checkpoint_claim, o.checkpoint_dir),)
+    elif o.checkpoint_dir:
+        notes.append(
+            f"pytorchjob.yaml: nothing is mounted at checkpoint_dir {o.checkpoint_dir}: each pod would save into "
+            f"its container's own filesystem, lost with the pod; set k8s_checkpoint_claim to a ReadWriteMany "
+            f"PersistentVolumeClaim (or use an image whose {o.checkpoint_dir} is shared storage)"
+        )
     return Pod(
         replicas=replicas,
         elastic=elastic,
@@ -94,6 +105,7 @@ def pod(f: Facts) -> Pod:
         grace_period_s=f.decisions.graceful_stop_s,
         notes=tuple(notes),
         host_paths=_nvme(f),
+        claims=claims,
     )
 
 

@@ -173,6 +173,11 @@ class RenderOptions(BaseModel):
         "nvidia.com/hostdev; requested per pod with the IPC_LOCK capability when cluster.nics is set.",
     )
     k8s_rdma_per_pod: int = Field(1, ge=1, le=64, description="How many of k8s_rdma_resource each pod requests.")
+    k8s_checkpoint_claim: str | None = Field(
+        None,
+        description="A ReadWriteMany PersistentVolumeClaim every pod mounts at checkpoint_dir (Megatron's and "
+        "DeepSpeed's checkpoints are written by every rank into one directory all of them share).",
+    )
     k8s_host_network: bool = Field(
         False, description="Run the pods on the host network (hostNetwork: true), the other way pods reach the HCAs."
     )
@@ -288,6 +293,12 @@ class RenderOptions(BaseModel):
     def _namespace(cls, v: str | None) -> str | None:
         return None if v is None else _check(DNS_LABEL, "k8s_namespace", v, "a Kubernetes namespace (RFC 1123 label)")
 
+    @field_validator("k8s_checkpoint_claim")
+    @classmethod
+    def _claim(cls, v: str | None) -> str | None:
+        what = "a PersistentVolumeClaim name (RFC 1123 label)"
+        return None if v is None else _check(DNS_LABEL, "k8s_checkpoint_claim", v, what)
+
     @field_validator("slurm_time_limit")
     @classmethod
     def _time(cls, v: str | None) -> str | None:
@@ -309,6 +320,8 @@ class RenderOptions(BaseModel):
             raise ValueError(f"tokenizer_type {self.tokenizer_type} needs tokenizer_model")
         if self.slurm_requeue and not self.checkpoint_dir:
             raise ValueError("slurm_requeue needs checkpoint_dir: a requeued job resumes from its checkpoints")
+        if self.k8s_checkpoint_claim and not self.checkpoint_dir:
+            raise InputError("render.k8s_checkpoint_claim", "needs checkpoint_dir, the path it is mounted at")
         if self.data_path and self.tokenizer_type in (None, "NullTokenizer"):
             raise ValueError(
                 "data_path needs the dataset's tokenizer_type (and its tokenizer_model or vocab and merge files)"

@@ -132,6 +132,26 @@ def test_nvme_offload_mounts_the_nodes_nvme_into_the_pod() -> None:
     assert not [v for v in pod(doc)["volumes"] if "hostPath" in v]
 
 
+def test_checkpoints_go_to_a_claim_every_pod_mounts() -> None:
+    """checkpoint_dir was written into the args and mounted nowhere: each pod saved into its own container, lost
+    with it (QA, 2026-12-06). With k8s_checkpoint_claim every pod mounts the claim there; without, a note says so."""
+    doc, notes = job({"checkpoint_dir": "/ckpt/run1", "k8s_checkpoint_claim": "train-ckpt"})
+    for kind in doc["spec"]["pytorchReplicaSpecs"]:
+        spec = pod(doc, kind)
+        (volume,) = [v for v in spec["volumes"] if "persistentVolumeClaim" in v]
+        assert volume["persistentVolumeClaim"] == {"claimName": "train-ckpt"}
+        mounts = {m["name"]: m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
+        assert mounts[volume["name"]] == "/ckpt/run1"
+    assert not any("nothing is mounted at checkpoint_dir" in n for n in notes)
+    doc, notes = job({"checkpoint_dir": "/ckpt/run1"})
+    assert not [v for v in pod(doc)["volumes"] if "persistentVolumeClaim" in v]
+    assert any("nothing is mounted at checkpoint_dir /ckpt/run1" in n for n in notes), notes
+    with pytest.raises(ValidationError, match="k8s_checkpoint_claim"):
+        RenderOptions(k8s_checkpoint_claim="train-ckpt")  # mounted where? needs checkpoint_dir
+    with pytest.raises(ValidationError, match="k8s_checkpoint_claim"):
+        RenderOptions(checkpoint_dir="/c", k8s_checkpoint_claim="Bad_Name")
+
+
 def test_a_pod_larger_than_a_node_is_refused() -> None:
     """k8s_memory_GiB_per_pod 100000 rendered pods no node could schedule (QA, 2026-12-06)."""
     with pytest.raises(ValueError, match=r"k8s_memory_GiB_per_pod\(100000\) > cluster.cpu_memory_GiB\(1024\)"):
