@@ -51,7 +51,7 @@ class VersionConflict(ValueError):
     def __init__(self, name: str, given: int, current: int) -> None:
         super().__init__(
             f"version({given}) != the stored version({current}) of cluster {name!r}: it was saved since you read "
-            "it; read it again (GET /clusters/{name}) and make your change on that version"
+            f"it; read it again (GET /clusters/{name}) and make your change on that version"
         )
         self.current = current
 

@@ -34,6 +34,7 @@ def test_save_use_change_and_delete_a_cluster(make_client: ClientFactory) -> Non
         stale = client.put("/clusters/pod-a", json=changed)  # made on version 1 again: refused, nothing overwritten
         assert stale.status_code == 409 and stale.json()["errors"][0]["field"] == "version"
         assert "version(1) != the stored version(2)" in stale.json()["detail"]
+        assert "(GET /clusters/pod-a)" in stale.json()["detail"]  # it said "{name}" (QA, 2026-12-06)
         assert client.get(f"/plans/{plan['id']}").json()["request"]["cluster"]["num_nodes"] == 2  # plan unchanged
         assert client.delete("/clusters/pod-a").status_code == 204
         assert client.get("/clusters/pod-a").status_code == 404

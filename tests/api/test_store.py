@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from app.planner import PlanRequest, plan
 from app.store import PlanFilters, PlanStore
+from app.store.accounts import AccountStore
 from app.store.db import normalize_url
 from tests.api.conftest import TINY
 
@@ -49,6 +52,31 @@ def test_add_get_page_delete(store: PlanStore) -> None:
     assert store.artifacts(record.id, 2) is None
     assert store.delete(record.id) and not store.delete(record.id)
     assert store.get(record.id) is None and store.artifacts(record.id, 1) is None
+
+
+def test_two_deletes_of_one_plan_delete_and_audit_it_once(store: PlanStore) -> None:
+    """Both deletes read the plan before either removed it: the second removed nothing yet answered 204 and wrote
+    a second audit row (QA, 2026-12-06). The SELECT of each waits for the other's, so both always read it."""
+    record, _ = store.add(TINY, plan(PlanRequest(**TINY)), [], {}, "9.9", owner="alice")
+    both_read = threading.Barrier(2, timeout=10)
+
+    def after(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT plans.owner"):
+            both_read.wait()
+
+    event.listen(store.engine, "after_cursor_execute", after)
+    results: list[bool] = []
+    try:
+        threads = [threading.Thread(target=lambda: results.append(store.delete(record.id, actor="qa"))) for _ in "ab"]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    finally:
+        event.remove(store.engine, "after_cursor_execute", after)
+    assert sorted(results) == [False, True]
+    events, _ = AccountStore(store.engine).audit(50, 0)
+    assert [(e.action, e.target) for e in events if e.action == "plan.delete"] == [("plan.delete", record.id)]
 
 
 def test_a_filter_holding_a_nul_matches_nothing_on_every_backend(store: PlanStore) -> None:
