@@ -69,7 +69,7 @@ class PlanSummary(Out):
     model_name: str
     num_parameters: int
     gpu_name: str
-    num_gpus: int
+    num_gpus: int = Field(description="GPUs the best plan uses (the cluster's when nothing fits).")
     num_plans: int = Field(description="Ranked plans returned (0: nothing fits).")
     best_summary: str | None
     best_tokens_per_s: float | None

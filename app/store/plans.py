@@ -129,7 +129,8 @@ def _summary_columns(result: PlanResult) -> dict[str, Any]:
         "model_name": result.model.name,
         "num_parameters": result.num_parameters,
         "gpu_name": result.cluster.gpu.name,
-        "num_gpus": result.cluster.world_size,
+        # the GPUs the best plan uses (a min_gpus plan or one on fewer nodes leaves some idle), else the cluster's
+        "num_gpus": best.parallel.world_size if best else result.cluster.world_size,
         "num_plans": len(result.plans),
         "best_summary": describe(best.parallel) if best else None,
         "best_tokens_per_s": best.estimate.time.tokens_per_s if best else None,

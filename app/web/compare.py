@@ -87,18 +87,22 @@ def _columns(store: PlanStore, refs: list[Ref], errors: list[FieldError]) -> lis
     return out
 
 
-def _row(label: str, columns: list[Column], value: Any, text: Any, higher_is_better: bool | None) -> Row:
+def _row(
+    label: str, columns: list[Column], value: Any, text: Any, higher_is_better: bool | None, points: bool = False
+) -> Row:
+    """A compared number, each column's change against the first: relative, or in percentage points (`points`)
+    for a value that is a fraction already (a bubble of 0 % against 0.2 % read +230,611,985,197.4 %)."""
     base = value(columns[0])
     cells = []
     for i, c in enumerate(columns):
         v = value(c)
-        if i == 0 or higher_is_better is None or not base:
+        if i == 0 or higher_is_better is None or not (base or points):
             cells.append((text(c), "", ""))
             continue
-        change = v / base - 1
+        change = v - base if points else v / base - 1
         better = (change > 0) == higher_is_better
         mark = "" if abs(change) < 0.005 else ("better" if better else "worse")
-        cells.append((text(c), f"{100 * change:+.1f}%", mark))
+        cells.append((text(c), f"{100 * change:+.1f} pt" if points else f"{100 * change:+.1f}%", mark))
     return Row(label, cells)
 
 
@@ -125,15 +129,16 @@ def number_rows(columns: list[Column], prefs: Prefs) -> list[Row]:
         _row(
             "bubble",
             columns,
-            lambda c: t(c).bubble_fraction + 1e-12,
+            lambda c: t(c).bubble_fraction,
             lambda c: f"{100 * t(c).bubble_fraction:.1f}%",
             False,
+            points=True,
         ),
         _row(
             f"peak memory ({prefs.units})",
             columns,
             lambda c: m(c).peak_bytes,
-            lambda c: f"{prefs.mem(m(c).peak_bytes)} of {prefs.mem(m(c).capacity_bytes, 0)}",
+            lambda c: f"{prefs.mem(m(c).peak_bytes)} of {prefs.mem(m(c).capacity_bytes)}",
             False,
         ),
         _row(

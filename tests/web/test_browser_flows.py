@@ -246,6 +246,28 @@ def test_plan_list_search_csv_and_delete(page: Any, server: str, tmp_path: Path)
     assert page.request.get(f"{server}/plans/{pid}").status == 404
 
 
+def test_a_long_unbroken_model_name_keeps_the_pages_on_a_phone(page: Any, server: str, tmp_path: Path) -> None:
+    """A model named after its checkpoint path made the result page 983 px and the form's recent list 1,513 px wide
+    at 390 px (QA, 2026-12-06)."""
+    name = "/mnt/shared_ckpt/meta_llama/Meta_Llama_3.1_70B_Instruct_sft_v2_step12000"
+    body = {"model": {"preset": "llama-2-7b", "name": name}, "cluster": {"num_nodes": 1, "gpu": "H100-SXM"},
+            "training": {"global_batch_size": 64}}  # fmt: skip
+    page.goto(f"{server}/")
+    headers = {"Origin": server, "X-CSRF-Token": page.input_value('input[name="csrf_token"]')}
+    made = page.request.post(f"{server}/plans", data=body, headers=headers)
+    assert made.status == 201, made.text()
+    pid = made.json()["id"]
+    page.goto(f"{server}/p/{pid}")
+    assert name in page.inner_text("h1")
+    shots(page, tmp_path, "long-name-result")
+    page.goto(f"{server}/")
+    assert name in page.inner_text("ul.recent")
+    shots(page, tmp_path, "long-name-form")
+    other = page.request.post(f"{server}/plans", data={**body, "model": "llama-2-7b"}, headers=headers)
+    page.goto(f"{server}/compare?p={pid}:1&p={other.json()['id']}:1")
+    shots(page, tmp_path, "long-name-compare")
+
+
 def test_units_and_theme_switches(page: Any, server: str, tmp_path: Path) -> None:
     submit_plan(page, server, **{"training.global_batch_size": "64"})
     gib = page.locator("table.plans thead").inner_text()

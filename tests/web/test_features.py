@@ -40,6 +40,12 @@ def test_min_gpus_page_counts_the_plans_gpus(web: Any) -> None:
     page = web.get(f"/p/{created['id']}").text
     assert f"this plan uses {used} GPUs" in page and f"on {used} × H100-SXM</title>" in page
     assert "(128 GPUs)" in page  # the cluster is still described as it is
+    # the lists count the GPUs the plan uses too: they said 128 beside a plan on a few (QA, 2026-12-06)
+    listed = next(i for i in web.get("/plans").json()["items"] if i["id"] == created["id"])
+    assert listed["num_gpus"] == used
+    row = next(r for r in csv.reader(io.StringIO(web.get("/recent.csv").text)) if r[0] == created["id"])
+    assert row[6] == str(used)
+    assert f"<td>{used} × H100-SXM</td>" in web.get("/recent").text
 
 
 def test_the_page_shows_every_dimension_and_the_intervals(web: Any) -> None:
@@ -106,6 +112,18 @@ def test_compare_refuses_what_it_cannot_compare(web: Any) -> None:
     good = web.get("/compare", params={"p": [f"{pid}:1", f"{pid}:2"]})
     assert good.status_code == 200 and 'id="memory-chart-A"' in good.text and 'id="memory-chart-B"' in good.text
     assert "url(#pipeline-chart-A-bubble)" in good.text and 'id="pipeline-chart-A-bubble"' in good.text
+
+
+def test_compared_fractions_change_in_points_not_relative_to_zero() -> None:
+    """A bubble of 0 % against 0.2 % read "+230611985197.4% (worse)" (QA, 2026-12-06)."""
+    from app.web.compare import _row
+
+    bubble = _row("bubble", [0.0, 0.002, 0.0], lambda c: c, lambda c: f"{100 * c:.1f}%", False, points=True)
+    assert bubble.cells == [("0.0%", "", ""), ("0.2%", "+0.2 pt", ""), ("0.0%", "+0.0 pt", "")]
+    wide = _row("bubble", [0.1, 0.25], lambda c: c, lambda c: f"{100 * c:.1f}%", False, points=True)
+    assert wide.cells[1] == ("25.0%", "+15.0 pt", "worse")
+    step = _row("step", [2.0, 1.0], lambda c: c, str, False)  # relative where the values are not fractions
+    assert step.cells[1] == ("1.0", "-50.0%", "better")
 
 
 def test_what_if_changes_only_what_was_posted(web: Any) -> None:
