@@ -300,9 +300,7 @@ def _gpu(sections: dict[str, list[FormField]], form: Mapping[str, str], errors: 
     name = form.get("cluster.gpu", "").strip()
     overrides: dict[str, Any] = {}
     _section_values(sections["gpu_overrides"], form, overrides, "cluster.gpu.", errors)
-    if isinstance(overrides.get("efficiency"), dict) and name in {g.name for g in catalog.gpus()}:
-        base = catalog.gpu(name).efficiency.model_dump()  # the catalogue's constants, with the ones given replaced
-        overrides["efficiency"] = {**base, **overrides["efficiency"]}
+    # efficiency constants given replace the catalogue's one by one (ClusterSpec merges them under a preset)
     return {"preset": name, **overrides} if overrides else name
 
 

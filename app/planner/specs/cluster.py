@@ -81,12 +81,16 @@ class ClusterSpec(Frozen):
     @field_validator("gpu", mode="before")
     @classmethod
     def _resolve_gpu(cls, gpu: object) -> object:
-        """`gpu` may be a catalogue name, or {"preset": name, ...overrides}, or all GPUSpec fields."""
+        """`gpu` may be a catalogue name, or {"preset": name, ...overrides}, or all GPUSpec fields. Under a preset
+        an `efficiency` override replaces only the constants it names (as the web form merges them)."""
         if isinstance(gpu, str):
             return catalog.gpu(gpu)
         if isinstance(gpu, dict) and "preset" in gpu:
             base = catalog.gpu(str(gpu["preset"])).model_dump()
-            return {**base, **{k: v for k, v in gpu.items() if k != "preset"}}
+            merged = {**base, **{k: v for k, v in gpu.items() if k != "preset"}}
+            if isinstance(gpu.get("efficiency"), dict):
+                merged["efficiency"] = {**base["efficiency"], **gpu["efficiency"]}
+            return merged
         return gpu
 
     @model_validator(mode="after")
