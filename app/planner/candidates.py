@@ -456,8 +456,8 @@ def _fits(
         return Found(par, par.world_size, peak)
     state.rejected.add(
         "out_of_memory",
-        f"needs {peak / 2**30:.1f} GiB per GPU on stage {stage} (up to {upper / 2**30:.1f} GiB at the upper end of "
-        f"its interval) > usable {budget.usable / 2**30:.1f} GiB",
+        f"needs {peak / 2**30:.1f} GiB per GPU on stage {stage}; at the upper end of its 80% interval "
+        f"{upper / 2**30:.1f} GiB > usable {budget.usable / 2**30:.1f} GiB",
         par,
         score=peak,
     )

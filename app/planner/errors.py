@@ -16,9 +16,11 @@ class FieldError:
     def __post_init__(self) -> None:
         """A message that starts with its own field's name (a validator's "job_name: 'a b' is not ...") loses it:
         the field is named once, not "render.job_name: job_name: ..." (QA, 2026-12-06)."""
-        leaf = self.field.rsplit(".", 1)[-1]
-        if leaf and self.message.startswith(f"{leaf}: "):
-            object.__setattr__(self, "message", self.message[len(leaf) + 2 :])
+        parts = self.field.split(".")
+        for named in (".".join(parts[i:]) for i in range(len(parts))):  # "model.name: ..." or "name: ..."
+            if named and self.message.startswith(f"{named}: "):
+                object.__setattr__(self, "message", self.message[len(named) + 2 :])
+                break
 
     def __str__(self) -> str:
         return f"{self.field}: {self.message}" if self.field else self.message

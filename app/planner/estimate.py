@@ -284,12 +284,12 @@ def fits(mem: MemoryEstimate) -> list[rules.Violation]:
         out.append(
             rules.Violation(
                 "out_of_memory",
-                f"stage {mem.peak_stage} needs {mem.peak_bytes / 2**30:.1f} GiB per GPU, up to "
-                f"{mem.peak_upper_bytes / 2**30:.1f} GiB at the upper end of its 80% interval "
+                f"stage {mem.peak_stage} needs {mem.peak_bytes / 2**30:.1f} GiB per GPU "
                 f"(weights {stage.weights_bytes / 2**30:.1f}, grads {stage.gradients_bytes / 2**30:.1f}, "
                 f"optimizer {stage.optimizer_bytes / 2**30:.1f}, activations {stage.activations_bytes / 2**30:.1f}, "
-                f"other {stage.other_bytes / 2**30:.1f}; peak in {stage.peak_phase}) > usable "
-                f"{mem.usable_bytes / 2**30:.1f} GiB of {mem.capacity_bytes / 2**30:.1f} GiB",
+                f"other {stage.other_bytes / 2**30:.1f}; peak in {stage.peak_phase}); at the upper end of its 80% "
+                f"interval {mem.peak_upper_bytes / 2**30:.1f} GiB > usable {mem.usable_bytes / 2**30:.1f} GiB of "
+                f"{mem.capacity_bytes / 2**30:.1f} GiB",
             )
         )
     if mem.cpu_bytes_per_node > 0.9 * mem.cpu_capacity_bytes_per_node:

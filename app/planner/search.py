@@ -339,8 +339,8 @@ def _states_fit(
     state.candidates += count
     state.rejected.add(
         "out_of_memory",
-        f"model states alone need {worst / 2**30:.1f} GiB per GPU (up to {upper / 2**30:.1f} GiB at the upper end of "
-        f"its interval, before any activation) > usable {budget.usable / 2**30:.1f} GiB",
+        f"model states alone need {worst / 2**30:.1f} GiB per GPU before any activation; at the upper end of its "
+        f"80% interval {upper / 2**30:.1f} GiB > usable {budget.usable / 2**30:.1f} GiB",
         par,
         score=worst,
         count=count,

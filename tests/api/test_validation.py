@@ -53,6 +53,7 @@ def _with(path: str, value: Any, base: dict[str, Any] = TINY) -> dict[str, Any]:
         ("training.memory_headroom", 0.9, "training.memory_headroom", "less than or equal to 0.5"),
         ("render.job_name", "Bad Name!", "render.job_name", "not a job name"),
         ("render.master_port", 80, "render.master_port", "greater than or equal to 1024"),
+        ("model", {"preset": "llama-2-7b", "name": "n" * 300}, "model.name", "300 characters, at most 100"),
     ],
 )
 def test_bad_field_is_named_with_its_reason(sqlite_client: Any, path: str, value: Any, field: str, words: str) -> None:
@@ -63,6 +64,7 @@ def test_bad_field_is_named_with_its_reason(sqlite_client: Any, path: str, value
     assert words.lower() in errors[field].lower()
     # the field is named once: "render.job_name: job_name: ..." read twice (QA, 2026-12-06)
     assert not errors[field].startswith(field.rsplit(".", 1)[-1] + ": "), errors[field]
+    assert not errors[field].startswith(field + ": "), errors[field]  # "model.name: model.name: 300 ..." (QA)
 
 
 def test_api_reports_the_same_errors_as_the_cli(sqlite_client: Any) -> None:
