@@ -198,6 +198,18 @@ def test_a_gib_value_with_no_bytes_is_refused_at_its_field(web: Any, path: str) 
     assert web.get("/plans").json()["total"] == 0
 
 
+def test_a_saved_cluster_deleted_meanwhile_stays_chosen(web: Any) -> None:
+    """The saved cluster chosen was deleted before the form was sent: the page came back with the first saved
+    cluster selected (another cluster), so sending again planned on it (QA, 2026-12-06)."""
+    other = {"name": "pod-b", "cluster": {"num_nodes": 8, "gpu": "H100-SXM"}}
+    assert web.post("/clusters", json=other).status_code == 201
+    values = {**PLAN_FORM, "cluster_mode": "saved", "cluster.saved": "pod-a"}
+    r = web.post("/", data=form(**{k.replace(".", "__"): v for k, v in values.items()}), follow_redirects=False)
+    assert r.status_code == 422 and "no saved cluster named &#39;pod-a&#39;" in r.text
+    assert '<option value="pod-a" selected>pod-a (no longer saved)</option>' in r.text
+    assert '<option value="pod-b" selected>' not in r.text and '<option value="pod-b">' in r.text
+
+
 def test_the_pages_curl_example_works_as_shown(web: Any) -> None:
     """The form's "From a script" snippet had no Authorization header, so it answered 401 as written."""
     import html
