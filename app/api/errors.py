@@ -79,21 +79,23 @@ def install(app: FastAPI) -> None:
         return RedirectResponse(f"/login?next={quote(exc.next_url, safe='')}", status_code=303)
 
     @app.exception_handler(NotFound)
-    def _not_found(_request: Request, exc: NotFound) -> JSONResponse:
+    def _not_found(request: Request, exc: NotFound) -> Response:
+        if _browser_get(request):
+            return _page(request, 404, "Not found", str(exc.error))
         return error_response(404, [exc.error])
 
     @app.exception_handler(RequestValidationError)
-    def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(422, request_errors(exc.errors()))
+    def _validation(request: Request, exc: RequestValidationError) -> Response:
+        errors = request_errors(exc.errors())
+        if _browser_get(request):  # a page's query (/p/<id>?rank=abc): the site's page, not the API's JSON
+            return _page(request, 422, "Bad address", "; ".join(str(e) for e in errors) or "bad request")
+        return error_response(422, errors)
 
     @app.exception_handler(StarletteHTTPException)
     def _http(request: Request, exc: StarletteHTTPException) -> Response:
-        if exc.status_code == 404 and "text/html" in request.headers.get("accept", ""):
+        if exc.status_code == 404 and _browser_get(request):
             # a browser at an unknown address gets the site's not-found page, not {"detail": "Not Found"}
-            page = request.app.state.templates.render(
-                "not_found.html", message=f"No page at {request.url.path}.", planner_version=__version__, self_url="/"
-            )
-            return HTMLResponse(page, 404)
+            return _page(request, 404, "Not found", f"No page at {request.url.path}.")
         headers = dict(exc.headers or {})
         errors: list[FieldError] = []
         if exc.status_code == 405:  # every method of the path, not only those of the first route that matched it
@@ -102,6 +104,18 @@ def install(app: FastAPI) -> None:
         elif exc.status_code == 404:  # an unknown address (a route's own 404s name their field: NotFound)
             errors = [FieldError("path", f"no such address: {request.url.path} (the API is listed at /docs)")]
         return error_response(exc.status_code, errors, detail=str(exc.detail), headers=headers)
+
+
+def _browser_get(request: Request) -> bool:
+    """A browser reading a page (what it accepts names HTML), as against an API client."""
+    return request.method in ("GET", "HEAD") and "text/html" in request.headers.get("accept", "")
+
+
+def _page(request: Request, status: int, heading: str, message: str) -> HTMLResponse:
+    page = request.app.state.templates.render(
+        "not_found.html", heading=heading, message=message, planner_version=__version__, self_url="/"
+    )
+    return HTMLResponse(page, status)
 
 
 _METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")

@@ -282,6 +282,24 @@ def test_a_browser_at_an_unknown_address_gets_the_not_found_page(web: Any) -> No
     ]
 
 
+def test_a_browser_with_a_bad_query_or_an_unknown_plan_gets_a_page(web: Any) -> None:
+    """/p/<id>?rank=abc, /p/<unknown id> and /recent?offset=-1 answered a browser with the API's JSON (QA,
+    2026-12-06); an API client still gets it."""
+    created = web.post("/plans", json=SMALL).json()
+    html = {"Accept": "text/html,application/xhtml+xml"}
+    for path, status, words in (
+        (f"/p/{created['id']}?rank=abc", 422, "rank: Input should be a valid integer"),
+        ("/p/0123456789abcdef", 404, "0123456789abcdef"),
+        ("/recent?offset=-1", 422, "offset"),
+    ):
+        page = web.get(path, headers=html)
+        assert page.status_code == status and page.headers["content-type"].startswith("text/html"), path
+        main = page.text[page.text.find("<main") :]
+        assert "<h1>" in main and words in main, (path, main[:800])
+    api = web.get("/plans?limit=abc", headers={"Accept": "application/json"})
+    assert api.status_code == 422 and api.json()["errors"][0]["field"] == "limit"
+
+
 def test_ranked_plans_that_look_alike_say_what_tells_them_apart(web: Any) -> None:
     """Llama-2 70B on 8 x 8 H100 ranks CP-2 plans that differ only in their CP communication; the table showed them
     as identical rows (QA, 2026-12-06). Each such row names the field and its value; a row unlike the others is
