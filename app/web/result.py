@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
+from urllib.parse import urlencode
 
 from app.planner import __version__, catalog, uncertainty
 from app.planner.explain import describe
@@ -207,7 +209,7 @@ def result_context(
         "actions": whatif.suggestion_actions(result),
         "controls": whatif.controls(record),
         "cost": cost.cost_context(result, query),
-        "self_url": f"/p/{record.id}" + ("" if rank == 1 else f"?rank={rank}"),
+        "self_url": _self_url(record.id, rank, query),
     }
     if plan is None:
         context["why_nothing"], context["alternatives"] = nothing_fits(result)
@@ -249,3 +251,11 @@ def chart_for(name: str, record: PlanRecord, rank: int, prefs: Prefs) -> charts.
     }
     maker = makers.get(name)
     return maker() if maker else None
+
+
+def _self_url(plan_id: str, rank: int, query: Mapping[str, str]) -> str:
+    """This page as it is, for the units and theme switches to come back to: its rank and the cost panel's inputs
+    (they came back without the tokens and price typed)."""
+    kept = [("rank", str(rank) if rank != 1 else "")] + [(k, query.get(k, "")) for k in ("tokens", "price")]
+    given = [(k, v) for k, v in kept if v]
+    return f"/p/{plan_id}" + (f"?{urlencode(given)}" if given else "")

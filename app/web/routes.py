@@ -45,12 +45,13 @@ def _form_page(
     errors: list[FieldError],
     status_code: int = 200,
     check: Check | None = None,
+    self_url: str = "/",
 ) -> Response:
     recent, _total = store.page(8, 0)
     saved, _count = request.app.state.clusters.page(200, 0)  # the "use saved cluster" choices
     context = form_context(values, errors, recent, str(request.base_url), viewer, prefs, check)
     context["saved_clusters"] = saved
-    return html(request, templates.render("index.html", **context, self_url="/"), status_code)
+    return html(request, templates.render("index.html", **context, self_url=self_url), status_code)
 
 
 def not_found(request: Request, templates: WebTemplates, message: str, viewer: Principal, prefs: Prefs) -> Response:
@@ -79,7 +80,9 @@ def form_page(
         if record is None:
             return not_found(request, templates, f"No stored plan with id {from_id}.", viewer, prefs)
         values = whatif.stored_values(record)
-    return _form_page(templates, store, request, viewer, prefs, values, [])
+    # the units and theme switches come back to this form, filled as it is (they went back to an empty one)
+    back = f"/?from={from_id}" if from_id else "/"
+    return _form_page(templates, store, request, viewer, prefs, values, [], self_url=back)
 
 
 def _form_request(form: Mapping[str, str], upload: bytes | None) -> dict[str, Any]:

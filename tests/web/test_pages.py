@@ -300,6 +300,19 @@ def test_a_browser_with_a_bad_query_or_an_unknown_plan_gets_a_page(web: Any) -> 
     assert api.status_code == 422 and api.json()["errors"][0]["field"] == "limit"
 
 
+def test_the_units_and_theme_switches_come_back_to_the_page_as_it_was(web: Any) -> None:
+    """They came back to the result page without the tokens and price typed into the cost panel, and to an empty
+    form from Edit and re-plan (QA, 2026-12-06)."""
+    from urllib.parse import quote
+
+    created = web.post("/plans", json=SMALL).json()
+    page = web.get(f"/p/{created['id']}", params={"rank": "2", "tokens": "1e12", "price": "2"}).text
+    back = quote(f"/p/{created['id']}?rank=2&tokens=1e12&price=2", safe="")
+    assert f"back={back}" in page
+    form = web.get("/", params={"from": created["id"]}).text
+    assert f"back={quote('/?from=' + created['id'], safe='')}" in form
+
+
 def test_ranked_plans_that_look_alike_say_what_tells_them_apart(web: Any) -> None:
     """Llama-2 70B on 8 x 8 H100 ranks CP-2 plans that differ only in their CP communication; the table showed them
     as identical rows (QA, 2026-12-06). Each such row names the field and its value; a row unlike the others is
