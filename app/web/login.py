@@ -36,11 +36,16 @@ def safe_next(url: str) -> str:
 
 
 def _login_page(
-    templates: WebTemplates, request: Request, next_url: str, error: str = "", status_code: int = 200
+    templates: WebTemplates, request: Request, next_url: str, error: str = "", status_code: int = 200, name: str = ""
 ) -> HTMLResponse:
     nonce = secrets.token_urlsafe(24)
     body = templates.render(
-        "login.html", next_url=safe_next(next_url), error=error, login_csrf=nonce, planner_version=__version__
+        "login.html",
+        next_url=safe_next(next_url),
+        error=error,
+        login_csrf=nonce,
+        planner_version=__version__,
+        typed_name=name[:64],  # typed again after a wrong password: the name is kept, never the password
     )
     response = HTMLResponse(body, status_code=status_code, headers={"Content-Security-Policy": CSP})
     response.set_cookie(
@@ -87,7 +92,7 @@ def login(
     user = accounts.check_login(name, password)
     if user is None:
         log.warning("failed login for %r from %s", name[:64], client_address(request))
-        return _login_page(templates, request, next_url, "Wrong name or password.", 401)
+        return _login_page(templates, request, next_url, "Wrong name or password.", 401, name=name)
     secret = accounts.create_session(user.name, settings.session_hours)
     response = RedirectResponse(next_url, status_code=303)
     response.set_cookie(

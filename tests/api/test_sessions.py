@@ -66,6 +66,9 @@ def test_login_errors_say_nothing_about_which_part_was_wrong(make_client: Client
         unknown, wrong = _login(browser, name="mallory"), _login(browser, password="not the password")
         assert unknown.status_code == wrong.status_code == 401
         assert "Wrong name or password." in unknown.text and "Wrong name or password." in wrong.text
+        # the name typed stays for the next try (it was cleared, QA 2026-12-06); the password never comes back
+        assert 'name="name" autocomplete="username" required maxlength="64" value="alice"' in wrong.text
+        assert "not the password" not in wrong.text
 
 
 def test_the_login_form_needs_its_own_csrf_value_and_never_redirects_off_site(make_client: ClientFactory) -> None:
