@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
@@ -331,6 +332,9 @@ def test_ranked_plans_that_look_alike_say_what_tells_them_apart(web: Any) -> Non
     told = [row for row in rows if "CP communication:" in row]
     assert len(told) >= 2 and len(told) < len(rows)
     assert {("p2p" in row, "all_gather" in row) for row in told} == {(True, False), (False, True)}
+    # said beside the sharding, not in the layers/stage cell (QA, 2026-12-06)
+    assert all(re.search(r"<td>[^<]*<br><span[^>]*>differs in CP communication: ", row) for row in told)
+    assert not any(re.search(r"\d<br><span[^>]*>differs in", row) for row in told)
 
 
 def test_the_deadline_form_sends_its_numbers_as_numbers(web: Any) -> None:
