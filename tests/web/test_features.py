@@ -45,7 +45,9 @@ def test_min_gpus_page_counts_the_plans_gpus(web: Any) -> None:
     assert listed["num_gpus"] == used
     row = next(r for r in csv.reader(io.StringIO(web.get("/recent.csv").text)) if r[0] == created["id"])
     assert row[6] == str(used)
-    assert f"<td>{used} × H100-SXM</td>" in web.get("/recent").text
+    recent = web.get("/recent").text
+    assert f"<td>{used} × H100-SXM</td>" in recent
+    assert "1 of the 1 stored plans match; rows 1–1 below" in recent  # it said "33 of 33 plans" beside rows 1-20
 
 
 def test_the_page_shows_every_dimension_and_the_intervals(web: Any) -> None:
