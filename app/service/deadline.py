@@ -45,7 +45,9 @@ class DeadlineBody(Body):
     model: ModelInput
     training: TrainingSpec = Field(description="How to train; `train_tokens` is required (the work to price).")
     deadline_days: float = Field(gt=0, le=36_500, description="Training must finish within this many days.")
-    gpus: list[GPUOption] = Field(min_length=1, max_length=MAX_GPU_TYPES, description="GPU types allowed.")
+    gpus: list[GPUOption] = Field(
+        max_length=MAX_GPU_TYPES, description="GPU types allowed (at least one).", json_schema_extra={"minItems": 1}
+    )
     nodes_min: int = Field(1, ge=1, le=100_000, description="Fewest nodes to consider.")
     nodes_max: int = Field(ge=1, le=100_000, description="Most nodes to consider.")
     gpus_per_node: int = Field(8, ge=1, le=256, description="GPUs in each node.")
@@ -72,6 +74,8 @@ class DeadlineBody(Body):
     @field_validator("gpus")
     @classmethod
     def _once_each(cls, value: list[GPUOption]) -> list[GPUOption]:
+        if not value:  # the web page's prices all blank: said in its words, not "List should have at least 1 item"
+            raise ValueError("give at least one GPU type with its price per GPU-hour")
         names = [g.gpu for g in value]
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
@@ -131,6 +135,11 @@ def node_counts(low: int, high: int, most: int) -> list[int]:
         return [high]
     ratio = (high / low) ** (1 / (most - 1))
     counts = {low, high} | {min(high, max(low, round(low * ratio**i))) for i in range(most)}
+    # small counts round onto each other (1, 1.5, 2.2 -> 1, 2, 2): the ones lost are made up from the counts not
+    # yet taken, the smallest first, where the geometric spread is thinnest in nodes (it tried 11 of 12, 41 of 64)
+    spare = (n for n in range(low, high + 1) if n not in counts)
+    while len(counts) < most:
+        counts.add(next(spare))
     return sorted(counts)
 
 
@@ -220,6 +229,12 @@ def cheapest(body: DeadlineBody, sent: Mapping[str, Any], work: Work, cache: Pla
     started = time.monotonic()
     if body.training.train_tokens is None:
         raise Refused([FieldError("training.train_tokens", "give the tokens to train on: the deadline needs the work")])
+    if body.training.pinned.num_nodes is not None:  # it was replaced per candidate without a word
+        raise Refused([FieldError(
+            "training.pinned.num_nodes",
+            f"the deadline search plans each node count from nodes_min to nodes_max itself; give the range there "
+            f"(pinned {body.training.pinned.num_nodes})",
+        )])  # fmt: skip
     model = model_spec(body.model)
     errors = model_size_errors(model)
     if errors:

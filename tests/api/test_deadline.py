@@ -22,6 +22,9 @@ BODY: dict[str, Any] = {
 def test_node_counts_and_their_order() -> None:
     assert node_counts(1, 4, 12) == [1, 2, 3, 4]
     assert node_counts(1, 64, 7) == [1, 2, 4, 8, 16, 32, 64]
+    # as many counts as asked where the range has them: rounding made 1..100 try 11 of 12, and 41 of 64 (QA)
+    assert node_counts(1, 100, 12) == [1, 2, 3, 4, 5, 8, 12, 19, 28, 43, 66, 100]
+    assert len(node_counts(1, 100, 64)) == 64 and len(set(node_counts(1, 100, 64))) == 64
     assert spread_order([1, 2, 4, 8, 16]) == [1, 16, 4, 2, 8]
 
 
@@ -89,6 +92,13 @@ def test_bad_deadline_requests_name_the_field(sqlite_client: Any) -> None:
         ({**BODY, "deadline_days": "10"}, "deadline_days", "expected a number, not a string (got '10')"),
         ({**BODY, "gpus": [{"gpu": "H100-SXM", "price_per_gpu_hour": "2.5"}]}, "gpus.0.price_per_gpu_hour", "string"),
         ({**BODY, "nodes_max": True}, "nodes_max", "expected a number, got true"),
+        # said in pydantic's words, and a pin silently replaced per candidate (QA, 2026-12-06)
+        ({**BODY, "gpus": []}, "gpus", "give at least one GPU type with its price per GPU-hour"),
+        (
+            {**BODY, "training": {**BODY["training"], "pinned": {"num_nodes": 3}}},
+            "training.pinned.num_nodes",
+            "plans each node count from nodes_min to nodes_max itself",
+        ),
     ]
     for body, field, words in cases:
         r = sqlite_client.post("/deadline", json=body)
