@@ -84,7 +84,9 @@ def apply(record: PlanRecord, changes: Mapping[str, str]) -> dict[str, str]:
         values.update({f.name: "" for f in SECTIONS["pins"] + SECTIONS["pins_more"]})
     for name, value in changes.items():
         if name == SEQ:
-            if value.strip():
+            # the quick control always posts the sequence length: only a changed one is an override (it turned a
+            # bare preset into {"preset": ..., "seq_length": <the same>}, QA 2026-12-06)
+            if value.strip() and value.strip() != str(record.result.model.seq_length):
                 values[_seq_field(values)] = value
         elif name in _FIELDS:
             values[name] = value

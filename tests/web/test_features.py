@@ -143,6 +143,12 @@ def test_what_if_changes_only_what_was_posted(web: Any) -> None:
     assert again["request"]["render"] == {"job_name": "keep-me"}
     missing = web.post("/whatif", data={"whatif.from": "0123456789abcdef"})
     assert missing.status_code == 404
+    # the control posts the sequence length as it is: no override of a bare preset (QA, 2026-12-06)
+    assert isinstance(SMALL["model"], str)
+    seq = str(created["result"]["model"]["seq_length"])
+    r = web.post("/whatif", data={"whatif.from": created["id"], "training.global_batch_size": "64",
+                                  "whatif.seq_length": seq}, follow_redirects=False)  # fmt: skip
+    assert web.get("/plans/" + r.headers["location"].rsplit("/", 1)[1]).json()["request"]["model"] == SMALL["model"]
 
 
 def test_what_if_on_another_node_count_keeps_the_host_list_consistent(web: Any) -> None:
