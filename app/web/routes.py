@@ -10,7 +10,7 @@ from fastapi.responses import RedirectResponse, Response
 
 from app.planner import __version__
 from app.planner.errors import FieldError
-from app.service.auth import CSRF_FIELD, Principal
+from app.service.auth import CSRF_FIELD, Principal, csrf_ok
 from app.service.deps import CacheDep, ClusterLookupDep, PageViewerDep, PlanId, Rank, SettingsDep, StoreDep, WorkDep
 from app.service.errors import Refused
 from app.service.jsonbody import BodyError, check_tree, parse_json
@@ -102,10 +102,31 @@ def _form_request(form: Mapping[str, str], upload: bytes | None) -> dict[str, An
 def _checked_values(form: Any, viewer: Principal) -> dict[str, str]:
     """The submitted values once the session's CSRF token is checked (a config.json upload kept as pasted text)."""
     require_csrf(viewer, form.values.get(CSRF_FIELD))
+    return _form_values(form)
+
+
+def _form_values(form: Any) -> dict[str, str]:
     values = {k: v for k, v in form.values.items() if k != CSRF_FIELD}
     if form.upload is not None:
         values["hf.config_text"] = form.upload.decode("utf-8", errors="replace")
     return values
+
+
+def _stale_form(
+    request: Request, form: Any, store: PlanStore, templates: WebTemplates, viewer: Principal, prefs: Prefs
+) -> Response | None:
+    """A logged-in user's form whose CSRF token is another session's (it was loaded before a new login, say): the
+    form again, every value kept, with this session's token; nothing is planned. It was the API's JSON 403, and
+    the values typed were lost (QA, 2026-12-06). Another site's post learns nothing: it cannot read the page."""
+    if viewer.via != "session" or csrf_ok(viewer, form.values.get(CSRF_FIELD)):
+        return None
+    values = _form_values(form)
+    problem = FieldError(
+        CSRF_FIELD,
+        "this form was loaded in another session (before a new login, or expired): nothing was planned; "
+        "check the values below and send it again",
+    )
+    return _form_page(templates, store, request, viewer, prefs, values, [problem], 403)
 
 
 def _plan_and_show(
@@ -149,6 +170,9 @@ def submit_form(
 ) -> Response:
     """Search and store, then show the result (303 to its permalink); on bad input, the form again with each
     message beside its field and every value kept. Needs the user or admin role, and the session's CSRF token."""
+    stale = _stale_form(request, form, store, templates, viewer, prefs)
+    if stale is not None:
+        return stale
     values = _checked_values(form, viewer)
     upload, upload_error = form.upload, form.upload_error
     return _plan_and_show(request, values, upload, upload_error, store, work, cache, clusters, templates, viewer, prefs)
@@ -165,6 +189,9 @@ def check_form(
     prefs: PrefsDep,
 ) -> Response:
     """The form again with the model it describes: parameter count and dimensions, no search (read role is enough)."""
+    stale = _stale_form(request, form, store, templates, viewer, prefs)
+    if stale is not None:
+        return stale
     values = _checked_values(form, viewer)
     try:
         if form.upload_error:
