@@ -72,12 +72,14 @@ def reduce_dtype(training: TrainingSpec, par: ParallelConfig) -> str:
 
 def deepspeed_uses_bf16_optimizer(training: TrainingSpec, par: ParallelConfig) -> bool:
     """Megatron-DeepSpeed runs with fp32 gradient accumulation (`data_types.grad_accum_dtype = fp32`), which
-    with ZeRO-1 and bf16 selects DeepSpeed's BF16_Optimizer (engine.py `_do_optimizer_sanity_check`)."""
+    with ZeRO-1 and bf16 selects DeepSpeed's BF16_Optimizer (engine.py `_do_optimizer_sanity_check`) unless the
+    optimizer is offloaded to the CPU: then the ZeRO optimizer runs it (`... and not self.zero_cpu_offload()`)."""
     return (
         training.software.can.sharding == ("zero",)
         and reduce_dtype(training, par) == "fp32"
         and par.zero_stage <= 1
         and training.precision != "fp16"
+        and par.offload_optimizer == "none"
     )
 
 
@@ -211,6 +213,10 @@ def _zero_states(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, 
         )
     weights = 2.0 * (shard if stage == 3 else n_params)
     fp32 = 12.0 * (shard if stage else n_params)
+    # fp32 accumulation of 16-bit gradients (Megatron-DeepSpeed's grad_accum_dtype fp32) gathers each partition's
+    # gradients in one fp32 buffer on the GPU instead of a 16-bit one (stage_1_and_2.py
+    # `_use_compact_grad_partition_buffer`, `_build_compact_grad_partition_buffer`, under offload too)
+    compact = stage in (1, 2) and reduce_dtype(training, par) == "fp32" and training.precision != "fp32"
     cpu = nvme_b = 0.0
     if par.offload_optimizer == "cpu":
         # the fp32 master, m and v on the host, and beside them the fp32 gradient partition the CPU Adam reads, kept
@@ -218,7 +224,7 @@ def _zero_states(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, 
         # dropped only without cpu_offload; stage3.py: a `subgroup_gradient_buffer` per sub-group, released by
         # `_release_sub_group` only without offload)
         cpu, fp32 = fp32 + 4.0 * shard, 0.0
-        if stage in (1, 2) and num_microbatches(training, par) > 1:
+        if stage in (1, 2) and not compact and num_microbatches(training, par) > 1:
             # gradient accumulation: each partition parameter's gradient is kept between micro-batches in a host
             # buffer of its dtype (`accumulated_grads_in_cpu`, async_accumulate_grad_in_cpu_via_gpu)
             cpu += 2.0 * shard
@@ -245,11 +251,12 @@ def _zero_states(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, 
         return States(n_params, weights, grads, 0.0, fp32, buffers, step, cpu, nvme_b)
     buffers += 2.0 * buckets.allgather_bucket_size if stage else 0.0
     if stage == 2:
-        # the partition buffer (`grads_in_partition`) is built during backward and released after the step
-        grads, lazy = 0.0, 2.0 * shard
+        # the partition buffer (`grads_in_partition`, fp32 when accumulating in fp32) is built during backward and
+        # released after the step
+        grads, lazy = 0.0, (4.0 if compact else 2.0) * shard
         step = 0.0 if offloaded else max(lazy + 4.0 * shard, (4.0 + foreach) * shard)
     else:
-        grads, lazy = 0.0, 2.0 * n_params
+        grads, lazy = 0.0, 2.0 * n_params + (4.0 * shard if compact else 0.0)
         # flatten the 16-bit grad partition, upcast it to fp32 (then the 16-bit grads go), then the Adam temporary
         step = 0.0 if offloaded else max(lazy + 6.0 * shard, (4.0 + foreach) * shard)
     return States(n_params, weights, grads, lazy, fp32, buffers, step, cpu, nvme_b, grads_persist=True)

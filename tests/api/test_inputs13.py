@@ -63,7 +63,9 @@ def test_the_plan_list_searches_every_stored_plan_in_sql(sqlite_client: Any) -> 
             for i in range(2100)
         )
     page = sqlite_client.get("/recent", params={"model": "tiny-gpt"})
-    assert page.status_code == 200 and f"/p/{old['id']}" in page.text and "1 of the 2101 stored plans match" in page.text
+    assert (
+        page.status_code == 200 and f"/p/{old['id']}" in page.text and "1 of the 2101 stored plans match" in page.text
+    )
     found = sqlite_client.get("/plans", params={"q": old["id"][:10]}).json()
     assert found["total"] == 1 and found["items"][0]["id"] == old["id"]
     words = sqlite_client.get("/plans", params={"q": "OTHER h100", "limit": 5}).json()

@@ -12,7 +12,7 @@ from app.planner.layout import StageShape
 from app.planner.memory import memory_estimate, stage_parts
 from app.planner.pipeline import in_flight
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
-from app.planner.states import stage_states, zero_buckets
+from app.planner.states import deepspeed_uses_bf16_optimizer, stage_states, zero_buckets
 
 from .conftest import korthikanti_training, preset
 
@@ -272,6 +272,25 @@ def test_zero_1_and_2_optimizer_offload_keeps_fp32_gradients_on_the_host(
     training = TrainingSpec(global_batch_size=gbs, framework="deepspeed")
     s = stage_states(m, training, par, StageShape((32,), True, True), 32, 0)
     assert s.optimizer == 0 and s.cpu / s.params == pytest.approx(host_per_param / 4)
+
+
+def test_megatron_deepspeed_zero1_offload_runs_the_zero_optimizer_not_bf16_optimizer() -> None:
+    """DeepSpeed picks BF16_Optimizer for ZeRO-1 with fp32 accumulation only without CPU offload (engine.py
+    `... and not self.zero_cpu_offload()`): offloaded, the ZeRO optimizer keeps 16 B per sharded parameter on the
+    host and, accumulating in fp32, one fp32 partition buffer on the GPU. It was modelled as BF16_Optimizer:
+    optimizer and fp32 gradients on the GPU, nothing on the host (QA, 2026-12-06)."""
+    m = preset("llama-2-7b")
+    training = TrainingSpec(global_batch_size=8, framework="megatron-deepspeed")
+    shape = StageShape((32,), True, True)
+    kept = stage_states(m, training, ParallelConfig(dp=4, zero_stage=1), shape, 32, 0)
+    assert kept.optimizer > 0 and kept.cpu == 0  # BF16_Optimizer: everything on the GPU
+    par = ParallelConfig(dp=4, zero_stage=1, offload_optimizer="cpu")
+    s = stage_states(m, training, par, shape, 32, 0)
+    n = s.params
+    assert s.optimizer == 0 and s.cpu / n == pytest.approx(16 / 4)
+    assert s.lazy_grads / n == pytest.approx(2 + 4 / 4)  # the 16-bit grads and the fp32 partition buffer
+    assert deepspeed_uses_bf16_optimizer(training, ParallelConfig(dp=4, zero_stage=1))
+    assert not deepspeed_uses_bf16_optimizer(training, par)
 
 
 def test_optimizer_offload_host_memory_refuses_a_70b_on_one_node_with_1_tib() -> None:
