@@ -207,10 +207,14 @@ def _zero_states(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, 
     buckets = zero_buckets(model, stage, nvme)
     foreach = 4.0 if training.software.costs.optimizer == "torch-adamw" else 0.0
     if deepspeed_uses_bf16_optimizer(training, par):
+        # the fp32 gradients it accumulates into, and the bf16 ones autograd makes: those are zeroed, not freed,
+        # between micro-batches (bf16_optimizer.py backward_prologue -> clear_lp_grads) and set to None only by the
+        # zero_grad after the step, so they stay under every later micro-batch's activations
         opt = 12.0 * (shard if stage else n_params)
         return States(
-            n_params, 2.0 * n_params, 4.0 * n_params, 2.0 * sp.largest_module, opt, 0.0, foreach * shard, 0.0, 0.0
-        )
+            n_params, 2.0 * n_params, 4.0 * n_params, 2.0 * n_params, opt, 0.0, foreach * shard, 0.0, 0.0,
+            grads_persist=True,
+        )  # fmt: skip
     weights = 2.0 * (shard if stage == 3 else n_params)
     fp32 = 12.0 * (shard if stage else n_params)
     # fp32 accumulation of 16-bit gradients (Megatron-DeepSpeed's grad_accum_dtype fp32) gathers each partition's

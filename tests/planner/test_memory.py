@@ -195,7 +195,9 @@ def _states(framework: str, precision: str, **fields: object) -> tuple[float, fl
         ("deepspeed", "bf16", {"dp": 8, "zero_stage": 1}, (2, 0, 12 / 8, 2)),
         ("deepspeed", "bf16", {"dp": 8, "zero_stage": 2}, (2, 0, 12 / 8, 2 / 8)),
         ("deepspeed", "bf16", {"dp": 8, "zero_stage": 3}, (2 / 8, 2 / 8, 12 / 8, 0)),
-        ("megatron-deepspeed", "bf16", {"dp": 8, "zero_stage": 1}, (2, 4, 12 / 8, None)),
+        # BF16_Optimizer: the fp32 grads, and the bf16 ones autograd makes, zeroed and not freed until the step
+        # (bf16_optimizer.py clear_lp_grads; immediate_grad_update is off by default): 2 B more (QA, 2026-12-06)
+        ("megatron-deepspeed", "bf16", {"dp": 8, "zero_stage": 1}, (2, 4, 12 / 8, 2)),
         ("pytorch-fsdp", "bf16", {"dp": 8}, (4 / 8, 4 / 8, 8 / 8, 0)),
     ],
 )
@@ -203,11 +205,7 @@ def test_model_state_bytes_per_parameter(
     framework: str, precision: str, fields: dict[str, object], expected: tuple[float, ...]
 ) -> None:
     got = _states(framework, precision, **fields)
-    assert got[:3] == pytest.approx(expected[:3])
-    if expected[3] is None:  # BF16_Optimizer: each module's 16-bit grads until its hook folds them into fp32
-        assert 0 < got[3] < 0.1
-    else:
-        assert got[3] == pytest.approx(expected[3])
+    assert got == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(

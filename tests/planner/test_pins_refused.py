@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from app.planner import PlanRequest, plan
+from app.planner import PlanRequest, plan, rules
+from app.planner.specs import ParallelConfig
 
 NODE = {"num_nodes": 1, "gpu": "H100-SXM"}
 
@@ -66,3 +67,20 @@ def test_fp8_on_a_stack_without_it_names_the_stacks_that_plan_it() -> None:
         reason.message
     )
     assert _plan(precision="fp8", framework="pytorch-fsdp", stack="torchtitan").plans
+
+
+@pytest.mark.parametrize(
+    ("training", "pp", "why"),
+    [
+        ({"framework": "deepspeed"}, 1, "keeps bf16 optimizer states (DDP_BFLOAT16)"),
+        ({"framework": "megatron-deepspeed"}, 1, "refuses bf16 weights with fp32 gradient accumulation"),
+    ],
+)
+def test_bf16_without_zero_is_refused_for_what_deepspeed_would_do(training: dict[str, Any], pp: int, why: str) -> None:
+    """engine.py `_do_optimizer_sanity_check`: ZeRO off, bf16 with fp32 accumulation (Megatron-DeepSpeed's) raises;
+    with bf16 accumulation it keeps bf16 optimizer states (DDP_BFLOAT16). The message said DDP_BFLOAT16 for both
+    (QA, 2026-12-06)."""
+    req = PlanRequest(model="llama-3-8b", cluster=NODE, training={"global_batch_size": 64, **training})
+    par = ParallelConfig(pp=pp, dp=8 // pp, zero_stage=0)
+    bad = [v for v in rules.check(req.model, req.cluster, req.training, par, 8) if v.code == "framework_support"]
+    assert len(bad) == 1 and why in bad[0].message, bad

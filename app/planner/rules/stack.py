@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from app.planner.rules.base import Ctx, Violation
 from app.planner.stack import stacks
+from app.planner.states import reduce_dtype
 
 
 def sharding_supported(c: Ctx) -> Violation | None:
@@ -18,18 +19,10 @@ def sharding_supported(c: Ctx) -> Violation | None:
             f"{s.label} shards with {', '.join(can.sharding)}, not ZeRO stages or ZeRO offload "
             f"(choose framework deepspeed or megatron-deepspeed)",
         )
-    if "zero" in can.sharding and p.zero_stage not in can.zero_stages:
-        if p.zero_stage == 0 and c.training.precision == "bf16":
-            return Violation(
-                "framework_support",
-                "DeepSpeed bf16 without ZeRO keeps bf16 optimizer states (DDP_BFLOAT16); use zero_stage >= 1",
-            )
-        return Violation("framework_support", f"zero_stage({p.zero_stage}): {s.label} runs {list(can.zero_stages)}")
     if "zero" in can.sharding and p.zero_stage == 0 and c.training.precision == "bf16":
-        return Violation(
-            "framework_support",
-            "DeepSpeed bf16 without ZeRO keeps bf16 optimizer states (DDP_BFLOAT16); use zero_stage >= 1",
-        )
+        return Violation("framework_support", _bf16_without_zero(c))
+    if "zero" in can.sharding and p.zero_stage not in can.zero_stages:
+        return Violation("framework_support", f"zero_stage({p.zero_stage}): {s.label} runs {list(can.zero_stages)}")
     if p.distributed_optimizer and "distributed_optimizer" not in can.sharding:
         return Violation("framework_support", f"{s.label} shards with ZeRO/FSDP, not Megatron's distributed optimizer")
     if p.megatron_fsdp is not None:
@@ -248,3 +241,13 @@ def fp8_supported(c: Ctx) -> Violation | None:
     if c.training.precision == "fp8" and c.cluster.gpu.fp8_TFLOPs is None:
         return Violation("fp8_unsupported", f"{c.cluster.gpu.name} has no FP8 tensor cores")
     return None
+
+
+def _bf16_without_zero(c: Ctx) -> str:
+    """What DeepSpeed does with bf16 and ZeRO off (engine.py `_do_optimizer_sanity_check`)."""
+    if reduce_dtype(c.training, c.par) == "fp32":
+        return (
+            "DeepSpeed refuses bf16 weights with fp32 gradient accumulation without ZeRO (engine.py: unsupported "
+            "mix of model_dtype and grad_accum_dtype); use zero_stage 1 (BF16_Optimizer)"
+        )
+    return "DeepSpeed bf16 without ZeRO keeps bf16 optimizer states (DDP_BFLOAT16); use zero_stage >= 1"
