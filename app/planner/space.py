@@ -183,7 +183,8 @@ def sharding_options(training: TrainingSpec, dp: int, cp: int, pp: int, offload:
         if offload and stage >= 1 and can.offload:
             offloads.append(("cpu", "none"))
         if offload and stage == 3 and can.offload:
-            offloads += [("cpu", "cpu"), ("nvme", "nvme")]
+            # the optimizer alone on NVMe keeps the sharded 16-bit weights on the GPU: no drive read per pass
+            offloads += [("cpu", "cpu"), ("nvme", "none"), ("nvme", "nvme")]
         for opt, param in offloads:
             if pins.offload_optimizer not in (None, opt) or pins.offload_param not in (None, param):
                 continue

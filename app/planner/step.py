@@ -440,11 +440,19 @@ def optimizer_times(
     worst_gpu = worst_offload = 0.0
     local = min(cluster.gpus_per_node, par.world_size)
     hbm = cluster.gpu.hbm_bw * cluster.gpu.efficiency.hbm
+    # the gradient norm reads, and zeroing writes, the gradients this GPU holds: every one of its stage under
+    # Megatron's main-grad buffer and ZeRO-1, its partition where they are sharded (ZeRO-2/3, FSDP, Megatron-FSDP
+    # with optim_grads*); it charged the whole stage's everywhere (QA, 2026-12-06)
+    grads_sharded = (
+        par.zero_stage >= 2
+        or "fsdp" in training.software.can.sharding
+        or par.megatron_fsdp in ("optim_grads", "optim_grads_params")
+    )
     for dense, expert in stage_params_list:
         shard = (dense / dense_n + expert / expert_n) if sharded else dense + expert
-        total = dense + expert
+        held = shard if grads_sharded else dense + expert
         if par.offload_optimizer == "none":
-            gpu = (per_param * shard + 8.0 * total) / hbm  # + grad norm read and zeroing over the whole buffer
+            gpu = (per_param * shard + 8.0 * held) / hbm  # + grad norm read and zeroing over the gradients held
             worst_gpu = max(worst_gpu, gpu)
             continue
         pcie = 4 * shard / cluster.h2d_bw  # 16-bit grads down, 16-bit params up

@@ -303,7 +303,14 @@ def _gather_per_layer_traffic(
         buckets = math.ceil(sp.total / zero_buckets(model, 3).reduce_bucket_size) if zero3 else layers
         scatter = comm.collective_time("reduce_scatter", grad, g, cluster, calls=buckets)
         pcie = 2 * size / par.dp / cluster.h2d_bw if par.offload_param != "none" else 0.0
-        return gather, scatter + pcie
+        nvme = 0.0
+        if par.offload_param == "nvme":
+            # ZeRO-Infinity swaps each GPU's 16-bit partition in from the node's NVMe for the forward and again for
+            # the backward (partitioned_param_swapper; the coordinator's __prefetch_nvme_param_partitions): the
+            # node's GPUs share its drives (it was timed as host copies only, QA 2026-12-06)
+            local = min(cluster.gpus_per_node, par.world_size)
+            nvme = 2 * size / par.dp * local / (cluster.nvme_GBps * 1e9)
+        return gather, scatter + pcie + nvme
 
     return model.memo(("gather_traffic", par.state_key, dense, moe), traffic, cluster, training, shape)
 

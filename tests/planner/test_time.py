@@ -6,13 +6,13 @@ import math
 
 import pytest
 
-from app.planner import comm, compute, layout, stack
+from app.planner import EstimateRequest, PlanRequest, comm, compute, estimate, layout, plan, stack
 from app.planner.estimate import evaluate, time_estimate
 from app.planner.layout import StageShape, stage_layer_kinds, stage_shapes
 from app.planner.pipeline import pipeline_time
 from app.planner.specs import ClusterSpec, ParallelConfig, TrainingSpec
 from app.planner.states import stage_params
-from app.planner.step import StageTime, stage_time
+from app.planner.step import OPTIMIZER_BYTES, ZERO_STEP_BYTES, StageTime, optimizer_times, stage_time
 from app.planner.traffic import zero3_regathered_fraction
 
 from .conftest import preset
@@ -471,3 +471,44 @@ def test_zero3_hides_each_unit_s_gather_only_behind_the_unit_before_it_in_its_ow
     assert exposed == pytest.approx(3 * k + 9 * k * gamma + gamma * (gather + rest) + 3 * k / layers, rel=1e-9)
     pooled = comm.exposed(2 * gather + rest, st.fwd + st.bwd, gamma)
     assert exposed > pooled + 3 * k * (1 - gamma)  # the projection is too short to hide 3 K of fc1's gather
+
+
+@pytest.mark.parametrize(("stage", "held_per_gpu"), [(1, 1.0), (2, 1 / 4), (3, 1 / 4)])
+def test_the_optimizer_step_reads_the_gradients_each_gpu_holds(stage: int, held_per_gpu: float) -> None:
+    """Hand case: the step streams its optimizer bytes over the shard and reads and zeroes 8 B per gradient the GPU
+    holds: every one under ZeRO-1 (param.grad), a quarter of them under ZeRO-2/3 on DP 4. It charged the whole
+    stage's everywhere (QA, 2026-12-06: 80 % of a 70B ZeRO-3 step's optimizer time)."""
+    m = preset("llama-2-7b")
+    cluster = ClusterSpec(num_nodes=1, gpus_per_node=4, gpu="H100-SXM")
+    training = TrainingSpec(global_batch_size=8, framework="deepspeed")
+    par = ParallelConfig(dp=4, zero_stage=stage)
+    n = 1_000_000_000
+    gpu, offload = optimizer_times(m, cluster, training, par, [(n, 0)])
+    per_param = OPTIMIZER_BYTES[training.software.costs.optimizer] + ZERO_STEP_BYTES
+    hbm = cluster.gpu.hbm_bw * cluster.gpu.efficiency.hbm
+    host = training.software.generation("hopper").host_step_s
+    assert offload == 0.0
+    assert gpu == pytest.approx((per_param * n / 4 + 8.0 * n * held_per_gpu) / hbm + host, rel=1e-12)
+
+
+def test_parameters_on_nvme_are_read_from_the_drives_every_pass() -> None:
+    """ZeRO-Infinity swaps each GPU's 16-bit partition in from the node's NVMe for the forward and the backward:
+    Llama-3-70B on 8 H100 reads 2 x 141 GB per micro-batch through 6 GB/s, about 47 s; it was timed as host copies
+    only, and the optimizer alone on NVMe (the weights staying on the GPUs) was never offered (QA, 2026-12-06)."""
+    cluster = {"num_nodes": 1, "gpu": "H100-SXM", "nvme_path": "/nvme"}
+    training = {"global_batch_size": 64, "framework": "deepspeed"}
+    base = {"dp": 8, "zero_stage": 3, "micro_batch_size": 1, "recompute": "full", "offload_optimizer": "nvme"}
+    on, off = (
+        estimate(
+            EstimateRequest(
+                model="llama-3-70b", cluster=cluster, training=training, parallel={**base, "offload_param": where}
+            )
+        )
+        for where in ("nvme", "none")
+    )
+    n = 70.6e9  # every parameter, the 8 GPUs' partitions together (within 10 %: the gathers move the layers')
+    per_microbatch = 2 * 2 * n / 6e9  # forward and backward, 2 B each, the node's 6 GB/s
+    extra = on.time.breakdown["zero_comm_s"] - off.time.breakdown["zero_comm_s"]
+    assert extra == pytest.approx(8 * per_microbatch, rel=0.1)  # 8 micro-batches
+    best = plan(PlanRequest(model="llama-3-70b", cluster=cluster, training=training)).plans[0].parallel
+    assert (best.offload_optimizer, best.offload_param) == ("nvme", "none")
