@@ -44,16 +44,28 @@ class Beat:
                 step_s=_num(doc.get("step_s")),
                 compute_s=_num(doc.get("compute_s")),
                 resumed_from=None if doc.get("resumed_from") is None else int(doc["resumed_from"]),
-                checkpoint=doc.get("checkpoint") if isinstance(doc.get("checkpoint"), dict) else None,
+                checkpoint=_checkpoint(doc.get("checkpoint")),
                 stacks=doc.get("stacks") if isinstance(doc.get("stacks"), str) else None,
             )
-        except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+        except (ValueError, TypeError, KeyError, UnicodeDecodeError, OverflowError, AttributeError):
+            # a record any trainer may write: one that does not parse (Infinity where an integer goes, a list for the
+            # record) reads as nothing, as a torn write does; it crashed the launcher and killed the job (QA)
             return None
         return beat if beat.phase in PHASES else None
 
 
 def _num(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _checkpoint(value: object) -> dict[str, Any] | None:
+    """The checkpoint note, its step an integer (Megatron-style "iter_0000500" or Infinity: no note)."""
+    if not isinstance(value, dict):
+        return None
+    step = value.get("step", -1)
+    if isinstance(step, bool) or not isinstance(step, int):
+        return None
+    return value
 
 
 def read_beat(directory: Path, rank: int) -> Beat | None:

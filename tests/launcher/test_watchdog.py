@@ -20,6 +20,7 @@ from make_plan import tiny_plan
 
 from launcher import procs
 from launcher.guardian import TOKEN_ENV
+from launcher.heartbeat import Beat
 from launcher.limits import STEP_HIGH_FACTOR, Limits
 from launcher.sections import Prediction, Watchdog
 from launcher.watchdog import ProgressWatch
@@ -220,3 +221,31 @@ def test_the_resume_is_timed_at_the_first_step_after_it_whichever_step_the_poll_
         for p in popens:
             p.kill()
             p.wait()
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        '{"rank": 1, "pid": 7, "seq": 3, "phase": "train", "step": 1e999}',  # Infinity where an integer goes
+        '{"rank": 1, "pid": 7, "seq": 3, "phase": "train", "step": 4, "resumed_from": 1e999}',
+        "[1, 2, 3]",
+        '"train"',
+    ],
+)
+def test_a_record_that_does_not_parse_reads_as_nothing(record: str) -> None:
+    """Any trainer may write the heartbeat: a record int() cannot take raised OverflowError through the watchdog,
+    which killed the healthy job with a traceback (QA, 2026-12-06). It reads as a torn record does."""
+    assert Beat.parse(record.encode()) is None
+
+
+def test_a_checkpoint_note_whose_step_is_no_integer_is_left_out() -> None:
+    """A trainer writing Megatron's "iter_0000500" as the checkpoint step crashed the watchdog (int('iter...'))."""
+    for step in ('"iter_0000500"', "2.5", "true", "null"):
+        beat = Beat.parse(
+            f'{{"rank": 0, "pid": 7, "seq": 1, "phase": "train", "step": 5, "checkpoint": {{"step": {step}, "saved": true}}}}'.encode()
+        )
+        assert beat is not None and beat.step == 5 and beat.checkpoint is None, step
+    kept = Beat.parse(
+        b'{"rank": 0, "pid": 7, "seq": 1, "phase": "train", "step": 5, "checkpoint": {"step": 5, "saved": true}}'
+    )
+    assert kept is not None and kept.checkpoint == {"step": 5, "saved": True}
