@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+from contextlib import ExitStack
 from pathlib import Path
 from typing import IO
 
@@ -37,31 +38,51 @@ def commands_document(ctx: LaunchContext, commands: list[Command]) -> dict[str, 
     }
 
 
-def lock(ctx: LaunchContext) -> IO[str]:
-    """An exclusive lock on the run directory for this node's launcher, held while the file stays open (the kernel
-    drops it when the launcher exits, SIGKILL included). A second launcher of the same node on the same directory
-    resumed from the first one's checkpoints while it trained, and both wrote the same files."""
-    path = ctx.run_dir / f".launcher{ctx.suffix}.lock"
+def lock(ctx: LaunchContext) -> ExitStack:
+    """Exclusive locks on the run directory for this launcher, held while it runs (the kernel drops them when the
+    launcher exits, SIGKILL included). A second launcher of the same node on the same directory resumed from the
+    first one's checkpoints while it trained, and both wrote the same files. A launcher of every node holds the
+    directory's lock; a per-node launcher (--node-rank K) shares it with the other nodes' and holds its node's: one
+    without --node-rank and one with --node-rank 0 both ran node 0 (two lock files, QA 2026-12-06)."""
+    held = ExitStack()
     try:
         ctx.run_dir.mkdir(parents=True, exist_ok=True)
-        handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 (held for the run: the caller closes it)
+        if ctx.node_rank is None:
+            held.enter_context(_flock(ctx, ".launcher.lock", exclusive=True))
+        else:
+            held.enter_context(_flock(ctx, ".launcher.lock", exclusive=False))
+            held.enter_context(_flock(ctx, f".launcher.node{ctx.node_rank}.lock", exclusive=True))
     except OSError as exc:
+        held.close()
         raise RunDirError(f"cannot prepare the run directory {ctx.run_dir}: {exc.strerror}") from None
+    except RunDirError:
+        held.close()
+        raise
+    return held
+
+
+def _flock(ctx: LaunchContext, name: str, exclusive: bool) -> IO[str]:
+    """One lock file, held; an exclusive holder writes its pid there for the message of the one refused."""
+    handle = open(ctx.run_dir / name, "a+", encoding="utf-8")  # noqa: SIM115 (held for the run: the caller closes it)
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(handle, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
     except OSError:
         handle.seek(0)
-        holder = handle.read().strip() or "?"
+        holder = handle.read().strip()
         handle.close()
         node = "" if ctx.node_rank is None else f" of node {ctx.node_rank}"
+        by = f"another launcher{node} (pid {holder})" if holder else "the launchers of other nodes"
+        if not exclusive:
+            by = f"a launcher of every node (pid {holder or '?'})"
         raise RunDirError(
-            f"the run directory {ctx.run_dir} is in use by another launcher{node} (pid {holder}): "
-            f"give this run its own --run-dir, or stop that one first"
+            f"the run directory {ctx.run_dir} is in use by {by}: give this run its own --run-dir, or stop that "
+            f"one first"
         ) from None
     handle.seek(0)
-    handle.truncate()
-    handle.write(f"{os.getpid()}\n")
-    handle.flush()
+    handle.truncate()  # a shared holder leaves it empty: the pid there would be an earlier exclusive holder's
+    if exclusive:
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
     return handle
 
 

@@ -10,12 +10,15 @@ import shlex
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from conftest import foreign_addresses, run_launcher, write_plan
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from make_plan import tiny_plan
 
+from launcher import rundir, spec
 from launcher.cli import parser, quick_run_args
+from launcher.context import LaunchContext
 from launcher.spec import Entrypoint, Parallel, World
 
 
@@ -273,3 +276,18 @@ def test_a_run_directory_in_use_by_another_launcher_is_refused(tmp_path: Path) -
     again = run_launcher("run", str(path), "--run-dir", str(run_dir))  # the lock was dropped: it runs
     assert again.returncode == 0, again.stderr[-2000:]
     assert (run_dir / ".launcher.lock").read_text().strip().isdigit()
+
+
+@pytest.mark.parametrize(("holder", "second"), [([], ["--node-rank", "0"]), (["--node-rank", "0"], [])])
+def test_a_launcher_of_every_node_and_one_of_node_0_share_no_directory(
+    tmp_path: Path, holder: list[str], second: list[str]
+) -> None:
+    """One launcher without --node-rank and one with --node-rank 0 took two lock files and both ran node 0 in one
+    directory (QA, 2026-12-06): the every-node launcher holds the directory's lock, per-node ones share it."""
+    path = write_plan(tmp_path, tiny_plan(steps=2))
+    run_dir = tmp_path / "run"
+    ctx = LaunchContext(spec.load(path), path.parent, run_dir, "torchrun", node_rank=int(holder[1]) if holder else None)
+    with rundir.lock(ctx):
+        done = run_launcher("run", str(path), "--run-dir", str(run_dir), *second)
+    assert done.returncode == 2 and "is in use by" in done.stderr, done.stderr[-2000:]
+    assert not (run_dir / "launcher.log").exists() and not (run_dir / "launcher.node0.log").exists()
