@@ -68,7 +68,7 @@ def check_nodes(ctx: LaunchContext, commands: list[Command]) -> Check:
 def check_entrypoint(ctx: LaunchContext, commands: list[Command]) -> Check:
     python = ctx.python
     found = python if os.sep in python else _which(python, ctx.caller_env.get("PATH"))
-    if not found or not os.access(found, os.X_OK):
+    if not found or not os.path.isfile(found) or not os.access(found, os.X_OK):  # a directory is X_OK too
         return Check(
             "entrypoint",
             FAIL,

@@ -14,7 +14,7 @@ from launcher.context import LaunchContext, make_context
 from launcher.events import EventLog
 from launcher.limits import Limits
 from launcher.runner import Runner, RunPolicy
-from launcher.storage import quick_checks
+from launcher.storage import check_run_dir, quick_checks
 
 if TYPE_CHECKING:
     import argparse
@@ -101,7 +101,7 @@ def dry_run(args: argparse.Namespace) -> int:
     files = {**ctx.plan.files, **backend.derived_files(ctx)}
     if files:
         print("# files written to the run directory: " + ", ".join(sorted(files)))
-    checks = quick_checks(ctx, commands)
+    checks = [*quick_checks(ctx, commands), check_run_dir(ctx)]  # run refuses a run directory it cannot make
     print(checks_table(checks))
     failed = [c.name for c in checks if c.status == FAIL]
     if failed:

@@ -182,6 +182,19 @@ def test_dry_run_of_a_plan_that_run_would_refuse_exits_2_after_printing_it(tmp_p
     assert not run_dir.exists()
 
 
+def test_dry_run_fails_what_run_refuses_a_directory_as_interpreter_and_a_file_as_run_dir(tmp_path: Path) -> None:
+    """A directory passed os.access(X_OK) as entrypoint.python, and dry-run said 0 where run refused a run directory
+    that is a file (exit 2): run then failed 127 after a restart, or refused (QA, 2026-12-06)."""
+    in_the_way = tmp_path / "afile"
+    in_the_way.write_text("hi\n")
+    done = run_launcher("dry-run", str(write_plan(tmp_path, tiny_plan())), "--run-dir", str(in_the_way))
+    assert done.returncode == 2 and "run dir" in done.stderr.rsplit("failed", 1)[1], done.stderr
+    plan = replace(tiny_plan(), entrypoint=replace(tiny_plan().entrypoint, python=str(tmp_path)))
+    done = run_launcher("dry-run", str(write_plan(tmp_path, plan)), "--run-dir", str(tmp_path / "run"))
+    assert done.returncode == 2 and "failed entrypoint" in done.stderr, done.stderr
+    assert f"python interpreter {tmp_path} is not an executable" in done.stdout
+
+
 def test_missing_entrypoint_and_bad_node_rank_are_refused(tmp_path: Path) -> None:
     plan = replace(tiny_plan(), entrypoint=Entrypoint(script="no_such_train.py"))
     err = refused(tmp_path, json.dumps(plan.to_dict()))
