@@ -38,6 +38,8 @@ def measured_step_s(metrics: list[dict[str, Any]], warmup: int) -> float:
         for s in m["steps"]:
             per_step[s["step"]] = max(per_step.get(s["step"], 0.0), s["step_s"])
     kept = [per_step[k] for k in sorted(per_step)][warmup:] or list(per_step.values())
+    if not kept:
+        raise SystemExit("launcher bench: the entrypoint reported no step (its metrics list none)")
     return statistics.median(kept)
 
 
@@ -106,8 +108,20 @@ def report_table(report: dict[str, Any]) -> str:
 
 
 def bench_context(args: argparse.Namespace) -> LaunchContext:
+    """The plan's job for `--steps` steps, measured from step 0 and saving nothing: the empty --save and --load come
+    last, so they win (Megatron's and the example trainer's argparse; an empty directory is none). It resumed from,
+    and wrote its checkpoints into, the plan's real checkpoint directory, and crashed once that held a step past
+    --steps (QA, 2026-12-06)."""
     ctx = context_from_args(args)
-    extra = (*ctx.extra_args, "--train-iters", str(args.steps), "--metrics-dir", str(ctx.run_dir / "metrics"))
+    extra = (
+        *ctx.extra_args,
+        "--train-iters",
+        str(args.steps),
+        "--metrics-dir",
+        str(ctx.run_dir / "metrics"),
+        "--save=",
+        "--load=",
+    )
     plan = replace(ctx.plan, job=replace(ctx.plan.job, max_restarts=0))
     return replace(ctx, plan=plan, extra_args=extra)
 

@@ -50,6 +50,8 @@ def save_dirs(ctx: LaunchContext) -> list[Path]:
     words = training_words(ctx)
     found: list[Path] = []
     for value in flag_values(words, SAVE_FLAGS):
+        if not value:  # --save= (what bench passes): no checkpoint
+            continue
         directory = Path(ctx.working_dir) / value
         if directory not in found:
             found.append(directory)

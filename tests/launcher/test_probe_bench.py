@@ -93,3 +93,8 @@ def test_bench_reports_measured_next_to_predicted(tmp_path: Path) -> None:
     assert [m["rank"] for m in report["peak_memory"]] == [0, 1]
     assert all(m["predicted_bytes"] == 300 * 2**20 and m["measured_bytes"] > 2**20 for m in report["peak_memory"])
     assert "peak memory rank 1 (stage 0)" in done.stdout and "tokens_per_s" in done.stdout
+    # measured from step 0 without saving: it resumed from, and wrote into, the plan's checkpoint directory, and a
+    # second bench found its step 6 there and crashed with a traceback (QA, 2026-12-06)
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    metrics = json.loads((tmp_path / "run" / "metrics" / "rank0.json").read_text())
+    assert metrics["resumed_from"] == 0 and len(metrics["steps"]) == 6
