@@ -11,6 +11,10 @@ import contextlib
 import os
 import signal
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Collection
 
 PROC = "/proc"
 
@@ -88,13 +92,18 @@ def environ(pid: int) -> dict[str, str]:
     return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
 
 
-def find_workers(root: int) -> list[Worker]:
-    """Topmost descendants of `root` with RANK in their environment."""
+def find_workers(root: int, known: Collection[int] = ()) -> list[Worker]:
+    """Topmost descendants of `root` with RANK in their environment. Nothing below a `known` worker is one: its
+    children inherit RANK (DataLoader workers, helpers), and a rank whose main thread had exited (state Z, its other
+    threads still running) showed them, so a child was taken for a worker of a restarted group and a successful
+    job reported as failed (QA, 2026-12-06)."""
     tree = None if HAVE_CHILDREN_FILES else children_map()
     found: list[Worker] = []
     todo = children(root) if tree is None else list(tree.get(root, []))
     while todo:
         pid = todo.pop(0)
+        if pid in known:
+            continue
         env = environ(pid)
         fields = _stat_fields(pid)
         if "RANK" in env and fields and fields[2] != "Z":

@@ -126,7 +126,8 @@ class WorkerWatch:
             self.scan()
 
     def scan(self) -> None:
-        new = [w for w in procs.find_workers(self.agent_pid) if w.pid not in self.alive and w.pid not in self.seen]
+        found = procs.find_workers(self.agent_pid, known=self.seen.keys())
+        new = [w for w in found if w.pid not in self.alive and w.pid not in self.seen]
         for worker in new:
             try:
                 fd = os.pidfd_open(worker.pid)

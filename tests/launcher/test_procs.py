@@ -58,3 +58,47 @@ def test_zombie_status_and_descriptions() -> None:
     assert procs.describe_returncode(3) == "exited with code 3"
     assert procs.describe_returncode(-15) == "killed by signal 15 (SIGTERM)"
     assert procs.describe_status(None).startswith("exited (status already collected")
+
+
+def test_nothing_below_a_known_worker_is_a_worker() -> None:
+    """A rank whose main thread has exited (state Z) while another thread still runs shows its children, which
+    inherit RANK: a rescan took its helper for a worker of a restarted group, and a successful job was reported as
+    failed (QA, 2026-12-06). The worker watch passes the workers it knows; nothing below them is a new one."""
+    rank = (
+        "import ctypes, subprocess, threading, time\n"
+        "def helper():\n"
+        f"    subprocess.Popen([{sys.executable!r}, '-c', {SLEEPER!r}])\n"
+        "    time.sleep(30)\n"
+        "threading.Thread(target=helper).start()\n"
+        "time.sleep(0.3)\n"
+        "ctypes.CDLL(None).pthread_exit(None)\n"
+    )
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import os, subprocess, sys, time\n"
+            f"env = {{**os.environ, 'RANK': '0', 'LOCAL_RANK': '0'}}\n"
+            f"subprocess.Popen([sys.executable, '-c', {rank!r}], env=env)\n"
+            f"time.sleep(30)\n",
+        ]
+    )
+    try:
+        deadline = time.monotonic() + 10
+        workers: list[procs.Worker] = []
+        while not workers and time.monotonic() < deadline:
+            workers = procs.find_workers(parent.pid)
+            time.sleep(0.02)
+        assert [w.rank for w in workers] == [0]
+        worker = workers[0]
+        while len(procs.descendants(parent.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        while (procs._stat_fields(worker.pid) or ["", "", ""])[2] != "Z" and time.monotonic() < deadline:
+            time.sleep(0.05)  # its main thread is gone: the leader shows Z while the helper thread runs
+        helper = [w for w in procs.find_workers(parent.pid) if w.pid != worker.pid]
+        assert helper and procs.parent_of(helper[0].pid) == worker.pid  # what a rescan took for a new worker
+        assert procs.find_workers(parent.pid, known={worker.pid}) == []
+    finally:
+        for pid in reversed([parent.pid, *procs.descendants(parent.pid)]):
+            os.kill(pid, signal.SIGKILL)
+        parent.wait()
