@@ -204,6 +204,12 @@ class ProgressWatch:
         if phase == "train":
             step = lim.step_timeout(observed, lim.log_interval if track.from_log else 1)
             return None if step is None else (track.changed, step[0], step[1])
+        if phase == "done":
+            # its training is over, and so is every rank's but the tail of a step or a last save: a rank that has
+            # not exited by then is stuck in its teardown (a barrier, destroying the process group); nothing was
+            # awaited, and such a job held its nodes for ever (QA, 2026-12-06)
+            seconds, how = lim.exit_wait()
+            return track.changed, seconds, f"{how}, to exit once its training was done"
         return None
 
     def _deadlines(self) -> list[tuple[Track, float, float, str]]:

@@ -248,3 +248,25 @@ def test_a_checkpoint_note_whose_step_is_no_integer_is_left_out() -> None:
         b'{"rank": 0, "pid": 7, "seq": 1, "phase": "train", "step": 5, "checkpoint": {"step": 5, "saved": true}}'
     )
     assert kept is not None and kept.checkpoint == {"step": 5, "saved": True}
+
+
+def test_a_rank_stuck_after_its_training_is_done_is_a_hang(tmp_path: Path, sleepers) -> None:  # type: ignore[no-untyped-def]
+    """A rank stopped right after its heartbeat said done (the other waiting in the final barrier) was never
+    awaited: the job held its nodes for ever (QA, 2026-12-06). It may take the exit wait, then it is named."""
+    lim = limits(step_s=0.2, step_s_high=0.25, checkpoint_save_s=1.0)
+    watch = ProgressWatch(lim, tmp_path, 0, lambda m, echo=True: None)
+    hbs, t = beats(tmp_path, sleepers), 1000.0
+    watch.poll(sleepers, t - 1.0)
+    for hb in hbs:
+        hb.beat(phase="train", step=4, step_s=0.2)
+    watch.poll(sleepers, t)
+    for hb in hbs:
+        hb.beat(phase="done", step=4)
+    os.kill(sleepers[1].pid, signal.SIGSTOP)
+    wait_for(lambda: procs.state(sleepers[1].pid) == "T", 5, "the stop")
+    seconds, _how = lim.exit_wait()
+    assert watch.poll(sleepers, t + 0.1) is None
+    hang = watch.poll(sleepers, t + seconds + 0.5)
+    os.kill(sleepers[1].pid, signal.SIGCONT)
+    assert hang is not None and [c.rank for c in hang.culprits] == [1] and hang.culprits[0].phase == "done"
+    assert "to exit once its training was done" in hang.describe()
