@@ -87,7 +87,8 @@ class Linger:
             )
         return (
             f"node {self.node}: all {self.workers} worker(s) exited 0 {now - self.since:.1f} s ago, but its agent "
-            f"still runs (torchrun's exit barrier waits up to 300 s for every other node's agent){still}; ending it "
+            f"still runs (under torchrun, its exit barrier waits up to 300 s for every other node's agent; DeepSpeed's "
+            f"runner has none and is only slow to exit){still}; ending it "
             f"at the plan's bound of {self.bound_s:.1f} s ({self.how}): node {self.node} succeeded"
         )
 
