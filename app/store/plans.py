@@ -287,7 +287,7 @@ class PlanStore:
             owner, model_name = found
             if only_owner is not None and owner != only_owner:
                 raise NotOwner(plan_id, owner)
-            gone = session.execute(delete(PlanRow).where(PlanRow.id == plan_id)).rowcount
+            gone = session.execute(delete(PlanRow).where(PlanRow.id == plan_id)).rowcount  # type: ignore[attr-defined]
             if not gone:  # a concurrent delete removed it after this one read it: that one deleted and audited it
                 return False
             session.execute(delete(ArtifactRow).where(ArtifactRow.plan_id == plan_id))
