@@ -63,7 +63,8 @@ class LaunchContext:
     @property
     def working_dir(self) -> str:
         wd = self.plan.entrypoint.working_dir
-        return str(self.plan_dir / self.substitute(wd, None)) if wd else str(self.plan_dir)
+        # a per-node launcher (--node-rank K) knows its node: {node_rank} there was refused as unknown (QA)
+        return str(self.plan_dir / self.substitute(wd, self.node_rank)) if wd else str(self.plan_dir)
 
     @property
     def in_slurm(self) -> bool:

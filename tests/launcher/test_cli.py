@@ -195,6 +195,23 @@ def test_dry_run_fails_what_run_refuses_a_directory_as_interpreter_and_a_file_as
     assert f"python interpreter {tmp_path} is not an executable" in done.stdout
 
 
+def test_a_per_node_launcher_fills_node_rank_in_the_working_dir(tmp_path: Path) -> None:
+    """docs/plan-json.md: placeholders are substituted in entrypoint.working_dir. With --node-rank 0 one command
+    starts one node, yet {node_rank} there was refused as unknown, while args and env got it (QA, 2026-12-06)."""
+    (tmp_path / "node0").mkdir()
+    plan = tiny_plan()
+    script = str(Path(plan.entrypoint.script).resolve())
+    plan = replace(
+        plan, entrypoint=replace(plan.entrypoint, script=script, working_dir=str(tmp_path / "node{node_rank}"))
+    )
+    path = write_plan(tmp_path, plan)
+    done = run_launcher("dry-run", str(path), "--run-dir", str(tmp_path / "run"), "--node-rank", "0")
+    assert done.returncode == 0, done.stderr
+    assert f"cd {tmp_path / 'node0'}" in done.stdout or str(tmp_path / "node0") in done.stdout
+    whole = run_launcher("dry-run", str(path), "--run-dir", str(tmp_path / "run"))  # every node: still unknown
+    assert whole.returncode == 2 and "{node_rank} is not known" in whole.stderr
+
+
 def test_missing_entrypoint_and_bad_node_rank_are_refused(tmp_path: Path) -> None:
     plan = replace(tiny_plan(), entrypoint=Entrypoint(script="no_such_train.py"))
     err = refused(tmp_path, json.dumps(plan.to_dict()))
