@@ -42,6 +42,7 @@ class Track:
     changed: float  # ... of its last progress (step or phase)
     from_log: bool = False  # progress read from its training log, not a heartbeat
     steps: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
+    warmup_s: float | None = None  # the first step after a (re)start: it warms up, and is kept out of `steps`
     slow: int = 0
     straggler: bool = False
     judged: int = -1  # the heartbeat seq last judged for stragglers
@@ -162,6 +163,8 @@ class ProgressWatch:
         if beat.step != old.step:
             if beat.step_s is not None and old.phase == "train":  # the first step after a (re)start warms up
                 track.steps.append(beat.step_s)
+            elif beat.step_s is not None and track.warmup_s is None:
+                track.warmup_s = beat.step_s
             self._progress(beat, now)
         if beat.checkpoint and beat.checkpoint != old.checkpoint:
             self._checkpoint(beat)
@@ -215,6 +218,10 @@ class ProgressWatch:
     def _deadlines(self) -> list[tuple[Track, float, float, str]]:
         """(track, monotonic deadline, seconds allowed, how) of every rank that is awaited."""
         observed = max((s for t in self.tracks.values() for s in t.steps), default=None)
+        if observed is None and not self.limits.step_high_s:
+            # no prediction and no step past the first: the first one, warm-up and all, bounds the next (a rank hung
+            # right after its first step was awaited by nothing, QA 2026-12-06)
+            observed = max((t.warmup_s for t in self.tracks.values() if t.warmup_s is not None), default=None)
         return [
             (t, limit[0] + limit[1], limit[1], limit[2])
             for t in self.tracks.values()

@@ -270,3 +270,21 @@ def test_a_rank_stuck_after_its_training_is_done_is_a_hang(tmp_path: Path, sleep
     os.kill(sleepers[1].pid, signal.SIGCONT)
     assert hang is not None and [c.rank for c in hang.culprits] == [1] and hang.culprits[0].phase == "done"
     assert "to exit once its training was done" in hang.describe()
+
+
+def test_without_a_prediction_the_first_step_bounds_the_next(tmp_path: Path, sleepers) -> None:  # type: ignore[no-untyped-def]
+    """No prediction, and only the first (warm-up) step observed: a rank stopped right after it was awaited by
+    nothing (QA, 2026-12-06). The first step's time, k x it + F, is the bound until later steps are seen."""
+    watch = ProgressWatch(limits(), tmp_path, 0, lambda m, echo=True: None)
+    hbs, t = beats(tmp_path, sleepers), 1000.0
+    watch.poll(sleepers, t - 1.0)
+    for hb in hbs:
+        hb.beat(phase="train", step=1, step_s=0.5)
+    os.kill(sleepers[1].pid, signal.SIGSTOP)
+    wait_for(lambda: procs.state(sleepers[1].pid) == "T", 5, "the stop")
+    assert watch.poll(sleepers, t) is None
+    assert watch.poll(sleepers, t + 1.5) is None  # 3 s allowed: k 2 x 0.5 s + the 2 s floor
+    hang = watch.poll(sleepers, t + 3.5)
+    os.kill(sleepers[1].pid, signal.SIGCONT)
+    assert hang is not None and [c.rank for c in hang.culprits] == [1] and "last completed step 1" in hang.describe()
+    assert hang.timeout_s == 3.0
