@@ -335,9 +335,11 @@ def test_every_gpu_configuration_renders_a_plan_json(tmp_path: Path, monkeypatch
     )
     assert offload["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
     # 7B ZeRO-3 on one H200: 100 GiB of states + the step's temporaries, 124 GiB predicted (127 at the interval's
-    # upper end) of 140.4 GiB; the offloaded twin keeps the fp32 states on the host
+    # upper end) of 140.4 GiB; the offloaded twin keeps the fp32 states, and their fp32 gradients, on the host:
+    # 18 B x 6.7e9 = 117 GiB, past 90 % of the machine's 125 GiB (it counted 14 B, 91 GiB, before 2026-12-06): the
+    # run measures whether it does fit
     without, offloaded = by_label["llama-2-7b-z3-mbs1-rcon"], by_label["llama-2-7b-z3-mbs1-rcon-offload"]
-    assert without["predicted_fits"] is True and offloaded["predicted_fits"] is True
+    assert without["predicted_fits"] is True and offloaded["predicted_fits"] is False
     assert offloaded["predicted_reserved_bytes"] < without["predicted_reserved_bytes"] - 50 * 2**30
 
 
