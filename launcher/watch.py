@@ -228,7 +228,10 @@ class WorkerWatch:
     def _done_step(self, worker: procs.Worker) -> int | None:
         """The step at which this very process (its pid) reported its training done in its heartbeat, if it did."""
         beat = self._own_beat(worker)
-        return beat.step if beat and beat.phase == "done" else None
+        if not beat or beat.phase != "done":
+            return None
+        # a group restarted after the last save resumes at the last step and trains none: its records keep step 0
+        return max(beat.step, beat.resumed_from or 0)
 
     def _training(self, worker: procs.Worker) -> bool:
         """This very process's last heartbeat says it was still short of done."""
