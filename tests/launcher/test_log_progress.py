@@ -3,6 +3,7 @@ log torchrun writes, is the progress; the step timeout counts --log-interval ste
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -71,5 +72,8 @@ def test_a_megatron_style_job_that_stops_logging_is_a_hang(tmp_path: Path) -> No
     hang = hangs[0]
     assert "rank 1 (pid" in hang and "last completed step 8 (from its log)" in hang
     assert "timeout 2.4 s = 2 x 0.1 s predicted step upper bound x 2 steps per log line + 2 s floor" in hang
-    assert "watchdog killed rank(s) 0, 1 (no restart left: the job ends)" in log and "job failed: exit code 1" in log
+    # rank 0 may have ended on its own under a loaded machine before the kill (it read "killed rank(s) 0, 1"
+    # except in one CI run of 2026-12-07): the hung rank 1 is the one it must kill
+    assert re.search(r"watchdog killed rank\(s\) (0, )?1 \(no restart left: the job ends\)", log), log
+    assert "job failed: exit code 1" in log
     assert not processes_mentioning(str(tmp_path))
