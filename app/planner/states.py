@@ -83,6 +83,26 @@ def deepspeed_uses_bf16_optimizer(training: TrainingSpec, par: ParallelConfig) -
     )
 
 
+def compact_grad_partition(training: TrainingSpec, par: ParallelConfig) -> bool:
+    """ZeRO-1/2 accumulating 16-bit gradients in fp32 (Megatron-DeepSpeed's grad_accum_dtype fp32) gathers each
+    partition's gradients in one fp32 buffer on the GPU instead of a 16-bit one (stage_1_and_2.py
+    `_use_compact_grad_partition_buffer`, `_build_compact_grad_partition_buffer`; under offload too)."""
+    return par.zero_stage in (1, 2) and reduce_dtype(training, par) == "fp32" and training.precision != "fp32"
+
+
+def accumulates_on_host(training: TrainingSpec, par: ParallelConfig) -> bool:
+    """ZeRO-1/2 with the optimizer offloaded and more than one micro-batch (and no fp32 partition buffer): each
+    partition parameter's 16-bit gradient is kept between micro-batches in a host buffer
+    (`accumulated_grads_in_cpu`), brought back to the GPU, added to and copied out again
+    (stage_1_and_2.py `copy_grads_in_partition` -> `async_accumulate_grad_in_cpu_via_gpu`)."""
+    return (
+        par.zero_stage in (1, 2)
+        and par.offload_optimizer != "none"
+        and not compact_grad_partition(training, par)
+        and num_microbatches(training, par) > 1
+    )
+
+
 def optimizer_shards(par: ParallelConfig, training: TrainingSpec) -> tuple[int, int]:
     """Ranks sharing (dense, expert) optimizer states: Megatron shards over DP x CP and, for experts, over
     the expert-data-parallel group `tp*cp*dp / (etp*ep)`; DeepSpeed's ZeRO and FSDP over their data-parallel group."""
@@ -217,10 +237,7 @@ def _zero_states(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, 
         )  # fmt: skip
     weights = 2.0 * (shard if stage == 3 else n_params)
     fp32 = 12.0 * (shard if stage else n_params)
-    # fp32 accumulation of 16-bit gradients (Megatron-DeepSpeed's grad_accum_dtype fp32) gathers each partition's
-    # gradients in one fp32 buffer on the GPU instead of a 16-bit one (stage_1_and_2.py
-    # `_use_compact_grad_partition_buffer`, `_build_compact_grad_partition_buffer`, under offload too)
-    compact = stage in (1, 2) and reduce_dtype(training, par) == "fp32" and training.precision != "fp32"
+    compact = compact_grad_partition(training, par)
     cpu = nvme_b = 0.0
     if par.offload_optimizer == "cpu":
         # the fp32 master, m and v on the host, and beside them the fp32 gradient partition the CPU Adam reads, kept
@@ -228,9 +245,7 @@ def _zero_states(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, 
         # dropped only without cpu_offload; stage3.py: a `subgroup_gradient_buffer` per sub-group, released by
         # `_release_sub_group` only without offload)
         cpu, fp32 = fp32 + 4.0 * shard, 0.0
-        if stage in (1, 2) and not compact and num_microbatches(training, par) > 1:
-            # gradient accumulation: each partition parameter's gradient is kept between micro-batches in a host
-            # buffer of its dtype (`accumulated_grads_in_cpu`, async_accumulate_grad_in_cpu_via_gpu)
+        if accumulates_on_host(training, par):
             cpu += 2.0 * shard
     elif par.offload_optimizer == "nvme":
         # the states and the fp32 gradients are swapped per sub-group (stage3.py

@@ -35,7 +35,12 @@ from app.planner.attention import attention_shape
 from app.planner.layout import StageShape
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from app.planner.stack import GenerationCosts
-from app.planner.states import deepspeed_uses_bf16_optimizer, megatron_optimizer_bytes, optimizer_shards
+from app.planner.states import (
+    accumulates_on_host,
+    deepspeed_uses_bf16_optimizer,
+    megatron_optimizer_bytes,
+    optimizer_shards,
+)
 from app.planner.traffic import (
     fp32_accumulation,
     gather_per_layer_exposed,
@@ -393,7 +398,7 @@ def stage_time(
         out.compute += fp32_accumulation(model, cluster, training, par, shape, dense, moe)
     if per_layer_gathers(training, par) and layers:
         out.zero_comm = gather_per_layer_exposed(model, cluster, training, par, shape, dense, moe, out)
-    elif scatters_per_microbatch(par):
+    elif scatters_per_microbatch(par) or (par.zero_stage == 2 and accumulates_on_host(training, par)):
         out.host_wait = max(0.0, out.host - out.device)  # what the reduce-scatter's window holds of the host waits
         out.zero_comm = zero2_exposed(model, cluster, training, par, shape, dense, moe, out)
     if par.cpu_offloading_num_layers and layers:
@@ -455,7 +460,12 @@ def optimizer_times(
             gpu = (per_param * shard + 8.0 * held) / hbm  # + grad norm read and zeroing over the gradients held
             worst_gpu = max(worst_gpu, gpu)
             continue
-        pcie = 4 * shard / cluster.h2d_bw  # 16-bit grads down, 16-bit params up
+        # the fp32 gradient partition to the host (cast on the GPU at ZeRO-1/2: `async_inplace_copy_grad_to_fp32_
+        # buffer_from_gpu`, `_offload_grad_partition_at_boundary` at ZeRO-3) and the 16-bit parameters back (cast on
+        # the host: the pinned `param_buffer_of_bit16_for_cpu_offload_groups`, stage3's fp32 -> 16-bit `copy_`);
+        # ZeRO-1 accumulating on the host brings each gradient back, adds and copies it out once, at the boundary
+        pcie = (4 + 2 + (4 if par.zero_stage == 1 and accumulates_on_host(training, par) else 0)) * shard
+        pcie /= cluster.h2d_bw
         cpu = shard * local / cluster.cpu_adam_params_per_s
         nvme = 2 * 16 * shard * local / (cluster.nvme_GBps * 1e9) if par.offload_optimizer == "nvme" else 0.0
         worst_offload = max(worst_offload, pcie + cpu + nvme)

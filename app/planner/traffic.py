@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING
 from app.planner import comm, compute, layout
 from app.planner.activations import ACT
 from app.planner.attention import attention_shape
-from app.planner.layout import StageShape
+from app.planner.layout import StageShape, num_microbatches
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from app.planner.states import (
+    accumulates_on_host,
     deepspeed_uses_bf16_optimizer,
     reduce_dtype,
     stage_params,
@@ -150,11 +151,33 @@ def _zero2_traffic(
     dense: int,
     moe: int,
 ) -> float:
+    """Seconds of a micro-batch's gradient traffic on ZeRO-2's reduction stream: the reduce-scatter (with more than
+    one rank to shard over) and, accumulating on the host, the gradient round trip (`host_accumulation_bytes`)."""
+
     def scatter() -> float:
         size = grad_bytes(training, par) * stage_params(model, par, shape, dense, moe).total
         return comm.collective_time("reduce_scatter", size, _shard_group(par, cluster, training), cluster)
 
-    return model.memo(("zero2_traffic", par.state_key, dense, moe), scatter, cluster, training, shape)
+    reduce = model.memo(("zero2_traffic", par.state_key, dense, moe), scatter, cluster, training, shape)
+    if not accumulates_on_host(training, par):
+        return reduce
+    shard = stage_params(model, par, shape, dense, moe).total / par.dp
+    return reduce + host_accumulation_bytes(training, par) * shard / cluster.h2d_bw
+
+
+def host_accumulation_bytes(training: TrainingSpec, par: ParallelConfig) -> float:
+    """Bytes per sharded parameter a micro-batch moves over PCIe to keep the gradients on the host, averaged over the
+    step's micro-batches. ZeRO-3 with the optimizer offloaded keeps its 16-bit gradient partition on the host: the
+    first micro-batch copies it out and back (`partition_grads`: copy to the host buffer, then `.to(device)` "to
+    speed up the next few operations"), every later one brings it back, adds and copies it out (4 B each). ZeRO-2
+    accumulating on the host (`accumulates_on_host`) copies out in the first micro-batch (2 B) and back and out in
+    every later one (4 B). The fp32 copy at the last micro-batch is the optimizer step's (step.optimizer_times)."""
+    if par.zero_stage == 3 and par.offload_optimizer != "none":
+        return 4.0
+    if par.zero_stage == 2 and accumulates_on_host(training, par):
+        m = num_microbatches(training, par)
+        return 4.0 - 2.0 / m
+    return 0.0
 
 
 def gather_per_layer_exposed(
@@ -303,6 +326,8 @@ def _gather_per_layer_traffic(
         buckets = math.ceil(sp.total / zero_buckets(model, 3).reduce_bucket_size) if zero3 else layers
         scatter = comm.collective_time("reduce_scatter", grad, g, cluster, calls=buckets)
         pcie = 2 * size / par.dp / cluster.h2d_bw if par.offload_param != "none" else 0.0
+        # the gradient partition's round trip to the host under optimizer offload, on the reduce stream
+        pcie += host_accumulation_bytes(training, par) * sp.total / par.dp / cluster.h2d_bw
         nvme = 0.0
         if par.offload_param == "nvme":
             # ZeRO-Infinity swaps each GPU's 16-bit partition in from the node's NVMe for the forward and again for

@@ -512,3 +512,52 @@ def test_parameters_on_nvme_are_read_from_the_drives_every_pass() -> None:
     assert extra == pytest.approx(8 * per_microbatch, rel=0.1)  # 8 micro-batches
     best = plan(PlanRequest(model="llama-3-70b", cluster=cluster, training=training)).plans[0].parallel
     assert (best.offload_optimizer, best.offload_param) == ("nvme", "none")
+
+
+@pytest.mark.parametrize(("stage", "gbs", "pcie_per_param"), [(1, 4, 6.0), (1, 8, 10.0), (2, 8, 6.0), (3, 8, 6.0)])
+def test_the_offloaded_optimizer_step_moves_fp32_gradients_down_and_16_bit_parameters_up(
+    stage: int, gbs: int, pcie_per_param: float
+) -> None:
+    """Hand case on DP 4: ZeRO-1/2 cast each gradient to fp32 on the GPU and copy it to the host (4 B,
+    `async_inplace_copy_grad_to_fp32_buffer_from_gpu`), ZeRO-3 copies its 16-bit partition to fp32 on the GPU at
+    the boundary (`_offload_grad_partition_at_boundary`, 4 B); the parameters come back in 16 bits (2 B, cast on
+    the host). ZeRO-1 with two micro-batches (GBS 8) brings its host-accumulated gradient back, adds and copies it
+    out at the boundary: 4 B more. It charged 4 B everywhere (QA, 2026-12-06)."""
+    m = preset("llama-2-7b")
+    cluster = ClusterSpec(num_nodes=1, gpus_per_node=4, gpu="H100-SXM")
+    training = TrainingSpec(global_batch_size=gbs, framework="deepspeed")
+    par = ParallelConfig(dp=4, zero_stage=stage, micro_batch_size=1, offload_optimizer="cpu")
+    n = 1_000_000_000
+    _gpu, offload = optimizer_times(m, cluster, training, par, [(n, 0)])
+    cpu = n / 4 * 4 / cluster.cpu_adam_params_per_s  # the node's 4 GPUs share its CPU Adam
+    assert offload == pytest.approx(pcie_per_param * n / 4 / cluster.h2d_bw + cpu, rel=1e-12)
+
+
+@pytest.mark.parametrize(("stage", "gbs", "per_param"), [(2, 4, 4 - 2 / 4), (2, 1, 0.0), (3, 4, 4.0), (3, 1, 4.0)])
+def test_offloaded_gradients_make_a_host_round_trip_in_every_micro_batch(
+    stage: int, gbs: int, per_param: float
+) -> None:
+    """Hand case, Llama-2-7B on one H100 (no reduce-scatter): ZeRO-2 with the optimizer offloaded keeps a
+    16-bit copy of its gradients on the host between micro-batches: out in the first (2 B), back and out again in
+    every later one (4 B) - 3.5 B per micro-batch over 4 (`async_accumulate_grad_in_cpu_via_gpu`), none with one.
+    ZeRO-3 copies its gradient partition out and back in every micro-batch (`partition_grads`). Behind the backward
+    on the reduction stream: with a backward of 0 s all of it is exposed. It was not timed (QA, 2026-12-06)."""
+    from app.planner.traffic import _gather_per_layer_traffic, _zero2_traffic, host_accumulation_bytes
+
+    m = preset("llama-2-7b")
+    cluster = ClusterSpec(num_nodes=1, gpus_per_node=1, gpu="H100-SXM")
+    training = TrainingSpec(global_batch_size=gbs, framework="deepspeed")
+    par = ParallelConfig(dp=1, zero_stage=stage, micro_batch_size=1, offload_optimizer="cpu")
+    assert host_accumulation_bytes(training, par) == pytest.approx(per_param)
+    shape = stage_shapes(m, training, par)[0]
+    n = stage_params(m, par, shape, shape.layers, 0).total
+    if stage == 2:
+        traffic = _zero2_traffic(m, cluster, training, par, shape, shape.layers, 0)
+        assert traffic == pytest.approx(per_param * n / cluster.h2d_bw, rel=1e-12)
+        st = stage_time(m, cluster, training, par, shape, shape.layers, 0)
+        gamma = training.software.generation("hopper").overlap_contention
+        assert st.zero_comm == pytest.approx(comm.exposed(traffic, st.window(True, False), gamma), rel=1e-12)
+        assert per_param == 0 or st.zero_comm > 0
+    else:
+        _gather, rest = _gather_per_layer_traffic(m, cluster, training, par, shape, shape.layers, 0)
+        assert rest == pytest.approx(per_param * n / cluster.h2d_bw, rel=1e-12)  # no reduce-scatter on one GPU
