@@ -12,7 +12,7 @@ from launcher.checks import FAIL, Check, is_local_command
 from launcher.command import Command, launch_argv
 from launcher.context import LaunchContext, make_context
 from launcher.events import EventLog
-from launcher.limits import Limits
+from launcher.limits import MEGATRON_LOG_INTERVAL, Limits, int_arg
 from launcher.runner import Runner, RunPolicy
 from launcher.storage import check_run_dir, quick_checks
 
@@ -60,6 +60,7 @@ def _launch(ctx: LaunchContext, backend: Backend, commands: list[Command], conso
     rundir.prepare(ctx, commands, backend.derived_files(ctx))
     log = EventLog(ctx.run_dir / f"launcher{ctx.suffix}.log")
     log(f"run directory {ctx.run_dir}; backend {ctx.backend}; {len(commands)} command(s)")
+    args = (*ctx.plan.entrypoint.args, *ctx.extra_args)
     policy = RunPolicy(
         ctx.plan.job.grace_period_s,
         ctx.plan.job.max_restarts,
@@ -67,6 +68,8 @@ def _launch(ctx: LaunchContext, backend: Backend, commands: list[Command], conso
         ctx.run_dir,
         Limits.from_plan(ctx.plan),
         ctx.caller_env.get("SLURM_JOB_ID"),
+        int_arg(args, "--train-iters"),
+        int_arg(args, "--log-interval") or MEGATRON_LOG_INTERVAL,
     )
     try:
         return Runner(commands, policy, log, console).run()

@@ -88,10 +88,17 @@ class Limits:
 
 
 def _log_interval(args: tuple[str, ...]) -> int:
+    return int_arg(args, "--log-interval") or MEGATRON_LOG_INTERVAL
+
+
+def int_arg(args: tuple[str, ...], flag: str) -> int | None:
+    """The positive integer a training argument `flag` is given (`--flag N` or `--flag=N`; the last one, as
+    argparse takes it), None where it is absent or not a positive integer."""
+    found = None
     for i, word in enumerate(args):
-        value = word.partition("=")[2] if word.startswith("--log-interval=") else None
-        if word == "--log-interval" and i + 1 < len(args):
+        value = word.partition("=")[2] if word.startswith(flag + "=") else None
+        if word == flag and i + 1 < len(args):
             value = args[i + 1]
         if value is not None and value.isdigit() and int(value) > 0:
-            return int(value)
-    return MEGATRON_LOG_INTERVAL
+            found = int(value)
+    return found

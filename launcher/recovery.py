@@ -112,11 +112,15 @@ def summary(
     watched: list[tuple[WorkerWatch | None, str, str]],
     hang: Hang | None,
     signalled: int | None,
+    short: str | None = None,
 ) -> str:
     """The last line a user reads: the exit code, the first cause found (a signal, a hang, the first rank that
-    died, the agent's own report) and where the logs are. `watched`: (worker watch, agent output, agent log)."""
+    died, the agent's own report) and where the logs are. `watched`: (worker watch, agent output, agent log);
+    `short`: why a job whose ranks exited 0 stopped before its last step."""
     if code == 0:
         return f"job finished: exit code 0 after {elapsed_s:.1f} s"
+    if short:
+        return f"job stopped early: exit code {code} after {elapsed_s:.1f} s; {short}"
     why = [d.describe() for watch, _, _ in watched if watch and (d := watch.first_failure)]
     reports = [rep for _, output, _ in watched if (rep := agent_report(output))]
     if hang:

@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # imported where used, once the agents run: not on the way to
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 PREEMPT = signal.SIGUSR1  # Slurm's `--signal=B:USR1@T`: stop gracefully (the job saves), then requeue
+STOPPED_SHORT = 75  # sysexits.h EX_TEMPFAIL: the ranks exited 0 before the last step; running it again goes on
 TAIL_BYTES = 64 * 1024
 DEADLINE_SLACK_S = 0.002  # the watchdog's next poll: this long after the first rank's deadline, at the soonest
 Started = tuple[Command, subprocess.Popen[bytes], BinaryIO | None, bool]  # an agent, its log, whether it is local
@@ -67,6 +68,8 @@ class RunPolicy:
     run_dir: Path
     limits: Limits | None = None  # the watchdog's, from the plan; None: progress is not watched
     requeue_job_id: str | None = None  # SLURM_JOB_ID: `scontrol requeue` it after a preemption notice
+    train_iters: int | None = None  # the trainer's --train-iters: a job whose ranks all exit 0 short of it stopped
+    log_interval: int = 1  # steps per training log line, where progress is read from the logs
 
 
 @contextlib.contextmanager
@@ -101,6 +104,7 @@ class Runner:
         self.agent_restarts = 0  # worker-group restarts the agents did themselves, over all attempts
         self.agent_killed: str | None = None  # an agent died of a signal the launcher did not send
         self.hang: Hang | None = None
+        self.short: str | None = None  # why a job that exited 0 stopped short of its last step
         self.progress: dict[int | None, ProgressWatch] = {}
         self.next_poll = 0.0
         self.guardian: Guardian | None = None
@@ -134,8 +138,49 @@ class Runner:
             attempt += 1
             self.restarts = attempt
             self.log(f"restart {self.restarts + self.agent_restarts} of at most {self.policy.max_restarts}: {reason}")
+        if code == 0 and not self.signalled:
+            self.short = self._short_of_last_step()
+            code = STOPPED_SHORT if self.short else 0
         self._summary(code, time.monotonic() - started)
         return code
+
+    def _short_of_last_step(self) -> str | None:
+        """Why a job whose ranks all exited 0, with no stop asked of the launcher, did not finish its training: the
+        last step its ranks reported (heartbeats, else the training log) is short of --train-iters. A signal sent to
+        the ranks themselves (an operator's kill, a health daemon, Slurm's --signal without B:), Megatron's
+        --exit-duration-in-mins or --exit-interval all end a run so, with exit code 0 (training.py `sys.exit(
+        exit_code)`); reported as success, a workflow went on as if the training had finished (QA, 2026-12-07)."""
+        from launcher.heartbeat import HEARTBEAT_DIR, read_beat
+        from launcher.logprogress import LogProgress
+
+        total = self.policy.train_iters
+        if total is None:
+            return None
+        reached, logged = None, False
+        for r in self.running:
+            if r.watch is None:
+                continue
+            for death in r.watch.deaths[-r.watch.expected :]:
+                beat = read_beat(self.policy.run_dir / HEARTBEAT_DIR, death.worker.rank)
+                if beat is not None and beat.pid == death.worker.pid:
+                    reached = max(reached or 0, beat.step, beat.resumed_from or 0)
+            if reached is None:  # read to the end: the ranks may have logged after the watchdog's last poll
+                progress = self.progress.get(r.command.node_rank)
+                logs = progress.logs if progress and progress.logs else LogProgress(Path(r.command.log).parent)
+                steps = [b.step for d in r.watch.deaths[-r.watch.expected :] if (b := logs.beat(d.worker))]
+                if steps:
+                    reached, logged = max(steps), True
+        if reached is None:
+            return None
+        unlogged = self.policy.log_interval - 1 if logged else 0  # steps after the last log line
+        if reached + unlogged >= total:
+            return None
+        seen = f"its last logged step {reached}" if logged else f"step {reached}"
+        return (
+            f"every rank exited 0 at {seen} of --train-iters {total}, and no stop was asked of the launcher: a "
+            f"signal sent to the ranks themselves, --exit-duration-in-mins or --exit-interval ended the training; "
+            f"run the same command to go on from its last checkpoint"
+        )
 
     def _restartable(self, code: int) -> str | None:
         """Why the launcher runs the job again (None: it does not), within the restart budget."""
@@ -472,4 +517,4 @@ class Runner:
         from launcher import recovery
 
         watched = [(r.watch, r.tail.decode(errors="replace"), r.command.log) for r in self.running]
-        self.log(recovery.summary(code, elapsed_s, watched, self.hang, self.signalled))
+        self.log(recovery.summary(code, elapsed_s, watched, self.hang, self.signalled, self.short))

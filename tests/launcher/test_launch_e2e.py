@@ -119,3 +119,20 @@ def test_slurm_backend_inside_an_allocation(tmp_path: Path) -> None:
     commands = (run_dir / "commands.json").read_text()
     assert '"srun"' in commands and '"SLURM_JOB_ID": "4242"' in commands
     assert_nothing_left(tmp_path)
+
+
+def test_a_sigterm_to_one_rank_stops_the_job_early_not_successfully(tmp_path: Path) -> None:
+    """A SIGTERM sent to rank 1 alone (an operator's kill, a node-health daemon, Slurm's --signal without B:): the
+    example trainer, as Megatron's --exit-signal-handler, saves after the step it is in and every rank exits 0. The
+    job trained some of its 400 steps: it stopped early (75), it did not finish (it said "exit code 0", QA)."""
+    plan = tiny_plan(steps=400, extra_args=("--throttle-s", "0.05"), master_port=free_port())
+    run_dir, out = tmp_path / "run", tmp_path / "out.txt"
+    proc = start(write_plan(tmp_path, plan), run_dir, out)
+    wait_for_step(out, 2)
+    victim = next(w for w in wait_for(lambda: live_workers(run_dir), 30, "workers") if w["rank"] == 1)
+    os.kill(int(victim["pid"]), signal.SIGTERM)  # type: ignore[call-overload]
+    assert proc.wait(timeout=60) == 75
+    log = (run_dir / "launcher.log").read_text()
+    assert "job stopped early: exit code 75 after " in log and " of --train-iters 400, and no stop was asked" in log
+    assert "job finished" not in log and "step 400/" not in out.read_text()
+    assert_nothing_left(tmp_path)

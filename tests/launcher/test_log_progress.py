@@ -77,3 +77,41 @@ def test_a_megatron_style_job_that_stops_logging_is_a_hang(tmp_path: Path) -> No
     assert re.search(r"watchdog killed rank\(s\) (0, )?1 \(no restart left: the job ends\)", log), log
     assert "job failed: exit code 1" in log
     assert not processes_mentioning(str(tmp_path))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("train_iters", "exit_interval", "code"), [(40, 12, 75), (13, 0, 0)])
+def test_a_job_whose_ranks_exit_0_short_of_train_iters_stopped_early(
+    tmp_path: Path, train_iters: int, exit_interval: int, code: int
+) -> None:
+    """Megatron's --exit-interval (as --exit-duration-in-mins and a SIGTERM to the ranks) ends every rank with exit
+    code 0 before --train-iters: its last log line (iteration 10, every 5) is 14 steps at most, short of 40, so the
+    job stopped early (75), not finished. 13 iterations logged every 5 end at 13 with a last line at 10: finished."""
+    args = ("--train-iters", str(train_iters), "--log-interval", "5", "--step-s", "0.02")
+    args += ("--exit-interval", str(exit_interval), str(tmp_path))
+    plan = replace(
+        tiny_plan("fake-megatron", steps=train_iters),
+        entrypoint=Entrypoint(script=str(HERE / "fake_megatron.py"), args=args),
+        prediction=Prediction(step_s=0.02, step_s_high=0.5),
+        watchdog=Watchdog(floor_s=5.0),
+    )
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "launcher", "run", str(write_plan(tmp_path, plan)), "--run-dir", str(run_dir)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=launcher_env(),
+        timeout=100,
+    )
+    log = (run_dir / "launcher.log").read_text()
+    assert done.returncode == code, log
+    if code:
+        assert (
+            f"job stopped early: exit code 75 after " in log
+            and f"every rank exited 0 at its last logged step 10 of --train-iters {train_iters}" in log
+        ), log
+    else:
+        assert "job finished: exit code 0" in log and "stopped early" not in log
+    assert not processes_mentioning(str(tmp_path))
