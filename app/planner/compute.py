@@ -48,6 +48,13 @@ HF_GROUPED_OPS = 24
 HF_GROUPED_BYTES_PER_PAIR = 22
 CAUSAL = 0.5  # causal masking computes half of the s x s scores
 ATTN_BWD_FLOPS = 2.5  # FlashAttention-2: 5 matmuls in backward against 2 in forward
+# PyTorch's context_parallel (torch/distributed/tensor/experimental/_attention.py, `_templated_ring_attention`): after
+# each K/V block's SDPA call but the first, `_SDPAMerger.step` merges the block's output and LSE into fp32 running
+# ones (read the fp32 output and the block's bf16 one, write fp32: ~10 B per output element); in the backward
+# (`_templated_ring_attention_backward`), every block accumulates dQ in fp32 and dK/dV (the query heads' width, after
+# repeat_kv) into the fp32 buffer it passes on, concatenated and made contiguous for the send: ~50 B per element
+TORCH_CP_MERGE_BYTES = 10
+TORCH_CP_GRAD_BYTES = 50
 BWD_BYTES = 2.0  # backward element-wise kernels read the saved tensors and the incoming gradient, write one more
 
 
@@ -164,13 +171,18 @@ def attention_times(
         def timed(keys: float, tile: float) -> tuple[float, float]:
             """`keys` scored per query on average, over key spans of `tile` per query block."""
             shape_factor = tile / (tile + rate.seq_half) * _head_factor(d_qk, rate.head_dim_half)
-            peak = gpu.peak_flops(precision) * shape_factor
+            peak = gpu.peak_flops(precision) * gpu.efficiency.clock * shape_factor
             flops = per_score * keys
             fwd = flops / (peak * rate.forward) + costs.kernel_overhead_s
             return fwd, ATTN_BWD_FLOPS * flops / (peak * rate.backward) + 2 * costs.kernel_overhead_s
 
         # ring CP (p2p) runs the kernel on s/cp-long query and key chunks; a2a and all_gather on the full keys
         full = timed(s_k * CAUSAL, s_q if par.cp_comm_type == "p2p" and par.cp > 1 else s_k)
+        if par.cp > 1 and training.software.costs.context_parallel == "torch-ring":
+            out = s_q * b * heads * d_v  # elements of this rank's attention output
+            merge = stream_time(TORCH_CP_MERGE_BYTES * (par.cp - 1) * out, 3 * (par.cp - 1), gpu, costs)
+            grads = stream_time(TORCH_CP_GRAD_BYTES * par.cp * out, 6 * par.cp, gpu, costs)
+            full = (full[0] + merge, full[1] + grads)
         windowed = model.windowed_layers
         if not windowed:
             return full
@@ -236,6 +248,11 @@ def elementwise(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, t
     else:
         assert model.ffn_hidden_size is not None
         act_elems, permute = tokens * model.ffn_hidden_size / par.tp, 0.0
+    if training.software.costs.repeat_kv and shape.q_width > shape.k_width:
+        # repeat_kv: K and V read and written once per query head (the backward sums the copies back)
+        repeated = ACT * (shape.k_width + shape.v_width) * (1 + shape.q_width / shape.k_width) / par.tp * tokens
+    else:
+        repeated = 0.0
     if impl == "hf-eager":
         # LlamaRMSNorm: to(fp32), pow, mean, rsqrt, mul, to(bf16), mul(weight): ~36 bytes per element, 7 kernels;
         # RoPE by rotate_half (mul, neg, cat, mul, add) ~20 bytes per q/k element; SiLU then mul ~10 bytes
@@ -249,7 +266,7 @@ def elementwise(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, t
             moe_ops = HF_ROUTER_OPS + HF_EXPERT_OPS * (model.num_experts or 0)
         return Elementwise(
             norm_bytes=2 * 36 * tokens * h / sp + qk_norm,
-            attention_bytes=(20 * qk if rope else 0.0) * tokens + 4 * tokens * shape.out_in / par.tp,
+            attention_bytes=(20 * qk if rope else 0.0) * tokens + 4 * tokens * shape.out_in / par.tp + repeated,
             residual_bytes=2 * 6 * tokens * h / sp,
             mlp_bytes=(10 if model.swiglu else 4) * act_elems + permute,
             ops=14 + (10 if rope else 0) + 2 + 2 + 2 + 7 + (14 if model.qk_layernorm else 0) + moe_ops,
@@ -266,12 +283,14 @@ def elementwise(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, t
     # bias-dropout-add (two inputs, one output), fused SwiGLU / GeLU (read fc1 output, write the fc2 input)
     gin = 1 if training.precision == "fp8" else ACT
     mask = 1 if model.hidden_dropout > 0 else 0
+    # torch-compiled: Inductor leaves complex RoPE to eager fp32 kernels (~20 B per q/k element, as hf-eager's)
+    rope_bytes = (20 if impl == "torch-compiled" else 2 * ACT) * qk if rope else 0.0
     return Elementwise(
         norm_bytes=2 * (ACT + gin) * tokens * h / sp,
-        attention_bytes=(2 * ACT * qk if rope else 0.0) * tokens + (ACT + gin) * tokens * shape.out_in / par.tp,
+        attention_bytes=rope_bytes * tokens + (ACT + gin) * tokens * shape.out_in / par.tp + repeated,
         residual_bytes=2 * (3 * ACT + mask) * tokens * h / sp,
         mlp_bytes=((2 if model.swiglu else 1) * ACT + gin) * act_elems + permute,
-        ops=2 + (1 if rope else 0) + 2 + 1 + (4 if moe else 0) + 5,
+        ops=2 + ((4 if impl == "torch-compiled" else 1) if rope else 0) + 2 + 1 + (4 if moe else 0) + 5,
     )
 
 

@@ -32,6 +32,14 @@ class Efficiency(BaseModel):
         description="Inner dimension at which a GEMM tile's main loop and its fixed prologue/epilogue cost the same: "
         "a GEMM of inner size k runs at k/(k + k_half) of the rate of the 8192^3 reference.",
     )
+    clock: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="Tensor-core clock this part sustains under dense math, as a share of the datasheet's (below 1 "
+        "only for a part run under a lower power limit than its datasheet's). `gemm` and `gemm_fp8` already include "
+        "it; the attention kernels' rates, stated at full clocks (data/stacks.json), are scaled by it.",
+    )
     hbm: float = Field(gt=0, le=1, description="Streaming kernels' bandwidth / datasheet HBM bandwidth.")
     nvlink: float = Field(gt=0, le=1, description="NCCL bus bandwidth inside the NVLink domain / datasheet NVLink.")
     network: float = Field(gt=0, le=1, description="NCCL bus bandwidth through one NIC / its line rate.")

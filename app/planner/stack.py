@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 Sharding = Literal["distributed_optimizer", "megatron_fsdp", "zero", "fsdp"]
 PipelineEngine = Literal["megatron", "deepspeed", "torch"]
 ActivationLayout = Literal["megatron", "hf-eager", "mpt", "torchtitan", "maxtext"]
-Elementwise = Literal["fused", "hf-eager", "mpt"]
+Elementwise = Literal["fused", "torch-compiled", "hf-eager", "mpt"]
 Logits = Literal["vocab-parallel", "fused-ce", "hf-fp32", "torch-fp32"]
 Rails = Literal["all", "one"]
 
@@ -121,6 +121,18 @@ class Costs(_Data):
         "experts_implementation): grouped_mm, transformers 5's default (two grouped GEMMs over token-expert pairs "
         "sorted by expert, no host sync), or eager, transformers 4's loop over the experts hit (a host sync per "
         "expert); None for a stack that does not run Hugging Face models.",
+    )
+    repeat_kv: bool = Field(
+        False,
+        description="The model copies K and V to every query head before its attention call (grouped-query "
+        "attention by repeat_kv, as torchtitan's Llama does; its backward sums the copies' gradients back).",
+    )
+    context_parallel: Literal["te", "torch-ring"] = Field(
+        "te",
+        description="How context parallelism runs attention: Transformer Engine's (p2p ring overlapped with the "
+        "attention blocks; all_gather / a2a as Megatron's cp_comm_type), or PyTorch's experimental context_parallel "
+        "(torch.distributed.tensor.experimental._attention: an SDPA call per K/V block, K and V gathered after "
+        "repeat_kv, fp32 dK/dV passed round a ring in the backward; torchtitan).",
     )
     network_rails: Rails = Field(
         "all",

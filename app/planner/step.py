@@ -131,9 +131,15 @@ def _tp_comm(
 
 
 def _cp_comm(
-    model: ModelSpec, par: ParallelConfig, cluster: ClusterSpec, lt: compute.LayerTime, costs: GenerationCosts
+    model: ModelSpec,
+    par: ParallelConfig,
+    cluster: ClusterSpec,
+    lt: compute.LayerTime,
+    costs: GenerationCosts,
+    impl: str = "te",
 ) -> tuple[float, float]:
-    """(forward, backward) exposed context-parallel communication of one layer."""
+    """(forward, backward) exposed context-parallel communication of one layer; `impl`: the stack's context
+    parallelism (data/stacks.json `context_parallel`)."""
     if par.cp == 1:
         return 0.0, 0.0
     shape = attention_shape(model)
@@ -142,6 +148,18 @@ def _cp_comm(
     qkvo = ACT * local * (shape.q_width + shape.k_width + shape.v_width + shape.out_in) / par.tp
     g = layout.cp_group(par, cluster)
     c = costs.overlap_contention
+    if impl == "torch-ring":
+        # PyTorch's context_parallel with torchtitan's rotate method "allgather": K and V, repeated to the query
+        # heads (models/llama/model.py repeat_kv runs before SDPA), gathered whole before the first block's SDPA
+        # call, in the forward and again in the backward; the fp32 dK/dV passed round the ring after every block
+        # (`dkv_rotater`, single-peer all_to_all: cp sends). Under torch.compile each collective is waited on as
+        # it is issued (_functional_collectives `wait_tensor` when tracing) and Inductor reorders no communication
+        # by default: none of it overlaps the attention
+        repeated = kv * shape.q_width / shape.k_width
+        gather = comm.collective_time("all_gather", repeated * par.cp, g, cluster)
+        pair = comm.Group(2, 1 if g.crosses else 2, 2 if g.crosses else 1)
+        sends = par.cp * comm.collective_time("send_recv", 2 * repeated, pair, cluster)  # fp32: twice the bytes
+        return gather, gather + sends
     if par.cp_comm_type == "a2a":
         t = comm.collective_time("all_to_all", qkvo, g, cluster, calls=4)
         return t, t
@@ -234,7 +252,14 @@ def _layer_traffic(
             window += tp[0] + tp[1]
         ep, ep_hidden = _ep_comm(model, par, cluster, training, lt, costs, window) if moe else (0.0, 0.0)
         inside = (tp_inside, par.cp > 1 and not layout.cp_group(par, cluster).crosses, bool(ep) and ep_inside)
-        return _LayerTraffic(lt, tp, _cp_comm(model, par, cluster, lt, costs), ep, ep_hidden, inside)
+        return _LayerTraffic(
+            lt,
+            tp,
+            _cp_comm(model, par, cluster, lt, costs, training.software.costs.context_parallel),
+            ep,
+            ep_hidden,
+            inside,
+        )
 
     return model.memo(("layer_traffic", par.layer_key, moe), traffic, cluster, training)
 

@@ -109,7 +109,7 @@ def test_a_job_whose_ranks_exit_0_short_of_train_iters_stopped_early(
     assert done.returncode == code, log
     if code:
         assert (
-            f"job stopped early: exit code 75 after " in log
+            "job stopped early: exit code 75 after " in log
             and f"every rank exited 0 at its last logged step 10 of --train-iters {train_iters}" in log
         ), log
     else:
