@@ -104,6 +104,7 @@ class Runner:
         self.agent_restarts = 0  # worker-group restarts the agents did themselves, over all attempts
         self.agent_killed: str | None = None  # an agent died of a signal the launcher did not send
         self.hang: Hang | None = None
+        self.hang_group: tuple[WorkerWatch, int] | None = None  # the watch and worker group the hang was in
         self.short: str | None = None  # why a job that exited 0 stopped short of its last step
         self.progress: dict[int | None, ProgressWatch] = {}
         self.next_poll = 0.0
@@ -349,7 +350,9 @@ class Runner:
             if hang:
                 from launcher import recovery
 
-                self.hang = self.hang or hang
+                # the latest hang, with the worker group it stopped: the summary cites it only if that group is
+                # the one the job ended with (it cited the first hang's pids beside a later group's, QA L4)
+                self.hang, self.hang_group = hang, (r.watch, r.watch.restarts)
                 assert self.policy.limits is not None
                 left = self.policy.max_restarts - self.restarts - self.agent_restarts - r.watch.restarts
                 recovery.tear_down_hung(
@@ -517,4 +520,8 @@ class Runner:
         from launcher import recovery
 
         watched = [(r.watch, r.tail.decode(errors="replace"), r.command.log) for r in self.running]
-        self.log(recovery.summary(code, elapsed_s, watched, self.hang, self.signalled, self.short))
+        last = self.hang_group is not None and any(
+            r.watch is self.hang_group[0] and r.watch.restarts == self.hang_group[1] for r in self.running
+        )
+        hang = self.hang if last else None
+        self.log(recovery.summary(code, elapsed_s, watched, hang, self.signalled, self.short))

@@ -65,6 +65,7 @@ class Hang:
     timeout_s: float
     how: str
     node_rank: int | None
+    why: str = ""  # how the named rank was told from the others, or that it could not be
 
     def describe(self) -> str:
         node = "" if self.node_rank is None else f", node {self.node_rank}"
@@ -73,7 +74,8 @@ class Hang:
             f"last completed step {c.step}{' (from its log)' if c.from_log else ''}, in phase {c.phase}"
             for c in self.culprits
         )
-        return f"hang: {who}: no progress for {self.waited_s:.1f} s (timeout {self.timeout_s:.1f} s = {self.how})"
+        why = f"; {self.why}" if self.why else ""
+        return f"hang: {who}: no progress for {self.waited_s:.1f} s (timeout {self.timeout_s:.1f} s = {self.how}){why}"
 
 
 def _written(beat: Beat, now: float) -> float:
@@ -246,12 +248,35 @@ class ProgressWatch:
         stopped = [t for t in self.tracks.values() if procs.state(t.worker.pid) == "T"]
         fewest = min(o[0].beat.step for o in overdue)
         named = stopped or [o[0] for o in overdue if o[0].beat.step == fewest]
+        why = ""
+        if not stopped and len(named) > 1:
+            named, why = self._slowest_computing(named)
         self.fired = True
         culprits = tuple(
             Culprit(t.worker.rank, t.worker.pid, t.beat.step, t.beat.phase, bool(stopped), t.from_log) for t in named
         )
         _, waited, seconds, how = max(overdue, key=lambda o: o[1])
-        return Hang(culprits, waited, seconds, how, self.node_rank)
+        return Hang(culprits, waited, seconds, how, self.node_rank, why)
+
+    def _slowest_computing(self, named: list[Track]) -> tuple[list[Track], str]:
+        """Of ranks stuck at the same step, none stopped: the one whose last step computed `straggler_factor` x
+        longer than the others' median is the one they wait for (a rank stuck in its own work holds every other
+        in the next collective, at the same step); else which one is stuck cannot be told from the heartbeats, and
+        the message says so rather than call them all culprits (QA M4)."""
+        computed = {t.worker.rank: t.beat.compute_s for t in named if t.beat.compute_s}
+        if len(computed) == len(named):
+            for track in named:
+                others = statistics.median(v for r, v in computed.items() if r != track.worker.rank)
+                mine = computed[track.worker.rank]
+                if others > 0 and mine >= self.limits.straggler_factor * others:
+                    return [track], (
+                        f"its last step computed for {mine:.3g} s against the other ranks' {others:.3g} s (median): "
+                        f"they wait for it"
+                    )
+        return named, (
+            f"all {len(named)} at step {named[0].beat.step}, none stopped: which one is stuck cannot be told from "
+            f"the heartbeats (the stack traces show the rank that is not in a collective)"
+        )
 
     # Stragglers ---------------------------------------------------------------------------------------------------
     def _stragglers(self) -> None:

@@ -7,14 +7,18 @@ signals throughout."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, free_port, launcher_env, live_workers, losses, processes_mentioning, wait_for, write_plan
 from make_plan import tiny_plan
+
+from launcher.spec import Prediction, Watchdog
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
@@ -135,4 +139,29 @@ def test_a_sigterm_to_one_rank_stops_the_job_early_not_successfully(tmp_path: Pa
     log = (run_dir / "launcher.log").read_text()
     assert "job stopped early: exit code 75 after " in log and " of --train-iters 400, and no stop was asked" in log
     assert "job finished" not in log and "step 400/" not in out.read_text()
+    assert_nothing_left(tmp_path)
+
+
+def test_the_failure_summary_cites_the_hang_that_ended_the_job(tmp_path: Path) -> None:
+    """Rank 1 sleeps 6 s in every step: the watchdog kills the group (hang 1), torchrun restarts it once, and the
+    second hang ends the job. The summary names the second group's pids, which torchrun's report names too; it cited
+    the first hang's pids, restarted fine long before (QA L4)."""
+    plan = tiny_plan(
+        steps=400,
+        max_restarts=1,
+        extra_args=("--throttle-s", "0.05", "--inject-slow-rank", "1", "--inject-slow-s", "6"),
+        master_port=free_port(),
+    )
+    plan = replace(plan, prediction=Prediction(step_s=0.05, step_s_high=0.1), watchdog=Watchdog(floor_s=2.0))
+    run_dir, out = tmp_path / "run", tmp_path / "out.txt"
+    proc = start(write_plan(tmp_path, plan), run_dir, out)
+    assert proc.wait(timeout=120) == 1
+    log = (run_dir / "launcher.log").read_text()
+    hangs = [line.split(" ", 2)[2] for line in log.splitlines() if line.split(" ", 2)[2].startswith("hang: ")]
+    assert len(hangs) == 2, log
+    summary = next(line for line in log.splitlines() if "job failed: exit code 1" in line)
+    first_pids, last_pids = (set(re.findall(r"pid (\d+)", h)) for h in hangs)
+    assert first_pids.isdisjoint(last_pids)
+    cited = set(re.findall(r"pid (\d+)", summary))
+    assert last_pids & cited and not first_pids & cited, summary
     assert_nothing_left(tmp_path)

@@ -135,6 +135,29 @@ def test_without_a_stopped_rank_the_one_behind_is_named(tmp_path: Path, sleepers
     assert hang is not None and [c.rank for c in hang.culprits] == [1] and "node 3" in hang.describe()
 
 
+@pytest.mark.parametrize(("compute", "named"), [((0.01, 6.0), [1]), ((0.2, 0.21), [0, 1])])
+def test_ranks_stuck_at_the_same_step_are_told_apart_by_their_last_compute(  # type: ignore[no-untyped-def]
+    tmp_path: Path, sleepers, compute: tuple[float, float], named: list[int]
+) -> None:
+    """Both ranks completed step 1 and none is stopped. Rank 1 computed its last step in 6 s against rank 0's
+    0.01 s: it is the one rank 0 waits for in the next collective, and the one named (both were, QA M4). With alike
+    compute times the message says that the stuck rank cannot be told, rather than call both culprits."""
+    watch = ProgressWatch(limits(step_s=0.2, step_s_high=0.25), tmp_path, 0, lambda m, echo=True: None)
+    hbs = beats(tmp_path, sleepers)
+    watch.poll(sleepers, 0.0)
+    for hb, c in zip(hbs, compute, strict=True):
+        hb.beat(phase="train", step=1, step_s=0.2, compute_s=c)
+    watch.poll(sleepers, 0.1)
+    hang = watch.poll(sleepers, 3.0)
+    assert hang is not None and [c.rank for c in hang.culprits] == named
+    if named == [1]:
+        assert "its last step computed for 6 s against the other ranks' 0.01 s (median): they wait for it" in (
+            hang.describe()
+        )
+    else:
+        assert "all 2 at step 1, none stopped: which one is stuck cannot be told from the heartbeats" in hang.describe()
+
+
 def test_a_straggler_is_reported_once_and_a_slow_job_is_warned_about(tmp_path: Path, sleepers) -> None:  # type: ignore[no-untyped-def]
     events: list[str] = []
     watch = ProgressWatch(limits(step_s=0.2, step_s_high=0.25), tmp_path, 0, lambda m, echo=True: events.append(m))
