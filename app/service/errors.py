@@ -55,9 +55,20 @@ def _message(err: Mapping[str, Any]) -> str:
         return "unknown field"
     msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
     given = err.get("input")
+    if isinstance(given, str) and tuple(err.get("loc", ()))[:1] == ("header",):
+        given = _header_text(given)
     if "input" in err and kind not in _NO_GOT and not isinstance(given, (dict, list)):
         msg = f"{msg} (got {given!r})"
     return msg
+
+
+def _header_text(value: str) -> str:
+    """A header value as the client wrote it: Starlette decodes header bytes as latin-1, so UTF-8 text (a key in
+    Cyrillic, say) came back as mojibake ('ÐºÐ»Ñ\x8eÑ\x87' for 'ключ', QA)."""
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return value
 
 
 def error_list(errors: Iterable[Mapping[str, Any]], prefix: str = "") -> list[FieldError]:

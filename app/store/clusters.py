@@ -93,6 +93,12 @@ class ClusterStore:
         )
         try:
             with Session(self.engine) as session, session.begin():
+                taken = session.scalar(select(ClusterRow.name).where(func.lower(ClusterRow.name) == name.lower()))
+                if taken is not None:  # names are told apart without case: a request names one cluster (QA)
+                    raise ClusterExists(
+                        f"a saved cluster named {taken!r} exists already (names are compared without case); choose "
+                        f"another name, or change that one with PUT /clusters/{taken}"
+                    )
                 session.add(row)
                 session.flush()
                 session.add(audit_row(owner, "cluster.create", name, spec=spec))
@@ -105,8 +111,11 @@ class ClusterStore:
         return record
 
     def get(self, name: str) -> ClusterRecord | None:
+        """The saved cluster of that name, compared without case (`add` keeps names unique that way)."""
         with Session(self.engine) as session:
-            row = session.get(ClusterRow, name)
+            row = session.get(ClusterRow, name) or session.scalar(
+                select(ClusterRow).where(func.lower(ClusterRow.name) == name.lower()).limit(1)
+            )
             return _record(row) if row is not None else None
 
     def page(self, limit: int, offset: int, owner: str | None = None) -> tuple[list[ClusterRecord], int]:
@@ -136,6 +145,7 @@ class ClusterStore:
         before = self.get(name)
         if before is None:
             return None
+        name = before.name  # as stored
         if only_owner is not None and before.owner != only_owner:
             raise NotOwner(name, before.owner, kind="cluster")
         if before.version != version:
@@ -169,6 +179,7 @@ class ClusterStore:
             before = self.get(name)
             if before is None:
                 return False
+            name = before.name  # as stored
             if only_owner is not None and before.owner != only_owner:
                 raise NotOwner(name, before.owner, kind="cluster")
             with Session(self.engine) as session, session.begin():

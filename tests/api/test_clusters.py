@@ -91,3 +91,19 @@ def test_saved_clusters_survive_a_restart(make_client: ClientFactory) -> None:
     with make_client() as client:
         body: dict[str, Any] = client.get("/clusters").json()
         assert [c["name"] for c in body["items"]] == ["pod-a"] and body["items"][0]["sent"] == POD["cluster"]
+
+
+def test_cluster_names_are_told_apart_without_case(make_client: ClientFactory) -> None:
+    """`pod-a` and `POD-A` could both be saved, and `{"saved": "Pod-A"}` was a 404 (QA): a name means one cluster,
+    whatever its case, in a request, a read, an edit and a delete."""
+    with make_client() as client:
+        assert client.post("/clusters", json=POD).status_code == 201
+        twin = client.post("/clusters", json={**POD, "name": "POD-A"})
+        assert twin.status_code == 409 and "a saved cluster named 'pod-a' exists already" in twin.json()["detail"]
+        plan = client.post("/plans", json={**TINY, "cluster": {"saved": "Pod-A"}})
+        assert plan.status_code == 201 and plan.json()["result"]["cluster"]["num_nodes"] == 2, plan.text
+        assert client.get("/clusters/POD-A").json()["name"] == "pod-a"
+        changed = {"version": 1, "description": "four nodes", "cluster": {**POD["cluster"], "num_nodes": 4}}
+        assert client.put("/clusters/Pod-a", json=changed).json()["version"] == 2
+        assert client.delete("/clusters/POD-a").status_code == 204
+        assert client.get("/clusters").json()["total"] == 0

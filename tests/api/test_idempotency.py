@@ -49,6 +49,8 @@ def test_malformed_keys_are_422(client: Any, key: str) -> None:
     field = r.json()["errors"][0]["field"]
     assert r.status_code == 422 and field.endswith("Idempotency-Key"), field
     assert client.get("/plans").json()["total"] == 0
+    if key == "ünï":  # the key as sent, not its UTF-8 bytes read as latin-1 ('Ã¼nÃ¯', QA)
+        assert "(got 'ünï')" in r.json()["errors"][0]["message"], r.json()
 
 
 def test_a_deleted_plan_frees_its_key(client: Any) -> None:
