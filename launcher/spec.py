@@ -73,8 +73,16 @@ RESERVED_FILES = (
     "workers.json",
     "logs",
     "hostfile.generated",
+    "deepspeed_env.generated",
     "heartbeats",
     "stacks",
+    "metrics",
+    "bench.json",
+    "cluster_profile.json",
+)
+# ... and per node (--node-rank K, and workers.node0.json of a one-node run), and the run directory's locks
+RESERVED_PER_NODE = re.compile(
+    r"^(?:(?:commands|workers)\.node\d+\.json|launcher\.node\d+\.log|\.launcher(?:\.node\d+)?\.lock)$"
 )
 MAX_PLAN_BYTES = 64 << 20
 LOOPBACK = re.compile(r"^(localhost|127\.\d+\.\d+\.\d+|::1)$")
@@ -254,8 +262,11 @@ class Plan:
                 raise PlanError(f"env.{key} is set by the launcher for each worker; remove it from the plan")
             _check_placeholders(f"env.{key}", value)
         for name in self.files:
-            if name in RESERVED_FILES:
-                raise PlanError(f"files.{name}: the launcher writes that name itself (reserved: {RESERVED_FILES})")
+            if name in RESERVED_FILES or RESERVED_PER_NODE.match(name):
+                raise PlanError(
+                    f"files.{name}: the launcher writes that name itself (reserved: {', '.join(RESERVED_FILES)}, "
+                    f"commands.nodeK.json, workers.nodeK.json, launcher.nodeK.log, .launcher[.nodeK].lock)"
+                )
         self._check_consistency()
 
     def _check_consistency(self) -> None:
@@ -329,9 +340,26 @@ def check_version(version: object) -> None:
         )
 
 
+class DuplicateKey(ValueError):
+    pass
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """JSON allows a key twice in one object and json.loads keeps the later value: a plan edited by hand with a
+    second "job" at its end ran with that one, silently (QA L5). Refused, naming the key."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(f"the key {key!r} appears twice in one object; keep one (JSON readers keep either)")
+        out[key] = value
+    return out
+
+
 def loads(text: str, where: str = "plan.json") -> Plan:
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except DuplicateKey as exc:
+        raise PlanError(f"{where}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise PlanError(f"{where}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:

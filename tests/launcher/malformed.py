@@ -77,6 +77,11 @@ TEXT_CASES: list[tuple[str, bytes, str]] = [
     ("only whitespace", b"  \n\t ", "not valid JSON"),
     ("truncated", json.dumps(valid()).encode()[:-7], "not valid JSON"),
     ("top-level array", b"[1, 2]", "expected a JSON object at the top"),
+    (
+        "a second job at the end",  # json.loads kept the later one, silently (QA L5)
+        json.dumps(valid()).encode()[:-1] + b', "job": {"name": "other"}}',
+        "the key 'job' appears twice in one object",
+    ),
     ("top-level string", b'"plan"', "expected a JSON object at the top"),
     ("top-level null", b"null", "expected a JSON object at the top"),
     ("deeply nested array", b"[" * DEEP + b"]" * DEEP, "nested too deeply"),
@@ -137,6 +142,12 @@ TEXT_CASES: list[tuple[str, bytes, str]] = [
     ("file name of 300 characters", changed(_set("files", {"f" * 300: "y"})), "is not a valid name"),
     ("file content a number", changed(_set("files.x.txt", 3)), "files.x.txt: expected a string"),
     ("reserved file name", changed(_set("files.heartbeats", "")), "files.heartbeats: the launcher writes"),
+    (
+        "a node's workers file",  # written by every launcher, even without --node-rank (QA L5)
+        changed(_set("files.workers.node0.json", "")),
+        "files.workers.node0.json: the launcher writes",
+    ),
+    ("bench's metrics directory", changed(_set("files.metrics", "")), "files.metrics: the launcher writes"),
     ("entrypoint missing", changed(_del("entrypoint")), "plan: missing required field(s) 'entrypoint'"),
     ("script empty", changed(_set("entrypoint.script", "")), "entrypoint.script is empty"),
     ("args not a list", changed(_set("entrypoint.args", "--lr 1")), "entrypoint.args: expected a list"),
