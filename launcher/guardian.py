@@ -7,12 +7,18 @@ TRAINPLAN_LAUNCH_ID (each command gets it, and every process below inherits it, 
 too). A parent-death signal (PR_SET_PDEATHSIG) alone would not do: it reaches only the direct children (the
 agents), not the workers they start in their own sessions. The guardian runs in its own session, so the signals
 that stop the launcher's terminal group (Ctrl-C) do not stop it first.
+
+A process a rank starts with an environment of its own (an uploader, a profiler: `Popen(..., env={...})`) does not
+carry the token: the guardian also records, every `RECORD_S` while it waits, the processes below the launcher (by
+pid and start time, so that a recycled pid is never taken for one of them), and kills those that are still there
+once the launcher is gone (QA M7: such a helper in its own session outlived a SIGKILLed launcher).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import time
 
@@ -20,6 +26,7 @@ from launcher import procs
 
 TOKEN_ENV = "TRAINPLAN_LAUNCH_ID"
 SWEEPS = 50
+RECORD_S = 1.0  # how often the guardian records the processes below the launcher: /proc/<pid>/task/*/children reads
 
 
 def carrying(token: str) -> list[int]:
@@ -41,15 +48,29 @@ def _detach(read_fd: int) -> None:
     os.setsid()
 
 
-def _watch(read_fd: int, token: str) -> None:
+def _record(launcher: int, skip: frozenset[int], seen: dict[int, int]) -> None:
+    """Add the processes below the launcher (less the subtrees in `skip`) to `seen`: pid -> start time."""
+    for pid in procs.descendants(launcher, skip):
+        started = procs.start_ticks(pid)
+        if started is not None:
+            seen.setdefault(pid, started)
+
+
+def _watch(read_fd: int, token: str, skip: frozenset[int]) -> None:
+    launcher = os.getppid()
     _detach(read_fd)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
+    seen: dict[int, int] = {}
     with contextlib.suppress(OSError):
-        while os.read(read_fd, 64):
-            pass
+        while True:
+            ready, _, _ = select.select([read_fd], [], [], RECORD_S)
+            if ready and not os.read(read_fd, 64):
+                break  # end of file: the launcher is gone (or closed it when done)
+            _record(launcher, skip | {os.getpid()}, seen)
     for _ in range(SWEEPS):
-        left = [p for p in carrying(token) if procs.state(p) not in (None, "Z")]
+        recorded = [p for p, started in seen.items() if procs.start_ticks(p) == started]
+        left = [p for p in {*carrying(token), *recorded} if procs.state(p) not in (None, "Z")]
         if not left:
             return
         procs.signal_pids(left, signal.SIGKILL)
@@ -57,13 +78,14 @@ def _watch(read_fd: int, token: str) -> None:
 
 
 class Guardian:
-    def __init__(self) -> None:
+    def __init__(self, skip: frozenset[int] = frozenset()) -> None:
+        """`skip`: children the launcher's process had before the job (not the job's; never recorded)."""
         self.token = os.urandom(16).hex()  # 32 hex digits, like uuid4().hex, without importing uuid (~2.5 ms)
         read_fd, self.write_fd = os.pipe2(os.O_CLOEXEC)
         self.pid = os.fork()
         if self.pid == 0:  # the guardian: only os-level calls from here on, then _exit
             try:
-                _watch(read_fd, self.token)
+                _watch(read_fd, self.token, skip)
             finally:
                 os._exit(0)
         os.close(read_fd)

@@ -37,6 +37,12 @@ def _stat_fields(pid: int) -> list[str] | None:
     return [raw[: raw.index(" ")], "comm", *raw[raw.rindex(")") + 2 :].split()]
 
 
+def start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (stat field 22): with the pid, it names one process."""
+    fields = _stat_fields(pid)
+    return int(fields[21]) if fields else None
+
+
 def parent_of(pid: int) -> int | None:
     fields = _stat_fields(pid)
     return int(fields[3]) if fields else None

@@ -115,7 +115,7 @@ class Runner:
         # Children this process had before the job (a program that embeds the runner, e.g. its multiprocessing
         # forkserver) are not the job's: cleanup never signals or reaps them, nor anything below them.
         self.before = frozenset(procs.children(os.getpid()))
-        self.guardian = Guardian()  # first: it must exist before anything it guards
+        self.guardian = Guardian(self.before)  # first: it must exist before anything it guards
         try:
             with signals_to_fd() as sig_fd:
                 self.selector.register(sig_fd, selectors.EVENT_READ, ("signal", None))

@@ -3,6 +3,7 @@ writes them) and real processes; the guardian (launcher/guardian.py) with a real
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -194,6 +195,44 @@ def test_the_guardian_kills_the_job_when_the_launcher_is_sigkilled(tmp_path: Pat
     wait_for(lambda: procs.state(worker) in (None, "Z"), 10, "the worker to be killed", interval=0.05)
     assert time.monotonic() - t0 < 5
     wait_for(lambda: procs.state(guardian) in (None, "Z"), 10, "the guardian to exit", interval=0.05)
+
+
+def test_the_guardian_kills_a_helper_started_without_the_token_when_the_launcher_is_sigkilled(tmp_path: Path) -> None:
+    """A rank's helper started with an environment of its own (no TRAINPLAN_LAUNCH_ID) in its own session, its
+    parent (the rank) gone: the guardian recorded it below the launcher while it waited and kills it once the
+    launcher is SIGKILLed. It survived, reparented to init (QA M7)."""
+    rank_script = tmp_path / "rank.py"
+    rank_script.write_text(
+        "import subprocess, sys, time\n"
+        "helper = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], env={'PATH': '/usr/bin'},\n"
+        "                          start_new_session=True)\n"
+        "print(helper.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    code = (
+        "import os, subprocess, sys, time\n"
+        "from launcher.guardian import Guardian\n"
+        "g = Guardian()\n"
+        f"rank = subprocess.Popen([sys.executable, {str(rank_script)!r}], stdout=subprocess.PIPE, text=True)\n"
+        "print(rank.stdout.readline().strip(), rank.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT, env=launcher_env()
+    )
+    assert launcher.stdout is not None
+    helper, rank = map(int, launcher.stdout.readline().split())
+    try:
+        assert TOKEN_ENV not in procs.environ(helper)
+        time.sleep(2.5)  # the guardian records the tree every second
+        os.kill(launcher.pid, signal.SIGKILL)
+        launcher.wait()
+        wait_for(lambda: procs.state(helper) in (None, "Z"), 10, "the helper to be killed", interval=0.05)
+        wait_for(lambda: procs.state(rank) in (None, "Z"), 10, "the rank to be killed", interval=0.05)
+    finally:
+        for pid in (helper, rank):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_a_torn_or_foreign_record_reads_as_nothing(tmp_path: Path) -> None:
