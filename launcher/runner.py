@@ -483,8 +483,8 @@ class Runner:
         """Nothing may outlive the job: kill and collect whatever is left below the launcher."""
         own = {r.popen.pid for r in self.running}
         while self.stop_deadline is not None and time.monotonic() < self.stop_deadline and self._leftovers():
+            self._drain(0.1)
             procs.reap_orphans(own, self.before)  # orphans of a stopped agent get the rest of the grace period
-            time.sleep(0.1)
         for attempt in range(50):
             left = self._leftovers()
             if not left:
@@ -501,6 +501,20 @@ class Runner:
                 if closable is not None:
                     with contextlib.suppress(OSError):
                         closable.close()
+
+    def _drain(self, timeout: float) -> None:
+        """While the ranks of a stopped agent finish in the grace period: their exits (read before they are reaped)
+        and the console's last lines. DeepSpeed's runner dies of the SIGTERM at once while its ranks save and exit
+        after it: the console and launcher.log ended at the save before (QA L2). A second SIGINT still kills."""
+        for key, _ in self.selector.select(timeout):
+            kind, obj = key.data[0], key.data[1]
+            if kind == "worker":
+                self._on_worker_exit(obj, key.data[2])
+            elif kind == "signal":
+                self._on_signal(key.fd)
+        for r in self.running:
+            if r.follower:
+                r.follower.poll()
 
     def _below(self) -> list[int]:
         guardian = self.guardian.pid if self.guardian else -1

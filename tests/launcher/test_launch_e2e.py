@@ -165,3 +165,21 @@ def test_the_failure_summary_cites_the_hang_that_ended_the_job(tmp_path: Path) -
     cited = set(re.findall(r"pid (\d+)", summary))
     assert last_pids & cited and not first_pids & cited, summary
     assert_nothing_left(tmp_path)
+
+
+def test_under_deepspeed_a_stop_shows_the_last_save_on_the_console(tmp_path: Path) -> None:
+    """SIGTERM to the launcher under the deepspeed backend: DeepSpeed's runner dies of it at once while its ranks
+    save after their step and exit within the grace period. The console and launcher.log follow them to the end:
+    the last save they show is the one `latest` names (they stopped at the save before, QA L2)."""
+    plan = tiny_plan(backend="deepspeed", steps=400, extra_args=("--throttle-s", "0.05"), master_port=free_port())
+    run_dir, out = tmp_path / "run", tmp_path / "out.txt"
+    proc = start(write_plan(tmp_path, plan), run_dir, out)
+    wait_for_step(out, 3)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 143
+    latest = (run_dir / "checkpoints" / "latest").read_text().strip()
+    saves = re.findall(r"saved checkpoint (\S+) in", out.read_text())
+    assert saves and saves[-1] == latest, (saves, latest)
+    log = (run_dir / "launcher.log").read_text()
+    assert "exited: rank 0 " in log and "exited: rank 1 " in log, log
+    assert_nothing_left(tmp_path)
