@@ -103,6 +103,14 @@ def params(value: float) -> str:
     return f"{value / 1e9:.2f}B" if value >= 1e9 else f"{value / 1e6:.1f}M"
 
 
+def token_count(value: float) -> str:
+    """A number of tokens for people: 2T, 300B, 1.5M (three significant figures at most)."""
+    for scale, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if value >= scale:
+            return f"{value / scale:.3g}{unit}"
+    return f"{value:.0f}"
+
+
 class WebTemplates:
     def __init__(self, templates_dir: Path) -> None:
         web = Path(templates_dir) / "web"
@@ -123,6 +131,7 @@ class WebTemplates:
             num=num,
             seconds=seconds,
             params=params,
+            tokens=token_count,
             n=coord,
             days=days,
             money=money,

@@ -63,8 +63,25 @@ def test_the_time_to_train_kpi_is_the_wall_clock_of_the_cost_table(web: Any) -> 
     compute = plan["estimate"]["time"]["time_to_train_s"]
     wall = compute / plan["checkpoint"]["goodput"]
     kpi = web.get(f"/p/{r.json()['id']}").text.split('id="kpi-time-to-train"', 1)[1].split("</div>", 1)[0]
-    assert f"{seconds(wall)} <small>wall clock; compute {seconds(compute)}</small>" in kpi
+    assert f"{seconds(wall)} <small>wall clock for 2T tokens; compute {seconds(compute)}</small>" in kpi
     assert seconds(wall) != seconds(compute)
+    # with other tokens typed into the cost panel, the KPI still says which tokens it is for (QA: 31.5 days above
+    # a table that said 6.3 days, for the same plan)
+    page = web.get(f"/p/{r.json()['id']}?tokens=1e11").text
+    assert "wall clock for 2T tokens" in page and 'value="1e11"' in page
+
+
+def test_token_counts_read_as_people_write_them() -> None:
+    from app.web.templates import token_count
+
+    assert [token_count(t) for t in (2e12, 1.5e12, 3e11, 1e11, 2.5e6, 999)] == [
+        "2T",
+        "1.5T",
+        "300B",
+        "100B",
+        "2.5M",
+        "999",
+    ]
 
 
 def test_short_runs_and_small_sums_keep_their_digits() -> None:
