@@ -138,6 +138,48 @@ def _cell(text: str) -> str:
     return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
+@router.get("/p/{plan_id}/delete", response_class=HTML)
+def confirm_delete_page(
+    request: Request,
+    plan_id: Annotated[str, Path(pattern=r"^[0-9a-f]{16}$")],
+    store: StoreDep,
+    templates: TemplatesDep,
+    viewer: PageViewerDep,
+    prefs: PrefsDep,
+    back: Annotated[str, Query(max_length=2000)] = "",
+) -> Response:
+    """The plan list's Delete asks first: one click removed a plan for good (QA). The page names the plan and posts
+    the deletion with the session's CSRF token; "Keep it" goes back to the list as it was filtered."""
+    if not viewer.may("write"):
+        raise AuthError(403, f"{viewer.name} has the {viewer.role} role: it may read plans, not delete them")
+    record = store.get(plan_id)
+    if record is None:
+        page = templates.render(
+            "not_found.html",
+            message=f"No stored plan with id {plan_id}.",
+            planner_version=__version__,
+            viewer=viewer,
+            prefs=prefs,
+            self_url="/recent",
+        )
+        return html(request, page, 404)
+    filters = query_of(
+        filters_of(*(dict(parse_qsl(back)[:8]).get(k, "")[:200] for k in ("q", "model", "gpu", "owner")))
+    )
+    page = templates.render(
+        "confirm_delete.html",
+        record=record,
+        back=filters,
+        cancel_url=f"/recent?{filters}",
+        csrf_token=viewer.csrf_token if viewer.via == "session" else "",
+        planner_version=__version__,
+        viewer=viewer,
+        prefs=prefs,
+        self_url=f"/p/{plan_id}/delete",
+    )
+    return html(request, page)
+
+
 @router.post("/p/{plan_id}/delete")
 def delete_plan(
     request: Request,

@@ -240,7 +240,14 @@ def test_plan_list_search_csv_and_delete(page: Any, server: str, tmp_path: Path)
         page.click("#csv-link")
     rows = Path(download.value.path()).read_text().splitlines()
     assert rows[0].startswith("id,created_at,owner,model") and len(rows) == 2 and rows[1].startswith(pid)
-    page.click(f'button[aria-label="delete plan {pid}"]')
+    page.click(f'a[aria-label="delete plan {pid}"]')  # asks first: one click deleted the plan for good (QA)
+    page.wait_for_url(f"{server}/p/{pid}/delete?back=q%3D{pid}")
+    shots(page, tmp_path, "confirm-delete")
+    page.click("#cancel-delete")  # "Keep it": back to the list as it was filtered, nothing deleted
+    page.wait_for_url(f"{server}/recent?q={pid}")
+    assert page.request.get(f"{server}/plans/{pid}").status == 200
+    page.click(f'a[aria-label="delete plan {pid}"]')
+    page.click("#confirm-delete")
     page.wait_for_url(f"{server}/recent?q={pid}&deleted={pid}")  # back to the list as it was filtered
     assert page.input_value("#f-q") == pid
     assert page.request.get(f"{server}/plans/{pid}").status == 404
@@ -295,7 +302,14 @@ def test_axe_finds_no_serious_violation(page: Any, server: str, theme: str) -> N
     # scrollable-region-focusable, serious; QA 2026-12-06 found it on every plan page at 390 px)
     for width in WIDTHS:
         page.set_viewport_size({"width": width, "height": 900})
-        for path in ("/", f"/p/{pid}", f"/compare?p={pid}:1&p={pid}:2", "/recent", "/p/0123456789abcdef"):
+        for path in (
+            "/",
+            f"/p/{pid}",
+            f"/compare?p={pid}:1&p={pid}:2",
+            "/recent",
+            f"/p/{pid}/delete",
+            "/p/0123456789abcdef",
+        ):
             page.goto(f"{server}{path}")
             page.add_script_tag(content=source)
             result = page.evaluate("async () => await axe.run(document, {resultTypes: ['violations']})")

@@ -225,6 +225,20 @@ def test_delete_needs_the_owner_or_an_admin(web: Any) -> None:
     assert done.status_code == 303 and web.get(f"/plans/{created['id']}").status_code == 404
 
 
+def test_delete_asks_first_and_only_a_writer_may_ask(web: Any) -> None:
+    """The list's Delete opens a page that names the plan and posts the deletion (one click deleted it, QA); a reader
+    is refused that page, a plan that is gone is a 404, and "Keep it" goes back to the list as it was filtered."""
+    created = stored(web, SMALL)
+    asked = web.get(f"/p/{created['id']}/delete", params={"back": "q=llama&model=x&evil=1"})
+    assert asked.status_code == 200 and f"Delete plan {created['id']}?" in asked.text
+    assert f'action="/p/{created["id"]}/delete"' in asked.text and 'name="csrf_token"' in asked.text
+    assert 'href="/recent?q=llama&amp;model=x" id="cancel-delete"' in asked.text  # only the filters come back
+    assert web.get(f"/plans/{created['id']}").status_code == 200  # asking deletes nothing
+    reader = httpx.Headers(auth(login_token(web, "rita", "read-only")))
+    assert web.get(f"/p/{created['id']}/delete", headers=dict(reader)).status_code == 403
+    assert web.get("/p/0123456789abcdef/delete").status_code == 404
+
+
 def test_preferences_cookie_and_safe_back_links(web: Any) -> None:
     r = web.get("/prefs", params={"units": "GB", "theme": "dark", "back": "/recent"}, follow_redirects=False)
     assert r.status_code == 303 and r.headers["location"] == "/recent"
