@@ -259,7 +259,7 @@ def _try_recompute(
 
     def behind(level: space.Recompute) -> bool:
         """Its recomputation alone puts the candidate behind the ranked plans (the caller bounded the rest)."""
-        if level in beyond:
+        if beyond and level in beyond:  # (a level's hash is a Python call: not asked of the empty set)
             return True
         if level.recompute == "none" or bound is None or bar == float("inf"):
             return False

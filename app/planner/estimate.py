@@ -136,10 +136,11 @@ class StageFloors:
     stages: tuple[tuple[float, int, StageShape, int, int], ...]
     microbatches: int
     host: float
+    floors: tuple[tuple[float, int], ...]  # (floor seconds, count) of the stages: what `pipeline_time` reads
 
     def total(self, par: ParallelConfig) -> float:
         """The step bound of the floors alone (`step_lower_bound` without recomputation or sharding traffic)."""
-        return pipeline_time([(t, n) for t, n, *_ in self.stages], par, self.microbatches).total_s + self.host
+        return pipeline_time(self.floors, par, self.microbatches).total_s + self.host
 
     def bound(self, model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig) -> float:
         """A bound below `step_lower_bound(par, recompute=True)` for `par`, a config of the same placement and
@@ -171,7 +172,7 @@ def stage_floors(
         for first, shape, dense, moe, n in stages:
             floor = dense * dense_s + moe * moe_s + (loss if shape.loss else 0.0)
             per_stage.append((floor + _alone(model, cluster, training, par, first, moe, m), n, shape, dense, moe))
-        out.append(StageFloors(tuple(per_stage), m, host))
+        out.append(StageFloors(tuple(per_stage), m, host, tuple((t, n) for t, n, *_ in per_stage)))
     return out
 
 

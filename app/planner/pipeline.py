@@ -18,8 +18,8 @@ One module for every consumer (memory, step time, the renderer's notes, the web 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 from app.planner.specs import ParallelConfig
 
@@ -131,10 +131,12 @@ def peak_live(par: ParallelConfig, stage: int, microbatches: int, chunk_bytes: l
     Chunks that keep alike are counted together, so alike chunks cost one multiplication (the search asks this for
     every candidate's every distinct stage)."""
     p, v, m = par.pp, par.vpp, microbatches
+    if p == 1 or v == 1 or par.schedule == "1f1b" or len(chunk_bytes) != v:
+        return in_flight(par, stage, m) * sum(chunk_bytes)  # one chunk
     values: dict[float, int] = {}
     groups = tuple(values.setdefault(b, len(values)) for b in chunk_bytes)
-    if p == 1 or v == 1 or par.schedule == "1f1b" or len(chunk_bytes) != v or len(values) == 1:
-        return in_flight(par, stage, m) * sum(chunk_bytes)  # one chunk, or all alike
+    if len(values) == 1:
+        return in_flight(par, stage, m) * sum(chunk_bytes)  # all alike
     weights = list(values)
     return max(
         sum(n * w for n, w in zip(point, weights, strict=True))
@@ -152,18 +154,22 @@ def _grouped_points(v: int, m: int, group: int, warm: int, groups: tuple[int, ..
     return _maximal(sums)
 
 
-@dataclass(frozen=True, slots=True)
-class PipelineTime:
+class PipelineTime(NamedTuple):
+    """A named tuple, not a frozen dataclass: the search makes thousands per request, and a tuple is made at a
+    fraction of the cost."""
+
     total_s: float  # the pipeline part of a step: all micro-batches through all stages
     bubble_s: float  # fill and drain on top of the busiest stage's work
     busiest: int  # index (in the caller's list) of the stage group that sets the pace
 
 
-def pipeline_time(stage_s: list[tuple[float, int]], par: ParallelConfig, microbatches: int) -> PipelineTime:
+def pipeline_time(stage_s: Sequence[tuple[float, int]], par: ParallelConfig, microbatches: int) -> PipelineTime:
     """From (one micro-batch's forward + backward seconds on a stage, number of such stages): the busiest stage
     runs `m` micro-batches back to back; fill and drain add `(p - 1) x t_avg / v`."""
-    busiest = max(range(len(stage_s)), key=lambda i: stage_s[i][0])
-    t_max = stage_s[busiest][0]
+    busiest, t_max = 0, stage_s[0][0]
+    for i in range(1, len(stage_s)):  # the first of the slowest, as max() would pick
+        if stage_s[i][0] > t_max:
+            busiest, t_max = i, stage_s[i][0]
     if par.pp == 1:
         return PipelineTime(microbatches * t_max, 0.0, busiest)
     t_avg = sum(t * n for t, n in stage_s) / par.pp

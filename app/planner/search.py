@@ -225,7 +225,7 @@ def _explore(
             if time.perf_counter() > deadline:
                 state.truncated = True
                 return False
-            given = [level for level in levels if level not in failed]
+            given = [level for level in levels if level not in failed] if failed else list(levels)  # (no hashing)
             if not given:
                 continue
             cheaper = Levels(given, partial(_untried, model, cluster, training, work, mbs, frozenset(failed)))
