@@ -210,17 +210,16 @@ def strategy_summary(st: Strategy) -> str:
 
 
 def checkpoint_summary(pr: spec.Prediction) -> str:
-    size = "-" if pr.checkpoint_bytes is None else f"{pr.checkpoint_bytes / 2**30:.1f} GiB"
+    size = "-" if pr.checkpoint_bytes is None else _size(pr.checkpoint_bytes)
     goodput = "-" if pr.goodput is None else f"{100 * pr.goodput:.1f} %"
     every = (
         f"every {pr.checkpoint_interval_steps} steps"
         if pr.checkpoint_interval_steps
         else "interval not set (plan.json has one only where the plan names a checkpoint directory)"
     )
-    return (
-        f"{every}, {size}, save {_rounded(pr.checkpoint_save_s, '.3g')} s, "
-        f"load {_rounded(pr.checkpoint_load_s, '.3g')} s; expected goodput {goodput}"
-    )
+    save = "-" if pr.checkpoint_save_s is None else _seconds(pr.checkpoint_save_s)
+    load = "-" if pr.checkpoint_load_s is None else _seconds(pr.checkpoint_load_s)
+    return f"{every}, {size}, save {save}, load {load}; expected goodput {goodput}"
 
 
 def _rounded(value: float | None, spec: str) -> str:
@@ -228,13 +227,24 @@ def _rounded(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _seconds(value: float) -> str:
+    """Seconds for a person: 2.35 s, 93.8 s, 1,800 s (not 1.8e+03 s, QA)."""
+    return f"{value:.3g} s" if value < 1000 else f"{value:,.0f} s"
+
+
+def _size(num_bytes: int) -> str:
+    """A checkpoint's size: GiB with two significant digits at least (59,831,296 B read "0.1 GiB", QA)."""
+    gib = num_bytes / 2**30
+    return f"{gib:,.1f} GiB" if gib >= 10 else f"{gib:.2g} GiB" if gib >= 0.01 else f"{num_bytes / 2**20:.2g} MiB"
+
+
 def watchdog_summary(plan: spec.Plan) -> str:
     limits = Limits.from_plan(plan)
     if limits is None:
         return "off (watchdog.enabled is false)"
     step = limits.step_timeout(None)
-    steps = f"a step may take {step[0]:.3g} s ({step[1]})" if step else "step timeout from the first observed steps"
+    steps = f"a step may take {_seconds(step[0])} ({step[1]})" if step else "step timeout from the first observed steps"
     return (
-        f"{steps}; first step {limits.first_step_s:.3g} s; checkpoint save {limits.checkpoint_s:.3g} s; "
+        f"{steps}; first step {_seconds(limits.first_step_s)}; checkpoint save {_seconds(limits.checkpoint_s)}; "
         f"straggler at {limits.straggler_factor:g} x the other ranks for {limits.straggler_steps} heartbeats"
     )

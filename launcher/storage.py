@@ -73,6 +73,8 @@ def probe_write(directory: Path) -> str | None:
         os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         os.unlink(name)
     except OSError as exc:
+        if probe != directory:  # name what was asked for: "/proc/nope" said "cannot write in /proc: No such file"
+            return f"{directory} does not exist and cannot be made: cannot write in {probe}: {exc.strerror}"
         return f"cannot write in {probe}: {exc.strerror}"
     return None
 

@@ -91,6 +91,13 @@ def test_show_rounds_the_prediction_and_says_what_is_unset(tmp_path: Path) -> No
     assert "77,337 tokens/s, step 27.1 s" in out and "save 12.3 s" in out
     assert "OMP threads None" not in out and "every - steps" not in out and "interval not set" in out
     assert max(len(line) for line in out.splitlines() if set(line) <= {"-", " "}) <= 2 * 100 + 2
+    # a 57 MiB checkpoint read "0.1 GiB"; with no prediction of the save, the watchdog's default 1,800 s "1.8e+03 s"
+    sized = replace(plan, prediction=replace(prediction, checkpoint_bytes=59_831_296, checkpoint_interval_steps=5))
+    out = run_launcher("show", str(write_plan(tmp_path, sized))).stdout
+    assert "every 5 steps, 0.056 GiB, save 12.3 s" in out, out
+    unsaved = replace(plan, prediction=Prediction(step_s=27.1))
+    out = run_launcher("show", str(write_plan(tmp_path, unsaved))).stdout
+    assert "checkpoint save 1,800 s" in out and "e+0" not in out, out
 
 
 def test_a_reader_that_stops_early_ends_the_verb_quietly(tmp_path: Path) -> None:

@@ -64,6 +64,16 @@ def test_run_refuses_and_preflight_fails_on_an_unwritable_checkpoint_dir(tmp_pat
     assert os.path.isfile(tmp_path / "file")
 
 
+def test_a_directory_that_cannot_be_made_is_named() -> None:
+    """`--save /proc/nope` said "cannot write in /proc: No such file or directory" (QA): it names the directory asked
+    for and why it cannot be made."""
+    from launcher.storage import probe_write
+
+    assert probe_write(Path("/proc/nope/ckpt")) == (
+        "/proc/nope/ckpt does not exist and cannot be made: cannot write in /proc: No such file or directory"
+    )
+
+
 def test_a_save_interval_other_than_the_plans_is_warned_about(tmp_path: Path) -> None:
     plan = replace(tiny_plan(extra_args=("--save-interval", "50")), prediction=Prediction(checkpoint_interval_steps=40))
     warn = checked(plan, tmp_path)
