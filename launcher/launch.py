@@ -12,7 +12,7 @@ from launcher.checks import FAIL, Check, is_local_command
 from launcher.command import Command, launch_argv
 from launcher.context import LaunchContext, make_context
 from launcher.events import EventLog
-from launcher.limits import MEGATRON_LOG_INTERVAL, Limits, int_arg
+from launcher.limits import Limits, int_arg, log_interval
 from launcher.runner import Runner, RunPolicy
 from launcher.storage import check_run_dir, quick_checks
 
@@ -69,7 +69,7 @@ def _launch(ctx: LaunchContext, backend: Backend, commands: list[Command], conso
         Limits.from_plan(ctx.plan),
         ctx.caller_env.get("SLURM_JOB_ID"),
         int_arg(args, "--train-iters"),
-        int_arg(args, "--log-interval") or MEGATRON_LOG_INTERVAL,
+        log_interval(args),
     )
     try:
         return Runner(commands, policy, log, console).run()

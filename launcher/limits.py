@@ -51,7 +51,7 @@ class Limits:
             straggler_factor=wd.straggler_factor,
             straggler_steps=wd.straggler_steps,
             stack_traces=wd.stack_traces,
-            log_interval=_log_interval(plan.entrypoint.args),
+            log_interval=log_interval(plan.entrypoint.args),
         )
 
     @property
@@ -87,7 +87,8 @@ class Limits:
         return min(1.0, max(0.1, shortest / 10))
 
 
-def _log_interval(args: tuple[str, ...]) -> int:
+def log_interval(args: tuple[str, ...]) -> int:
+    """Steps per training log line: the trainer's --log-interval, else Megatron's default."""
     return int_arg(args, "--log-interval") or MEGATRON_LOG_INTERVAL
 
 

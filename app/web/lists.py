@@ -16,7 +16,7 @@ from app.service.deps import PageViewerDep, SettingsDep, StoreDep
 from app.store import NotOwner, PlanFilters
 from app.web.compare import MAX_PLANS, compare_context, parse_refs
 from app.web.deps import FormDep, TemplatesDep
-from app.web.respond import HTML, PrefsDep, compressed, html, require_csrf
+from app.web.respond import HTML, PrefsDep, compressed, html, not_found, require_csrf
 
 router = APIRouter(include_in_schema=False)
 Text = Annotated[str, Query(max_length=100)]
@@ -154,18 +154,8 @@ def confirm_delete_page(
         raise AuthError(403, f"{viewer.name} has the {viewer.role} role: it may read plans, not delete them")
     record = store.get(plan_id)
     if record is None:
-        page = templates.render(
-            "not_found.html",
-            message=f"No stored plan with id {plan_id}.",
-            planner_version=__version__,
-            viewer=viewer,
-            prefs=prefs,
-            self_url="/recent",
-        )
-        return html(request, page, 404)
-    filters = query_of(
-        filters_of(*(dict(parse_qsl(back)[:8]).get(k, "")[:200] for k in ("q", "model", "gpu", "owner")))
-    )
+        return not_found(request, templates, f"No stored plan with id {plan_id}.", viewer, prefs, "/recent")
+    filters = query_of(_back_filters(back))
     page = templates.render(
         "confirm_delete.html",
         record=record,
@@ -199,19 +189,15 @@ def delete_plan(
     except NotOwner as exc:
         raise AuthError(403, f"{exc}: only its owner or an admin may delete it", field="id") from None
     if not found:
-        page = templates.render(
-            "not_found.html",
-            message=f"No stored plan with id {plan_id}.",
-            planner_version=__version__,
-            viewer=viewer,
-            prefs=prefs,
-            self_url="/recent",
-        )
-        return html(request, page, 404)
-    # back to the list as it was filtered (only the filters are read back from the form, as filters)
-    back = dict(parse_qsl(form.values.get("back", ""))[:8])
-    query = query_of(filters_of(*(back.get(k, "")[:200] for k in ("q", "model", "gpu", "owner"))), deleted=plan_id)
+        return not_found(request, templates, f"No stored plan with id {plan_id}.", viewer, prefs, "/recent")
+    query = query_of(_back_filters(form.values.get("back", "")), deleted=plan_id)
     return RedirectResponse(f"/recent?{query}", status_code=303)
+
+
+def _back_filters(back: str) -> PlanFilters:
+    """The list's filters carried in a `back` query string (only the filters are read back from it, as filters)."""
+    given = dict(parse_qsl(back)[:8])
+    return filters_of(*(given.get(k, "")[:200] for k in ("q", "model", "gpu", "owner")))
 
 
 @router.get("/compare", response_class=HTML)

@@ -3,17 +3,21 @@ preferences from their cookie."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Cookie, Depends, Request
 from fastapi.responses import HTMLResponse, Response
 
-__all__ = ["compressed", "html", "require_csrf"]
+__all__ = ["compressed", "html", "not_found", "require_csrf"]
 
+from app.planner import __version__
 from app.service.auth import CSRF_FIELD, AuthError, Principal, csrf_ok
 from app.service.responses import compressed
 from app.web import prefs as prefs_mod
 from app.web.prefs import Prefs
+
+if TYPE_CHECKING:
+    from app.web.templates import WebTemplates
 
 # No scripts at all; styles only from our own stylesheet; forms post only here.
 CSP = (
@@ -26,6 +30,16 @@ def html(request: Request, content: str, status_code: int = 200) -> Response:
     return compressed(
         request, content.encode("utf-8"), "text/html; charset=utf-8", status_code, {"Content-Security-Policy": CSP}
     )
+
+
+def not_found(
+    request: Request, templates: WebTemplates, message: str, viewer: Principal, prefs: Prefs, self_url: str = "/"
+) -> Response:
+    """The 404 page, with `message` and the viewer's header; `self_url`: where the page's preference links return."""
+    page = templates.render(
+        "not_found.html", message=message, planner_version=__version__, viewer=viewer, prefs=prefs, self_url=self_url
+    )
+    return html(request, page, 404)
 
 
 def _prefs(tp_prefs: Annotated[str | None, Cookie()] = None) -> Prefs:

@@ -8,7 +8,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
-from app.planner import __version__
 from app.planner.errors import FieldError
 from app.service.auth import CSRF_FIELD, Principal, csrf_ok
 from app.service.deps import CacheDep, ClusterLookupDep, PageViewerDep, PlanId, Rank, SettingsDep, StoreDep, WorkDep
@@ -25,7 +24,7 @@ from app.web.lists import router as lists_router
 from app.web.login import router as login_router
 from app.web.pages import SECTIONS, Check, check_of, form_context, svg
 from app.web.prefs import Prefs
-from app.web.respond import HTML, PrefsDep, compressed, html, require_csrf
+from app.web.respond import HTML, PrefsDep, compressed, html, not_found, require_csrf
 from app.web.result import chart_for, result_context
 from app.web.templates import WebTemplates
 
@@ -52,13 +51,6 @@ def _form_page(
     context = form_context(values, errors, recent, str(request.base_url), viewer, prefs, check)
     context["saved_clusters"] = saved
     return html(request, templates.render("index.html", **context, self_url=self_url), status_code)
-
-
-def not_found(request: Request, templates: WebTemplates, message: str, viewer: Principal, prefs: Prefs) -> Response:
-    page = templates.render(
-        "not_found.html", message=message, planner_version=__version__, viewer=viewer, prefs=prefs, self_url="/"
-    )
-    return html(request, page, 404)
 
 
 @router.get("/", response_class=HTML)

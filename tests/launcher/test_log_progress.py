@@ -44,16 +44,16 @@ def test_the_log_line_becomes_a_heartbeat_only_when_complete(tmp_path: Path) -> 
     assert beat is not None and (beat.step, beat.step_s) == (40, 1.0)
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(120)
-def test_a_megatron_style_job_that_stops_logging_is_a_hang(tmp_path: Path) -> None:
-    plan = tiny_plan("fake-megatron", steps=100)
-    args = ("--train-iters", "100", "--log-interval", "2", "--step-s", "0.05", "--hang-at", "9", str(tmp_path))
+def run_fake_megatron(
+    tmp_path: Path, args: tuple[str, ...], prediction: Prediction, floor_s: float
+) -> tuple[subprocess.CompletedProcess[str], str]:
+    """`python -m launcher run` of a plan whose entrypoint is fake_megatron.py with `args` (tagged with tmp_path, so
+    that what it leaves behind can be found): the finished process and the launcher.log it wrote."""
     plan = replace(
-        plan,
-        entrypoint=Entrypoint(script=str(HERE / "fake_megatron.py"), args=args),
-        prediction=Prediction(step_s=0.05, step_s_high=0.1),
-        watchdog=Watchdog(floor_s=2.0),
+        tiny_plan("fake-megatron"),
+        entrypoint=Entrypoint(script=str(HERE / "fake_megatron.py"), args=(*args, str(tmp_path))),
+        prediction=prediction,
+        watchdog=Watchdog(floor_s=floor_s),
     )
     run_dir = tmp_path / "run"
     done = subprocess.run(
@@ -64,8 +64,15 @@ def test_a_megatron_style_job_that_stops_logging_is_a_hang(tmp_path: Path) -> No
         env=launcher_env(),
         timeout=100,
     )
+    return done, (run_dir / "launcher.log").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_megatron_style_job_that_stops_logging_is_a_hang(tmp_path: Path) -> None:
+    args = ("--train-iters", "100", "--log-interval", "2", "--step-s", "0.05", "--hang-at", "9")
+    done, log = run_fake_megatron(tmp_path, args, Prediction(step_s=0.05, step_s_high=0.1), floor_s=2.0)
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
-    log = (run_dir / "launcher.log").read_text()
     hangs = [line for line in log.splitlines() if line.split(" ", 2)[2].startswith("hang: ")]
     assert len(hangs) == 1, log  # the ranks it killed were taken for a second hang right after (QA, 2026-12-06)
     assert "SIGUSR1 sent" not in log and "killed rank(s)  " not in log, log
@@ -89,23 +96,8 @@ def test_a_job_whose_ranks_exit_0_short_of_train_iters_stopped_early(
     code 0 before --train-iters: its last log line (iteration 10, every 5) is 14 steps at most, short of 40, so the
     job stopped early (75), not finished. 13 iterations logged every 5 end at 13 with a last line at 10: finished."""
     args = ("--train-iters", str(train_iters), "--log-interval", "5", "--step-s", "0.02")
-    args += ("--exit-interval", str(exit_interval), str(tmp_path))
-    plan = replace(
-        tiny_plan("fake-megatron", steps=train_iters),
-        entrypoint=Entrypoint(script=str(HERE / "fake_megatron.py"), args=args),
-        prediction=Prediction(step_s=0.02, step_s_high=0.5),
-        watchdog=Watchdog(floor_s=5.0),
-    )
-    run_dir = tmp_path / "run"
-    done = subprocess.run(
-        [sys.executable, "-m", "launcher", "run", str(write_plan(tmp_path, plan)), "--run-dir", str(run_dir)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=launcher_env(),
-        timeout=100,
-    )
-    log = (run_dir / "launcher.log").read_text()
+    args += ("--exit-interval", str(exit_interval))
+    done, log = run_fake_megatron(tmp_path, args, Prediction(step_s=0.02, step_s_high=0.5), floor_s=5.0)
     assert done.returncode == code, log
     if code:
         assert (
