@@ -95,7 +95,9 @@ def test_a_job_whose_ranks_exit_0_short_of_train_iters_stopped_early(
     """Megatron's --exit-interval (as --exit-duration-in-mins and a SIGTERM to the ranks) ends every rank with exit
     code 0 before --train-iters: its last log line (iteration 10, every 5) is 14 steps at most, short of 40, so the
     job stopped early (75), not finished. 13 iterations logged every 5 end at 13 with a last line at 10: finished."""
-    args = ("--train-iters", str(train_iters), "--log-interval", "5", "--step-s", "0.02")
+    # 0.15 s steps: the ranks live ~2 s, long enough for the launcher's /proc scan to see them on a loaded CI core
+    # (at 0.02 s they exited in 0.24 s, unseen once, and a run whose ranks were never seen has no step to compare)
+    args = ("--train-iters", str(train_iters), "--log-interval", "5", "--step-s", "0.15")
     args += ("--exit-interval", str(exit_interval))
     done, log = run_fake_megatron(tmp_path, args, Prediction(step_s=0.02, step_s_high=0.5), floor_s=5.0)
     assert done.returncode == code, log
