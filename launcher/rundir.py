@@ -44,21 +44,17 @@ def lock(ctx: LaunchContext) -> ExitStack:
     first one's checkpoints while it trained, and both wrote the same files. A launcher of every node holds the
     directory's lock; a per-node launcher (--node-rank K) shares it with the other nodes' and holds its node's: one
     without --node-rank and one with --node-rank 0 both ran node 0 (two lock files, QA 2026-12-06)."""
-    held = ExitStack()
-    try:
-        ctx.run_dir.mkdir(parents=True, exist_ok=True)
-        if ctx.node_rank is None:
-            held.enter_context(_flock(ctx, ".launcher.lock", exclusive=True))
-        else:
-            held.enter_context(_flock(ctx, ".launcher.lock", exclusive=False))
-            held.enter_context(_flock(ctx, f".launcher.node{ctx.node_rank}.lock", exclusive=True))
-    except OSError as exc:
-        held.close()
-        raise RunDirError(f"cannot prepare the run directory {ctx.run_dir}: {exc.strerror}") from None
-    except RunDirError:
-        held.close()
-        raise
-    return held
+    with ExitStack() as held:  # a lock taken before a refusal is released with it
+        try:
+            ctx.run_dir.mkdir(parents=True, exist_ok=True)
+            if ctx.node_rank is None:
+                held.enter_context(_flock(ctx, ".launcher.lock", exclusive=True))
+            else:
+                held.enter_context(_flock(ctx, ".launcher.lock", exclusive=False))
+                held.enter_context(_flock(ctx, f".launcher.node{ctx.node_rank}.lock", exclusive=True))
+        except OSError as exc:
+            raise RunDirError(f"cannot prepare the run directory {ctx.run_dir}: {exc.strerror}") from None
+        return held.pop_all()
 
 
 def _flock(ctx: LaunchContext, name: str, exclusive: bool) -> IO[str]:

@@ -328,3 +328,16 @@ def test_a_launcher_of_every_node_and_one_of_node_0_share_no_directory(
         done = run_launcher("run", str(path), "--run-dir", str(run_dir), *second)
     assert done.returncode == 2 and "is in use by" in done.stderr, done.stderr[-2000:]
     assert not (run_dir / "launcher.log").exists() and not (run_dir / "launcher.node0.log").exists()
+
+
+def test_a_refused_per_node_launcher_releases_the_lock_it_took(tmp_path: Path) -> None:
+    """A per-node launcher takes the directory's shared lock, then its node's: refused there (another launcher runs
+    that node), it must drop the shared one too, or a later launcher of every node would be refused for nothing."""
+    path = write_plan(tmp_path, tiny_plan(steps=2))
+    run_dir = tmp_path / "run"
+    node0 = LaunchContext(spec.load(path), path.parent, run_dir, "torchrun", node_rank=0)
+    every = LaunchContext(spec.load(path), path.parent, run_dir, "torchrun")
+    with rundir.lock(node0), pytest.raises(rundir.RunDirError, match="in use by another launcher of node 0"):
+        rundir.lock(node0)
+    with rundir.lock(every):  # nothing left held: the every-node launcher gets the directory
+        assert (run_dir / ".launcher.lock").read_text().strip().isdigit()
