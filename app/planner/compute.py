@@ -320,6 +320,11 @@ def _layer_time(
     fwd = attn_g + mlp_g + attn_f + ew_f
     bwd = 2 * (attn_g + mlp_g) + attn_b + BWD_BYTES * ew_f
     mlp_f = mlp_g + stream_time(ew.mlp_bytes, 1, gpu, costs)
+    shared_f = 0.0
+    if moe and model.moe_shared_expert_intermediate_size:  # its two GEMMs (the last of mlp_t) and its activation
+        per_elem = (2 if model.swiglu else 1) * ACT + (1 if precision == "fp8" else ACT)  # as elementwise() counts
+        elems = tokens * model.moe_shared_expert_intermediate_size / par.tp
+        shared_f = sum(mlp_t[-2:]) + stream_time(per_elem * elems, 1, gpu, costs)
     if moe and training.software.costs.hf_experts == "eager":
         waits = sparse_block_waits(model, costs, mlp_f - mlp_t[0])
         fwd, mlp_f = fwd + waits, mlp_f + waits
@@ -329,7 +334,7 @@ def _layer_time(
         recompute=(
             _op_level_recompute(model, par, training, attn_t, mlp_t, attn_f, ew_f)
             if op_sac(training, par) and not moe
-            else _recompute_time(par, fwd, attn_f, attn_g, mlp_f, ew, gpu, costs)
+            else _recompute_time(par, fwd, attn_f, attn_g, mlp_f, shared_f, ew, gpu, costs, moe)
         ),
         attention_fwd=attn_f,
         attention_bwd=attn_b,
@@ -356,24 +361,31 @@ def _recompute_time(
     attn_f: float,
     attn_g: float,
     mlp_f: float,
+    shared_f: float,
     ew: Elementwise,
     gpu: GPUSpec,
     costs: GenerationCosts,
+    moe: bool,
 ) -> float:
     """Extra forward work per layer that backward re-runs: the whole forward (full; partial full recompute is
-    applied per stage by the caller) or the selected modules."""
+    applied per stage by the caller) or the selected modules, each where Megatron applies it: "mlp" to dense MLPs
+    only (transformer_layer.py, `if not self.is_moe_layer`), "moe", "moe_act" and "shared_experts" to the MoE
+    block (moe_layer.py, experts.py, shared_experts.py), "moe" re-running the experts' activation with the block
+    (as activations.kept_bytes drops it once)."""
     if par.recompute == "full":
         return fwd
     modules = selective_modules(par)
     extra = 0.0
     for m in modules:
+        if m == "moe_act" and "moe" in modules:
+            continue
         extra += {
             "core_attn": attn_f,
             "layernorm": stream_time(ew.norm_bytes, 2, gpu, costs),
-            "mlp": mlp_f,
-            "moe": mlp_f,
-            "moe_act": stream_time(ew.mlp_bytes, 1, gpu, costs),
-            "shared_experts": 0.25 * mlp_f,
+            "mlp": 0.0 if moe else mlp_f,
+            "moe": mlp_f if moe else 0.0,
+            "moe_act": stream_time(ew.mlp_bytes, 1, gpu, costs) if moe else 0.0,
+            "shared_experts": shared_f,
             "mla_up_proj": 0.5 * attn_g,
         }[m]
     return min(extra, fwd)
@@ -450,12 +462,25 @@ def mtp_proj_time(
 def model_flops_per_token(model: ModelSpec) -> float:
     """Megatron-LM `num_floating_point_operations` per token (forward + backward, no recompute): 6 x the
     matrix parameters a token passes through (top-k experts for MoE) + 6 x the causal attention core
-    (`heads * (score_dim + value_dim) / 2 * s` per layer, i.e. q*s for MHA)."""
+    (`heads * (score_dim + value_dim) / 2 * s` per layer, i.e. q*s for MHA), a sliding-window layer's core over
+    the keys its window holds (`causal_keys`; Megatron counts those layers as full ones)."""
     return model.memo("flops_per_token", lambda: _model_flops_per_token(model))
 
 
+def causal_keys(model: ModelSpec) -> float:
+    """Keys a token's query scores, summed over the layers (MTP ones included): s/2 on a full causal layer
+    (Megatron's convention), `w - w^2 / 2s` on a layer with a window of w keys (each query sees min(i + 1, w)
+    keys, averaged over the positions i), never more than s/2."""
+    s, layers = float(model.seq_length), model.num_layers + model.mtp_num_layers
+    windowed = model.windowed_layers
+    if not windowed:
+        return layers * s / 2
+    w = float(model.sliding_window or s)
+    return (layers - windowed) * s / 2 + windowed * min(s / 2, w - w * w / (2 * s))
+
+
 def _model_flops_per_token(model: ModelSpec) -> float:
-    h, s = model.hidden_size, model.seq_length
+    h = model.hidden_size
     shape = attention_shape(model)
     expansion = 3 if model.swiglu else 2
     dense_layers = model.num_layers - model.num_moe_layers
@@ -466,7 +491,7 @@ def _model_flops_per_token(model: ModelSpec) -> float:
         shared = model.moe_shared_expert_intermediate_size or 0
         mlp += (model.moe_ffn_hidden_size * model.moe_router_topk + shared) * expansion * model.num_moe_layers
     attn_linear = sum(lin.n_in * lin.n_out for lin in shape.linears)
-    core = model.num_attention_heads * (shape.score_dim + shape.value_dim) / 2 * s
+    core = model.num_attention_heads * (shape.score_dim + shape.value_dim) * causal_keys(model)
     # MTP (Megatron-LM training.py num_floating_point_operations): each MTP layer is one more layer of the last
     # layer's kind, its norms and eh_proj (3h + 2h^2), and one more logits GEMM
     n_mtp = model.mtp_num_layers
@@ -479,7 +504,7 @@ def _model_flops_per_token(model: ModelSpec) -> float:
             mlp += model.ffn_hidden_size * expansion * n_mtp
     mtp = n_mtp * (3 * h + 2 * h * h)
     layers = model.num_layers + n_mtp
-    return 6.0 * (h * mlp + layers * (attn_linear + core) + mtp + h * model.vocab_size * (1 + n_mtp))
+    return 6.0 * (h * mlp + layers * attn_linear + core + mtp + h * model.vocab_size * (1 + n_mtp))
 
 
 def recompute_flops_per_token(model: ModelSpec, recompute: str) -> float:
@@ -489,6 +514,5 @@ def recompute_flops_per_token(model: ModelSpec, recompute: str) -> float:
         return 0.0
     per_token = model_flops_per_token(model) - 6.0 * model.hidden_size * model.vocab_size * (1 + model.mtp_num_layers)
     shape = attention_shape(model)
-    layers = model.num_layers + model.mtp_num_layers
-    core = 6.0 * layers * model.num_attention_heads * (shape.score_dim + shape.value_dim) / 2 * model.seq_length
+    core = 6.0 * model.num_attention_heads * (shape.score_dim + shape.value_dim) * causal_keys(model)
     return per_token / 3 if recompute == "full" else core / 3
