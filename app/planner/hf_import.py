@@ -208,6 +208,12 @@ def _moe_fields(cfg: dict[str, Any], kind: str) -> dict[str, Any]:
     if cfg.get("shared_expert_intermediate_size"):
         out["moe_shared_expert_intermediate_size"] = int(cfg["shared_expert_intermediate_size"])
         out["moe_shared_expert_gate"] = kind == "qwen2_moe"  # Qwen2MoeSparseMoeBlock.shared_expert_gate
+    step = cfg.get("decoder_sparse_step", 1)
+    if step not in (None, 1):  # Qwen2/3-MoE: layer i is sparse where (i + 1) % decoder_sparse_step == 0
+        raise ValueError(
+            f"config.json decoder_sparse_step({step}): only every layer after the leading dense ones "
+            f"(mlp_only_layers) is modelled as MoE"
+        )
     dense_layers = cfg.get("mlp_only_layers") or []
     if dense_layers:
         if list(dense_layers) != list(range(len(dense_layers))):
@@ -256,7 +262,10 @@ def _deepseek(cfg: dict[str, Any], kind: str) -> dict[str, Any]:
         "moe_first_dense_layers": int(_num(cfg, "first_k_dense_replace", base, 0)),
         "moe_router_score_function": cfg.get("scoring_func", "sigmoid"),
         "moe_router_enable_expert_bias": cfg.get("topk_method", "noaux_tc") == "noaux_tc",
-        "moe_router_pre_softmax": True,
+        # a softmax router's top-k weights: renormalised (Megatron's default) or the softmax over all experts
+        # (--moe-router-pre-softmax); a sigmoid router's are renormalised whatever the flag says
+        "moe_router_pre_softmax": cfg.get("scoring_func", "sigmoid") != "softmax"
+        or not _flag(cfg, "norm_topk_prob", base, True),
         "moe_router_topk_scaling_factor": _num(cfg, "routed_scaling_factor", base, 1.0),
         "moe_router_load_balancing_type": "seq_aux_loss",
         "moe_aux_loss_coeff": _num(cfg, "aux_loss_alpha", base, 1e-4),
@@ -265,8 +274,11 @@ def _deepseek(cfg: dict[str, Any], kind: str) -> dict[str, Any]:
     if groups > 1:
         out["moe_router_num_groups"] = groups
         out["moe_router_group_topk"] = int(_num(cfg, "topk_group", base, 1))
-    if not _flag(cfg, "norm_topk_prob", base, True):
-        raise ValueError("config.json norm_topk_prob false: Megatron renormalises sigmoid top-k weights always")
+    if out["moe_router_score_function"] == "sigmoid" and not _flag(cfg, "norm_topk_prob", base, True):
+        raise ValueError(
+            "config.json norm_topk_prob false with scoring_func sigmoid: Megatron renormalises sigmoid top-k "
+            "weights always"
+        )
     return out
 
 

@@ -45,7 +45,8 @@ class Placement:
         cached = self._fields.get(recompute)
         if cached is not None:
             return cached
-        sp = self.tp > 1 and training.software.can.sequence_parallel
+        # sequence parallelism splits each CP rank's sequence over TP (rules.sequence_parallel_needs_tp)
+        sp = self.tp > 1 and training.software.can.sequence_parallel and not (model.seq_length // self.cp) % self.tp
         if training.pinned.sequence_parallel is not None:
             sp = training.pinned.sequence_parallel
         overlap = space.overlap_options(

@@ -60,7 +60,8 @@ def cp_options(model: ModelSpec, training: TrainingSpec, rest: int) -> list[int]
     return [
         c
         for c in sizes
-        if c <= MAX_CP and rest % c == 0 and model.seq_length % (2 * c) == 0 and model.seq_length // c >= CP_MIN_CHUNK
+        if c == 1  # CP > 1 cuts the sequence into 2 x CP chunks (rules.context_parallel); CP 1 cuts nothing
+        or (c <= MAX_CP and rest % c == 0 and model.seq_length % (2 * c) == 0 and model.seq_length // c >= CP_MIN_CHUNK)
     ]
 
 

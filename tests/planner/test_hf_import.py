@@ -189,3 +189,34 @@ def test_the_model_type_is_checked_before_the_sequence_length() -> None:
     ]
     with pytest.raises(Refused, match=r"\(n_positions = 1024\)"):
         parse_plan_request({"model": {"hf_config": GPT2}, "cluster": cluster, "training": training})
+
+
+@pytest.mark.parametrize("cfg", [QWEN2_MOE, QWEN3], ids=["qwen2_moe", "qwen3_moe"])
+def test_a_sparse_step_other_than_1_is_refused_by_its_key(cfg: dict[str, Any]) -> None:
+    """transformers makes layer i sparse only where `(i + 1) % decoder_sparse_step == 0`: with 2, every other layer
+    is a dense MLP, a different network. It was ignored (30.53B parameters either way; QA, 2026-12-07); the planner
+    models leading dense layers only, so it refuses by the key, as it does mlp_only_layers elsewhere."""
+    assert params({**cfg, "decoder_sparse_step": 1}) == params(cfg)
+    with pytest.raises(ValidationError, match=r"config.json decoder_sparse_step\(2\): only every layer"):
+        params({**cfg, "decoder_sparse_step": 2})
+
+
+def test_deepseek_router_normalisation_follows_its_score_function() -> None:
+    """Megatron renormalises sigmoid top-k weights always, but a softmax router's are renormalised only after top-k
+    (its default) and kept as the softmax over all experts with --moe-router-pre-softmax. A deepseek_v3 config with
+    softmax scoring and norm_topk_prob false was refused as if it were sigmoid (QA, 2026-12-07)."""
+    from .hf_configs import DEEPSEEK_V3
+
+    def spec(**keys: Any) -> Any:
+        return PlanRequest(
+            model={"hf_config": {**DEEPSEEK_V3, **keys}, "seq_length": 4096},
+            cluster={"num_nodes": 1, "gpu": "H100-SXM"},
+            training={"global_batch_size": 8},
+        ).model
+
+    kept = spec(scoring_func="softmax", norm_topk_prob=False, topk_method="greedy")
+    assert (kept.moe_router_score_function, kept.moe_router_pre_softmax) == ("softmax", True)
+    renormalised = spec(scoring_func="softmax", norm_topk_prob=True, topk_method="greedy")
+    assert (renormalised.moe_router_score_function, renormalised.moe_router_pre_softmax) == ("softmax", False)
+    with pytest.raises(ValidationError, match="norm_topk_prob false with scoring_func sigmoid: Megatron renormalises"):
+        spec(scoring_func="sigmoid", norm_topk_prob=False)

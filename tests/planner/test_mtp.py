@@ -167,3 +167,21 @@ def test_two_mtp_layers_plan_without_recomputation() -> None:
     assert result.plans[0].parallel.recompute == "none"
     assert not any(p.parallel.moe_ep_overlap for p in result.plans)
     assert all(g.message for g in result.rejected)
+
+
+@pytest.mark.parametrize(
+    ("mtp", "pp", "vpp", "message"),
+    [
+        (1, 1, 1, "needs pp > 1 (not 1)"),
+        (2, 2, 2, "needs mtp_num_layers 1 (not 2)"),
+        (2, 1, 1, "needs mtp_num_layers 1 (not 2) and pp > 1 (not 1)"),
+    ],
+)
+def test_the_ep_overlap_refusal_names_only_what_is_wrong(mtp: int, pp: int, vpp: int, message: str) -> None:
+    """It read "needs mtp_num_layers 1 (not 1) and pp > 1 (pp 1)" for one MTP layer without a pipeline (QA,
+    2026-12-07): the part that was right, named as wrong."""
+    r = PlanRequest(model=_small_moe(mtp), cluster={"num_nodes": 2, "gpu": "H100-SXM"},
+                    training={"global_batch_size": 64})  # fmt: skip
+    par = ParallelConfig(pp=pp, vpp=vpp, dp=16 // pp, ep=8, moe_ep_overlap=True, distributed_optimizer=True)
+    est = evaluate(r.model, r.cluster, r.training, par)
+    assert [m for m in est.reasons if "multi-token" in m] == [f"EP overlap with multi-token prediction {message}"]

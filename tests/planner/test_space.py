@@ -354,3 +354,43 @@ def test_the_gradient_sync_of_a_cp_plan_is_named_after_its_group() -> None:
     assert (best.parallel.dp, best.parallel.cp) == (1, 2)
     exposed = next(w for w in best.why if w.startswith("exposed communication"))
     assert "DP x CP " in exposed and not re.search(r"[(,] DP \d", exposed.replace("(", "( ")), exposed
+
+
+@pytest.mark.parametrize("seq", [4097, 4099, 8191])
+def test_an_odd_sequence_length_is_planned_without_context_parallelism(seq: int) -> None:
+    """CP splits the sequence into 2 x CP chunks, so CP > 1 needs `seq % (2 cp) == 0`; CP 1 splits nothing. The test
+    was applied to CP 1 as well: from 4K up (where CP is tried) an odd length got no candidate at all, "searched 0
+    candidates", and advice to change the framework (QA, 2026-12-07)."""
+    result = plan(
+        PlanRequest.model_validate(
+            {
+                "model": {"preset": "llama-3-8b", "seq_length": seq},
+                "cluster": {"num_nodes": 2, "gpu": "H100-SXM"},
+                "training": {"global_batch_size": 64},
+            }
+        )
+    )
+    assert result.plans, result.stats
+    assert all(p.parallel.cp == 1 for p in result.plans)
+
+
+def test_sequence_parallelism_only_where_tp_divides_the_sequence() -> None:
+    """megatron-core splits each CP rank's sequence over the TP ranks under SP and asserts it divides
+    (tensor_parallel/mappings.py): at 1,002 tokens the #1 plan was TP4 with --sequence-parallel, and 8 of the top 10
+    broke it (QA, 2026-12-07). TP without SP remains (and CP at 1,002 tokens is not tried)."""
+    req = PlanRequest.model_validate(
+        {
+            "model": {"preset": "llama-2-70b", "seq_length": 1002},
+            "cluster": {"num_nodes": 4, "gpu": "H100-SXM"},
+            "training": {"global_batch_size": 64},
+        }
+    )
+    result = plan(req)
+    assert result.plans
+    assert all(not p.parallel.sequence_parallel for p in result.plans if 1002 % p.parallel.tp)
+    assert any(p.parallel.tp > 1 for p in result.plans)
+    m, c, t = req.model, req.cluster, req.training
+    broken = rules.check(m, c, t, ParallelConfig(tp=4, dp=8, sequence_parallel=True))
+    assert [v.message for v in broken if v.code == "sequence_parallel_needs_tp"] == [
+        "sequence_parallel splits the sequence over TP: seq_length(1002) / cp(1) = 1002 is not a multiple of tp(4)"
+    ]

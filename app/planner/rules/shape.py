@@ -174,8 +174,18 @@ def interleaving_allowed(c: Ctx) -> Violation | None:
 
 
 def sequence_parallel_needs_tp(c: Ctx) -> Violation | None:
-    if c.par.sequence_parallel and c.par.tp == 1:
+    """Sequence parallelism splits each CP rank's sequence over the TP ranks: it needs TP, and that sequence a
+    multiple of it (megatron-core tensor_parallel/mappings.py `_split_along_first_dim`: "First dimension of the
+    tensor should be divisible by tensor parallel size"; torchtitan: seq_len divisible by TP x 2 CP)."""
+    p = c.par
+    if p.sequence_parallel and p.tp == 1:
         return Violation("sequence_parallel_needs_tp", "sequence_parallel needs tp > 1 (ModelParallelConfig)")
+    if p.sequence_parallel and (c.model.seq_length // p.cp) % p.tp:
+        return Violation(
+            "sequence_parallel_needs_tp",
+            f"sequence_parallel splits the sequence over TP: seq_length({c.model.seq_length}) / cp({p.cp}) = "
+            f"{c.model.seq_length // p.cp} is not a multiple of tp({p.tp})",
+        )
     return None
 
 

@@ -82,10 +82,9 @@ def overlap_supported(c: Ctx) -> Violation | None:
         )
     mtp = c.model.mtp_num_layers
     if p.moe_ep_overlap and mtp and (mtp > 1 or p.pp == 1):  # TransformerConfig.__post_init__
-        return Violation(
-            "moe_ep_overlap",
-            f"EP overlap with multi-token prediction needs mtp_num_layers 1 (not {mtp}) and pp > 1 (pp {p.pp})",
-        )
+        wrong = [f"mtp_num_layers 1 (not {mtp})"] if mtp > 1 else []
+        wrong += [f"pp > 1 (not {p.pp})"] if p.pp == 1 else []
+        return Violation("moe_ep_overlap", f"EP overlap with multi-token prediction needs {' and '.join(wrong)}")
     return None
 
 
