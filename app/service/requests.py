@@ -112,13 +112,27 @@ def cluster_spec(cluster: object, lookup: ClusterLookup | None) -> tuple[Cluster
         raise Refused([FieldError("cluster.saved", f"no saved cluster named {cluster.saved!r}: {where}")])
     overrides = dict(cluster.model_extra or {})
     written = {**saved.spec, **overrides}
+    notices: list[str] = []
+    hosts, nodes = saved.spec.get("hosts") or [], overrides.get("num_nodes")
+    if hosts and "hosts" not in overrides and isinstance(nodes, int) and 0 < nodes != len(hosts):
+        # another node count for a cluster that names its hosts (it was refused on a field not sent: "cluster.hosts:
+        # lists 4 hosts but num_nodes is 2", QA 2026-12-07)
+        written["hosts"] = hosts_for_nodes(hosts, nodes)
+        kept = f"the first {nodes} of its {len(hosts)} hosts kept" if written["hosts"] else "none kept"
+        notices.append(f"cluster.hosts: the saved cluster names {len(hosts)} hosts for {nodes} nodes: {kept}")
     try:
         spec = ClusterDescription.model_validate(written).spec()
     except ValidationError as exc:
         raise Refused(validation_errors(exc, prefix="cluster")) from None
     changed = f", with {', '.join(sorted(overrides))} changed" if overrides else ""
     notice = f"cluster: the saved cluster {saved.name!r} (version {saved.version}, saved by {saved.owner}){changed}"
-    return spec, written, [notice]
+    return spec, written, [notice, *notices]
+
+
+def hosts_for_nodes(hosts: list[str], nodes: int) -> list[str]:
+    """A host list (one per node, the head node first) for another node count: on fewer nodes the first hosts; on
+    more none, since the added nodes have no names."""
+    return hosts[:nodes] if nodes < len(hosts) else []
 
 
 def plan_body(raw: Mapping[str, Any]) -> PlanBody:

@@ -10,6 +10,7 @@ from typing import Any
 from app.planner.errors import FieldError
 from app.planner.results import PlanResult
 from app.service.cost import DAY_S, PlanCost, plan_cost
+from app.web.fields import ungrouped
 
 MAX_TOKENS = 1e17  # TrainingSpec.train_tokens' bound
 MAX_PRICE = 1e6
@@ -21,7 +22,7 @@ def _number(query: Mapping[str, str], name: str, upper: float, errors: list[Fiel
     if not raw:
         return None
     try:
-        value = float(raw.replace(",", "").replace("_", ""))
+        value = float(ungrouped(raw).replace("_", ""))
     except ValueError:
         errors.append(FieldError(name, f"{raw!r} is not a number"))
         return None

@@ -319,10 +319,21 @@ def _scaled(f: FormField, raw: str) -> int:
     return round(number * f.scale)
 
 
+# Digits grouped in threes by commas before any decimal point: 1,024 or 12,345.5 (not 2,50 or 12,5).
+GROUPED = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?(?:[eE][+-]?\d+)?")
+
+
+def ungrouped(raw: str) -> str:
+    """The text without its thousands separators; any other comma stays, so a decimal comma ('2,50') is no number
+    rather than 250 (the commas were all dropped: 12,5 GB/s planned as 125, QA 2026-12-07)."""
+    text = raw.strip()
+    return text.replace(",", "") if GROUPED.fullmatch(text) else text
+
+
 def typed_number(raw: str, kind: type) -> Any:
     """The number the text reads as (int or float; 1,000 and 1_000 for int), or the text itself when it is none: the
     spec then names the field and says why ("expected a number (got 'two')")."""
-    text = raw.replace(",", "").replace("_", "") if kind is int else raw.replace(",", "")
+    text = ungrouped(raw).replace("_", "") if kind is int else ungrouped(raw)
     try:
         return kind(text)
     except ValueError:

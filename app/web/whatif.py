@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from app.planner.results import PlanResult
 from app.planner.specs import PlanRequest
+from app.service.requests import hosts_for_nodes
 from app.store import PlanRecord
 from app.web import forms
 from app.web.fields import FormField
@@ -97,7 +98,7 @@ def apply(record: PlanRecord, changes: Mapping[str, str]) -> dict[str, str]:
     if hosts and nodes.isdigit() and len(hosts) != int(nodes):
         # a host list names one host per node: on fewer nodes the first of them (the head node first); on more,
         # the added nodes have no names, so none are given (it was refused: "lists 1 hosts but num_nodes is 2")
-        values["cluster.hosts"] = " ".join(hosts[: int(nodes)]) if int(nodes) < len(hosts) else ""
+        values["cluster.hosts"] = " ".join(hosts_for_nodes(hosts, int(nodes)))
     if values.get("training.framework") != before.get("training.framework") and "training.stack" not in changes:
         values["training.stack"] = ""  # another framework: its usual stack (a named one runs the old framework)
     return values

@@ -107,3 +107,22 @@ def test_cluster_names_are_told_apart_without_case(make_client: ClientFactory) -
         assert client.put("/clusters/Pod-a", json=changed).json()["version"] == 2
         assert client.delete("/clusters/POD-a").status_code == 204
         assert client.get("/clusters").json()["total"] == 0
+
+
+def test_a_saved_cluster_with_hosts_takes_another_node_count(make_client: ClientFactory) -> None:
+    """`{"saved": name, "num_nodes": N}` on a cluster that lists its hosts was refused with "cluster.hosts: lists 4
+    hosts but num_nodes is 2", a field the user never sent (QA, 2026-12-07). On fewer nodes the first hosts are kept
+    (the head node first), on more none (the added nodes have no names), as the web what-if does; a notice says so."""
+    pod = {**POD, "name": "pod-h", "cluster": {**POD["cluster"], "num_nodes": 4, "hosts": ["a1", "a2", "a3", "a4"]}}
+    with make_client() as client:
+        assert client.post("/clusters", json=pod).status_code == 201
+        fewer = client.post("/plans", json={**TINY, "cluster": {"saved": "pod-h", "num_nodes": 2}})
+        assert fewer.status_code == 201, fewer.text
+        assert fewer.json()["result"]["cluster"]["hosts"] == ["a1", "a2"]
+        assert any("the first 2 of its 4 hosts" in n for n in fewer.json()["notices"]), fewer.json()["notices"]
+        more = client.post("/plans", json={**TINY, "cluster": {"saved": "pod-h", "num_nodes": 8}})
+        assert more.status_code == 201, more.text
+        assert not more.json()["result"]["cluster"]["hosts"]
+        assert any("names 4 hosts for 8 nodes: none kept" in n for n in more.json()["notices"])
+        named = client.post("/plans", json={**TINY, "cluster": {"saved": "pod-h", "num_nodes": 2, "hosts": ["x"]}})
+        assert named.status_code == 422 and "1 hosts but num_nodes is 2" in named.json()["detail"]  # sent: checked

@@ -77,6 +77,8 @@ def test_cost_is_gpu_hours_times_price_with_the_interval() -> None:
         ({"price": "abc", "tokens": "1e12"}, "&#39;abc&#39; is not a number"),
         ({"price": "-3", "tokens": "1e12"}, "-3 must be greater than 0"),
         ({"tokens": "1e30"}, "must be greater than 0 and at most 1e+17"),
+        # a decimal comma is no number: read as 250 it made the cost 100x (QA, 2026-12-07)
+        ({"price": "2,50", "tokens": "1e12"}, "&#39;2,50&#39; is not a number"),
     ],
 )
 def test_bad_cost_inputs_are_shown_beside_their_field(web: Any, query: dict[str, str], words: str) -> None:

@@ -244,6 +244,28 @@ def test_text_in_a_number_field_reaches_the_spec_as_typed() -> None:
         spec_of(request)
 
 
+@pytest.mark.parametrize(
+    ("text", "kind", "value"),
+    [
+        ("1,024", int, 1024),
+        ("1_000", int, 1000),
+        ("12,345.5", float, 12345.5),
+        ("2.5", float, 2.5),
+        ("12,5", float, "12,5"),  # a decimal comma: no number (it was 125, silently; QA 2026-12-07)
+        ("2,50", float, "2,50"),
+        ("1,02", int, "1,02"),
+        ("10,0000", int, "10,0000"),
+    ],
+)
+def test_commas_are_read_only_as_thousands_separators(text: str, kind: type, value: Any) -> None:
+    from app.web.fields import typed_number
+
+    assert typed_number(text, kind) == value
+    request = forms.to_request(SECTIONS, form(cluster_mode="custom", cluster__inter_node_GBps="12,5"), None)
+    with pytest.raises(ValueError, match=r"(?s)inter_node_GBps.*12,5"):
+        spec_of(request)
+
+
 def test_pins_and_render_options() -> None:
     values = form(
         training__pinned__tp="2",

@@ -143,6 +143,23 @@ def test_upload_over_the_limit(tmp_path: Any) -> None:
         assert "larger than the limit of 100 bytes" in element(r.text, "field-hf.config")[0]
 
 
+def test_a_form_over_the_body_limit_is_an_html_page_that_says_what_to_do(tmp_path: Any) -> None:
+    """A file past the request-body limit (tokenizer.json picked for config.json) is refused before the form is read;
+    a browser got the API's JSON and no way back (QA, 2026-12-07). It gets a page that names the limit and the file
+    size to aim for, with the way back, where the browser keeps what was typed; an API client still gets JSON."""
+    from tests.api.conftest import make_sqlite_client
+
+    with make_sqlite_client(f"sqlite:///{tmp_path / 'x.db'}", max_body_bytes=4096) as web:
+        files = {"hf.config": ("tokenizer.json", b"{" + b" " * 8000 + b"}", "application/json")}
+        values = form(**{k.replace(".", "__"): v for k, v in {**PLAN_FORM, "model_mode": "hf"}.items()})
+        page = web.post("/", data=values, files=files, headers={"accept": "text/html,*/*;q=0.8"})
+        assert page.status_code == 413 and page.headers["content-type"].startswith("text/html")
+        assert "larger than the limit of 4,096 bytes" in page.text and "your browser&#39;s Back button" in page.text
+        assert "a config.json is a few KB" in page.text and 'href="/"' in page.text
+        api = web.post("/plans", content=b"{" + b" " * 8000 + b"}", headers={"content-type": "application/json"})
+        assert api.status_code == 413 and "4096 bytes" in api.json()["detail"]
+
+
 def test_edit_and_replan_fills_the_form(web: Any) -> None:
     created = web.post("/plans", json={**SMALL, "training": {"global_batch_size": 128}}).json()
     r = web.get("/", params={"from": created["id"]})
