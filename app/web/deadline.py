@@ -3,8 +3,10 @@ back beside its field with every value kept; "Plan this" stores one option as a 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
@@ -184,4 +186,6 @@ def plan_option(
     except (Refused, BodyError) as exc:
         status = exc.status_code if isinstance(exc, Refused) else 422
         return _page(request, templates, viewer, prefs, DEFAULTS, exc.errors, status_code=status)
-    return RedirectResponse(f"/p/{created.record.id}", status_code=303)
+    price = form.values.get("price", "")  # the option's price: its plan's cost panel prices it
+    query = f"?{urlencode({'price': price})}" if re.fullmatch(r"\d+(\.\d+)?(e[+-]?\d+)?", price) else ""
+    return RedirectResponse(f"/p/{created.record.id}{query}", status_code=303)

@@ -92,3 +92,6 @@ def test_cheapest_within_a_deadline_page(page: Any, server: str, tmp_path: Path)
     page.wait_for_load_state()
     assert "/p/" in page.url, page.inner_text("main")[:1500]
     assert "llama-2-7b" in page.inner_text("h1")
+    # the option's price comes along: the new plan's cost panel priced it (it was empty, QA 2026-12-07)
+    assert page.input_value("#in-price") == "2.5"
+    assert page.locator("table.cost tbody tr").count() >= 1
