@@ -133,8 +133,23 @@ def plan(request: PlanRequest) -> PlanResult:
         return _plan(request)
 
 
+def _check_possible(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> None:
+    """Settings every layout fails are an input error, not a search that stores a plan of nothing ("320 of 320
+    candidates fail ep_needs_moe", QA 2026-12-07): expert parallelism without experts, FP8 without FP8 units."""
+    ep = training.pinned.ep
+    if ep is not None and ep > 1 and not model.is_moe:
+        raise InputError(
+            "training.pinned.ep", f"{ep} > 1 but {model.name} has no experts: expert parallelism needs an MoE model"
+        )
+    if training.precision == "fp8" and cluster.gpu.fp8_TFLOPs is None:
+        raise InputError(
+            "training.precision", f"fp8 needs FP8 tensor cores, which {cluster.gpu.name} has not: plan bf16"
+        )
+
+
 def _plan(request: PlanRequest) -> PlanResult:
     model, training = request.model, request.training
+    _check_possible(model, request.cluster, training)
     cluster, notes = apply_profile(request.cluster, training)
     notes = [*notes, *model_notes(model, training)]
     start = time.perf_counter()

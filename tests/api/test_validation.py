@@ -105,6 +105,24 @@ def test_pins_that_divide_no_gpu_count_searched_are_a_422_naming_the_numbers(sql
     assert _errors(r)["training.pinned"].endswith(expected)
 
 
+def test_settings_no_layout_can_meet_are_a_422_naming_the_field(sqlite_client: Any) -> None:
+    """Expert parallelism pinned on a dense model, FP8 on a GPU without FP8 tensor cores: every candidate fails one
+    rule, so the search stored a plan of nothing ("9885 of 9885 candidates fail ep_needs_moe"), with no advice
+    (QA, 2026-12-07). They are the user's input to fix."""
+    ep = sqlite_client.post("/plans", json=_with("training.pinned.ep", 2, _with("cluster.gpus_per_node", 8)))
+    assert ep.status_code == 422, ep.text
+    assert (
+        _errors(ep)["training.pinned.ep"] == "2 > 1 but tiny-gpt has no experts: expert parallelism needs an MoE model"
+    )
+    fp8 = sqlite_client.post(
+        "/plans",
+        json=_with("training.precision", "fp8", _with("cluster.gpu", "A100-80GB", _with("cluster.gpus_per_node", 8))),
+    )
+    assert fp8.status_code == 422, fp8.text
+    assert _errors(fp8)["training.precision"] == "fp8 needs FP8 tensor cores, which A100-80GB has not: plan bf16"
+    assert sqlite_client.get("/plans").json()["total"] == 0  # nothing stored
+
+
 @pytest.mark.parametrize(
     ("content", "words"),
     [
