@@ -27,7 +27,7 @@ from app.service.deps import (
     WorkDep,
     WriterDep,
 )
-from app.service.planning import NotFound, create_plan, get_plan, plan_artifacts
+from app.service.planning import NotFound, create_plan, get_plan, plan_artifacts, why_unrendered
 from app.service.requests import plan_request
 from app.store import PlanFilters, PlanRecord
 
@@ -178,6 +178,8 @@ def get_artifact(plan_id: PlanId, name: ArtifactName, store: StoreDep, who: Read
         raise NotFound(f"unknown artifact {name!r}; known: {', '.join(arts.ARTIFACT_NAMES)}", "name")
     record = get_plan(store, plan_id)
     files = plan_artifacts(store, record, rank)
+    if not files:  # it said "...; it has: " (QA, 2026-12-07)
+        raise NotFound(f"rank {rank} of plan {plan_id} has no rendered files: {why_unrendered(record, rank)}", "name")
     if name not in files:
         raise NotFound(
             f"{name} does not apply to rank {rank} of plan {plan_id}; it has: {', '.join(sorted(files))}", "name"

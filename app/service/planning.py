@@ -240,5 +240,11 @@ def plan_artifacts(store: PlanStore, record: PlanRecord, rank: int) -> dict[str,
     return store.put_artifacts(record.id, rank, rendered.files, rendered.renderer_version)
 
 
+def why_unrendered(record: PlanRecord, rank: int) -> str:
+    """Why a rank of a stored plan has no files (the renderer's refusal, e.g. a framework it does not write)."""
+    notices = render_files(record.result, rank, stored_render_options(record.request)).notices
+    return notices[0].split("no files rendered: ", 1)[-1] if notices else "nothing was rendered"
+
+
 def run_estimate(request: EstimateRequest, work: Work) -> Estimate:
     return compute(work, "estimate", request, Estimate, work.settings.max_estimate_time_s, "parallel").value

@@ -14,7 +14,7 @@ from typing import Any
 from app.planner.errors import FieldError
 from app.planner.explain import describe
 from app.planner.results import Plan
-from app.service.planning import NotFound, plan_artifacts
+from app.service.planning import NotFound, plan_artifacts, why_unrendered
 from app.store import PlanRecord, PlanStore
 from app.web import charts
 from app.web.pages import svg
@@ -159,11 +159,27 @@ class FileDiff:
     truncated: bool
 
 
-def file_diffs(store: PlanStore, columns: list[Column]) -> list[FileDiff]:
-    """Each later plan's files against the baseline's: only files that differ, at most MAX_DIFF_LINES lines each."""
+def unrendered(columns: list[Column], files: list[dict[str, str]]) -> list[str]:
+    """Why each plan without files has none (a framework the renderer does not write, say): its files are not
+    diffed, which showed every line of the other plan's as deleted (QA, 2026-12-07)."""
+    return [
+        f"{c.letter} has no rendered files: {why_unrendered(c.record, c.ref.rank)}"
+        for c, mine in zip(columns, files, strict=True)
+        if not mine
+    ]
+
+
+def file_diffs(store: PlanStore, columns: list[Column]) -> tuple[list[FileDiff], list[str]]:
+    """Each later plan's files against the baseline's: only files that differ, at most MAX_DIFF_LINES lines each;
+    and why a plan has no files (`unrendered`), whose files are then not diffed."""
     files = [plan_artifacts(store, c.record, c.ref.rank) for c in columns]
+    missing = unrendered(columns, files)
+    if not files[0]:
+        return [], missing
     out = []
     for c, theirs in zip(columns[1:], files[1:], strict=True):
+        if not theirs:
+            continue
         for name in sorted(set(files[0]) | set(theirs)):
             a, b = files[0].get(name, ""), theirs.get(name, "")
             if a == b:
@@ -174,7 +190,7 @@ def file_diffs(store: PlanStore, columns: list[Column]) -> list[FileDiff]:
                 )
             )
             out.append(FileDiff(name, c.letter, lines[:MAX_DIFF_LINES], len(lines) > MAX_DIFF_LINES))
-    return out
+    return out, missing
 
 
 def compare_context(
@@ -187,9 +203,9 @@ def compare_context(
     vmax = max(max(c.plan.estimate.memory.capacity_bytes, c.plan.estimate.memory.peak_bytes) for c in columns)
     step = charts.step_chart([c.plan for c in columns], -1, labels=[c.letter for c in columns])
     try:
-        diffs = file_diffs(store, columns)
+        diffs, unrendered_notes = file_diffs(store, columns)
     except NotFound:
-        diffs = []
+        diffs, unrendered_notes = [], []
     context.update(
         rows=number_rows(columns, prefs),
         memory=[
@@ -209,6 +225,7 @@ def compare_context(
         step_legend=step.legend,
         pipelines=[(c, svg(templates, _pipeline(c))) for c in columns],
         diffs=diffs,
+        unrendered=unrendered_notes,
     )
     return context
 

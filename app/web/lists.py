@@ -23,8 +23,9 @@ Text = Annotated[str, Query(max_length=100)]
 CSV_MAX_ROWS = 100_000  # a CSV of every matching plan, read page by page from the store
 
 
-def filters_of(q: str, model: str, gpu: str, owner: str) -> PlanFilters:
-    return PlanFilters(q.strip(), model, gpu, owner)
+def filters_of(q: str, model: str, gpu: str, owner: str, me: str = "") -> PlanFilters:
+    """The list's filters; owner `me` is the viewer `me` (as GET /plans?owner=me)."""
+    return PlanFilters(q.strip(), model, gpu, me if owner == "me" and me else owner)
 
 
 def query_of(filters: PlanFilters, **more: object) -> str:
@@ -47,7 +48,7 @@ def recent_page(
     offset: Annotated[int, Query(ge=0, le=10**12)] = 0,
     deleted: Annotated[str, Query(max_length=16)] = "",
 ) -> Response:
-    filters = filters_of(q, model, gpu, owner)
+    filters = filters_of(q, model, gpu, owner, viewer.name)
     size = settings.default_page_size
     items, matching = store.page(size, offset, filters=filters)  # the search runs in SQL
     total = store.page(1, 0)[1] if filters.conditions() else matching
@@ -104,7 +105,7 @@ def recent_csv(
     owner: Text = "",
 ) -> Response:
     """The filtered plan list as CSV (one row per stored plan)."""
-    matching, _count = store.page(CSV_MAX_ROWS, 0, filters=filters_of(q, model, gpu, owner))
+    matching, _count = store.page(CSV_MAX_ROWS, 0, filters=filters_of(q, model, gpu, owner, viewer.name))
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)

@@ -325,3 +325,15 @@ def test_axe_finds_no_serious_violation(page: Any, server: str, theme: str) -> N
     page.set_viewport_size({"width": 1440, "height": 900})
     page.goto(f"{server}/prefs?theme=system&back=/")
     assert {key: bad for key, bad in found.items() if bad} == {}
+
+
+def test_opened_details_keep_the_pages_on_a_phone(page: Any, server: str, tmp_path: Path) -> None:
+    """Opening "Every dimension of this plan" made the result page 490 px wide at 390 px, "More pins" the form 445
+    px (an unbroken list of recompute modules; QA, 2026-12-07): every <details> open, nothing scrolls sideways."""
+    submit_plan(page, server, **{"training.global_batch_size": "64"})
+    page.set_viewport_size({"width": 390, "height": 900})
+    page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
+    shots(page, tmp_path, "result-details-open")
+    page.goto(f"{server}/")
+    page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
+    shots(page, tmp_path, "form-details-open")

@@ -118,6 +118,22 @@ def test_compare_refuses_what_it_cannot_compare(web: Any) -> None:
     assert "url(#pipeline-chart-A-bubble)" in good.text and 'id="pipeline-chart-A-bubble"' in good.text
 
 
+def test_compare_says_which_plan_has_no_rendered_files(web: Any) -> None:
+    """A plan of a framework the renderer does not write (PyTorch FSDP) against a Megatron one showed every line of
+    the Megatron files as deleted ("megatron_args.txt: A → B (69 lines)", QA 2026-12-07): it is said instead."""
+    megatron = stored(web, SMALL)
+    fsdp = stored(web, {**SMALL, "training": {**SMALL["training"], "framework": "pytorch-fsdp"}})
+    page = web.get("/compare", params={"p": [f"{megatron['id']}:1", f"{fsdp['id']}:1"]})
+    assert page.status_code == 200
+    diffs = page.text[page.text.index('id="diffs"') :]
+    assert "B has no rendered files: training.framework: pytorch-fsdp is not rendered" in diffs
+    assert "A → B" not in diffs
+    api = web.get(f"/plans/{fsdp['id']}/artifacts/plan.json")
+    assert api.status_code == 404
+    assert api.json()["detail"].endswith("has no rendered files: training.framework: pytorch-fsdp is not rendered "
+                                         "(rendered: megatron, megatron-deepspeed, deepspeed)")  # fmt: skip
+
+
 def test_compared_fractions_change_in_points_not_relative_to_zero() -> None:
     """A bubble of 0 % against 0.2 % read "+230611985197.4% (worse)" (QA, 2026-12-06)."""
     from app.web.compare import _row
@@ -216,6 +232,11 @@ def test_plan_list_filters_and_exports_csv(web: Any) -> None:
     assert f"/p/{a['id']}" in searched and f"/p/{b['id']}" not in searched
     rows = list(csv.reader(io.StringIO(web.get("/recent.csv", params={"gpu": "H100-SXM"}).text)))
     assert rows[0][:4] == ["id", "created_at", "owner", "model"] and {r[0] for r in rows[1:]} == {a["id"], b["id"]}
+    # owner=me is the viewer, as GET /plans?owner=me reads it (the list matched no plan, QA 2026-12-07)
+    mine = web.get("/recent", params={"owner": "me"}).text
+    assert f"/p/{a['id']}" in mine and f"/p/{b['id']}" in mine
+    rows = list(csv.reader(io.StringIO(web.get("/recent.csv", params={"owner": "me"}).text)))
+    assert {r[0] for r in rows[1:]} == {a["id"], b["id"]}
 
 
 def test_delete_needs_the_owner_or_an_admin(web: Any) -> None:

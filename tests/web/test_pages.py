@@ -370,3 +370,14 @@ def test_the_deadline_form_sends_its_numbers_as_numbers(web: Any) -> None:
     assert {"gpu": "H100-SXM", "price_per_gpu_hour": 2.5} in body["gpus"]
     assert to_body({**DEFAULTS, "nodes_max": "2.5"})["nodes_max"] == 2.5  # the body says it is no integer
     assert to_body({**DEFAULTS, "deadline_days": "soon"})["deadline_days"] == "soon"
+
+
+def test_the_deadline_heading_says_the_deadline_as_typed(web: Any) -> None:
+    """A deadline of 0.01 days was headed "No plan meets 0 days" (QA, 2026-12-07)."""
+    from app.web.deadline import DEFAULTS
+
+    values = {**DEFAULTS, "model": "tiny-gpt", "seq_length": "256", "deadline_days": "0.01", "nodes_max": "1",
+              "training.train_tokens": "1e12", "training.global_batch_size": "8", "price.H100-SXM": "2.5"}  # fmt: skip
+    page = web.post("/cheapest", data=values)
+    assert page.status_code == 200, page.text[:2000]
+    assert "No plan meets 0.01 days" in page.text
