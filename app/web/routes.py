@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
@@ -14,7 +15,7 @@ from app.service.deps import CacheDep, ClusterLookupDep, PageViewerDep, PlanId, 
 from app.service.errors import Refused
 from app.service.jsonbody import BodyError, check_tree, parse_json
 from app.service.planning import NotFound, check_rank, create_plan, get_plan, plan_artifacts
-from app.service.requests import ClusterLookup, parse_plan_request
+from app.service.requests import ClusterLookup, Parsed, parse_plan_request
 from app.store import PlanStore
 from app.web import forms, whatif
 from app.web import prefs as prefs_mod
@@ -133,8 +134,10 @@ def _plan_and_show(
     templates: WebTemplates,
     viewer: Principal,
     prefs: Prefs,
+    notices: list[str] | None = None,
 ) -> Response:
-    """Search and store, then 303 to the permalink; on bad input, the form again with every value kept."""
+    """Search and store, then 303 to the permalink; on bad input, the form again with every value kept. `notices`:
+    what the caller changed besides the user's values, stored with the plan's own."""
     if not viewer.may("write"):
         problem = FieldError("", f"{viewer.name} has the {viewer.role} role: it may read plans, not create them")
         return _form_page(templates, store, request, viewer, prefs, values, [problem], 403)
@@ -142,7 +145,12 @@ def _plan_and_show(
         if upload_error:
             raise forms.FormError([upload_error])
         raw = _form_request(values, upload)
-        created = create_plan(store, raw, lambda: parse_plan_request(raw, clusters), work, cache, viewer.name)
+
+        def parse() -> Parsed:
+            parsed = parse_plan_request(raw, clusters)
+            return replace(parsed, notices=[*parsed.notices, *(notices or [])])
+
+        created = create_plan(store, raw, parse, work, cache, viewer.name)
     except (forms.FormError, Refused) as exc:
         return _form_page(templates, store, request, viewer, prefs, values, exc.errors, 422)
     return RedirectResponse(f"/p/{created.record.id}", status_code=303)
@@ -215,7 +223,8 @@ def what_if(
     if record is None:
         return not_found(request, templates, f"No stored plan with id {plan_id!r} to change.", viewer, prefs)
     changed = whatif.apply(record, values)
-    return _plan_and_show(request, changed, None, None, store, work, cache, clusters, templates, viewer, prefs)
+    notices = whatif.host_notices(record, changed)
+    return _plan_and_show(request, changed, None, None, store, work, cache, clusters, templates, viewer, prefs, notices)
 
 
 @router.get("/p/{plan_id}", response_class=HTML)

@@ -77,6 +77,16 @@ def controls(record: PlanRecord) -> list[tuple[FormField, str]]:
     return out
 
 
+def host_notices(record: PlanRecord, values: Mapping[str, str]) -> list[str]:
+    """What became of the stored host list when `apply` changed the node count (it was silent, QA 2026-12-07)."""
+    before = stored_values(record).get("cluster.hosts", "").split()
+    after, nodes = values.get("cluster.hosts", "").split(), values.get("cluster.num_nodes", "")
+    if not before or after == before:
+        return []
+    kept = f"the first {len(after)} of its {len(before)} hosts kept" if after else "none kept"
+    return [f"cluster.hosts: the plan named {len(before)} hosts for {nodes} nodes: {kept}"]
+
+
 def apply(record: PlanRecord, changes: Mapping[str, str]) -> dict[str, str]:
     """The stored request's form values with `changes` (quick controls, a suggestion's fields) applied."""
     before = stored_values(record)

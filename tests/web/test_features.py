@@ -174,11 +174,13 @@ def test_what_if_on_another_node_count_keeps_the_host_list_consistent(web: Any) 
     but num_nodes is 2"), so the button never worked on a cluster that names its hosts (QA, 2026-12-06)."""
     cluster = {**SMALL["cluster"], "num_nodes": 2, "hosts": ["gpu-a", "gpu-b"]}
     created = stored(web, {**SMALL, "cluster": cluster})
+    said = {"1": "the first 1 of its 2 hosts kept", "3": "none kept"}  # it was silent (QA, 2026-12-07)
     for nodes, hosts in (("1", ["gpu-a"]), ("3", [])):
         r = web.post("/whatif", data={"whatif.from": created["id"], "cluster.num_nodes": nodes}, follow_redirects=False)
         assert r.status_code == 303, r.text
-        again = web.get("/plans/" + r.headers["location"].rsplit("/", 1)[1]).json()["result"]["cluster"]
-        assert again["num_nodes"] == int(nodes) and again["hosts"] == hosts
+        again = web.get("/plans/" + r.headers["location"].rsplit("/", 1)[1]).json()
+        assert again["result"]["cluster"]["num_nodes"] == int(nodes) and again["result"]["cluster"]["hosts"] == hosts
+        assert f"cluster.hosts: the plan named 2 hosts for {nodes} nodes: {said[nodes]}" in again["notices"]
 
 
 def test_what_if_another_framework_plans_on_its_own_stack(web: Any) -> None:
