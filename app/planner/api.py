@@ -12,7 +12,7 @@ from app.planner.candidates import Found, SearchState
 from app.planner.decisions import decide
 from app.planner.errors import InputError
 from app.planner.estimate import evaluate, step_lower_bound, time_estimate
-from app.planner.explain import model_notes, why
+from app.planner.explain import HEADROOM_WITHIN, model_notes, why
 from app.planner.goodput import checkpoint_plan
 from app.planner.layout import make_layout
 from app.planner.results import Estimate, Plan, PlanResult, RejectedGroup, SearchStats, TimeEstimate
@@ -204,24 +204,27 @@ def _time_best(
 ) -> list[tuple[Found, TimeEstimate]]:
     """Time the feasible candidates and rank them. For throughput, candidates are timed in order of a lower
     bound on their step time and the rest skipped once that bound exceeds the `max_plans`-th best step. For
-    headroom, only the candidates whose peak is within the `max_plans` lowest are timed (the peak ranks first)."""
-    if training.objective == "headroom" and len(found) > training.max_plans:
-        cut = sorted(f.peak_bytes for f in found)[training.max_plans - 1]
-        found = [f for f in found if f.peak_bytes <= cut]
-    if training.objective != "throughput":
+    headroom, the same with the fastest step plus HEADROOM_WITHIN as the bar, and only the plans under it ranked
+    (the peak first)."""
+    if training.objective == "min_gpus":
         every = [(f, f.time or time_estimate(model, cluster, training, f.par)) for f in found]
         return sorted(every, key=lambda ft: _rank_key(training, *ft))
+    headroom = training.objective == "headroom"
+    keep, slack = (1, 1 + HEADROOM_WITHIN) if headroom else (training.max_plans, 1.0)
     bounded = sorted(((step_lower_bound(model, cluster, training, f.par), i, f) for i, f in enumerate(found)))
     timed: list[tuple[Found, TimeEstimate]] = []
-    best: list[float] = []  # max-heap (negated) of the max_plans shortest steps so far
+    best: list[float] = []  # max-heap (negated) of the `keep` shortest steps so far
     for bound, _i, f in bounded:
-        if len(best) >= training.max_plans and bound > -best[0]:
+        if len(best) >= keep and bound > -best[0] * slack:
             break
         t = f.time or time_estimate(model, cluster, training, f.par)
         timed.append((f, t))
         heapq.heappush(best, -t.step_s)
-        if len(best) > training.max_plans:
+        if len(best) > keep:
             heapq.heappop(best)
+    if headroom and timed:
+        bar = min(t.step_s for _, t in timed) * slack
+        timed = [(f, t) for f, t in timed if t.step_s <= bar]
     return sorted(timed, key=lambda ft: _rank_key(training, *ft))
 
 

@@ -293,6 +293,21 @@ def _try_recompute(
     except _Rejected as exc:
         state.rejected.add(exc.violation.code, exc.violation.message, exc.par, count=len(levels))
         return Outcome(None)
+    if all(level.offload for level in given):
+        # activation offload (search.Work.offloads, fewest layers first): GPU memory falls along the chain and host
+        # memory grows (memory.offloaded_activations), so the fastest that fits is the first that fits the GPU if
+        # the host holds it, and past a host overflow none does. Bisected like full recomputation, an overflow of
+        # the most offloaded level rejected every level (70B on 64 GB200: 79 of 80 layers need 1,068 GiB a node;
+        # 40 fit, QA 2026-12-07)
+        for i, level in enumerate(given):
+            if behind(level):
+                break
+            result = fits(level)
+            if isinstance(result, Found):
+                return outcome(i, result)
+            if result is None:
+                break
+        return outcome(-1)
     if given[0] == _NONE and len(recomputing) + 1 == len(given):
         # no recomputation, the fastest of all, tried first; where it does not fit and every recomputing level is
         # behind the bar, nothing is left, and the levels' order is not needed

@@ -137,6 +137,11 @@ def why(
     return lines
 
 
+# The headroom objective ranks by peak memory the plans whose step is within this share of the fastest plan's: over
+# every feasible plan it put 2x (8B) to 6.5x (70B on 64 H100) slower ones first (QA, 2026-12-07). api._time_best.
+HEADROOM_WITHIN = 0.10
+
+
 def _headline(t: object, best: Estimate | None, feasible: int, objective: str, world: int) -> str:
     tokens, mfu, step = t.tokens_per_s, t.mfu, t.step_s  # type: ignore[attr-defined]
     numbers = f"({tokens:,.0f} tokens/s, MFU {100 * mfu:.1f}%)"
@@ -148,7 +153,8 @@ def _headline(t: object, best: Estimate | None, feasible: int, objective: str, w
     if objective == "min_gpus":
         return f"fewest GPUs that fit: {world} GPUs {numbers}"
     if objective == "headroom":
-        return f"most memory headroom of {feasible} feasible plans {numbers}"
+        near = f"within {100 * HEADROOM_WITHIN:.0f}% of the fastest"
+        return f"most memory headroom of the plans {near} ({feasible} feasible) {numbers}"
     return f"fastest of {feasible} feasible plans: {tokens:,.0f} tokens/s, MFU {100 * mfu:.1f}%"
 
 

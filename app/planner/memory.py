@@ -170,10 +170,24 @@ def stage_parts(
         reserved=reserved,
         total=total,
         phase="backward" if backward >= step else "optimizer step",
-        cpu=states.cpu,
+        cpu=states.cpu + offloaded_activations(model, par, training, dense, moe),
         nvme=states.nvme,
         in_flight=flight,
     )
+
+
+def offloaded_activations(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, dense: int, moe: int) -> float:
+    """Host bytes of one GPU's offloaded layers (`--cpu-offloading-num-layers`): Transformer Engine's offload handler
+    copies their saved tensors into pinned host memory (cpu_offload.py), one micro-batch in flight (PP 1). They were
+    not counted, so 8 offloaded Llama-3 8B layers at 128K (146 GB a node) were planned on a 64 GiB host (QA,
+    2026-12-07). Layers are taken at the stage's mean, as `_stage_activations` keeps them."""
+    layers = dense + moe
+    if not (par.cpu_offloading_num_layers and layers):
+        return 0.0
+    kept = dense * act.layer_bytes(model, par, training, moe=False)
+    if moe:
+        kept += moe * act.layer_bytes(model, par, training, moe=True)
+    return min(par.cpu_offloading_num_layers, layers) * kept / layers
 
 
 def _to_stage_memory(stage: int, layers: int, p: StageParts) -> StageMemory:
@@ -210,7 +224,7 @@ def peak_memory(
         states, *_, reserved, runtime = _stage_bytes(model, cluster, training, par, shape, dense, moe, stage)
         if reserved + runtime > peak:
             peak, peak_stage = reserved + runtime, stage
-        cpu = max(cpu, states.cpu)
+        cpu = max(cpu, states.cpu + offloaded_activations(model, par, training, dense, moe))
     local = min(cluster.gpus_per_node, par.world_size)
     return peak, peak_stage, cpu * local + _offload_buffers(par) * local
 

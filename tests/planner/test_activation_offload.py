@@ -109,3 +109,37 @@ def test_the_search_offloads_where_it_beats_recomputation() -> None:
         )
     )
     assert {p.parallel.cpu_offloading_num_layers for p in pcie.plans} <= {None, 5, 10, 20}
+
+
+def test_offloaded_activations_are_counted_in_host_memory() -> None:
+    """Transformer Engine's offload handler copies each offloaded layer's saved tensors into pinned host memory
+    (cpu_offload.py), one micro-batch in flight (PP 1): every GPU of a node puts its offloaded layers there. It was
+    never counted (0 bytes), so 8 offloaded 8B layers at 128K were planned on a 64 GiB host (QA, 2026-12-07)."""
+    model = preset("llama-3-8b", seq_length=131072)
+    par = ParallelConfig(cp=8, dp=4, distributed_optimizer=True, cpu_offloading_num_layers=8)
+    cluster = ClusterSpec(num_nodes=4, gpu="H100-SXM", cpu_memory_GiB=64)
+    training = TrainingSpec(global_batch_size=32)
+    per_layer = layer_bytes(model, par, training, moe=False)
+    est = evaluate(model, cluster, training, par)
+    none = evaluate(model, cluster, training, par.model_copy(update={"cpu_offloading_num_layers": None}))
+    moved = est.memory.cpu_bytes_per_node - none.memory.cpu_bytes_per_node
+    assert moved == pytest.approx(8 * 8 * per_layer, rel=1e-6)
+    assert any("host memory per node" in r for r in est.reasons), est.reasons
+
+
+def test_the_search_keeps_offloaded_activations_within_the_host() -> None:
+    """The search's own memory check counts the host bytes too: on a 64 GiB host no ranked plan offloads more than
+    fits there."""
+    result = plan(
+        PlanRequest.model_validate(
+            {
+                "model": {"preset": "llama-3-8b", "seq_length": 131072},
+                "cluster": {"num_nodes": 4, "gpu": "H100-SXM", "cpu_memory_GiB": 64},
+                "training": {"global_batch_size": 32},
+            }
+        )
+    )
+    assert result.plans
+    for p in result.plans:
+        mem = p.estimate.memory
+        assert mem.cpu_bytes_per_node <= 0.9 * mem.cpu_capacity_bytes_per_node, (p.parallel, mem.cpu_bytes_per_node)

@@ -96,7 +96,9 @@ class TrainingSpec(Frozen):
         "mxfp8 (Blackwell); default: tensorwise on Hopper, mxfp8 on Blackwell.",
     )
     objective: Objective = Field(
-        "throughput", description="Rank by tokens/s, by fewest GPUs that fit, or by most memory headroom."
+        "throughput",
+        description="Rank by tokens/s, by fewest GPUs that fit, or by most memory headroom among the plans within "
+        "10 % of the fastest.",
     )
     pinned: ParallelPins = Field(default_factory=ParallelPins, description="Dimensions fixed by you.")
     memory_headroom: float = Field(
