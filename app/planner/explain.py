@@ -78,6 +78,10 @@ def why(
     comm = {k[:-7].upper(): v for k, v in b.items() if k.endswith("_comm_s") and v > 0}
     if par.cp > 1 and "DP" in comm:  # the gradient sync runs over DP x CP ("DP 17.4%" on a DP-1 plan: QA)
         comm["DP x CP"] = comm.pop("DP")
+    if "ZERO" in comm:  # the sharded states' gathers and scatters, named as the plan shards them ("ZERO" on an
+        # M-FSDP plan, QA 2026-12-07)
+        name = "M-FSDP" if par.megatron_fsdp else f"ZeRO-{par.zero_stage}" if par.zero_stage else "dist-opt"
+        comm[name] = comm.pop("ZERO")
     exposed = sum(comm.values())
     lines = [_headline(t, best, feasible_count, objective, par.world_size)]
     if t.tokens_per_s_interval is not None:

@@ -363,6 +363,25 @@ def test_the_gradient_sync_of_a_cp_plan_is_named_after_its_group() -> None:
     assert "DP x CP " in exposed and not re.search(r"[(,] DP \d", exposed.replace("(", "( ")), exposed
 
 
+def test_the_sharded_states_traffic_is_named_after_the_sharding() -> None:
+    """A Megatron-FSDP plan's exposed gathers and scatters read "ZERO 0.8%" (QA, 2026-12-07): named M-FSDP, or the
+    ZeRO stage, as the plan shards."""
+    from app.planner.explain import why
+    from app.planner.results import Estimate
+
+    best = plan(request("tiny-gpt", 1, 8)).plans[0]
+    breakdown = {**best.estimate.time.breakdown, "zero_comm_s": 0.01 * best.estimate.time.step_s}
+    est = best.estimate.model_copy(update={"time": best.estimate.time.model_copy(update={"breakdown": breakdown})})
+    assert isinstance(est, Estimate)
+    for update, name in (
+        ({"megatron_fsdp": "optim_grads_params"}, "M-FSDP 1.0%"),
+        ({"megatron_fsdp": None, "zero_stage": 3}, "ZeRO-3 1.0%"),
+    ):
+        lines = why(best.parallel.model_copy(update=update), est, None, 1)
+        exposed = next(w for w in lines if w.startswith("exposed communication"))
+        assert name in exposed and "ZERO" not in exposed, exposed
+
+
 @pytest.mark.parametrize("seq", [4097, 4099, 8191])
 def test_an_odd_sequence_length_is_planned_without_context_parallelism(seq: int) -> None:
     """CP splits the sequence into 2 x CP chunks, so CP > 1 needs `seq % (2 cp) == 0`; CP 1 splits nothing. The test
