@@ -148,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     args.extra = extra
     if extra and args.verb not in ("run", "dry-run", "bench"):
         parser().error(f"extra script arguments after -- are only for run, dry-run and bench, not {args.verb}")
+    if getattr(args, "run_dir", None) == "":  # an unset $RUN_DIR: it ran in a new ./runs/<name>-<time> (QA)
+        sys.stderr.write("launcher: --run-dir is empty: give the run directory, or leave the option out\n")
+        return 2
     if args.verb != "run":  # `run` resumes collection once its agents run (launcher/startup.py)
         startup.resume_collection()
     try:

@@ -38,6 +38,7 @@ class LaunchContext:
     node_rank: int | None = None  # None: this launcher starts every node (over ssh where remote)
     extra_args: tuple[str, ...] = ()
     caller_env: dict[str, str] = field(default_factory=dict)
+    run_dir_named: bool = True  # by --run-dir or job.run_dir; False: a new timestamped directory of this run's own
 
     def __post_init__(self) -> None:
         n = self.plan.world.num_nodes
@@ -51,6 +52,17 @@ class LaunchContext:
     def suffix(self) -> str:
         """Names this launcher's own files in a run directory that per-node launchers may share."""
         return "" if self.node_rank is None else f".node{self.node_rank}"
+
+    @property
+    def resume_hint(self) -> str:
+        """How to go on from this run's last checkpoint: a run directory of its own (runs/<name>-<time>) is not
+        found again by the same command, which starts a new one from step 0 (QA, 2026-12-07)."""
+        if self.run_dir_named:
+            return "run the same command to go on from its last checkpoint"
+        return (
+            f"run the same command with --run-dir {self.run_dir} to go on from its last checkpoint (without it, a "
+            f"new run directory starts from step 0)"
+        )
 
     @property
     def python(self) -> str:
@@ -118,10 +130,17 @@ class LaunchContext:
         return env
 
 
-def default_run_dir(plan: Plan, plan_dir: Path, cwd: Path, now: float | None = None) -> Path:
-    """job.run_dir (relative to the plan's directory), else ./runs/<name>-<YYYYmmdd-HHMMSS>."""
+def default_run_dir(
+    plan: Plan, plan_dir: Path, cwd: Path, now: float | None = None, env: dict[str, str] | None = None
+) -> Path:
+    """job.run_dir (relative to the plan's directory); else, inside a Slurm job, ./runs/<name>-slurm<SLURM_JOB_ID>,
+    which the job finds again when it is requeued after a preemption and resumes from (a timestamped directory
+    started it from step 0 again: QA, 2026-12-07); else ./runs/<name>-<YYYYmmdd-HHMMSS>."""
     if plan.job.run_dir:
         return (plan_dir / plan.job.run_dir).resolve()
+    job_id = (env or {}).get("SLURM_JOB_ID", "")
+    if job_id.isdigit() or job_id.replace("_", "").isdigit():  # an array task's id is <job>_<task>
+        return cwd.resolve() / "runs" / f"{plan.job.name}-slurm{job_id}"
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
     base = cwd.resolve() / "runs" / f"{plan.job.name}-{stamp}"
     candidate, n = base, 1
@@ -142,7 +161,8 @@ def make_context(
     caller_env: dict[str, str] | None = None,
 ) -> LaunchContext:
     plan_dir = Path(plan_path).resolve().parent
-    resolved = Path(run_dir).resolve() if run_dir else default_run_dir(plan, plan_dir, Path.cwd())
+    env = dict(os.environ if caller_env is None else caller_env)
+    resolved = Path(run_dir).resolve() if run_dir else default_run_dir(plan, plan_dir, Path.cwd(), env=env)
     return LaunchContext(
         plan=plan,
         plan_dir=plan_dir,
@@ -150,5 +170,6 @@ def make_context(
         backend=backend or plan.job.backend,
         node_rank=node_rank,
         extra_args=tuple(extra_args),
-        caller_env=dict(os.environ if caller_env is None else caller_env),
+        caller_env=env,
+        run_dir_named=bool(run_dir or plan.job.run_dir),
     )

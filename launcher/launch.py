@@ -70,6 +70,7 @@ def _launch(ctx: LaunchContext, backend: Backend, commands: list[Command], conso
         ctx.caller_env.get("SLURM_JOB_ID"),
         int_arg(args, "--train-iters"),
         log_interval(args),
+        ctx.resume_hint,
     )
     try:
         return Runner(commands, policy, log, console).run()

@@ -70,6 +70,7 @@ class RunPolicy:
     requeue_job_id: str | None = None  # SLURM_JOB_ID: `scontrol requeue` it after a preemption notice
     train_iters: int | None = None  # the trainer's --train-iters: a job whose ranks all exit 0 short of it stopped
     log_interval: int = 1  # steps per training log line, where progress is read from the logs
+    resume_hint: str = "run the same command to go on from its last checkpoint"  # LaunchContext.resume_hint
 
 
 @contextlib.contextmanager
@@ -180,7 +181,7 @@ class Runner:
         return (
             f"every rank exited 0 at {seen} of --train-iters {total}, and no stop was asked of the launcher: a "
             f"signal sent to the ranks themselves, --exit-duration-in-mins or --exit-interval ended the training; "
-            f"run the same command to go on from its last checkpoint"
+            f"{self.policy.resume_hint}"
         )
 
     def _restartable(self, code: int) -> str | None:

@@ -341,3 +341,33 @@ def test_a_refused_per_node_launcher_releases_the_lock_it_took(tmp_path: Path) -
         rundir.lock(node0)
     with rundir.lock(every):  # nothing left held: the every-node launcher gets the directory
         assert (run_dir / ".launcher.lock").read_text().strip().isdigit()
+
+
+def test_an_empty_run_dir_is_refused(tmp_path: Path) -> None:
+    """`--run-dir "$RUN_DIR"` with the variable unset ran the whole job in a new ./runs/<name>-<time> (QA,
+    2026-12-07): an empty value is refused, and nothing is made."""
+    path = write_plan(tmp_path, tiny_plan(steps=2))
+    done = run_launcher("run", str(path), "--run-dir", "", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "--run-dir is empty: give the run directory, or leave the option out" in done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_resume_hint_names_a_run_directory_the_same_command_would_not_find(tmp_path: Path) -> None:
+    """Without --run-dir or job.run_dir each run gets a new timestamped directory, so "run the same command to go on
+    from its last checkpoint" started again at step 0 (QA, 2026-12-07); inside a Slurm job the directory is named
+    after the job id, which a requeued job keeps, so it resumes."""
+    from launcher.context import make_context
+
+    plan = tiny_plan(steps=2)
+    path = write_plan(tmp_path, plan)
+    own = make_context(plan, path, caller_env={})
+    assert not own.run_dir_named and own.run_dir.parent.name == "runs"
+    assert own.resume_hint == (
+        f"run the same command with --run-dir {own.run_dir} to go on from its last checkpoint (without it, a new "
+        f"run directory starts from step 0)"
+    )
+    named = make_context(plan, path, run_dir=str(tmp_path / "r"), caller_env={})
+    assert named.resume_hint == "run the same command to go on from its last checkpoint"
+    slurm = [make_context(plan, path, caller_env={"SLURM_JOB_ID": "4242"}) for _ in range(2)]
+    assert slurm[0].run_dir == slurm[1].run_dir and slurm[0].run_dir.name.endswith("-slurm4242")
