@@ -8,7 +8,9 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
-SSH_OPTIONS = ("-tt", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=15")
+# ConnectTimeout: an unreachable host fails its node's agent (ssh exits 255) in 30 s; without it the launcher waited
+# on TCP's retries for minutes with nothing said (QA, 2026-12-07)
+SSH_OPTIONS = ("-tt", "-o", "BatchMode=yes", "-o", "ConnectTimeout=30", "-o", "ServerAliveInterval=15")
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,9 @@ def test_remote_commands_go_over_ssh_and_local_ones_do_not() -> None:
     argv = launch_argv(command, local=False)
     assert argv[0] == "ssh" and "BatchMode=yes" in argv and argv[-2] == "node7"
     assert shlex.split(argv[-1])[-3:] == ["python", "-c", "print(1)"]
+    # an unreachable host fails the node's agent within half a minute: it waited on TCP's own retries, silently,
+    # for minutes (QA, 2026-12-07; preflight already used ConnectTimeout=5)
+    assert "ConnectTimeout=30" in argv
 
 
 def test_is_local() -> None:
