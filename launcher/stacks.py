@@ -17,6 +17,7 @@ from launcher import procs
 
 PY_SPY_TIMEOUT_S = 10.0
 SIGNAL_WAIT_S = 3.0
+SETTLE_S = 0.25  # a dump no longer growing for this long is complete (faulthandler writes it in one go)
 
 
 def _size(path: Path) -> int:
@@ -41,9 +42,17 @@ def collect(ranks: list[tuple[int, int, str | None]], run_dir: Path) -> str:
         procs.signal_pids([pid], signal.SIGUSR1)
         if stopped:
             procs.signal_pids([pid], signal.SIGCONT)
+    # wait until every file has grown and then stopped growing for SETTLE_S: the ranks are SIGKILLed next, and a
+    # dump read at its first bytes was cut mid-line (2 of 5 hangs, the waiting peer's; QA, 2026-12-07)
     deadline = time.monotonic() + SIGNAL_WAIT_S
-    while time.monotonic() < deadline and any(_size(out / f"rank{r}.txt") <= before[r] for r, _ in asked):
-        time.sleep(0.05)
+    sizes, settled_at = dict(before), time.monotonic()
+    while time.monotonic() < deadline:
+        now = {r: _size(out / f"rank{r}.txt") for r, _ in asked}
+        if now != sizes:
+            sizes, settled_at = now, time.monotonic()
+        elif all(now[r] > before[r] for r in now) and time.monotonic() - settled_at >= SETTLE_S:
+            break
+        time.sleep(0.02)
     done = sorted(r for r, _ in asked if _size(out / f"rank{r}.txt") > before[r])
     if not done:
         return f"no stack traces: SIGUSR1 sent to rank(s) {[r for r, _ in asked]}, nothing written to {out}"
