@@ -176,6 +176,10 @@ def disk_full_at_checkpoint(work: Path) -> Outcome:
         code = run.finish()
         latest = (ckpt / "latest").read_text() if (ckpt / "latest").exists() else ""
         intact = latest == f"step{SAVE_INTERVAL}" and (ckpt / latest).is_dir()
+        # the summary counts the failed saves, the last one too, and names the checkpoint a resume would take (it
+        # said "exit code 0" and nothing more, QA 2026-12-07)
+        summary = next((line for line in run.text().splitlines() if "job finished" in line), "")
+        told = f"checkpoint save(s) failed; the last good checkpoint is step {SAVE_INTERVAL}" in summary
     return Outcome(
         "disk full during a checkpoint (3 MiB tmpfs)",
         detected[0] - t0,
@@ -184,7 +188,7 @@ def disk_full_at_checkpoint(work: Path) -> Outcome:
         run.orphans(),
         code,
         detected[1],
-        {"exit 0": code == 0, "last good checkpoint intact": intact},
+        {"exit 0": code == 0, "last good checkpoint intact": intact, "summary names it": told},
     )
 
 

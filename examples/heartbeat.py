@@ -9,7 +9,8 @@ may see a torn record (it retries on the next poll). Fields (docs/launcher.md, "
 
     rank, pid, seq (bumped on every write), time (unix seconds), phase (start | load | train | save | done),
     step (last completed step), step_s and compute_s (wall and local-compute time of that step),
-    resumed_from (the checkpoint's step), checkpoint ({"step", "saved", "error"} of the last attempt),
+    resumed_from (the checkpoint's step), checkpoint ({"step", "saved", "error"} of the last attempt, with
+    "failed": the saves failed so far, and "last_saved": the step of the last one saved),
     stacks ("SIGUSR1" when faulthandler dumps the stacks on SIGUSR1)
 
 Any trainer can write it: this file has no dependency beyond the standard library.

@@ -86,6 +86,7 @@ class Checkpointer:
         self.load_dir = Path(load) if load else None
         self.last_bytes = parameters * BYTES_PER_PARAM
         self.saved_step: int | None = None
+        self.failed_saves = 0  # in the heartbeat's checkpoint note, so that a reader polling slower misses none
 
     def resume(self) -> int:
         """Load the checkpoint `latest` names; the step to continue from (0: none)."""
@@ -153,7 +154,16 @@ class Checkpointer:
         seconds = time.perf_counter() - t0
         self.last_bytes = max(_tree_bytes(self.save_dir / tag), 1)
         self.saved_step = step
-        self.heartbeat.beat(phase="train", checkpoint={"step": step, "saved": True, "save_s": seconds})
+        self.heartbeat.beat(
+            phase="train",
+            checkpoint={
+                "step": step,
+                "saved": True,
+                "save_s": seconds,
+                "failed": self.failed_saves,
+                "last_saved": step,
+            },
+        )
         self.log(f"saved checkpoint {tag} in {seconds:.2f} s ({self.last_bytes / 2**20:.1f} MiB)")
         return True
 
@@ -174,7 +184,9 @@ class Checkpointer:
 
     def _failed(self, step: int, why: str) -> bool:
         last = "none" if self.saved_step is None else f"step {self.saved_step}"
-        self.heartbeat.beat(phase="train", checkpoint={"step": step, "saved": False, "error": why})
+        self.failed_saves += 1
+        note = {"step": step, "saved": False, "error": why, "failed": self.failed_saves, "last_saved": self.saved_step}
+        self.heartbeat.beat(phase="train", checkpoint=note)
         self.log(f"checkpoint at step {step} not saved ({why}); the last good checkpoint is {last}; training goes on")
         return False
 

@@ -496,6 +496,9 @@ class Runner:
             procs.reap_orphans(own, self.before)
             time.sleep(0.1)
         procs.reap_orphans(own, self.before)
+        # the exits of ranks killed just now (SIGKILL at the grace period's end): into the worker table and the log
+        # before the watches close (workers.node0.json said "alive" for them, QA 2026-12-07)
+        self._drain(0)
         for r in self.running:
             self.agent_restarts += r.watch.restarts if r.watch else 0
             for closable in (r.watch, r.follower, r.popen.stdout, r.popen.stdin, r.log):
@@ -539,4 +542,6 @@ class Runner:
             r.watch is self.hang_group[0] and r.watch.restarts == self.hang_group[1] for r in self.running
         )
         hang = self.hang if last else None
-        self.log(recovery.summary(code, elapsed_s, watched, hang, self.signalled, self.short))
+        line = recovery.summary(code, elapsed_s, watched, hang, self.signalled, self.short)
+        notes = [note for p in self.progress.values() if (note := p.checkpoint_report())]
+        self.log("; ".join([line, *notes[:1]]))

@@ -99,6 +99,10 @@ def _first_step_done(beat: Beat, resumed: int, since_failure_s: float) -> str:
     return f"step {first} done about {estimate:.1f} s after the failure (seen at step {beat.step})"
 
 
+def _step_or_none(step: int | None) -> str:
+    return "none" if step is None else f"step {step}"
+
+
 class ProgressWatch:
     """Polled by the runner every `limits.poll_s` while the job runs."""
 
@@ -116,6 +120,8 @@ class ProgressWatch:
         self.fired = False
         self.slow_warned = False
         self.checkpoint_events: set[tuple[int, bool]] = set()
+        self.saves_failed = 0  # the most failed saves any rank's heartbeat has counted ("failed")
+        self.last_saved: int | None = None  # the step of the last checkpoint saved ("last_saved")
         self.interrupted: tuple[float, int] | None = None  # (monotonic time, last completed step) of a failure
         self.last_step = 0
         self.ended: set[int] = set()  # pids the watchdog had killed: no longer watched while they are reaped
@@ -187,11 +193,40 @@ class ProgressWatch:
     def _checkpoint(self, beat: Beat) -> None:
         ck = beat.checkpoint or {}
         key = (int(ck.get("step", -1)), bool(ck.get("saved")))
+        failed, last = ck.get("failed"), ck.get("last_saved")
+        if isinstance(last, int) and not isinstance(last, bool):
+            self.last_saved = max(self.last_saved or 0, last)
+        elif key[1]:
+            self.last_saved = max(self.last_saved or 0, key[0])
+        if isinstance(failed, int) and not isinstance(failed, bool) and failed > self.saves_failed:
+            # the record holds the last attempt only: failures between two polls are counted here, not lost
+            unseen = failed - self.saves_failed - (0 if key[1] or key in self.checkpoint_events else 1)
+            self.saves_failed = failed
+            if unseen > 0:
+                self.log(
+                    f"node {self.node_rank}: {unseen} more checkpoint save(s) failed between polls "
+                    f"({failed} so far); the last good checkpoint is {_step_or_none(self.last_saved)}"
+                )
         if key in self.checkpoint_events or key[1]:
             self.checkpoint_events.add(key)
             return
         self.checkpoint_events.add(key)
+        self.saves_failed = max(self.saves_failed, 1)
         self.log(f"node {self.node_rank}: checkpoint at step {key[0]} not saved: {ck.get('error', '?')}")
+
+    def checkpoint_report(self) -> str:
+        """For the summary, after a last read of every rank's record: how many saves failed and the last good
+        checkpoint ("" when none failed). A run whose last saves failed ended "exit code 0" and nothing more, its
+        final checkpoint missing (QA, 2026-12-07)."""
+        for path in sorted(self.directory.glob("rank*.json")):
+            rank = path.stem.removeprefix("rank")
+            beat = read_beat(self.directory, int(rank)) if rank.isdigit() else None
+            if beat is not None and beat.checkpoint:
+                self._checkpoint(beat)
+        if not self.saves_failed:
+            return ""
+        last = _step_or_none(self.last_saved)
+        return f"{self.saves_failed} checkpoint save(s) failed; the last good checkpoint is {last}"
 
     # Hangs -------------------------------------------------------------------------------------------------------
     def _timeout(self, track: Track, observed: float | None) -> tuple[float, float, str] | None:

@@ -175,6 +175,10 @@ def test_signal_to_the_launcher_is_forwarded_then_escalated(tmp_path: Path, sig:
     if sig == signal.SIGTERM:  # the workers ignore SIGTERM: they are SIGKILLed once the grace period is over
         assert "grace period over" in log or "killing 2 leftover process(es)" in log
     assert not processes_mentioning(str(tmp_path))
+    # the worker table ends with what the kill did: it said "alive" for ranks SIGKILLed at the grace period's end
+    # (QA, 2026-12-07)
+    table = json.loads((tmp_path / "workers.node0.json").read_text())
+    assert table["workers"] and not any(w["alive"] for w in table["workers"]), table
 
 
 def test_a_second_sigint_kills_at_once_and_says_why(tmp_path: Path) -> None:
