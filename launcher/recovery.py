@@ -113,14 +113,23 @@ def summary(
     hang: Hang | None,
     signalled: int | None,
     short: str | None = None,
+    resume: str = "",
 ) -> str:
     """The last line a user reads: the exit code, the first cause found (a signal, a hang, the first rank that
     died, the agent's own report) and where the logs are. `watched`: (worker watch, agent output, agent log);
-    `short`: why a job whose ranks exited 0 stopped before its last step."""
+    `short`: why a job whose ranks exited 0 stopped before its last step; `resume`: how to go on from its last
+    checkpoint, said where the launcher was asked to stop the job (it said "job failed", QA 2026-12-07)."""
     if code == 0:
         return f"job finished: exit code 0 after {elapsed_s:.1f} s"
     if short:
         return f"job stopped early: exit code {code} after {elapsed_s:.1f} s; {short}"
+    if signalled and not hang:
+        logs = sorted({str(Path(log).parent) for _, _, log in watched})
+        hint = f"; {resume}" if resume else ""
+        return (
+            f"job stopped: exit code {code} after {elapsed_s:.1f} s; stopped by {procs.signal_name(signalled)}"
+            f"{hint}; logs: {', '.join(logs)}"
+        )
     why = [d.describe() for watch, _, _ in watched if watch and (d := watch.first_failure)]
     reports = [rep for _, output, _ in watched if (rep := agent_report(output))]
     if hang:

@@ -542,6 +542,6 @@ class Runner:
             r.watch is self.hang_group[0] and r.watch.restarts == self.hang_group[1] for r in self.running
         )
         hang = self.hang if last else None
-        line = recovery.summary(code, elapsed_s, watched, hang, self.signalled, self.short)
+        line = recovery.summary(code, elapsed_s, watched, hang, self.signalled, self.short, self.policy.resume_hint)
         notes = [note for p in self.progress.values() if (note := p.checkpoint_report())]
         self.log("; ".join([line, *notes[:1]]))

@@ -182,4 +182,7 @@ def test_under_deepspeed_a_stop_shows_the_last_save_on_the_console(tmp_path: Pat
     assert saves and saves[-1] == latest, (saves, latest)
     log = (run_dir / "launcher.log").read_text()
     assert "exited: rank 0 " in log and "exited: rank 1 " in log, log
+    # a stop asked of the launcher is no failure, and it says how to go on (it said "job failed", QA 2026-12-07)
+    assert "job stopped: exit code 143 after " in log and "stopped by SIGTERM; run the same command to go on" in log
+    assert "job failed" not in log
     assert_nothing_left(tmp_path)
