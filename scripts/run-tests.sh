@@ -1,17 +1,15 @@
 #!/usr/bin/env bash
 # The whole suite as two pytest processes side by side, one per core: the launcher, benchmark and browser tests (real
-# processes, mostly waiting on them) beside the planner, renderer, service and other web tests (CPU-bound); about 12
-# minutes each on 2 cores (the web pages' TestClient tests moved to the second on 2026-12-07: the first took 13:42,
-# the second 11:38). Each keeps its own log; both are printed, and the run fails if either does. Extra arguments go
-# to both (e.g. -x, -k EXPR).
+# processes, mostly waiting on them) beside the planner, renderer and service tests (CPU-bound); about 12 minutes
+# each on 2 cores. Each keeps its own log; both are printed, and the run fails if either does. Extra arguments go to
+# both (e.g. -x, -k EXPR).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 PY=${PY:-.venv/bin/python}
 logs=$(mktemp -d)
-"$PY" -m pytest -q "$@" tests/launcher tests/benchmarks tests/web/test_browser*.py > "$logs/processes.log" 2>&1 &
+"$PY" -m pytest -q "$@" tests/launcher tests/benchmarks tests/web > "$logs/processes.log" 2>&1 &
 processes=$!
-"$PY" -m pytest -q "$@" tests/api tests/planner tests/render tests/web --ignore-glob='tests/web/test_browser*' \
-    > "$logs/planner.log" 2>&1 &
+"$PY" -m pytest -q "$@" tests/api tests/planner tests/render > "$logs/planner.log" 2>&1 &
 planner=$!
 wait "$processes"; a=$?
 wait "$planner"; b=$?
