@@ -12,7 +12,7 @@ from app.planner.candidates import Found, SearchState
 from app.planner.decisions import decide
 from app.planner.errors import InputError
 from app.planner.estimate import evaluate, step_lower_bound, time_estimate
-from app.planner.explain import HEADROOM_WITHIN, model_notes, why
+from app.planner.explain import model_notes, why
 from app.planner.goodput import checkpoint_plan
 from app.planner.layout import make_layout
 from app.planner.results import Estimate, Plan, PlanResult, RejectedGroup, SearchStats, TimeEstimate
@@ -20,6 +20,7 @@ from app.planner.rules.shape import layout_violation
 from app.planner.rules.stack import fp8_supported
 from app.planner.search import fewest_gpus, search_world
 from app.planner.specs import ClusterSpec, EstimateRequest, ModelSpec, ParallelConfig, PlanRequest, TrainingSpec
+from app.planner.specs.common import HEADROOM_WITHIN
 from app.planner.suggest import suggestions
 
 GiB = 2**30

@@ -6,6 +6,7 @@ from app.planner.pipeline import alone_passes, pairs_none
 from app.planner.results import Estimate
 from app.planner.space import ep_overlap_runs
 from app.planner.specs import ModelSpec, ParallelConfig, TrainingSpec
+from app.planner.specs.common import HEADROOM_WITHIN
 
 GiB = 2**30
 
@@ -139,11 +140,6 @@ def why(
         f"(up to {mem.peak_upper_bytes / GiB:.1f} GiB at the upper end of its interval; peak in {peak.peak_phase})"
     )
     return lines
-
-
-# The headroom objective ranks by peak memory the plans whose step is within this share of the fastest plan's: over
-# every feasible plan it put 2x (8B) to 6.5x (70B on 64 H100) slower ones first (QA, 2026-12-07). api._time_best.
-HEADROOM_WITHIN = 0.10
 
 
 def _headline(t: object, best: Estimate | None, feasible: int, objective: str, world: int) -> str:

@@ -43,8 +43,7 @@ def _stage_activations(
     """Activations a stage holds at its peak: what each in-flight forward of each of its chunks keeps (chunks differ
     when the embedding or the loss is a pipeline unit, or under a layout string: pipeline.live_chunks), plus the
     working set of the layer being recomputed, the first stage's token ids and the last stage's logits."""
-    per_dense = act.layer_bytes(model, par, training, moe=False)
-    per_moe = act.layer_bytes(model, par, training, moe=True) if moe else 0.0
+    per_dense, per_moe = _per_layer(model, par, training, moe)
     layers = dense + moe
     kept = dense * per_dense + moe * per_moe
     chunks = shape.chunks or (0,)
@@ -184,10 +183,14 @@ def offloaded_activations(model: ModelSpec, par: ParallelConfig, training: Train
     layers = dense + moe
     if not (par.cpu_offloading_num_layers and layers):
         return 0.0
-    kept = dense * act.layer_bytes(model, par, training, moe=False)
-    if moe:
-        kept += moe * act.layer_bytes(model, par, training, moe=True)
-    return min(par.cpu_offloading_num_layers, layers) * kept / layers
+    per_dense, per_moe = _per_layer(model, par, training, moe)
+    return min(par.cpu_offloading_num_layers, layers) * (dense * per_dense + moe * per_moe) / layers
+
+
+def _per_layer(model: ModelSpec, par: ParallelConfig, training: TrainingSpec, moe: int) -> tuple[float, float]:
+    """What one dense and one MoE layer keep per micro-batch (0 for MoE on a stage without MoE layers)."""
+    per_moe = act.layer_bytes(model, par, training, moe=True) if moe else 0.0
+    return act.layer_bytes(model, par, training, moe=False), per_moe
 
 
 def _to_stage_memory(stage: int, layers: int, p: StageParts) -> StageMemory:

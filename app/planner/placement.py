@@ -45,8 +45,11 @@ class Placement:
         cached = self._fields.get(recompute)
         if cached is not None:
             return cached
-        # sequence parallelism splits each CP rank's sequence over TP (rules.sequence_parallel_needs_tp)
-        sp = self.tp > 1 and training.software.can.sequence_parallel and not (model.seq_length // self.cp) % self.tp
+        sp = (
+            self.tp > 1
+            and training.software.can.sequence_parallel
+            and space.sequence_parallel_fits(model, self.tp, self.cp)
+        )
         if training.pinned.sequence_parallel is not None:
             sp = training.pinned.sequence_parallel
         overlap = space.overlap_options(

@@ -51,6 +51,12 @@ def tp_options(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -
     return [t for t in divisors(limit) if model.num_attention_heads % t == 0]
 
 
+def sequence_parallel_fits(model: ModelSpec, tp: int, cp: int) -> bool:
+    """Sequence parallelism splits each CP rank's sequence over the TP ranks, which must divide it (megatron-core
+    tensor_parallel/mappings.py `_split_along_first_dim`; torchtitan: seq_len divisible by TP x 2 CP)."""
+    return not (model.seq_length // cp) % tp
+
+
 def cp_options(model: ModelSpec, training: TrainingSpec, rest: int) -> list[int]:
     if training.pinned.cp:
         return [training.pinned.cp]

@@ -118,8 +118,7 @@ def cluster_spec(cluster: object, lookup: ClusterLookup | None) -> tuple[Cluster
         # another node count for a cluster that names its hosts (it was refused on a field not sent: "cluster.hosts:
         # lists 4 hosts but num_nodes is 2", QA 2026-12-07)
         written["hosts"] = hosts_for_nodes(hosts, nodes)
-        kept = f"the first {nodes} of its {len(hosts)} hosts kept" if written["hosts"] else "none kept"
-        notices.append(f"cluster.hosts: the saved cluster names {len(hosts)} hosts for {nodes} nodes: {kept}")
+        notices.append(f"cluster.hosts: the saved cluster names {hosts_kept(hosts, nodes)}")
     try:
         spec = ClusterDescription.model_validate(written).spec()
     except ValidationError as exc:
@@ -133,6 +132,12 @@ def hosts_for_nodes(hosts: list[str], nodes: int) -> list[str]:
     """A host list (one per node, the head node first) for another node count: on fewer nodes the first hosts; on
     more none, since the added nodes have no names."""
     return hosts[:nodes] if nodes < len(hosts) else []
+
+
+def hosts_kept(hosts: list[str], nodes: int) -> str:
+    """What `hosts_for_nodes` keeps of `hosts` on `nodes` nodes, for a notice."""
+    kept = f"the first {nodes} of its {len(hosts)} hosts kept" if hosts_for_nodes(hosts, nodes) else "none kept"
+    return f"{len(hosts)} hosts for {nodes} nodes: {kept}"
 
 
 def plan_body(raw: Mapping[str, Any]) -> PlanBody:

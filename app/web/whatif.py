@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from app.planner.results import PlanResult
 from app.planner.specs import PlanRequest
-from app.service.requests import hosts_for_nodes
+from app.service.requests import hosts_for_nodes, hosts_kept
 from app.store import PlanRecord
 from app.web import forms
 from app.web.fields import FormField
@@ -80,11 +80,10 @@ def controls(record: PlanRecord) -> list[tuple[FormField, str]]:
 def host_notices(record: PlanRecord, values: Mapping[str, str]) -> list[str]:
     """What became of the stored host list when `apply` changed the node count (it was silent, QA 2026-12-07)."""
     before = stored_values(record).get("cluster.hosts", "").split()
-    after, nodes = values.get("cluster.hosts", "").split(), values.get("cluster.num_nodes", "")
-    if not before or after == before:
+    nodes = values.get("cluster.num_nodes", "")
+    if not before or values.get("cluster.hosts", "").split() == before or not nodes.isdigit():
         return []
-    kept = f"the first {len(after)} of its {len(before)} hosts kept" if after else "none kept"
-    return [f"cluster.hosts: the plan named {len(before)} hosts for {nodes} nodes: {kept}"]
+    return [f"cluster.hosts: the plan named {hosts_kept(before, int(nodes))}"]
 
 
 def apply(record: PlanRecord, changes: Mapping[str, str]) -> dict[str, str]:

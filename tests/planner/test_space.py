@@ -274,7 +274,7 @@ def test_headroom_ranks_like_timing_every_feasible_layout() -> None:
     """The headroom objective times only the layouts whose step bound is within HEADROOM_WITHIN of the fastest
     step: the same ranking as timing every feasible layout, keeping those within 10 % of the fastest and sorting
     them by (peak, -tokens/s)."""
-    from app.planner.explain import HEADROOM_WITHIN
+    from app.planner.specs.common import HEADROOM_WITHIN
 
     req = request("llama-2-13b", 8, 256, objective="headroom")
     model, cluster, training = req.model, req.cluster, req.training

@@ -8,6 +8,7 @@ from __future__ import annotations
 from app.planner.attention import a2a_splits, heads_per_rank
 from app.planner.layout import layout_vpp, num_microbatches, parse_layout, parse_layout_text
 from app.planner.rules.base import Ctx, Violation
+from app.planner.space import sequence_parallel_fits
 from app.planner.specs import ModelSpec, ParallelConfig
 
 
@@ -175,12 +176,11 @@ def interleaving_allowed(c: Ctx) -> Violation | None:
 
 def sequence_parallel_needs_tp(c: Ctx) -> Violation | None:
     """Sequence parallelism splits each CP rank's sequence over the TP ranks: it needs TP, and that sequence a
-    multiple of it (megatron-core tensor_parallel/mappings.py `_split_along_first_dim`: "First dimension of the
-    tensor should be divisible by tensor parallel size"; torchtitan: seq_len divisible by TP x 2 CP)."""
+    multiple of it (space.sequence_parallel_fits, which the search's placements also read)."""
     p = c.par
     if p.sequence_parallel and p.tp == 1:
         return Violation("sequence_parallel_needs_tp", "sequence_parallel needs tp > 1 (ModelParallelConfig)")
-    if p.sequence_parallel and (c.model.seq_length // p.cp) % p.tp:
+    if p.sequence_parallel and not sequence_parallel_fits(c.model, p.tp, p.cp):
         return Violation(
             "sequence_parallel_needs_tp",
             f"sequence_parallel splits the sequence over TP: seq_length({c.model.seq_length}) / cp({p.cp}) = "

@@ -12,6 +12,9 @@ from app.planner import strict
 Precision = Literal["bf16", "fp16", "fp8"]
 Framework = Literal["megatron", "deepspeed", "megatron-deepspeed", "pytorch-fsdp", "jax"]
 Objective = Literal["throughput", "min_gpus", "headroom"]
+# The headroom objective ranks by peak memory the plans whose step is within this share of the fastest plan's: over
+# every feasible plan it put 2x (8B) to 6.5x (70B on 64 H100) slower ones first (QA, 2026-12-07).
+HEADROOM_WITHIN = 0.10
 Recompute = Literal["none", "selective", "full"]
 RecomputeMethod = Literal["uniform", "block"]
 # megatron-core TransformerConfig.recompute_modules (transformer_config.py): what selective recompute re-runs.

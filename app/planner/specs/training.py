@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, PrivateAttr, model_validator
 
 from app.planner.specs.common import (
+    HEADROOM_WITHIN,
     CPCommType,
     FP8Recipe,
     Framework,
@@ -98,7 +99,7 @@ class TrainingSpec(Frozen):
     objective: Objective = Field(
         "throughput",
         description="Rank by tokens/s, by fewest GPUs that fit, or by most memory headroom among the plans within "
-        "10 % of the fastest.",
+        f"{100 * HEADROOM_WITHIN:.0f} % of the fastest.",
     )
     pinned: ParallelPins = Field(default_factory=ParallelPins, description="Dimensions fixed by you.")
     memory_headroom: float = Field(
