@@ -8,6 +8,7 @@ round trip for every preset, config.json imports and custom GPUs).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -20,7 +21,7 @@ from app.planner.specs import ClusterSpec, ModelSpec, ParallelPins, PlanRequest,
 from app.render import RenderOptions
 from app.service.errors import Refused
 from app.service.requests import parse_plan_request
-from app.web.fields import BadValue, FormField, spec_field, spec_fields, to_value, values_of
+from app.web.fields import BadValue, FormField, number_text, spec_field, spec_fields, to_value, values_of
 from app.web.presets import cluster_presets
 
 MODES = {"model_mode": ("preset", "dims", "hf"), "cluster_mode": ("preset", "custom", "saved")}
@@ -204,6 +205,17 @@ def _cluster_sections() -> dict[str, list[FormField]]:
         "cluster_custom": [gpu, *spec_fields(ClusterSpec, "cluster", skip=("num_nodes", "gpu"))],
         "gpu_overrides": overrides,
     }
+
+
+def capped(sections: dict[str, list[FormField]], name: str, high: float) -> dict[str, list[FormField]]:
+    """The form with field `name` offering no more than `high` (a service setting below the spec's own bound)."""
+
+    def cap(f: FormField) -> FormField:
+        if f.name != name or float(f.attrs.get("max", "inf")) <= high:
+            return f
+        return dataclasses.replace(f, attrs={**f.attrs, "max": number_text(high)})
+
+    return {section: [cap(f) for f in fields] for section, fields in sections.items()}
 
 
 def all_fields(sections: dict[str, list[FormField]]) -> list[FormField]:

@@ -19,6 +19,7 @@ from app.web.templates import WebTemplates
 SECTIONS = forms.build_fields()
 FORM_NAMES = {f.name for f in forms.all_fields(SECTIONS)} | set(forms.MODES) | {"cluster_preset", forms.SAVED}
 DEFAULTS = forms.defaults(SECTIONS)
+SEARCH_CAP_FIELD = "training.search_time_limit_s"
 
 
 def svg(templates: WebTemplates, chart: charts.Chart) -> Markup:
@@ -99,7 +100,9 @@ def form_context(
     viewer: Principal,
     prefs: Prefs,
     check: Check | None = None,
+    search_cap_s: float | None = None,
 ) -> dict[str, Any]:
+    """What the form page shows; `search_cap_s` is the service's cap on the search time, the most the form offers."""
     by_field: dict[str, str] = {}
     general: list[str] = []
     for e in errors:
@@ -109,7 +112,7 @@ def form_context(
         else:
             general.append(str(e))
     return {
-        "sections": SECTIONS,
+        "sections": SECTIONS if search_cap_s is None else forms.capped(SECTIONS, SEARCH_CAP_FIELD, search_cap_s),
         "values": dict(values),
         "errors": by_field,
         "general_errors": general,

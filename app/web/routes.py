@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import RedirectResponse, Response
@@ -23,7 +24,7 @@ from app.web.deadline import router as deadline_router
 from app.web.deps import FormDep, TemplatesDep
 from app.web.lists import router as lists_router
 from app.web.login import router as login_router
-from app.web.pages import SECTIONS, Check, check_of, form_context, svg
+from app.web.pages import DEFAULTS, FORM_NAMES, SEARCH_CAP_FIELD, SECTIONS, Check, check_of, form_context, svg
 from app.web.prefs import Prefs
 from app.web.respond import HTML, PrefsDep, compressed, html, not_found, require_csrf
 from app.web.result import chart_for, result_context
@@ -48,10 +49,24 @@ def _form_page(
     self_url: str = "/",
 ) -> Response:
     recent, _total = store.page(8, 0)
+    if self_url == "/":  # the preference links come back to this form as filled, not to an empty one
+        self_url = _draft_url(values)
     saved, _count = request.app.state.clusters.page(200, 0)  # the "use saved cluster" choices
-    context = form_context(values, errors, recent, str(request.base_url), viewer, prefs, check)
+    cap = request.app.state.settings.max_search_time_s
+    context = form_context(values, errors, recent, str(request.base_url), viewer, prefs, check, cap)
     context["saved_clusters"] = saved
     return html(request, templates.render("index.html", **context, self_url=self_url), status_code)
+
+
+DRAFT_URL_MAX = 6000  # longer (a pasted config.json, say) and the preference links return to the empty form
+
+
+def _draft_url(values: Mapping[str, str]) -> str:
+    """The form's URL filled with `values` (those that differ from the empty form's): where its preference links
+    return. They went to the empty form after a refused submission, and what was typed was lost (QA, 2026-12-07)."""
+    changed = {k: v for k, v in values.items() if k in FORM_NAMES and DEFAULTS.get(k) != v}
+    url = "/?" + urlencode(changed) if changed else "/"
+    return url if len(url) <= DRAFT_URL_MAX else "/"
 
 
 @router.get("/", response_class=HTML)
@@ -64,15 +79,18 @@ def form_page(
     prefs: PrefsDep,
     from_id: Annotated[str | None, Query(alias="from", pattern=r"^[0-9a-f]{16}$")] = None,
 ) -> Response:
-    """The empty form, or (?from=<id>) the form filled with a stored plan's request."""
+    """The empty form; (?from=<id>) the form filled with a stored plan's request; or filled with the form's own
+    fields given in the query (its preference links after a refused submission), nothing planned."""
     values = forms.defaults(SECTIONS)
-    cap_field = "training.search_time_limit_s"  # offer no more than this service allows
-    values[cap_field] = f"{min(float(values[cap_field]), settings.max_search_time_s):g}"
+    # offer no more than this service allows
+    values[SEARCH_CAP_FIELD] = f"{min(float(values[SEARCH_CAP_FIELD]), settings.max_search_time_s):g}"
     if from_id:
         record = store.get(from_id)
         if record is None:
             return not_found(request, templates, f"No stored plan with id {from_id}.", viewer, prefs)
         values = whatif.stored_values(record)
+    else:
+        values.update({k: v for k, v in request.query_params.items() if k in FORM_NAMES})
     # the units and theme switches come back to this form, filled as it is (they went back to an empty one)
     back = f"/?from={from_id}" if from_id else "/"
     return _form_page(templates, store, request, viewer, prefs, values, [], self_url=back)

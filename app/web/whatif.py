@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app.planner.results import PlanResult
 from app.planner.specs import PlanRequest
@@ -72,9 +72,27 @@ def controls(record: PlanRecord) -> list[tuple[FormField, str]]:
             out.append(
                 (FormField(SEQ, "Sequence length", f.help, "int", attrs=f.attrs), str(record.result.model.seq_length))
             )
+        elif name == "cluster.gpu":
+            out.append((_gpu_control(values), values.get(name, "")))
         else:
             out.append((_FIELDS[name], values.get(name, "")))
     return out
+
+
+def _gpu_control(values: Mapping[str, str]) -> FormField:
+    """The GPU select; where the plan's GPU has custom numbers, its option says so (it read as the catalogue GPU,
+    QA 2026-12-06): keeping it keeps them, another GPU takes that GPU's catalogue numbers (`apply`)."""
+    f = _FIELDS["cluster.gpu"]
+    custom = [o.name.removeprefix("cluster.gpu.") for o in SECTIONS["gpu_overrides"] if values.get(o.name, "").strip()]
+    if not custom:
+        return f
+    chosen = values.get("cluster.gpu", "")
+    name = values.get("cluster.gpu.name", "").strip() or chosen
+    numbers = [c for c in custom if c != "name"]
+    shown = f"{name} ({chosen} with custom {', '.join(numbers)})" if numbers else f"{name} ({chosen})"
+    options = tuple((v, shown if v == chosen else label) for v, label in f.options)
+    help = "This plan's GPU has custom numbers; another GPU is planned with its catalogue numbers."
+    return replace(f, options=options, help=help)
 
 
 def host_notices(record: PlanRecord, values: Mapping[str, str]) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import html
 import io
 import re
 from typing import Any
@@ -19,6 +20,7 @@ from app.web.prefs import parse, safe_back
 from app.web.whatif import suggestion_actions
 from tests.api.conftest import SMALL, auth, login_token
 from tests.web.conftest import synthetic_plan
+from tests.web.test_forms import form
 
 MIN_GPUS = {
     **SMALL,
@@ -183,6 +185,20 @@ def test_what_if_on_another_node_count_keeps_the_host_list_consistent(web: Any) 
         assert f"cluster.hosts: the plan named 2 hosts for {nodes} nodes: {said[nodes]}" in again["notices"]
 
 
+def test_what_if_gpu_control_says_the_plan_gpu_has_custom_numbers(web: Any) -> None:
+    """A plan on a 64 GiB H100 showed "H100-SXM (80 GiB)" in the what-if GPU select (QA, 2026-12-06): the option
+    now names the custom numbers it keeps, and re-planning unchanged keeps them."""
+    gpu = {"preset": "H100-SXM", "name": "H100-64G", "memory_bytes": 64 * 2**30}
+    created = stored(web, {**SMALL, "cluster": {**SMALL["cluster"], "gpu": gpu}})
+    page = web.get(f"/p/{created['id']}").text
+    whatif = page[page.index('id="whatif"') :]
+    chosen = re.search(r'<option value="H100-SXM" selected>([^<]*)</option>', whatif)
+    assert chosen and chosen.group(1) == "H100-64G (H100-SXM with custom memory_bytes)", whatif
+    r = web.post("/whatif", data={"whatif.from": created["id"], "cluster.gpu": "H100-SXM"}, follow_redirects=False)
+    again = web.get("/plans/" + r.headers["location"].rsplit("/", 1)[1]).json()
+    assert again["result"]["cluster"]["gpu"]["memory_bytes"] == 64 * 2**30
+
+
 def test_what_if_another_framework_plans_on_its_own_stack(web: Any) -> None:
     """A request that named a stack (torchtitan) re-planned under another framework runs that framework's usual
     stack: the named one runs the old framework only, and keeping it was a 422 on a one-click re-plan."""
@@ -275,6 +291,28 @@ def test_preferences_cookie_and_safe_back_links(web: Any) -> None:
     for hostile in ("https://evil.example/", "//evil.example", "/\\evil", ""):
         assert safe_back(hostile) == "/"
     assert parse("bogus.<script>") == parse(None)
+
+
+def test_preference_links_after_a_refused_form_keep_what_was_typed(web: Any) -> None:
+    """QA 2026-12-07: after a refused submission the units and theme links led back to the empty form, so what was
+    typed was lost. They now return to the form filled as it was (its values in the query); nothing is planned."""
+    before = web.get("/plans").json()["total"]
+    typed = form(preset__name="llama-2-13b", cluster__num_nodes="3", training__global_batch_size="-4")
+    refused = web.post("/", data=typed, follow_redirects=False)
+    assert refused.status_code == 422
+    link = next(h for h in re.findall(r'class="pref" href="([^"]+)"', refused.text) if "units=" in h)
+    back = web.get(html.unescape(link), follow_redirects=False)
+    assert back.status_code == 303 and back.headers["location"].startswith("/?")
+    page = web.get(back.headers["location"]).text
+    for name, value in (
+        ("preset.name", "llama-2-13b"),
+        ("cluster.num_nodes", "3"),
+        ("training.global_batch_size", "-4"),
+    ):
+        assert re.search(rf'name="{re.escape(name)}"[^>]*value="{re.escape(value)}"', page) or (
+            f'<option value="{value}" selected' in page
+        ), name
+    assert web.get("/plans").json()["total"] == before
 
 
 def test_pages_are_gzipped_when_asked(web: Any) -> None:

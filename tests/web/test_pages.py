@@ -39,6 +39,7 @@ def test_form_has_every_section_with_spec_help(web: Any) -> None:
                 assert " ".join(f.help.split()) in text, f.name
     text, inputs = element(r.text, "field-training.search_time_limit_s")
     assert ("input", inputs[0][1]) == inputs[0] and inputs[0][1]["value"] == "10"  # the service's cap, not 20
+    assert "0 – 10)" in text and "600" not in text  # the range it states is this service's, not the spec's 600 s
 
 
 def test_submit_redirects_to_the_permalink_with_charts_and_downloads(web: Any) -> None:
