@@ -109,6 +109,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     a("--throttle-s", type=float, default=0.0, help="sleep after each step (fault-injection tests)")
     a("--inject-slow-rank", type=int, default=None, help="this rank sleeps --inject-slow-s in each step's compute")
     a("--inject-slow-s", type=float, default=0.0)
+    a("--inject-slow-skip", type=int, default=0, help="the first N steps of each (re)start run at full speed")
     a("--inject-teardown-abort", type=int, default=None, help="this rank aborts (SIGABRT) after reporting done")
     a(
         "--exit-signal-handler",
@@ -324,9 +325,10 @@ def log(message: str) -> None:
 
 
 def train_step(
-    engine: Any, data: SyntheticTokens, step: int, gas: int, device: torch.device, args: argparse.Namespace, stop: bool
+    engine: Any, data: SyntheticTokens, step: int, gas: int, device: torch.device, slow_s: float, stop: bool
 ) -> tuple[float, bool, float]:
-    """One optimizer step: (mean loss over ranks, whether any rank asked to stop, this rank's compute seconds).
+    """One optimizer step: (mean loss over ranks, whether any rank asked to stop, this rank's compute seconds);
+    `slow_s`: seconds this rank sleeps in each micro-batch's compute (fault injection).
 
     Compute time is the forward passes' (no collective runs in forward under ZeRO 0-2), the figure the launcher
     compares across ranks to find a straggler. The stop flag travels with the loss: no extra collective."""
@@ -337,8 +339,8 @@ def train_step(
     for micro in range(gas):
         tokens, labels = data.batch(step, micro, dp_rank, mbs)
         t0 = time.perf_counter()
-        if dp_rank == args.inject_slow_rank:
-            time.sleep(args.inject_slow_s)
+        if slow_s:
+            time.sleep(slow_s)
         loss = engine(tokens.to(device), labels.to(device))
         compute += time.perf_counter() - t0
         engine.backward(loss)
@@ -368,6 +370,8 @@ def current_lr(engine: Any) -> float:
 
 
 def train(args: argparse.Namespace, heartbeat: Heartbeat, exit_signal: ExitSignal) -> dict[str, Any]:
+    import torch.distributed as dist
+
     engine, config, device = init_engine(args)
     gas, gbs = config["gradient_accumulation_steps"], config["train_batch_size"]
     data = SyntheticTokens(args.vocab_size, args.seq_length, args.seed)
@@ -386,7 +390,9 @@ def train(args: argparse.Namespace, heartbeat: Heartbeat, exit_signal: ExitSigna
     for step in range(start, args.train_iters):
         t0, cpu0 = time.perf_counter(), time.process_time()
         lr = current_lr(engine)
-        loss, stop, compute_s = train_step(engine, data, step, gas, device, args, exit_signal.received is not None)
+        slow = args.inject_slow_rank == dist.get_rank() and step - start >= args.inject_slow_skip
+        slow_s = args.inject_slow_s if slow else 0.0
+        loss, stop, compute_s = train_step(engine, data, step, gas, device, slow_s, exit_signal.received is not None)
         step_s, cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
         steps.append(
             {

@@ -58,13 +58,23 @@ class Limits:
     def first_step_s(self) -> float:
         return self.startup_s + self.k * (self.load_s + (self.step_high_s or 0.0)) + self.floor_s
 
-    def step_timeout(self, observed_s: float | None, steps: int = 1) -> tuple[float, str] | None:
+    def step_timeout(
+        self, observed_s: float | None, steps: int = 1, first_s: float | None = None
+    ) -> tuple[float, str] | None:
         """(seconds, how they were derived) for `steps` steps (1 per heartbeat, log_interval per log line); None
-        without a prediction or an observed step."""
+        without a prediction or an observed step. `first_s`: the first (warm-up) step's time while no later step has
+        been seen: the next one is given at least that long, so a job far slower than its prediction is not killed
+        as a hang in its second step (QA, 2026-12-07); from the third step on, k x the slowest recent step bounds it."""
         predicted, seen = self.step_high_s or 0.0, observed_s or 0.0
         if not predicted and not seen:
             return None
         per = "" if steps == 1 else f" x {steps} steps per log line"
+        if first_s and first_s > self.k * max(predicted, seen):
+            how = (
+                f"{first_s:.3g} s the first step took{per} (above {self.k:g} x {max(predicted, seen):.3g} s) + "
+                f"{self.floor_s:g} s floor"
+            )
+            return first_s * steps + self.floor_s, how
         if predicted >= seen:
             how = f"{self.k:g} x {predicted:.3g} s predicted step upper bound{per} + {self.floor_s:g} s floor"
         else:

@@ -136,7 +136,8 @@ def summary(
         why.insert(0, hang.describe())
     if signalled:
         why.insert(0, f"stopped by {procs.signal_name(signalled)}")
-    detail = "; ".join(why[:1] + reports[:1]) or "see the logs"
+    # a signal that came while a hang was being torn down names both (it named only the signal, QA 2026-12-07)
+    detail = "; ".join(why[: 2 if signalled and hang else 1] + reports[:1]) or "see the logs"
     logs = sorted({str(Path(log).parent) for _, _, log in watched})
     return f"job failed: exit code {code} after {elapsed_s:.1f} s; {detail}; logs: {', '.join(logs)}"
 

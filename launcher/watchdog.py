@@ -229,9 +229,11 @@ class ProgressWatch:
         return f"{self.saves_failed} checkpoint save(s) failed; the last good checkpoint is {last}"
 
     # Hangs -------------------------------------------------------------------------------------------------------
-    def _timeout(self, track: Track, observed: float | None) -> tuple[float, float, str] | None:
-        """(deadline base, seconds, how) for this rank's phase (`observed`: the slowest recent step of any rank);
-        None when nothing is awaited."""
+    def _timeout(
+        self, track: Track, observed: float | None, first: float | None = None
+    ) -> tuple[float, float, str] | None:
+        """(deadline base, seconds, how) for this rank's phase (`observed`: the slowest recent step of any rank;
+        `first`: the slowest first step, while no later one was seen); None when nothing is awaited."""
         lim, phase = self.limits, track.beat.phase
         if phase in ("start", "load"):
             how = (
@@ -242,7 +244,7 @@ class ProgressWatch:
         if phase == "save":
             return track.changed, lim.checkpoint_s, "checkpoint timeout"
         if phase == "train":
-            step = lim.step_timeout(observed, lim.log_interval if track.from_log else 1)
+            step = lim.step_timeout(observed, lim.log_interval if track.from_log else 1, first)
             return None if step is None else (track.changed, step[0], step[1])
         if phase == "done":
             # its training is over, and so is every rank's but the tail of a step or a last save: a rank that has
@@ -255,14 +257,17 @@ class ProgressWatch:
     def _deadlines(self) -> list[tuple[Track, float, float, str]]:
         """(track, monotonic deadline, seconds allowed, how) of every rank that is awaited."""
         observed = max((s for t in self.tracks.values() for s in t.steps), default=None)
+        first = None
+        if observed is None:
+            first = max((t.warmup_s for t in self.tracks.values() if t.warmup_s is not None), default=None)
         if observed is None and not self.limits.step_high_s:
             # no prediction and no step past the first: the first one, warm-up and all, bounds the next (a rank hung
             # right after its first step was awaited by nothing, QA 2026-12-06)
-            observed = max((t.warmup_s for t in self.tracks.values() if t.warmup_s is not None), default=None)
+            observed, first = first, None
         return [
             (t, limit[0] + limit[1], limit[1], limit[2])
             for t in self.tracks.values()
-            if (limit := self._timeout(t, observed))
+            if (limit := self._timeout(t, observed, first))
         ]
 
     def next_deadline(self) -> float | None:

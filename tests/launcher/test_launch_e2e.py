@@ -143,13 +143,15 @@ def test_a_sigterm_to_one_rank_stops_the_job_early_not_successfully(tmp_path: Pa
 
 
 def test_the_failure_summary_cites_the_hang_that_ended_the_job(tmp_path: Path) -> None:
-    """Rank 1 sleeps 6 s in every step: the watchdog kills the group (hang 1), torchrun restarts it once, and the
-    second hang ends the job. The summary names the second group's pids, which torchrun's report names too; it cited
-    the first hang's pids, restarted fine long before (QA L4)."""
+    """Rank 1 stalls 6 s in each step after its first: the watchdog kills the group (hang 1), torchrun restarts it
+    once, and the second hang ends the job. The summary names the second group's pids, which torchrun's report names
+    too; it cited the first hang's pids, restarted fine long before (QA L4). (A rank slow from its first step on is
+    a straggler: the first step bounds the next, test_watchdog.py.)"""
+    slow = ("--inject-slow-rank", "1", "--inject-slow-s", "6", "--inject-slow-skip", "1")
     plan = tiny_plan(
         steps=400,
         max_restarts=1,
-        extra_args=("--throttle-s", "0.05", "--inject-slow-rank", "1", "--inject-slow-s", "6"),
+        extra_args=("--throttle-s", "0.05", *slow),
         master_port=free_port(),
     )
     plan = replace(plan, prediction=Prediction(step_s=0.05, step_s_high=0.1), watchdog=Watchdog(floor_s=2.0))

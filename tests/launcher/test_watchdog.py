@@ -350,3 +350,62 @@ def test_without_a_prediction_the_first_step_bounds_the_next(tmp_path: Path, sle
     os.kill(sleepers[1].pid, signal.SIGCONT)
     assert hang is not None and [c.rank for c in hang.culprits] == [1] and "last completed step 1" in hang.describe()
     assert hang.timeout_s == 3.0
+
+
+def test_a_job_far_slower_than_its_prediction_is_not_a_hang_in_its_second_step(tmp_path: Path, sleepers) -> None:  # type: ignore[no-untyped-def]
+    """Predicted 0.1 s a step, the first step took 10 s: the second was given 2 x 0.1 s + 2 s and the healthy job was
+    killed as a hang (QA, 2026-12-07). The first step's time bounds the second; from the third, k x the slowest."""
+    watch = ProgressWatch(limits(step_s=0.05, step_s_high=0.1), tmp_path, 0, lambda m, echo=True: None)
+    hbs, t = beats(tmp_path, sleepers), 1000.0
+    watch.poll(sleepers, t - 1.0)
+    for hb in hbs:
+        hb.beat(phase="train", step=1, step_s=10.0)
+    assert watch.poll(sleepers, t) is None
+    assert watch.poll(sleepers, t + 9.0) is None  # it was a hang from 2.2 s
+    for hb in hbs:
+        hb.beat(phase="train", step=2, step_s=9.0)
+    assert watch.poll(sleepers, t + 9.5) is None
+    assert watch.poll(sleepers, t + 9.5 + 19.0) is None  # 2 x 9 s + the 2 s floor from here
+    hang = watch.poll(sleepers, t + 9.5 + 20.5)
+    assert hang is not None and hang.timeout_s == 20.0 and "9 s slowest recent step" in hang.describe()
+    lim = limits(step_s=0.05, step_s_high=0.1)
+    assert lim.step_timeout(None, 1, 10.0) == (12.0, "10 s the first step took (above 2 x 0.1 s) + 2 s floor")
+    assert lim.step_timeout(None, 1, 0.1) == lim.step_timeout(None)  # a first step within k x the prediction
+
+
+def test_a_signal_during_a_hangs_teardown_keeps_the_hang_in_the_summary() -> None:
+    """SIGTERM to the launcher while it tore a hung job down: the last line said only "stopped by SIGTERM", and
+    which rank had hung was lost (QA, 2026-12-07). It now names both, the signal first."""
+    from launcher.recovery import summary
+    from launcher.watchdog import Culprit, Hang
+
+    hang = Hang((Culprit(rank=1, pid=4242, step=7, phase="step", stopped=True),), 31.0, 30.0, "3 x 10 s", 0)
+    line = summary(143, 40.0, [(None, "", "/runs/x/attempt-0/agent.log")], hang, signal.SIGTERM)
+    assert line.startswith("job failed: exit code 143 after 40.0 s; stopped by SIGTERM; hang: rank 1 (pid 4242")
+    assert "last completed step 7" in line and line.endswith("logs: /runs/x/attempt-0")
+    alone = summary(143, 40.0, [(None, "", "/runs/x/attempt-0/agent.log")], None, signal.SIGTERM, resume="resume: x")
+    assert alone.startswith("job stopped: exit code 143 after 40.0 s; stopped by SIGTERM; resume: x")
+
+
+def test_checkpoint_saves_that_failed_between_two_polls_are_counted(tmp_path: Path, sleepers) -> None:  # type: ignore[no-untyped-def]
+    """The heartbeat holds the last save's note only: saves that failed between two polls are counted from its
+    "failed" total and said, and the summary's count and last good checkpoint include them."""
+    events: list[str] = []
+    watch = ProgressWatch(limits(step_s=1.0, step_s_high=2.0), tmp_path, 0, lambda m, echo=True: events.append(m))
+    hbs, t = beats(tmp_path, sleepers), 1000.0
+    watch.poll(sleepers, t)
+    hbs[0].beat(phase="train", step=10, checkpoint={"step": 10, "saved": True, "failed": 0, "last_saved": 10})
+    watch.poll(sleepers, t + 0.1)
+    assert not events and watch.checkpoint_report() == ""
+    # steps 20, 30 and 40 failed to save; the poll sees only step 40's note
+    hbs[0].beat(step=40, checkpoint={"step": 40, "saved": False, "error": "No space left", "failed": 3, "last_saved": 10})
+    watch.poll(sleepers, t + 0.2)
+    assert "node 0: 2 more checkpoint save(s) failed between polls (3 so far); the last good checkpoint is step 10" in (
+        events
+    ), events
+    assert "node 0: checkpoint at step 40 not saved: No space left" in events
+    assert watch.checkpoint_report() == "3 checkpoint save(s) failed; the last good checkpoint is step 10"
+    hbs[0].beat(step=50, checkpoint={"step": 50, "saved": True, "failed": 3, "last_saved": 50})
+    watch.poll(sleepers, t + 0.3)
+    assert watch.checkpoint_report() == "3 checkpoint save(s) failed; the last good checkpoint is step 50"
+    assert sum("between polls" in e for e in events) == 1  # said once
