@@ -398,7 +398,8 @@ def test_checkpoint_saves_that_failed_between_two_polls_are_counted(tmp_path: Pa
     watch.poll(sleepers, t + 0.1)
     assert not events and watch.checkpoint_report() == ""
     # steps 20, 30 and 40 failed to save; the poll sees only step 40's note
-    hbs[0].beat(step=40, checkpoint={"step": 40, "saved": False, "error": "No space left", "failed": 3, "last_saved": 10})
+    full = {"step": 40, "saved": False, "error": "No space left", "failed": 3, "last_saved": 10}
+    hbs[0].beat(step=40, checkpoint=full)
     watch.poll(sleepers, t + 0.2)
     assert "node 0: 2 more checkpoint save(s) failed between polls (3 so far); the last good checkpoint is step 10" in (
         events
