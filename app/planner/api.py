@@ -6,7 +6,7 @@ import heapq
 import math
 import time
 
-from app.planner import __version__, collector, rules
+from app.planner import __version__, collector, rules, space, splits
 from app.planner.calibration import apply_profile, constants
 from app.planner.candidates import Found, SearchState
 from app.planner.decisions import decide
@@ -16,8 +16,8 @@ from app.planner.explain import model_notes, why
 from app.planner.goodput import checkpoint_plan
 from app.planner.layout import make_layout
 from app.planner.results import Estimate, Plan, PlanResult, RejectedGroup, SearchStats, TimeEstimate
-from app.planner.rules.shape import layout_violation
-from app.planner.rules.stack import fp8_supported
+from app.planner.rules.shape import layout_violation, uneven_split_violation
+from app.planner.rules.stack import fp8_supported, recompute_modules_problem
 from app.planner.search import fewest_gpus, search_world
 from app.planner.specs import ClusterSpec, EstimateRequest, ModelSpec, ParallelConfig, PlanRequest, TrainingSpec
 from app.planner.specs.common import HEADROOM_WITHIN
@@ -36,12 +36,17 @@ def estimate(request: EstimateRequest) -> Estimate:
 
 def _check_fixed_layout(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig) -> None:
     """What a fixed layout needs before its memory and time mean anything, as an input error naming the field: FP8
-    on a GPU that has it, and a layout string that parses and places the model's layers (other broken rules leave
-    numbers to show, and are reported beside them)."""
+    on a GPU that has it, and a layout string or first/last stage layers that place the model's layers (other
+    broken rules leave numbers to show, and are reported beside them)."""
     for violation in rules.check(model, cluster, training, par, only=(fp8_supported,)):
         raise InputError("training.precision", f"fp8: {violation.message} (use bf16)")
     if par.pipeline_layout is not None and (bad := layout_violation(model, par)) is not None:
         raise InputError("parallel.pipeline_layout", bad.message.removeprefix("pipeline_layout "))
+    uneven = par.first_stage_layers is not None or par.last_stage_layers is not None
+    if uneven and par.pp > 1 and (bad := uneven_split_violation(model, par)) is not None:
+        # the stages would hold other than the model's layers: its numbers were a 500 or an MFU of 252 % (QA)
+        field = "first_stage_layers" if par.first_stage_layers is not None else "last_stage_layers"
+        raise InputError(f"parallel.{field}", bad.message)
 
 
 def _check_pins(cluster: ClusterSpec, training: TrainingSpec) -> None:
@@ -146,6 +151,88 @@ def _check_possible(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         raise InputError(
             "training.precision", f"fp8 needs FP8 tensor cores, which {cluster.gpu.name} has not: plan bf16"
         )
+    _check_pinned_shape(model, training)
+    _check_pinned_features(model, training)
+
+
+def _no_candidate(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> None:
+    """A search that generated no candidate at all: the pins exclude every layout (a plan of nothing was stored with
+    "no plan fits" and no reason, QA 2026-12-07); name them."""
+    pins = {k: v for k, v in training.pinned.model_dump().items() if v is not None}
+    if pins:
+        named = ", ".join(
+            f"{k}({'/'.join(map(str, v)) if isinstance(v, tuple | list) else v})" for k, v in pins.items()
+        )
+        raise InputError(
+            "training.pinned",
+            f"no layout of {model.name} on {cluster.world_size} {cluster.gpu.name} GPUs has {named} "
+            f"under {training.software.label}: unpin one of them",
+        )
+
+
+def _check_pinned_shape(model: ModelSpec, training: TrainingSpec) -> None:
+    """Pinned pipeline sizes that cannot hold the model's layers (the search had no candidate and said nothing
+    more than "no plan fits", QA 2026-12-07)."""
+    p, L = training.pinned, model.num_layers
+    if p.pp and p.pp > L:
+        raise InputError("training.pinned.pp", f"{p.pp} > model.num_layers({L}): each stage needs a layer")
+    if p.vpp and p.vpp > 1 and p.pp == 1:
+        raise InputError("training.pinned.vpp", f"{p.vpp} needs pipeline parallelism; training.pinned.pp is 1")
+    if p.vpp and p.vpp > 1 and p.pp and not splits.split_options(model, training, p.pp, p.vpp):
+        raise InputError(
+            "training.pinned.vpp",
+            f"{p.vpp} with pp({p.pp}): no split of num_layers({L}) gives each of the {p.pp * p.vpp} virtual stages "
+            f"whole layers as {training.software.label} splits them",
+        )
+
+
+def _check_pinned_features(model: ModelSpec, training: TrainingSpec) -> None:
+    """Pinned features the stack or the model cannot have: a 422 naming them, not a plan without them (they were
+    dropped without a word, QA 2026-12-07)."""
+    p, stack = training.pinned, training.software
+    if p.tp_comm_overlap:
+        if not stack.can.tp_comm_overlap:
+            raise InputError(
+                "training.pinned.tp_comm_overlap", f"the {stack.name} stack has no TP communication overlap"
+            )
+        if p.tp == 1:
+            raise InputError("training.pinned.tp_comm_overlap", "TP communication overlap needs tp > 1; pinned tp is 1")
+    if p.offload_param not in (None, "none") and p.zero_stage is not None and p.zero_stage < 3:
+        raise InputError(
+            "training.pinned.offload_param",
+            f"{p.offload_param} needs ZeRO-3; training.pinned.zero_stage is {p.zero_stage}",
+        )
+    if p.cp_comm_type is not None and p.cp == 1:
+        raise InputError("training.pinned.cp_comm_type", f"{p.cp_comm_type} needs context parallelism; pinned cp is 1")
+    if p.cp_comm_type is not None and not p.cp and not space.cp_searched(model, training):
+        if not stack.can.context_parallel:
+            why = f"the {stack.name} stack has no context parallelism"
+        elif not training.flash_attention:
+            why = "context parallelism needs flash attention (training.flash_attention is false)"
+        else:
+            seq = model.seq_length
+            why = f"CP is searched from {space.CP_MIN_SEQ:,} tokens (seq_length {seq:,}): pin training.pinned.cp"
+        raise InputError("training.pinned.cp_comm_type", f"{p.cp_comm_type}: {why}")
+    if p.cpu_offloading_num_layers and not stack.can.activation_offload:
+        raise InputError(
+            "training.pinned.cpu_offloading_num_layers", f"the {stack.name} stack has no activation offload"
+        )
+    if p.cpu_offloading_num_layers and (p.recompute not in (None, "none") or p.recompute_modules):
+        asked = "recompute_modules" if p.recompute_modules else "recompute"
+        raise InputError(
+            f"training.pinned.{asked}",
+            f"activation offload (cpu_offloading_num_layers {p.cpu_offloading_num_layers}) runs without "
+            "recomputation (megatron-core TransformerConfig): unpin one of them",
+        )
+    if p.recompute_modules:
+        if p.recompute not in (None, "selective"):
+            raise InputError(
+                "training.pinned.recompute_modules",
+                f"modules are for selective recompute; pinned recompute is {p.recompute}",
+            )
+        bad = recompute_modules_problem(model, stack, p.recompute_modules)
+        if bad is not None:
+            raise InputError("training.pinned.recompute_modules", bad)
 
 
 def _plan(request: PlanRequest) -> PlanResult:
@@ -162,6 +249,8 @@ def _plan(request: PlanRequest) -> PlanResult:
     _search(model, cluster, training, deadline, offload=False, state=state)
     if not state.found and training.software.can.offload and not state.truncated:
         _search(model, cluster, training, deadline, offload=True, state=state)
+    if not state.candidates and not state.truncated:
+        _no_candidate(model, cluster, training)
     timed = _time_best(model, cluster, training, state.found)
     plans = _plans(model, cluster, training, timed[: training.max_plans], len(state.found))
     hints = [] if plans else suggestions(request.model_copy(update={"cluster": cluster}), state, deadline)

@@ -470,12 +470,13 @@ def model_flops_per_token(model: ModelSpec) -> float:
 def causal_keys(model: ModelSpec) -> float:
     """Keys a token's query scores, summed over the layers (MTP ones included): s/2 on a full causal layer
     (Megatron's convention), `w - w^2 / 2s` on a layer with a window of w keys (each query sees min(i + 1, w)
-    keys, averaged over the positions i), never more than s/2."""
+    keys, averaged over the positions i), never more than s/2: a window of s keys or more is full causal attention
+    (the formula went negative past 2s, and a stored plan read MFU -733.8 %, QA 2026-12-07)."""
     s, layers = float(model.seq_length), model.num_layers + model.mtp_num_layers
     windowed = model.windowed_layers
     if not windowed:
         return layers * s / 2
-    w = float(model.sliding_window or s)
+    w = min(float(model.sliding_window or s), s)
     return (layers - windowed) * s / 2 + windowed * min(s / 2, w - w * w / (2 * s))
 
 

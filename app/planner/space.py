@@ -48,7 +48,8 @@ def tp_options(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -
         limit = min(domain, MAX_TP_IN_DOMAIN)
     else:
         limit = 2 * cluster.gpus_per_node if training.allow_tp_across_nodes else min(domain, cluster.gpus_per_node)
-    return [t for t in divisors(limit) if model.num_attention_heads % t == 0]
+    low = 2 if training.pinned.tp_comm_overlap else 1  # the overlap pinned: layouts that have it (TP > 1)
+    return [t for t in divisors(limit) if t >= low and model.num_attention_heads % t == 0]
 
 
 def sequence_parallel_fits(model: ModelSpec, tp: int, cp: int) -> bool:
@@ -57,17 +58,29 @@ def sequence_parallel_fits(model: ModelSpec, tp: int, cp: int) -> bool:
     return not (model.seq_length // cp) % tp
 
 
+def cp_searched(model: ModelSpec, training: TrainingSpec) -> bool:
+    """Whether the search tries CP > 1 (when not pinned): a stack with CP, flash attention, sequences from 4K."""
+    can = training.software.can.context_parallel
+    return bool(can) and model.seq_length >= CP_MIN_SEQ and training.flash_attention
+
+
 def cp_options(model: ModelSpec, training: TrainingSpec, rest: int) -> list[int]:
     if training.pinned.cp:
         return [training.pinned.cp]
-    if not training.software.can.context_parallel or model.seq_length < CP_MIN_SEQ or not training.flash_attention:
+    if not cp_searched(model, training):
         return [1]
     sizes = [1, 2, 4, 8, 16, 32]
     return [
         c
         for c in sizes
-        if c == 1  # CP > 1 cuts the sequence into 2 x CP chunks (rules.context_parallel); CP 1 cuts nothing
-        or (c <= MAX_CP and rest % c == 0 and model.seq_length % (2 * c) == 0 and model.seq_length // c >= CP_MIN_CHUNK)
+        if (c == 1 and training.pinned.cp_comm_type is None)  # a pinned CP comm type: layouts with CP
+        # CP > 1 cuts the sequence into 2 x CP chunks (rules.context_parallel); CP 1 cuts nothing
+        or (
+            1 < c <= MAX_CP
+            and rest % c == 0
+            and model.seq_length % (2 * c) == 0
+            and model.seq_length // c >= CP_MIN_CHUNK
+        )
     ]
 
 
@@ -175,8 +188,8 @@ def sharding_options(training: TrainingSpec, dp: int, cp: int, pp: int, offload:
         elif pins.megatron_fsdp:  # refused by rule (no Megatron-FSDP here, or nothing to shard it over)
             out = [{**option, "megatron_fsdp": pins.megatron_fsdp} for option in out]
         return out
-    if "fsdp" in can.sharding:  # FSDP's full shard; a pinned ZeRO stage or distributed optimizer is refused by rule
-        return [_pinned(pins, ("zero_stage", "distributed_optimizer"))]
+    if "fsdp" in can.sharding:  # FSDP's full shard; a pinned ZeRO stage, offload or distributed optimizer: by rule
+        return [_pinned(pins, ("zero_stage", "distributed_optimizer", "offload_optimizer", "offload_param"))]
     # Megatron's distributed optimizer or Megatron-FSDP pinned on a ZeRO stack: carried, so that the rules refuse it
     foreign = _pinned(pins, ("distributed_optimizer", "megatron_fsdp"))
     stages = [s for s in can.zero_stages if s <= 1] if pp > 1 else list(can.zero_stages)
@@ -230,7 +243,8 @@ def offload_options(
     pins, layers = training.pinned, model.num_layers
     if not training.software.can.activation_offload or layers_per_chunk != layers or layers < 2:
         return []
-    if pins.cpu_offloading_num_layers or pins.recompute not in (None, "none") or pins.recompute_num_layers:
+    pinned = pins.recompute not in (None, "none") or pins.recompute_num_layers or pins.recompute_modules
+    if pins.cpu_offloading_num_layers or pinned:
         return []
     shares: tuple[int, ...]
     if cluster.h2d_bw >= FAST_HOST_LINK_BPS:
@@ -276,7 +290,7 @@ def recompute_options(model: ModelSpec, training: TrainingSpec, layers_per_chunk
     own_policy = act.op_level_selective(training) and not pins.recompute_modules  # torchtitan's, MaxText's
     if own_policy or (not selective and (pins.recompute == "selective" or not training.flash_attention)):
         out.append(Recompute("selective"))
-    if pins.recompute == "selective":
+    if pins.recompute == "selective" or pins.recompute_modules:  # pinned modules: selective recompute of them
         return [r for r in out if r.recompute == "selective"]
     return out + _full(training, layers_per_chunk, None)
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from app.planner import PlanRequest, plan, rules
+from app.planner.errors import InputError
 from app.planner.specs import ParallelConfig
 
 NODE = {"num_nodes": 1, "gpu": "H100-SXM"}
@@ -84,3 +85,82 @@ def test_bf16_without_zero_is_refused_for_what_deepspeed_would_do(training: dict
     par = ParallelConfig(pp=pp, dp=8 // pp, zero_stage=0)
     bad = [v for v in rules.check(req.model, req.cluster, req.training, par, 8) if v.code == "framework_support"]
     assert len(bad) == 1 and why in bad[0].message, bad
+
+
+@pytest.mark.parametrize(
+    ("pin", "field", "words"),
+    [
+        ({"pp": 40}, "training.pinned.pp", "40 > model.num_layers(32)"),
+        ({"pp": 2, "vpp": 64}, "training.pinned.vpp", "64 with pp(2): no split of num_layers(32)"),
+        ({"pp": 1, "vpp": 2}, "training.pinned.vpp", "training.pinned.pp is 1"),
+        ({"tp": 1, "tp_comm_overlap": True}, "training.pinned.tp_comm_overlap", "needs tp > 1; pinned tp is 1"),
+        ({"cp": 1, "cp_comm_type": "a2a"}, "training.pinned.cp_comm_type", "pinned cp is 1"),
+        ({"recompute_modules": ["mla_up_proj"]}, "training.pinned.recompute_modules", "multi-latent attention"),
+        ({"recompute_modules": ["moe"]}, "training.pinned.recompute_modules", "needs an MoE model"),
+        ({"recompute": "full", "recompute_modules": ["core_attn"]}, "training.pinned.recompute_modules", "is full"),
+        ({"cpu_offloading_num_layers": 2, "recompute": "full"}, "training.pinned.recompute", "without recomputation"),
+    ],
+)
+def test_pins_that_contradict_the_model_or_each_other_are_input_errors(
+    pin: dict[str, Any], field: str, words: str
+) -> None:
+    """QA 2026-12-07: pp 40 on 32 layers, vpp 64 on pp 2 and the like searched no candidate and stored "no plan
+    fits" with no reason; an overlap pinned with tp 1, a CP comm type with cp 1 or an MLA recompute module on a
+    dense model were dropped and the plan contradicted the pin. Each is now a 422 naming the pin and the numbers."""
+    with pytest.raises(InputError) as caught:
+        _plan(pinned=pin)
+    assert caught.value.field == field and words in caught.value.message
+
+
+def test_pins_that_the_plan_dropped_now_shape_it() -> None:
+    """A pinned overlap, CP comm type or recompute module set was dropped by the chosen plan (TP 1, CP 1, no
+    recomputation); now every plan has what was pinned."""
+    overlap = _plan(pinned={"tp_comm_overlap": True})
+    assert overlap.plans and all(p.parallel.tp > 1 and p.parallel.tp_comm_overlap for p in overlap.plans)
+    cp = _plan(pinned={"cp_comm_type": "a2a"})
+    assert cp.plans and all(p.parallel.cp > 1 and p.parallel.cp_comm_type == "a2a" for p in cp.plans)
+    modules = _plan(pinned={"recompute_modules": ["core_attn"]})
+    assert modules.plans and all(
+        p.parallel.recompute == "selective" and p.parallel.recompute_modules == ("core_attn",) for p in modules.plans
+    )
+
+
+@pytest.mark.parametrize("framework", ["jax", "pytorch-fsdp"])
+def test_zero_offload_pinned_on_an_fsdp_stack_is_refused_by_rule(framework: str) -> None:
+    """JAX planned offload_param cpu as no offload at all (QA 2026-12-07): refused by name, as on Megatron."""
+    result = _plan(framework=framework, pinned={"offload_param": "cpu"})
+    assert result.plans == [] and "not ZeRO stages or ZeRO offload" in result.rejected[0].message
+
+
+def test_a_deepspeed_param_offload_below_zero_3_is_an_input_error() -> None:
+    with pytest.raises(InputError) as caught:
+        _plan(framework="deepspeed", pinned={"offload_param": "cpu", "zero_stage": 1})
+    assert caught.value.field == "training.pinned.offload_param" and "needs ZeRO-3" in str(caught.value)
+
+
+def test_a_window_longer_than_the_sequence_is_full_attention() -> None:
+    """A window of 100,000 keys at 8,192 tokens gave negative attention FLOPs (MFU -733.8 %, QA 2026-12-07)."""
+    from app.planner.compute import causal_keys
+
+    full = PlanRequest(model="llama-3-8b", cluster=NODE, training={"global_batch_size": 64}).model
+    wide = full.model_copy(update={"sliding_window": 100_000})
+    assert causal_keys(wide) == causal_keys(full) > 0
+    assert causal_keys(full.model_copy(update={"sliding_window": 2 * full.seq_length})) == causal_keys(full)
+
+
+def test_an_estimate_whose_stages_do_not_hold_the_layers_is_an_input_error() -> None:
+    """first + last stage layers of 20 + 20 on 32 layers and PP 2 was a 500 (an assertion in the parameter count),
+    1 + 1 an estimate with MFU 252 % (QA 2026-12-07)."""
+    from app.planner import EstimateRequest, estimate
+
+    for first, last in ((20, 20), (1, 1)):
+        request = {
+            "model": "llama-3-8b",
+            "cluster": NODE,
+            "training": {"global_batch_size": 64},
+            "parallel": {"pp": 2, "dp": 4, "first_stage_layers": first, "last_stage_layers": last},
+        }
+        with pytest.raises(InputError) as caught:
+            estimate(EstimateRequest.model_validate(request))
+        assert caught.value.field == "parallel.first_stage_layers"
+        assert f"first({first}) + last({last}) = {first + last} layers on pp(2), num_layers is 32" in str(caught.value)

@@ -80,20 +80,35 @@ def pipeline_layers(c: Ctx) -> Violation | None:
 
 
 def _uneven_rule(c: Ctx) -> Violation | None:
-    p, L = c.par, c.model.num_layers
+    p = c.par
     if p.pp == 1:
         return Violation("uneven_stages_need_pp", "first/last stage layers are set but pp is 1")
+    bad = uneven_split_violation(c.model, p)
+    if bad is not None:
+        return bad
     fixed = [x for x in (p.first_stage_layers, p.last_stage_layers) if x is not None]
+    middle_stages, rest = p.pp - len(fixed), c.model.num_layers - sum(fixed)
+    counts = [*fixed, *([rest // middle_stages] if middle_stages else [])]
+    if any(n % p.vpp for n in counts):
+        return Violation("layers_divisible_by_vpp", f"stage layers {counts} not divisible by vpp({p.vpp})")
+    return None
+
+
+def uneven_split_violation(model: ModelSpec, p: ParallelConfig) -> Violation | None:
+    """First/last stage layers that, with the middle stages' even share, do not place the model's `num_layers`
+    (Megatron's validate_args): without them, no stage has a shape to size or time."""
+    fixed = [x for x in (p.first_stage_layers, p.last_stage_layers) if x is not None]
+    L = model.num_layers
     middle_stages, rest = p.pp - len(fixed), L - sum(fixed)
-    if rest < 0 or (middle_stages == 0 and rest != 0) or (middle_stages and (rest % middle_stages or rest == 0)):
+    if middle_stages == 0 and rest != 0:
+        named = " + ".join(f"{n}({x})" for n, x in zip(("first", "last"), fixed, strict=True))
+        return Violation("uneven_stages", f"{named} = {sum(fixed)} layers on pp({p.pp}), num_layers is {L}")
+    if rest < 0 or (middle_stages and (rest % middle_stages or rest == 0)):
         return Violation(
             "uneven_stages",
             f"num_layers({L}) - first/last({sum(fixed)}) = {rest} does not split "
             f"evenly over the {middle_stages} middle stages",
         )
-    counts = [*fixed, *([rest // middle_stages] if middle_stages else [])]
-    if any(n % p.vpp for n in counts):
-        return Violation("layers_divisible_by_vpp", f"stage layers {counts} not divisible by vpp({p.vpp})")
     return None
 
 

@@ -3,8 +3,11 @@ precisions, recomputation, activation offload and model families, read from its 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from app.planner.rules.base import Ctx, Violation
-from app.planner.stack import stacks
+from app.planner.specs import ModelSpec
+from app.planner.stack import Stack, stacks
 from app.planner.states import reduce_dtype
 
 
@@ -106,6 +109,21 @@ def precision_supported(c: Ctx) -> Violation | None:
     return None
 
 
+def recompute_modules_problem(m: ModelSpec, s: Stack, modules: Iterable[str]) -> str | None:
+    """What makes selective recompute of `modules` impossible for this model on this stack, or None."""
+    unknown = [x for x in modules if x not in s.can.recompute_modules]
+    if unknown:
+        return f"{s.label} cannot recompute modules {unknown}"
+    for mod in modules:
+        if mod in ("moe", "moe_act", "shared_experts") and not m.is_moe:
+            return f"recompute module {mod} needs an MoE model"
+        if mod == "shared_experts" and not m.moe_shared_expert_intermediate_size:
+            return f"recompute module shared_experts needs shared experts, which {m.name} has not"
+        if mod == "mla_up_proj" and not m.multi_latent_attention:
+            return "recompute module mla_up_proj needs multi-latent attention"
+    return None
+
+
 def recompute_supported(c: Ctx) -> Violation | None:
     """TransformerConfig: full recompute takes a method and a layer count (1..layers per stage); selective takes
     modules and no layer count; moe/moe_act/shared_experts need an MoE model, mla_up_proj MLA."""
@@ -113,15 +131,8 @@ def recompute_supported(c: Ctx) -> Violation | None:
     if p.recompute == "selective":
         if p.recompute_num_layers is not None or p.recompute_method is not None:
             return Violation("recompute", "selective recompute takes no recompute_method/num_layers")
-        unknown = [x for x in (p.recompute_modules or ()) if x not in s.can.recompute_modules]
-        if unknown:
-            return Violation("recompute", f"{s.label} cannot recompute modules {unknown}")
-        for mod in p.recompute_modules or ():
-            if mod in ("moe", "moe_act", "shared_experts") and not m.is_moe:
-                return Violation("recompute", f"recompute module {mod} needs an MoE model")
-            if mod == "mla_up_proj" and not m.multi_latent_attention:
-                return Violation("recompute", "recompute module mla_up_proj needs multi-latent attention")
-        return None
+        bad = recompute_modules_problem(m, s, p.recompute_modules or ())
+        return None if bad is None else Violation("recompute", bad)
     if p.recompute_modules:
         return Violation("recompute", "recompute_modules is for selective recompute")
     if p.recompute_num_layers is not None or p.recompute_method is not None:
