@@ -213,6 +213,11 @@ def _check_pinned_features(model: ModelSpec, training: TrainingSpec) -> None:
             seq = model.seq_length
             why = f"CP is searched from {space.CP_MIN_SEQ:,} tokens (seq_length {seq:,}): pin training.pinned.cp"
         raise InputError("training.pinned.cp_comm_type", f"{p.cp_comm_type}: {why}")
+    if p.recompute_num_layers and not stack.can.partial_recompute:
+        raise InputError(
+            "training.pinned.recompute_num_layers",
+            f"{p.recompute_num_layers}: the {stack.name} stack recomputes every layer or none (no partial recompute)",
+        )
     if p.cpu_offloading_num_layers and not stack.can.activation_offload:
         raise InputError(
             "training.pinned.cpu_offloading_num_layers", f"the {stack.name} stack has no activation offload"
@@ -230,7 +235,8 @@ def _check_pinned_features(model: ModelSpec, training: TrainingSpec) -> None:
                 "training.pinned.recompute_modules",
                 f"modules are for selective recompute; pinned recompute is {p.recompute}",
             )
-        bad = recompute_modules_problem(model, stack, p.recompute_modules)
+        recipe = training.fp8_recipe if training.precision == "fp8" else None
+        bad = recompute_modules_problem(model, stack, p.recompute_modules, recipe)
         if bad is not None:
             raise InputError("training.pinned.recompute_modules", bad)
 

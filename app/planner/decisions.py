@@ -22,6 +22,7 @@ import math
 
 from app.planner import layout as lay
 from app.planner import space
+from app.planner.goodput import checkpoint_bytes, storage_bandwidth
 from app.planner.results import (
     Decisions,
     DeepSpeedDecision,
@@ -44,7 +45,8 @@ TREE_ALLREDUCE = "allreduce:tree"
 # Megatron-LM's default --distributed-timeout-minutes (arguments.py), kept as the floor.
 MEGATRON_TIMEOUT_MIN = 10
 TIMEOUT_STEPS = 5  # a collective may wait a whole step behind a straggler: allow several
-MIN_GRACEFUL_STOP_S = 600  # finish the step, write a checkpoint, exit (issue 14 adds the measured save time)
+MIN_GRACEFUL_STOP_S = 600  # the least time to finish the step, write a checkpoint and exit
+GRACEFUL_STOP_SLACK_S = 300  # exit, process-group teardown and a loaded file system on top of the predicted save
 MANUAL_GC_MIN_GPUS = 64  # GC pauses stall every rank of a collective; NVIDIA's recipes collect every 100 steps
 MANUAL_GC_INTERVAL = 100
 NVLS_GENERATIONS = ("hopper", "blackwell")  # NVLink SHARP needs third-generation NVSwitch (Hopper) or later
@@ -144,11 +146,13 @@ def _gradient_all_reduce(training: TrainingSpec, par: ParallelConfig) -> bool:
 
 def nccl_decision(training: TrainingSpec, par: ParallelConfig, cluster: ClusterSpec) -> NcclDecision:
     groups = cross_node_groups(par, cluster)
-    allreduce_groups = []
+    allreduce_groups, spans = [], []
     if "data-parallel" in groups and _gradient_all_reduce(training, par):
         allreduce_groups.append("the data-parallel gradient all-reduce")
+        spans.append(lay.dp_group(par, cluster).domains)
     if "tensor-parallel" in groups and not par.sequence_parallel:
         allreduce_groups.append("the tensor-parallel all-reduces")
+        spans.append(lay.tp_group(par, cluster).domains)
     if not allreduce_groups:
         return NcclDecision(
             reason="no all-reduce of the plan crosses nodes (reduce-scatter, all-gather, all-to-all "
@@ -163,7 +167,9 @@ def nccl_decision(training: TrainingSpec, par: ParallelConfig, cluster: ClusterS
             f"across), which a forced tree would disable: NCCL chooses",
             cross_node_groups=groups,
         )
-    nodes = lay.nodes_used(par, cluster)
+    # the nodes one all-reduce group spans (it said the job's node count: a DP group of TP2 PP2 DP8 on 4 nodes
+    # spans 2, QA 2026-12-07)
+    nodes = max(spans)
     return NcclDecision(
         all_reduce_algo=TREE_ALLREDUCE,
         min_nccl_version=PER_COLLECTIVE_ALGO_NCCL,
@@ -221,6 +227,14 @@ def fp8_recipe(training: TrainingSpec, par: ParallelConfig, cluster: ClusterSpec
     return par.fp8_recipe or training.fp8_recipe or ("mxfp8" if cluster.gpu.generation == "blackwell" else "tensorwise")
 
 
+def graceful_stop(model: ModelSpec, cluster: ClusterSpec, step_s: float) -> int:
+    """Seconds between a stop signal (Slurm's --signal before the time limit, torchrun's shutdown timeout, a pod's
+    grace period) and the kill: two steps, the predicted checkpoint save and some slack. It left out the save: at
+    0.5 GB/s a 920 GiB checkpoint takes 33 min, and the 600 s given cut it off (QA 2026-12-07)."""
+    save_s = checkpoint_bytes(model) / storage_bandwidth(cluster)
+    return max(MIN_GRACEFUL_STOP_S, math.ceil(2 * step_s + save_s) + GRACEFUL_STOP_SLACK_S)
+
+
 def decide(
     model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, par: ParallelConfig, estimate: Estimate
 ) -> Decisions:
@@ -250,7 +264,7 @@ def decide(
         distributed_timeout_minutes=timeout,
         timeout_reason=f"{TIMEOUT_STEPS} predicted steps of {step_s:.1f} s, at least Megatron's default "
         f"{MEGATRON_TIMEOUT_MIN} min",
-        graceful_stop_s=max(MIN_GRACEFUL_STOP_S, math.ceil(2 * step_s) + 300),
+        graceful_stop_s=graceful_stop(model, cluster, step_s),
         manual_gc_interval=MANUAL_GC_INTERVAL if par.world_size >= MANUAL_GC_MIN_GPUS else None,
         fp8_recipe=fp8_recipe(training, par, cluster),
         make_vocab_size_divisible_by=divisor,

@@ -255,6 +255,11 @@ def offload_options(
     return [Recompute("none", offload=k) for k in counts]
 
 
+# megatron-core 0.16.1 TransformerConfig.__post_init__: "Delayed scaling does not support moe_act and layernorm
+# recompute for fp8"
+DELAYED_FP8_NO_RECOMPUTE = ("layernorm", "moe_act")
+
+
 def recompute_options(model: ModelSpec, training: TrainingSpec, layers_per_chunk: int) -> list[Recompute]:
     """Recomputation choices: none, the selective module sets, then full recomputation of more and more layers per
     chunk (block k, then every layer). Neither time nor memory is monotone along the whole list: a selective module
@@ -284,6 +289,8 @@ def recompute_options(model: ModelSpec, training: TrainingSpec, layers_per_chunk
     if "mlp" in can:
         mlp = ("moe",) if model.is_moe else ("mlp",)
         selective.append(("mla_up_proj", *mlp) if model.multi_latent_attention else mlp)
+    if training.precision == "fp8" and training.fp8_recipe == "delayed":  # megatron-core refuses them together
+        selective = [m for m in selective if not set(m) & set(DELAYED_FP8_NO_RECOMPUTE)]
     if pins.recompute_modules:
         selective = [pins.recompute_modules]
     out += [Recompute("selective", s) for s in selective]

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 
 from app.planner.decisions import decide
+from app.planner.explain import describe
 from app.planner.results import Decisions, Plan, PlanResult
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from app.render.env import EnvVar, nccl_env, worker_env
@@ -74,31 +75,10 @@ class Facts:
 
 
 def plan_label(par: ParallelConfig) -> str:
-    """The layout in a few words (the renderer's own, so that headers only change when the files do)."""
-    sizes = [
-        f"{name}{n}"
-        for name, n in (
-            ("TP", par.tp),
-            ("PP", par.pp),
-            ("VPP", par.vpp),
-            ("CP", par.cp),
-            ("DP", par.dp),
-            ("EP", par.ep),
-        )
-        if n > 1 or name in ("TP", "PP", "DP")
-    ]
-    if par.first_stage_layers is not None or par.last_stage_layers is not None:
-        sizes.append(f"stages {par.first_stage_layers or '-'}/../{par.last_stage_layers or '-'} layers")
-    extra = [
-        f"ZeRO-{par.zero_stage}" if par.zero_stage else "",
-        "dist-opt" if par.distributed_optimizer else "",
-        f"optimizer->{par.offload_optimizer}" if par.offload_optimizer != "none" else "",
-        f"params->{par.offload_param}" if par.offload_param != "none" else "",
-        "SP" if par.sequence_parallel and par.tp > 1 else "",
-        f"mbs {par.micro_batch_size}",
-        f"recompute {par.recompute}" if par.recompute != "none" else "",
-    ]
-    return " ".join(sizes + [e for e in extra if e])
+    """The layout in a few words, as the plan table names it (explain.describe): the renderer's own called
+    Megatron-FSDP "dist-opt" and left out activation offload, FP8 weights, the layout, the CP comm type and the
+    overlaps the files set (QA 2026-12-07)."""
+    return describe(par)
 
 
 def default_job_name(model_name: str) -> str:

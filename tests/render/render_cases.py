@@ -134,7 +134,7 @@ GOLDEN = (
             "pp": 2,
             "dp": 4,
             "zero_stage": 1,
-            "sequence_parallel": True,
+            "sequence_parallel": False,  # Megatron-DeepSpeed under --deepspeed has no SP (data/stacks.json)
             "micro_batch_size": 2,
             "recompute": "full",
         },

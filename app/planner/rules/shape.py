@@ -193,6 +193,11 @@ def sequence_parallel_needs_tp(c: Ctx) -> Violation | None:
     """Sequence parallelism splits each CP rank's sequence over the TP ranks: it needs TP, and that sequence a
     multiple of it (space.sequence_parallel_fits, which the search's placements also read)."""
     p = c.par
+    if p.sequence_parallel and not c.training.software.can.sequence_parallel:
+        return Violation(
+            "framework_support",
+            f"{c.training.software.label} has no Megatron sequence parallelism (its stack's source)",
+        )
     if p.sequence_parallel and p.tp == 1:
         return Violation("sequence_parallel_needs_tp", "sequence_parallel needs tp > 1 (ModelParallelConfig)")
     if p.sequence_parallel and not sequence_parallel_fits(c.model, p.tp, p.cp):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deepspeed.sh: start llama-2-13b with DeepSpeed's launcher (llama-2-13b on 2 x 8 A100-80GB, megatron-deepspeed, plan #1: TP2 PP2 DP4 ZeRO-1 SP mbs 2 recompute full).
+# deepspeed.sh: start llama-2-13b with DeepSpeed's launcher (llama-2-13b on 2 x 8 A100-80GB, megatron-deepspeed, plan #1: TP2 PP2 DP4 ZeRO-1 mbs2 recompute=full).
 # Run it once, on node 0: the launcher reads the hostfile next to this script and starts all 2 nodes
 # over pdsh/ssh (passwordless ssh from node 0 to every node is required).
 set -euo pipefail
@@ -7,12 +7,11 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 MASTER_ADDR=dgx1
 # shellcheck source=nccl_env.sh
 source "${HERE}/nccl_env.sh"
-export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron-DeepSpeed raises without it under sequence parallelism (arguments.py)
 export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=600  # after SIGTERM torchrun waits this long for the ranks to save a checkpoint before SIGKILL (Megatron's --exit-signal-handler, the example trainer's SIGTERM handler; torch's default is 30 s)
 # DeepSpeed's runner passes only NCCL*, PYTHON*, MV2*, UCX* and MLFLOW* variables on to the other nodes; the others
 # set above reach them through the file DS_ENV_FILE names, one KEY=VALUE per line (deepspeed/launcher/runner.py)
 export DS_ENV_FILE="${HERE}/.deepspeed_env"
-printf '%s\n' "GLOO_SOCKET_IFNAME=${GLOO_SOCKET_IFNAME}" "CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS}" "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=${TORCH_ELASTIC_SHUTDOWN_TIMEOUT}" > "${DS_ENV_FILE}"
+printf '%s\n' "GLOO_SOCKET_IFNAME=${GLOO_SOCKET_IFNAME}" "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=${TORCH_ELASTIC_SHUTDOWN_TIMEOUT}" > "${DS_ENV_FILE}"
 cd /opt/Megatron-DeepSpeed
 exec python -m deepspeed.launcher.runner \
   --hostfile "${HERE}/hostfile" \

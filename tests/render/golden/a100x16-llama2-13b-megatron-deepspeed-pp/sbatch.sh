@@ -7,7 +7,7 @@
 #SBATCH --mem=0
 #SBATCH --signal=TERM@600
 #SBATCH --output=%x-%j.out
-# sbatch.sh: llama-2-13b under Slurm (llama-2-13b on 2 x 8 A100-80GB, megatron-deepspeed, plan #1: TP2 PP2 DP4 ZeRO-1 SP mbs 2 recompute full).
+# sbatch.sh: llama-2-13b under Slurm (llama-2-13b on 2 x 8 A100-80GB, megatron-deepspeed, plan #1: TP2 PP2 DP4 ZeRO-1 mbs2 recompute=full).
 # Submit it from the directory holding these files: sbatch sbatch.sh
 # The node count is written once, in --nodes above; everything below reads it from SLURM_JOB_NUM_NODES.
 # 600 s before the time limit Slurm sends SIGTERM: the ranks save a checkpoint and exit (--signal above).
@@ -27,7 +27,6 @@ MASTER_PORT=29500
 RDZV_ENDPOINT="${MASTER_ADDR}:${MASTER_PORT}"
 # shellcheck source=nccl_env.sh
 source "${HERE}/nccl_env.sh"
-export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron-DeepSpeed raises without it under sequence parallelism (arguments.py)
 export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=600  # after SIGTERM torchrun waits this long for the ranks to save a checkpoint before SIGKILL (Megatron's --exit-signal-handler, the example trainer's SIGTERM handler; torch's default is 30 s)
 cd /opt/Megatron-DeepSpeed
 exec srun --nodes "${NNODES}" --ntasks-per-node 1 --cpus-per-task "${CPUS_PER_NODE}" --cpu-bind=none --kill-on-bad-exit=1 \

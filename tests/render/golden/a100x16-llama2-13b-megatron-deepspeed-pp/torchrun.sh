@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# torchrun.sh: start llama-2-13b (llama-2-13b on 2 x 8 A100-80GB, megatron-deepspeed, plan #1: TP2 PP2 DP4 ZeRO-1 SP mbs 2 recompute full).
+# torchrun.sh: start llama-2-13b (llama-2-13b on 2 x 8 A100-80GB, megatron-deepspeed, plan #1: TP2 PP2 DP4 ZeRO-1 mbs2 recompute=full).
 # One torchrun agent per node, 8 workers each: run it on all 2 nodes with that
 # node's index, e.g. NODE_RANK=0 ./torchrun.sh on node 0 (the rendezvous host), NODE_RANK=1 ./torchrun.sh on the next.
 set -euo pipefail
@@ -11,7 +11,6 @@ MASTER_ADDR=dgx1
 MASTER_PORT=29500
 # shellcheck source=nccl_env.sh
 source "${HERE}/nccl_env.sh"
-export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron-DeepSpeed raises without it under sequence parallelism (arguments.py)
 export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=600  # after SIGTERM torchrun waits this long for the ranks to save a checkpoint before SIGKILL (Megatron's --exit-signal-handler, the example trainer's SIGTERM handler; torch's default is 30 s)
 cd /opt/Megatron-DeepSpeed
 exec python -m torch.distributed.run \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deepspeed.sh: start llama-2-13b with DeepSpeed's launcher (llama-2-13b on 1 x 8 A100-40GB, deepspeed, plan #1: TP1 PP1 DP8 ZeRO-3 optimizer->cpu params->cpu mbs 1).
+# deepspeed.sh: start llama-2-13b with DeepSpeed's launcher (llama-2-13b on 1 x 8 A100-40GB, deepspeed, plan #1: TP1 PP1 DP8 ZeRO-3 opt->cpu param->cpu mbs1).
 # One node, 8 workers: run ./deepspeed.sh on it.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

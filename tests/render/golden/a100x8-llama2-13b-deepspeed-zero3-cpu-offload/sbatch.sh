@@ -7,7 +7,7 @@
 #SBATCH --mem=0
 #SBATCH --signal=TERM@600
 #SBATCH --output=%x-%j.out
-# sbatch.sh: llama-2-13b under Slurm (llama-2-13b on 1 x 8 A100-40GB, deepspeed, plan #1: TP1 PP1 DP8 ZeRO-3 optimizer->cpu params->cpu mbs 1).
+# sbatch.sh: llama-2-13b under Slurm (llama-2-13b on 1 x 8 A100-40GB, deepspeed, plan #1: TP1 PP1 DP8 ZeRO-3 opt->cpu param->cpu mbs1).
 # Submit it from the directory holding these files: sbatch sbatch.sh. No render.workdir was given, so
 # examples/train_gpt.py runs relative to that directory too: put the training code there, or render with workdir.
 # The node count is written once, in --nodes above; everything below reads it from SLURM_JOB_NUM_NODES.

@@ -7,7 +7,7 @@
 #SBATCH --mem=0
 #SBATCH --signal=TERM@600
 #SBATCH --output=%x-%j.out
-# sbatch.sh: llama-2-7b under Slurm (llama-2-7b on 1 x 8 A100-80GB, megatron, plan #1: TP2 PP1 DP4 dist-opt SP mbs 2 recompute selective).
+# sbatch.sh: llama-2-7b under Slurm (llama-2-7b on 1 x 8 A100-80GB, megatron, plan #1: TP2 PP1 DP4 dist-opt SP mbs2 recompute=selective).
 # Submit it from the directory holding these files: sbatch sbatch.sh. No render.workdir was given, so
 # pretrain_gpt.py runs relative to that directory too: put the training code there, or render with workdir.
 # The node count is written once, in --nodes above; everything below reads it from SLURM_JOB_NUM_NODES.

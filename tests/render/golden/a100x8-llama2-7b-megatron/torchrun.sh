@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# torchrun.sh: start llama-2-7b (llama-2-7b on 1 x 8 A100-80GB, megatron, plan #1: TP2 PP1 DP4 dist-opt SP mbs 2 recompute selective).
+# torchrun.sh: start llama-2-7b (llama-2-7b on 1 x 8 A100-80GB, megatron, plan #1: TP2 PP1 DP4 dist-opt SP mbs2 recompute=selective).
 # One node, 8 workers: run ./torchrun.sh on it.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# train.sh: one training process of llama-2-7b (llama-2-7b on 1 x 8 A100-80GB, megatron, plan #1: TP2 PP1 DP4 dist-opt SP mbs 2 recompute selective).
+# train.sh: one training process of llama-2-7b (llama-2-7b on 1 x 8 A100-80GB, megatron, plan #1: TP2 PP1 DP4 dist-opt SP mbs2 recompute=selective).
 # torchrun.sh, sbatch.sh, deepspeed.sh and the PyTorchJob start it once per GPU; it reads megatron_args.txt
 # and nccl_env.sh from its own directory and passes any extra arguments on to the training script.
 set -euo pipefail

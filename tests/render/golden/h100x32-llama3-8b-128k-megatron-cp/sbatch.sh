@@ -7,7 +7,7 @@
 #SBATCH --mem=0
 #SBATCH --signal=TERM@600
 #SBATCH --output=%x-%j.out
-# sbatch.sh: llama-3-8b-128k under Slurm (llama-3-8b-128k on 4 x 8 H100-SXM, megatron, plan #1: TP2 PP2 VPP2 CP8 DP1 dist-opt SP mbs 1).
+# sbatch.sh: llama-3-8b-128k under Slurm (llama-3-8b-128k on 4 x 8 H100-SXM, megatron, plan #1: TP2 PP2 VPP2 DP1 CP8 dist-opt SP mbs1).
 # Submit it from the directory holding these files: sbatch sbatch.sh. No render.workdir was given, so
 # pretrain_gpt.py runs relative to that directory too: put the training code there, or render with workdir.
 # The node count is written once, in --nodes above; everything below reads it from SLURM_JOB_NUM_NODES.

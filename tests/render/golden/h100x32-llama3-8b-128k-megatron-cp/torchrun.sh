@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# torchrun.sh: start llama-3-8b-128k (llama-3-8b-128k on 4 x 8 H100-SXM, megatron, plan #1: TP2 PP2 VPP2 CP8 DP1 dist-opt SP mbs 1).
+# torchrun.sh: start llama-3-8b-128k (llama-3-8b-128k on 4 x 8 H100-SXM, megatron, plan #1: TP2 PP2 VPP2 DP1 CP8 dist-opt SP mbs1).
 # One torchrun agent per node, 8 workers each: run it on all 4 nodes with that
 # node's index, e.g. NODE_RANK=0 ./torchrun.sh on node 0 (the rendezvous host), NODE_RANK=1 ./torchrun.sh on the next.
 set -euo pipefail

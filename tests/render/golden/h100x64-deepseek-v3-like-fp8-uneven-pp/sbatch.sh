@@ -7,7 +7,7 @@
 #SBATCH --mem=0
 #SBATCH --signal=TERM@600
 #SBATCH --output=%x-%j.out
-# sbatch.sh: deepseek-v3-like under Slurm (deepseek-v3-like on 8 x 8 H100-SXM, megatron, plan #1: TP2 PP4 DP8 EP8 stages 3/../3 layers dist-opt SP mbs 1 recompute full).
+# sbatch.sh: deepseek-v3-like under Slurm (deepseek-v3-like on 8 x 8 H100-SXM, megatron, plan #1: TP2 PP4 layers 3/../3 DP8 EP8 ETP1 dist-opt SP mbs1 recompute=full).
 # Submit it from the directory holding these files: sbatch sbatch.sh. No render.workdir was given, so
 # pretrain_gpt.py runs relative to that directory too: put the training code there, or render with workdir.
 # The node count is written once, in --nodes above; everything below reads it from SLURM_JOB_NUM_NODES.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# torchrun.sh: start deepseek-v3-like (deepseek-v3-like on 8 x 8 H100-SXM, megatron, plan #1: TP2 PP4 DP8 EP8 stages 3/../3 layers dist-opt SP mbs 1 recompute full).
+# torchrun.sh: start deepseek-v3-like (deepseek-v3-like on 8 x 8 H100-SXM, megatron, plan #1: TP2 PP4 layers 3/../3 DP8 EP8 ETP1 dist-opt SP mbs1 recompute=full).
 # One torchrun agent per node, 8 workers each: run it on all 8 nodes with that
 # node's index, e.g. NODE_RANK=0 ./torchrun.sh on node 0 (the rendezvous host), NODE_RANK=1 ./torchrun.sh on the next.
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# train.sh: one training process of deepseek-v3-like (deepseek-v3-like on 8 x 8 H100-SXM, megatron, plan #1: TP2 PP4 DP8 EP8 stages 3/../3 layers dist-opt SP mbs 1 recompute full).
+# train.sh: one training process of deepseek-v3-like (deepseek-v3-like on 8 x 8 H100-SXM, megatron, plan #1: TP2 PP4 layers 3/../3 DP8 EP8 ETP1 dist-opt SP mbs1 recompute=full).
 # torchrun.sh, sbatch.sh, deepspeed.sh and the PyTorchJob start it once per GPU; it reads megatron_args.txt
 # and nccl_env.sh from its own directory and passes any extra arguments on to the training script.
 set -euo pipefail

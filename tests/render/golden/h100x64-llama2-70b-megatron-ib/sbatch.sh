@@ -12,7 +12,7 @@
 #SBATCH --account=llm
 #SBATCH --time=2-00:00:00
 #SBATCH --output=%x-%j.out
-# sbatch.sh: llama2-70b-pretrain under Slurm (llama-2-70b on 8 x 8 H100-SXM, megatron, plan #1: TP4 PP4 VPP4 DP4 dist-opt SP mbs 1).
+# sbatch.sh: llama2-70b-pretrain under Slurm (llama-2-70b on 8 x 8 H100-SXM, megatron, plan #1: TP4 PP4 VPP4 DP4 dist-opt SP mbs1).
 # Submit it from the directory holding these files: sbatch sbatch.sh
 # The node count is written once, in --nodes above; everything below reads it from SLURM_JOB_NUM_NODES.
 # 600 s before the time limit Slurm sends SIGTERM: the ranks save a checkpoint and exit (--signal above).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# torchrun.sh: start llama2-70b-pretrain (llama-2-70b on 8 x 8 H100-SXM, megatron, plan #1: TP4 PP4 VPP4 DP4 dist-opt SP mbs 1).
+# torchrun.sh: start llama2-70b-pretrain (llama-2-70b on 8 x 8 H100-SXM, megatron, plan #1: TP4 PP4 VPP4 DP4 dist-opt SP mbs1).
 # One torchrun agent per node, 8 workers each: run it on all 8 nodes with that
 # node's index, e.g. NODE_RANK=0 ./torchrun.sh on node 0 (the rendezvous host), NODE_RANK=1 ./torchrun.sh on the next.
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# train.sh: one training process of llama2-70b-pretrain (llama-2-70b on 8 x 8 H100-SXM, megatron, plan #1: TP4 PP4 VPP4 DP4 dist-opt SP mbs 1).
+# train.sh: one training process of llama2-70b-pretrain (llama-2-70b on 8 x 8 H100-SXM, megatron, plan #1: TP4 PP4 VPP4 DP4 dist-opt SP mbs1).
 # torchrun.sh, sbatch.sh, deepspeed.sh and the PyTorchJob start it once per GPU; it reads megatron_args.txt
 # and nccl_env.sh from its own directory and passes any extra arguments on to the training script.
 set -euo pipefail
