@@ -162,6 +162,13 @@ class Settings(BaseModel):
         kind = url.get_backend_name()
         if kind not in ("sqlite", "postgresql", "postgres"):
             raise ValueError(f"{kind!r} databases are not supported: sqlite or postgresql")
+        if kind == "sqlite" and (url.database or ":memory:") == ":memory:":
+            # sqlite:// and sqlite:/// are a database in memory, one per connection: the service started, printed an
+            # admin password no connection could use, then answered 503 to every /plans (QA)
+            raise ValueError(
+                f"{value!r} names no database file (an in-memory SQLite database is lost at exit and not shared "
+                "between connections): give a path, e.g. sqlite:///var/trainplan.db or sqlite:////srv/trainplan.db"
+            )
         return value
 
     @field_validator("trusted_origins", mode="before")

@@ -3,8 +3,8 @@ reported field by field with exit code 2."""
 
 from __future__ import annotations
 
-import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -17,19 +17,30 @@ class RequestError(ValueError):
 
 
 def read_request(path: str) -> dict[str, Any]:
+    """The request object in a file (or stdin), read as strictly as the service reads a body (app/service/jsonbody):
+    nesting, NaN, numbers past range and keys given twice are errors naming their place, never a traceback."""
+    from app.service.errors import Refused
+    from app.service.jsonbody import BodyError, parse_json
+
     try:
-        text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()  # noqa: SIM115
+        raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
     except OSError as exc:
         raise RequestError(f"cannot read request {path!r}: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:  # JSON is UTF-8 text: name the file and the first byte that is not
-        byte = exc.object[exc.start]
+    try:  # JSON is UTF-8 text; a byte-order mark in front (Windows editors write one) is not part of it
+        text = raw.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:  # name the file and the first byte that is not UTF-8
+        byte = raw[exc.start]
         raise RequestError(
             f"cannot read request {path!r}: not UTF-8 text (byte 0x{byte:02x} at offset {exc.start})"
         ) from None
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise RequestError(f"request is not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+        data = parse_json(text)
+    except BodyError as exc:
+        first = exc.errors[0]
+        if first.field:  # a value at a path (cluster.num_nodes: NaN ...): named as the service names it
+            raise Refused(exc.errors) from None
+        syntax = first.message.startswith("not valid JSON")
+        raise RequestError(f"request is {first.message}" if syntax else f"request: {first.message}") from None
     if not isinstance(data, dict):
         raise RequestError("the request must be a JSON object with keys model, cluster, training")
     return data

@@ -81,7 +81,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         settings = Settings.from_env(host=args.host, port=args.port, workers=args.workers)
     except ValueError as exc:
         return input_error(exc)
-    first_admin(settings)
+    try:
+        first_admin(settings)
+    except ValueError as exc:  # the SQLite file's folder cannot be made (app/store/db.py): nothing could be stored
+        return fail([FieldError("", str(exc))])
     # the app (in each worker) reads its settings from the environment: pass the flags on that way
     os.environ.update(
         {
@@ -129,7 +132,14 @@ def _secret(args: argparse.Namespace) -> tuple[str, bool]:
     from app.store.hashing import new_password
 
     if getattr(args, "password_stdin", False):
-        return sys.stdin.readline().rstrip("\n"), False
+        line = sys.stdin.buffer.readline().rstrip(b"\n").removesuffix(b"\r")
+        try:
+            return line.decode("utf-8"), False
+        except UnicodeDecodeError as exc:  # it printed the codec's own "can't decode byte 0xff in position 0"
+            raise ValueError(
+                f"--password-stdin: the password read from stdin is not UTF-8 text (byte 0x{line[exc.start]:02x} "
+                f"at offset {exc.start}); send it as UTF-8"
+            ) from None
     return new_password(), True
 
 

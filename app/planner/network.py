@@ -67,8 +67,18 @@ def router_errors(
     """megatron-core TransformerConfig checks of group-limited routing (transformer_config.py, core_v0.16.1)."""
     out: list[str] = []
     if num_experts is None:
-        if groups or group_topk or expert_bias or score != "softmax":
-            out.append("MoE router fields are set but num_experts is not")
+        given = [
+            f"{name}({value})"
+            for name, value, unset in (
+                ("moe_router_num_groups", groups, None),
+                ("moe_router_group_topk", group_topk, None),
+                ("moe_router_enable_expert_bias", expert_bias, False),
+                ("moe_router_score_function", score, "softmax"),
+            )
+            if value not in (unset, 0)
+        ]
+        if given:
+            out.append(f"MoE router fields {', '.join(given)} are set but num_experts is not")
         return out
     if (groups is None) != (group_topk is None):
         out.append(f"moe_router_num_groups({groups}) and moe_router_group_topk({group_topk}) go together")

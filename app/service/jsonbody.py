@@ -1,8 +1,10 @@
-"""JSON request bodies, read strictly: UTF-8, finite numbers only, no lone surrogates, at most 32 levels deep.
+"""JSON request bodies, read strictly: UTF-8, finite numbers only, no lone surrogates, each key once per object, at
+most 32 levels deep.
 
-Python's json module accepts `NaN`, `Infinity`, `1e400` (read as infinity), lone `\\ud800` escapes and nesting
-until the interpreter's recursion limit; each of those once ended in a 500 or in a stored plan that could not be
-read back. Here each is a 422 that names the field (or the place in the text).
+Python's json module accepts `NaN`, `Infinity`, `1e400` (read as infinity), lone `\\ud800` escapes, a key given
+twice (the last one wins, silently) and nesting until the interpreter's recursion limit; each of those once ended in
+a 500, in a value the user did not mean, or in a stored plan that could not be read back. Here each is a 422 that
+names the field (the JSON path, e.g. cluster.num_nodes) or the place in the text.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from typing import Any
 
 from app.planner.errors import FieldError
@@ -26,15 +29,50 @@ class BodyError(ValueError):
         self.status_code = status_code
 
 
-def _no_constants(name: str) -> float:
-    raise ValueError(f"{name} is not a number JSON allows; send a finite number")
+class _Refused:
+    """A value the reader met that JSON (as this service reads it) does not allow; `check_tree` names its path."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: str) -> None:
+        self.message = message
 
 
-def _finite(text: str) -> float:
+class _Repeated(dict[str, Any]):
+    """An object that gave a key more than once (`repeated`, the first such); `check_tree` names the key's path."""
+
+    repeated = ""
+
+
+def _no_constants(name: str) -> _Refused:
+    return _Refused(f"{name} is not a number JSON allows; send a finite number")
+
+
+def _finite(text: str) -> float | _Refused:
     value = float(text)
     if not math.isfinite(value):
-        raise ValueError(f"the number {text} is too large (beyond ±1.8e308); send a finite number")
+        return _Refused(f"the number {text} is too large (beyond ±1.8e308); send a finite number")
     return value
+
+
+def _integer(text: str) -> int | _Refused:
+    limit = sys.get_int_max_str_digits()
+    if limit and len(text.lstrip("-")) > limit:
+        return _Refused(f"an integer has more than {limit} digits ({len(text.lstrip('-'))}); send a smaller number")
+    return int(text)
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) == len(pairs):
+        return value
+    marked, seen = _Repeated(value), set()
+    for key, _value in pairs:
+        if key in seen:
+            marked.repeated = key
+            break
+        seen.add(key)
+    return marked
 
 
 def is_json_content_type(content_type: str | None) -> bool:
@@ -49,6 +87,19 @@ def check_tree(value: Any, path: str = "") -> None:
         node, where, depth = stack.pop()
         if depth > MAX_DEPTH:
             raise BodyError([FieldError(where, f"nested more than {MAX_DEPTH} levels deep")])
+        if isinstance(node, _Refused):
+            raise BodyError([FieldError(where, node.message)])
+        if isinstance(node, _Repeated):
+            key = node.repeated
+            raise BodyError(
+                [
+                    FieldError(
+                        f"{where}.{key}" if where else key,
+                        f"the key {key!r} is given more than once in one object; give it once (JSON readers differ "
+                        "on which value counts)",
+                    )
+                ]
+            )
         if isinstance(node, str):
             if _SURROGATE.search(node):
                 raise BodyError(
@@ -72,16 +123,15 @@ def check_tree(value: Any, path: str = "") -> None:
 def parse_json(text: str, field: str = "") -> Any:
     """Any JSON value, strictly; errors name `field` (e.g. the form's config.json box)."""
     try:
-        value = json.loads(text, parse_constant=_no_constants, parse_float=_finite)
+        value = json.loads(
+            text, parse_constant=_no_constants, parse_float=_finite, parse_int=_integer, object_pairs_hook=_object
+        )
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno} column {exc.colno}"
         raise BodyError([FieldError(field, f"not valid JSON: {where}: {exc.msg}")]) from None
     except RecursionError:
         raise BodyError([FieldError(field, f"nested more than {MAX_DEPTH} levels deep")]) from None
-    except ValueError as exc:  # NaN/Infinity, a number past float range, an integer past 4300 digits
-        message = "an integer has more than 4300 digits" if "integer string conversion" in str(exc) else str(exc)
-        raise BodyError([FieldError(field, message)]) from None
-    check_tree(value, field)
+    check_tree(value, field)  # names the path of a value the reader marked (NaN, 1e400, a key given twice)
     return value
 
 

@@ -95,19 +95,15 @@ class ClusterStore:
             with Session(self.engine) as session, session.begin():
                 taken = session.scalar(select(ClusterRow.name).where(func.lower(ClusterRow.name) == name.lower()))
                 if taken is not None:  # names are told apart without case: a request names one cluster (QA)
-                    raise ClusterExists(
-                        f"a saved cluster named {taken!r} exists already (names are compared without case); choose "
-                        f"another name, or change that one with PUT /clusters/{taken}"
-                    )
+                    raise _exists(taken)
                 session.add(row)
                 session.flush()
                 session.add(audit_row(owner, "cluster.create", name, spec=spec))
                 record = _record(row)
-        except IntegrityError:  # the name is taken (by a concurrent twin, too): nothing is replaced
-            raise ClusterExists(
-                f"a saved cluster named {name!r} exists already; choose another name, or change "
-                f"that one with PUT /clusters/{name}"
-            ) from None
+        except IntegrityError:  # a concurrent twin (Race1 and race1) took the name first: the unique index on
+            # lower(name) refuses the second; nothing is replaced
+            twin = self.get(name)
+            raise _exists(twin.name if twin is not None else name) from None
         return record
 
     def get(self, name: str) -> ClusterRecord | None:
@@ -193,6 +189,13 @@ class ClusterStore:
                     return True
         latest = self.get(name)
         raise VersionConflict(name, before.version if before else 0, latest.version if latest else 0)
+
+
+def _exists(taken: str) -> ClusterExists:
+    return ClusterExists(
+        f"a saved cluster named {taken!r} exists already (names are compared without case); choose another name, "
+        f"or change that one with PUT /clusters/{taken}"
+    )
 
 
 def _previous(record: ClusterRecord) -> dict[str, Any]:

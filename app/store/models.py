@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, DateTime, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import BigInteger, DateTime, Float, ForeignKey, Index, Integer, String, Text, func
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -120,6 +120,9 @@ class IdempotencyRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
 
 
+CLUSTER_NAME_INDEX = "ux_clusters_lower_name"  # names unique without case (app/store/db.py adds it to older databases)
+
+
 class ClusterRow(Base):
     """A saved cluster description (nodes, GPU, NICs, hosts, measured profile): the JSON as it was sent, checked
     against ClusterSpec when saved; `version` counts its saves (an edit must name the version it changes)."""
@@ -136,3 +139,6 @@ class ClusterRow(Base):
     gpu_name: Mapped[str] = mapped_column(String(200))
     num_nodes: Mapped[int] = mapped_column(Integer)
     gpus_per_node: Mapped[int] = mapped_column(Integer)
+
+    # PostgreSQL's lower() and the one the SQLite engine registers (app/store/db.py) both fold Unicode
+    __table_args__ = (Index(CLUSTER_NAME_INDEX, func.lower(name), unique=True),)

@@ -20,6 +20,8 @@ from typing import Any, Literal
 from annotated_types import Ge, Gt, Le, Lt, MaxLen
 from pydantic import BaseModel
 
+from app.service.jsonbody import BodyError, parse_json
+
 Kind = Literal["int", "float", "bool", "tristate", "select", "text", "list", "json", "textarea", "file"]
 GiB = 2**30
 MISSING = object()
@@ -279,7 +281,12 @@ def to_text(kind: Kind, value: Any, scale: int = 1) -> str:
 
 
 class BadValue(ValueError):
-    """A form value that cannot be what its field holds (the message names the field and the text)."""
+    """A form value that cannot be what its field holds (the message names the field and the text); `where`, when
+    given, is the path of the fault inside the field's JSON (cluster.profile.devices.0)."""
+
+    def __init__(self, message: str, where: str = "") -> None:
+        super().__init__(message)
+        self.where = where
 
 
 def to_value(f: FormField, raw: str) -> Any:
@@ -292,11 +299,11 @@ def to_value(f: FormField, raw: str) -> Any:
     if f.kind == "list":
         parts = [part for part in raw.replace(",", " ").split() if part]
         return [typed_number(part, int) if f.item is int else part for part in parts]
-    if f.kind == "json":
+    if f.kind == "json":  # read as strictly as a request body: nesting, NaN, 1e400, a key given twice (QA: a 500)
         try:
-            return json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise BadValue(f"not valid JSON: line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+            return parse_json(raw, f.name)
+        except BodyError as exc:
+            raise BadValue(exc.errors[0].message, exc.errors[0].field) from None
     if f.kind == "int" and f.scale > 1:
         return _scaled(f, raw)
     if f.kind in ("int", "float"):

@@ -44,7 +44,7 @@ def _with(path: str, value: Any, base: dict[str, Any] = TINY) -> dict[str, Any]:
         ("render.master_port", "29500", "render.master_port", "not a string"),
         ("cluster.gpus_per_node", 1000, "cluster.gpus_per_node", "less than or equal to 256"),
         ("cluster.gpu", "H900", "cluster.gpu", "unknown gpu"),
-        ("cluster.nics", ["mlx5_0; rm -rf /"], "cluster", "not a plain name"),
+        ("cluster.nics", ["mlx5_0; rm -rf /"], "cluster.nics", "not a plain name"),
         ("model", "llama-9", "model", "unknown model preset"),
         ("training.global_batch_size", -1, "training.global_batch_size", "greater than or equal to 1"),
         ("training.precision", "fp4", "training.precision", "bf16"),

@@ -236,6 +236,41 @@ def test_bad_json_in_a_json_field_names_it() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("values", "error"),
+    [
+        (  # a RecursionError out of json.loads: a 500 (QA)
+            {"cluster_mode": "custom", "cluster__profile": "[" * 1000 + "]" * 1000},
+            FieldError("cluster.profile", "nested more than 32 levels deep"),
+        ),
+        (
+            {"model_mode": "dims", "model__rope_scaling": '{"factor": Infinity}'},
+            FieldError("model.rope_scaling.factor", "Infinity is not a number JSON allows; send a finite number"),
+        ),
+        (
+            {"model_mode": "hf", "hf__config_text": '{"model_type": "llama", "model_type": "gpt2"}'},
+            FieldError(
+                "hf.config.model_type",
+                "the key 'model_type' is given more than once in one object; give it once (JSON readers differ on "
+                "which value counts)",
+            ),
+        ),
+    ],
+)
+def test_every_json_field_is_read_as_strictly_as_a_request_body(values: dict[str, str], error: FieldError) -> None:
+    with pytest.raises(forms.FormError) as exc:
+        forms.to_request(SECTIONS, form(**values), None)
+    assert exc.value.errors[0] == error
+
+
+def test_a_mode_error_is_shown_in_the_box_at_the_top() -> None:
+    """The mode's radio buttons have no place for a message: it was said nowhere (QA)."""
+    with pytest.raises(forms.FormError) as exc:
+        forms.to_request(SECTIONS, form(model_mode="zzz"), None)
+    assert exc.value.errors == [FieldError("model_mode", "must be one of preset, dims, hf (got 'zzz')")]
+    assert forms.error_field(exc.value.errors[0], form(model_mode="zzz")) == ""
+
+
 def test_text_in_a_number_field_reaches_the_spec_as_typed() -> None:
     """The spec then names the field and the text (the browser does not drop it: inputs are type=text)."""
     request = forms.to_request(SECTIONS, form(cluster__num_nodes="twelve"), None)

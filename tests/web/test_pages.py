@@ -382,3 +382,16 @@ def test_the_deadline_heading_says_the_deadline_as_typed(web: Any) -> None:
     page = web.post("/cheapest", data=values)
     assert page.status_code == 200, page.text[:2000]
     assert "No plan meets 0.01 days" in page.text
+
+
+def test_the_deadline_form_says_why_a_choice_is_refused(web: Any) -> None:
+    """training.precision fp4 or framework zzz came back as "1 field below needs a change" with no message anywhere
+    (QA, 2026-12-07): the selects now show theirs."""
+    from app.web.deadline import DEFAULTS
+
+    for name, bad in (("training.precision", "fp4"), ("training.framework", "zzz")):
+        values = {**DEFAULTS, "model": "tiny-gpt", "price.H100-SXM": "2.5", name: bad}
+        page = web.post("/cheapest", data=values)
+        assert page.status_code == 422, page.text[:500]
+        error, _ = element(page.text, f"err-{name}")
+        assert f"(got '{bad}')" in error and "Input should be" in error, error

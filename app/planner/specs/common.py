@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from app.planner import strict
+from app.planner.errors import InputError
 
 Precision = Literal["bf16", "fp16", "fp8"]
 Framework = Literal["megatron", "deepspeed", "megatron-deepspeed", "pytorch-fsdp", "jax"]
@@ -43,18 +44,20 @@ class Frozen(BaseModel):
 
 def check_safe_name(field: str, value: str) -> str:
     if not SAFE_NAME.fullmatch(value) or len(value) > 253:
-        raise ValueError(
-            f"{field}: {value!r} is not a plain name (letters, digits, '.', '_', ':', '-'; "
-            f"no spaces, quotes, ';', '$', backticks or newlines)"
+        raise InputError(
+            field,
+            f"{value!r} is not a plain name (letters, digits, '.', '_', ':', '-'; "
+            f"no spaces, quotes, ';', '$', backticks or newlines)",
         )
     return value
 
 
 def check_safe_path(field: str, value: str) -> str:
     if not SAFE_PATH.fullmatch(value) or ".." in value.split("/") or len(value) > 1024:
-        raise ValueError(
-            f"{field}: {value!r} is not a plain absolute path (letters, digits, '.', '_', '-', '/'; "
-            f"no '..', spaces, quotes, ';', '$', backticks or newlines)"
+        raise InputError(
+            field,
+            f"{value!r} is not a plain absolute path (letters, digits, '.', '_', '-', '/'; "
+            f"no '..', spaces, quotes, ';', '$', backticks or newlines)",
         )
     return value
 

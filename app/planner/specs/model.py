@@ -235,7 +235,17 @@ class ModelSpec(Frozen):
                     f"moe_first_dense_layers({self.moe_first_dense_layers}) must be < num_layers({self.num_layers})",
                 )
         elif self.moe_first_dense_layers or self.moe_shared_expert_intermediate_size:
-            raise ValueError("MoE fields are set but num_experts is not")
+            given = [
+                (name, value)
+                for name in ("moe_first_dense_layers", "moe_shared_expert_intermediate_size")
+                if (value := getattr(self, name))
+            ]
+            named = ", ".join(f"{name}({value})" for name, value in given)
+            raise InputError(
+                f"model.{given[0][0]}",
+                f"{named} {'is' if len(given) == 1 else 'are'} set but num_experts is not: set num_experts or "
+                "leave them out",
+            )
         errors = router_errors(
             self.num_experts,
             self.moe_router_topk,
