@@ -86,7 +86,8 @@ def model_spec(model: object) -> ModelSpec:
             fields = _changed_preset(model.preset, model.model_extra or {})
         elif isinstance(model, HFConfigModel):
             overrides = {"seq_length": model.seq_length, **(model.model_extra or {})}
-            fields = {**from_hf_config(model.hf_config), **overrides}
+            # a window that covers the training sequence is no window (QA 2026-12-07)
+            fields = {**from_hf_config(model.hf_config, seq_length=model.seq_length), **overrides}
         else:
             raise TypeError(f"not a model: {type(model).__name__}")
         return ModelSpec.model_validate(fields)

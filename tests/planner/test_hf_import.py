@@ -141,7 +141,11 @@ def test_network_fields_are_imported() -> None:
         ({"model_type": "mistral", "sliding_window": None}, (None, None)),  # Mistral v0.2+: no window
         ({"model_type": "mistral", "sliding_window": 8192}, (None, None)),  # no shorter than the longest sequence
         ({"model_type": "qwen2", "sliding_window": 1024}, (None, None)),  # use_sliding_window is off by default
-        ({"model_type": "qwen3_moe", "use_sliding_window": True, "sliding_window": 1024}, (1024, None)),
+        (
+            {"model_type": "qwen3_moe", "num_experts": 4, "num_experts_per_tok": 2, "use_sliding_window": True,
+             "sliding_window": 1024},
+            (1024, None),
+        ),
         (
             {"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 128, "max_window_layers": 0},
             (128, None),

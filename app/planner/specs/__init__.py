@@ -57,7 +57,9 @@ class PlanRequest(Frozen):
             return {**catalog.model_fields(str(model["preset"])), **overrides}
         if isinstance(model, dict) and "hf_config" in model:
             overrides = {k: v for k, v in model.items() if k != "hf_config"}
-            return {**from_hf_config(model["hf_config"]), **overrides}
+            seq = model.get("seq_length")  # a window that covers the training sequence is no window (QA)
+            seq = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
+            return {**from_hf_config(model["hf_config"], seq_length=seq), **overrides}
         return model
 
 
