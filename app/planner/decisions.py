@@ -32,7 +32,12 @@ from app.planner.results import (
     ZeroDecision,
 )
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
-from app.planner.states import deepspeed_uses_bf16_optimizer, zero_buckets, zero_overlap_comm
+from app.planner.states import (
+    compact_grad_partition,
+    deepspeed_uses_bf16_optimizer,
+    zero_buckets,
+    zero_overlap_comm,
+)
 
 # DeepSpeed's NVMe buffers as the memory model counts them (memory._offload_buffers: 4 x 1e8 fp32 optimizer
 # elements, 5 x 1e8 16-bit parameter elements); offload_config.py defaults: buffer_count 4 / 5, buffer_size 1e8.
@@ -114,9 +119,11 @@ def client_optimizer(training: TrainingSpec, par: ParallelConfig) -> str:
 
 def deepspeed_decision(model: ModelSpec, training: TrainingSpec, par: ParallelConfig) -> DeepSpeedDecision:
     bf16_opt = deepspeed_uses_bf16_optimizer(training, par)
+    fp32_accumulation = bf16_opt or compact_grad_partition(training, par)
     return DeepSpeedDecision(
         zero=zero_decision(model, par),
         bf16_optimizer=bf16_opt,
+        grad_accum_dtype="fp32" if fp32_accumulation else None,
         communication_data_type=_wire_dtype(training, par, bf16_opt),  # type: ignore[arg-type]
         client_optimizer=client_optimizer(training, par),
         pipeline_engine=training.framework == "megatron-deepspeed" and par.pp > 1,

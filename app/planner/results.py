@@ -192,6 +192,11 @@ class ZeroDecision(Result):
 class DeepSpeedDecision(Result):
     zero: ZeroDecision
     bf16_optimizer: bool = Field(description="fp32 gradient accumulation: DeepSpeed selects BF16_Optimizer.")
+    grad_accum_dtype: Literal["fp32"] | None = Field(
+        None,
+        description="data_types.grad_accum_dtype: fp32 for BF16_Optimizer and for ZeRO-1/2's fp32 partition buffer "
+        "(the memory model counts it); None: DeepSpeed's default, the model's dtype.",
+    )
     communication_data_type: Literal["fp32", "bf16", "fp16"] = Field(description="Gradient dtype on the wire.")
     client_optimizer: str = Field(description="The optimizer class the framework passes to deepspeed.initialize.")
     pipeline_engine: bool = Field(description="DeepSpeed's PipelineEngine runs the stages (Megatron-DeepSpeed).")

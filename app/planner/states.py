@@ -266,14 +266,20 @@ def _zero_states(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, 
         grads = 0.0 if offloaded else 2.0 * shard  # grad_partitions_flat_buffer, on the CPU under offload
         cpu += 2.0 * shard if offloaded else 0.0
         sub_group = min(float(buckets.sub_group_size), shard)
-        step = 0.0 if offloaded else (4.0 + foreach) * sub_group
+        # `_prepare_fp32_grad_for_sub_group`: the 16-bit gradients flattened (a copy), then cast to fp32, both alive
+        # for a moment; then Adam on the fp32 gradient (stage3.py; the copy was left out, QA 2026-12-07)
+        step = 0.0 if offloaded else max(6.0, 4.0 + foreach) * sub_group
         return States(n_params, weights, grads, 0.0, fp32, buffers, step, cpu, nvme_b)
     buffers += 2.0 * buckets.allgather_bucket_size if stage else 0.0
     if stage == 2:
         # the partition buffer (`grads_in_partition`, fp32 when accumulating in fp32) is built during backward and
-        # released after the step
-        grads, lazy = 0.0, (4.0 if compact else 2.0) * shard
-        step = 0.0 if offloaded else max(lazy + 4.0 * shard, (4.0 + foreach) * shard)
+        # released after the step. Under offload without it, none: `copy_grads_in_partition` sends each gradient to
+        # the host before `grads_in_partition` is made (stage_1_and_2.py; it was counted, QA 2026-12-07). At the
+        # step the 16-bit partition is flattened (a copy) and cast to fp32; the fp32 one is used as it is
+        # (`_get_preflattened_grad_partition`, `.to(fp32)` of an fp32 tensor)
+        grads, lazy = 0.0, (4.0 if compact else 0.0 if offloaded else 2.0) * shard
+        cast = 0.0 if compact else 6.0 * shard
+        step = 0.0 if offloaded else max(lazy + cast, (4.0 + foreach) * shard)
     else:
         grads, lazy = 0.0, 2.0 * n_params + (4.0 * shard if compact else 0.0)
         # flatten the 16-bit grad partition, upcast it to fp32 (then the 16-bit grads go), then the Adam temporary

@@ -97,7 +97,9 @@ def ds_config(f: Facts) -> DsConfig:
         gradient_clipping=o.clip_grad,
         fp16=LossScale() if f.training.precision == "fp16" else None,
         communication_data_type=ds.communication_data_type,
-        grad_accum_dtype="fp32" if ds.bf16_optimizer else None,
+        # the planner's fp32 accumulation, not only BF16_Optimizer's: ZeRO-2 under Megatron-DeepSpeed was counted
+        # with an fp32 partition buffer the config never asked for (QA 2026-12-07); a plan stored before the field
+        grad_accum_dtype=ds.grad_accum_dtype or ("fp32" if ds.bf16_optimizer else None),
         zero=zero,
         offloads=offloads,
         aio=any(d.device == "nvme" for _n, d in offloads),

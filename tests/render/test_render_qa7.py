@@ -92,3 +92,22 @@ def test_the_tree_all_reduce_reason_counts_the_nodes_one_group_spans() -> None:
     result = fixed_result(request, {"tp": 2, "pp": 2, "dp": 8})
     reason = result.plans[0].decisions.nccl.reason
     assert "cross 2 nodes" in reason, reason
+
+
+def test_megatron_deepspeed_zero2_asks_deepspeed_for_the_fp32_accumulation_it_is_planned_with(
+    deepspeed_config,  # type: ignore[no-untyped-def]
+) -> None:
+    """The memory model counted ZeRO-2's fp32 partition buffer (Megatron-DeepSpeed accumulates in fp32) while the
+    ds_config asked for fp32 accumulation under BF16_Optimizer only: DeepSpeed then accumulated in bf16."""
+    import json
+
+    request = {
+        "model": "llama-2-7b",
+        "cluster": {"num_nodes": 2, "gpus_per_node": 8, "gpu": "A100-80GB", "hosts": ["a", "b"]},
+        "training": {"global_batch_size": 128, "framework": "megatron-deepspeed"},
+    }
+    result = fixed_result(request, {"tp": 1, "pp": 1, "dp": 16, "zero_stage": 2, "micro_batch_size": 2})
+    data = RenderOptions(data_path="/d/x_text_document", tokenizer_type="HuggingFaceTokenizer", tokenizer_model="m/l")
+    config = json.loads(render(result, 1, data).files["ds_config.json"])
+    assert config["data_types"] == {"grad_accum_dtype": "fp32"}
+    assert deepspeed_config(config, 16, 1).grad_accum_dtype == "fp32"  # DeepSpeed's own reading of it

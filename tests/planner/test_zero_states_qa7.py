@@ -1,0 +1,53 @@
+"""ZeRO state terms checked against DeepSpeed's own code paths (QA of 2026-12-07, which compared the planner with
+DeepSpeed's estimators and read stage_1_and_2.py / stage3.py): each test names its finding."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.planner.decisions import deepspeed_decision
+from app.planner.layout import StageShape
+from app.planner.specs import ParallelConfig, TrainingSpec
+from app.planner.states import stage_params, stage_states
+
+from .conftest import preset
+
+SHAPE = StageShape((32,), True, True)
+
+
+def _states(framework: str, **par: object):  # type: ignore[no-untyped-def]
+    m = preset("llama-2-7b")
+    p = ParallelConfig(dp=8, micro_batch_size=1, **par)
+    training = TrainingSpec(global_batch_size=64, framework=framework)
+    return m, p, training, stage_states(m, training, p, SHAPE, 32, 0), stage_params(m, p, SHAPE, 32, 0).total / 8
+
+
+def test_zero2_with_the_optimizer_on_the_cpu_keeps_no_gradient_partition_on_the_gpu() -> None:
+    """copy_grads_in_partition sends each gradient to the host before grads_in_partition is made: DeepSpeed's own
+    estimator gives the GPU 2P only; the planner counted 2P/N more (1.57 GiB for 7B on 8 GPUs)."""
+    *_, offloaded, _ = _states("deepspeed", zero_stage=2, offload_optimizer="cpu")
+    *_, on_gpu, shard = _states("deepspeed", zero_stage=2)
+    assert offloaded.lazy_grads == 0.0 and offloaded.step_peak == 0.0
+    assert on_gpu.lazy_grads == pytest.approx(2 * shard)
+
+
+def test_zero2_flattens_its_16_bit_partition_before_the_fp32_cast() -> None:
+    """The step's flatten is a torch.cat copy made before .to(fp32) (stage_1_and_2.py step): 2 + 4 bytes per element
+    on top of the partition, as ZeRO-1 already counted; ZeRO-3's per sub-group likewise (stage3.py
+    _prepare_fp32_grad_for_sub_group). Under Megatron-DeepSpeed's fused Adam these set the step's peak."""
+    *_, z2, shard = _states("megatron-deepspeed", zero_stage=2, grad_reduce_dtype="bf16")
+    assert z2.lazy_grads == pytest.approx(2 * shard) and z2.step_peak == pytest.approx(8 * shard)
+    *_, z3, shard3 = _states("megatron-deepspeed", zero_stage=3)
+    assert z3.step_peak == pytest.approx(6 * min(shard3, 1e9))
+
+
+def test_fp32_accumulation_counted_is_fp32_accumulation_rendered() -> None:
+    """Megatron-DeepSpeed ZeRO-2 was counted with the fp32 partition buffer (the stack accumulates in fp32) while the
+    rendered ds_config asked for fp32 accumulation only under BF16_Optimizer, so DeepSpeed accumulated in bf16. The
+    decision now carries grad_accum_dtype wherever the memory model counts fp32 accumulation; the fp32 buffer is
+    used as it is at the step (no flatten, no cast)."""
+    m, p, training, s, shard = _states("megatron-deepspeed", zero_stage=2)
+    assert s.lazy_grads == pytest.approx(4 * shard) and s.step_peak == pytest.approx(4 * shard)
+    assert deepspeed_decision(m, training, p).grad_accum_dtype == "fp32"
+    m, p, training, *_ = _states("deepspeed", zero_stage=2)  # deepspeed-hf reduces in bf16: DeepSpeed's default
+    assert deepspeed_decision(m, training, p).grad_accum_dtype is None
