@@ -139,18 +139,14 @@ class RateLimiter:
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def check(self, key: str) -> None:
+    def check(self, key: str, spend: bool = True) -> None:
+        """Refuse (429) when `key`'s bucket is empty; else take one request from it, or (spend False) only look:
+        the login form spends on failed attempts only (`spend`), so real logins behind one proxy address do not
+        lock each other out (QA 2026-12-07)."""
         if self.rate <= 0:
             return
-        now = self.clock()
-        with self._lock:
-            tokens, last = self._buckets.pop(key, (self.burst, now))
-            tokens = min(self.burst, tokens + (now - last) * self.rate)
-            allowed = tokens >= 1.0
-            self._buckets[key] = (tokens - 1.0 if allowed else tokens, now)
-            while len(self._buckets) > self.MAX_KEYS:
-                self._buckets.popitem(last=False)
-        if not allowed:
+        tokens = self._take(key, 1.0 if spend else 0.0)
+        if tokens < 1.0:
             wait = math.ceil((1.0 - tokens) / self.rate)
             raise AuthError(
                 429,
@@ -159,3 +155,21 @@ class RateLimiter:
                 field="",
                 retry_after_s=wait,
             )
+
+    def spend(self, key: str) -> None:
+        """Take one request from `key`'s bucket without refusing (a failed login, after `check(key, spend=False)`)."""
+        if self.rate > 0:
+            self._take(key, 1.0, floor=True)
+
+    def _take(self, key: str, cost: float, floor: bool = False) -> float:
+        """The bucket's tokens once refilled; `cost` taken from it when there is a whole one (or, `floor`, always,
+        down to empty)."""
+        now = self.clock()
+        with self._lock:
+            tokens, last = self._buckets.pop(key, (self.burst, now))
+            tokens = min(self.burst, tokens + (now - last) * self.rate)
+            left = max(0.0, tokens - cost) if floor else (tokens - cost if tokens >= 1.0 else tokens)
+            self._buckets[key] = (left, now)
+            while len(self._buckets) > self.MAX_KEYS:
+                self._buckets.popitem(last=False)
+        return tokens

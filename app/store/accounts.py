@@ -146,7 +146,9 @@ class AccountStore:
                 # the change took the last enabled admin away (checked in its transaction, rolled back): nobody could
                 # manage accounts or others' plans on the web any more (the CLI could still mend it)
                 raise AccountError(f"name: {name!r} is the last enabled admin; make another user admin first")
-            if values.get("disabled"):
+            if values.get("disabled") or "password_hash" in values:
+                # a new password ends every open browser session of the user: a stolen cookie kept working for the
+                # session's lifetime after it (QA 2026-12-07); API tokens are credentials of their own (revoke them)
                 session.execute(delete(SessionRow).where(SessionRow.user == name))
             session.add(audit_row(actor, action, name, **{k: v for k, v in values.items() if k != "password_hash"}))
 
@@ -160,7 +162,11 @@ class AccountStore:
         self._change_user(name, actor, "user.role", role=check_role(role))
 
     def check_login(self, name: str, password: str) -> User | None:
-        """The user, if the password is theirs and the account is enabled (same work for unknown names)."""
+        """The user, if the password is theirs and the account is enabled (same work for unknown names, and for
+        text that is no user name: a NUL in it was a PostgreSQL DataError and a 500, QA 2026-12-07)."""
+        if not USER_NAME.fullmatch(name):
+            verify_password(password, _dummy_hash())
+            return None
         with Session(self.engine) as session:
             row = session.get(UserRow, name)
         if row is None or row.password_hash is None:

@@ -110,22 +110,22 @@ def recent_csv(
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for r in matching:
-        writer.writerow(
-            [
-                r.id,
-                r.created_at.isoformat(),
-                r.owner or "",
-                _cell(r.model_name),
-                r.num_parameters,
-                r.gpu_name,
-                r.num_gpus,
-                r.num_plans,
-                _cell(r.best_summary or ""),
-                f"{r.best_tokens_per_s:.1f}" if r.best_tokens_per_s else "",
-                r.truncated,
-                r.planner_version,
-            ]
-        )
+        row = [
+            r.id,
+            r.created_at.isoformat(),
+            r.owner or "",
+            r.model_name,
+            r.num_parameters,
+            r.gpu_name,
+            r.num_gpus,
+            r.num_plans,
+            r.best_summary or "",
+            f"{r.best_tokens_per_s:.1f}" if r.best_tokens_per_s else "",
+            r.truncated,
+            r.planner_version,
+        ]
+        # every text cell, not a chosen few: a custom GPU named "=cmd|..." went out as a formula (QA 2026-12-07)
+        writer.writerow([_cell(v) if isinstance(v, str) else v for v in row])
     return compressed(
         request,
         out.getvalue().encode(),

@@ -84,13 +84,15 @@ def login(
     if not expected or not secrets.compare_digest(sent.encode(), expected.encode()):
         return _login_page(templates, request, next_url, "The login form expired: please try again.", 403)
     limiter: RateLimiter = request.app.state.login_limiter
+    key = f"login:{client_address(request)}"
     try:
-        limiter.check(f"login:{client_address(request)}")
+        limiter.check(key, spend=False)  # failed attempts spend it (below): real logins lock nobody out
     except AuthError as exc:
         return _login_page(templates, request, next_url, exc.error.message, 429)
     name, password = values.get("name", "").strip(), values.get("password", "")
     user = accounts.check_login(name, password)
     if user is None:
+        limiter.spend(key)
         log.warning("failed login for %r from %s", name[:64], client_address(request))
         return _login_page(templates, request, next_url, "Wrong name or password.", 401, name=name)
     secret = accounts.create_session(user.name, settings.session_hours)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Annotated, Any
@@ -58,6 +59,7 @@ def _form_page(
     return html(request, templates.render("index.html", **context, self_url=self_url), status_code)
 
 
+PLAN_ID = re.compile(r"[0-9a-f]{16}")
 DRAFT_URL_MAX = 6000  # longer (a pasted config.json, say) and the preference links return to the empty form
 
 
@@ -237,7 +239,8 @@ def what_if(
     """A stored plan's request with the posted fields changed, planned again (quick controls, suggestions)."""
     values = _checked_values(form, viewer)
     plan_id = values.pop("whatif.from", "")
-    record = store.get(plan_id) if len(plan_id) == 16 else None
+    # a plan id is 16 hex digits: anything else is no plan, never a query (NUL bytes were a 500 on PostgreSQL, QA)
+    record = store.get(plan_id) if PLAN_ID.fullmatch(plan_id) else None
     if record is None:
         return not_found(request, templates, f"No stored plan with id {plan_id!r} to change.", viewer, prefs)
     changed = whatif.apply(record, values)

@@ -20,6 +20,9 @@ import pytest
 import yaml
 
 from app.settings import ENV_NAMES, Settings
+
+# uvicorn's own: the peers whose X-Forwarded-For/-Proto it believes (Secure cookies, per-client rate limits)
+UVICORN_PROXY = "FORWARDED_ALLOW_IPS"
 from app.store.db import normalize_url
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -152,7 +155,8 @@ def test_kubernetes_deployment_service_and_postgres_agree() -> None:
     (container,) = pod["spec"]["containers"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     env = {e["name"]: e for e in container["env"]}
-    assert set(env) <= set(ENV_NAMES.values())
+    assert set(env) <= set(ENV_NAMES.values()) | {UVICORN_PROXY}
+    assert UVICORN_PROXY in env  # the proxy is never 127.0.0.1 in a container (QA 2026-12-07)
     assert int(env["TRAINPLAN_PORT"]["value"]) == ports["http"] == docker_env_port()
     assert env["TRAINPLAN_HOST"]["value"] == "0.0.0.0"
     Settings.from_env({k: e["value"] for k, e in env.items() if "value" in e})
@@ -190,7 +194,8 @@ def test_compose_app_and_database_agree() -> None:
     build = app["build"]
     assert (DEPLOY / build["context"] / build["dockerfile"]).resolve() == ROOT / "Dockerfile"
     env = app["environment"]
-    assert set(env) <= set(ENV_NAMES.values())
+    assert set(env) <= set(ENV_NAMES.values()) | {UVICORN_PROXY}
+    assert UVICORN_PROXY in env  # the proxy is never 127.0.0.1 in a container (QA 2026-12-07)
     settings = Settings.from_env({k: str(v) for k, v in env.items()})
     host_ip, _host_port, container_port = app["ports"][0].split(":")
     assert int(container_port) == settings.port and host_ip == "127.0.0.1"  # the host's loopback only

@@ -257,6 +257,17 @@ def test_plan_list_filters_and_exports_csv(web: Any) -> None:
     assert {r[0] for r in rows[1:]} == {a["id"], b["id"]}
 
 
+def test_the_csv_export_quotes_every_text_cell_a_spreadsheet_would_run(web: Any) -> None:
+    """A custom GPU named "=cmd|' /C calc'!A0" went out as a formula in the gpu column (QA 2026-12-07): only the
+    model and plan cells were quoted."""
+    gpu = {"preset": "H100-SXM", "name": "=cmd|' /C calc'!A0"}
+    created = stored(web, {**SMALL, "cluster": {**SMALL["cluster"], "gpu": gpu}})
+    rows = list(csv.reader(io.StringIO(web.get("/recent.csv").text)))
+    row = next(r for r in rows if r[0] == created["id"])
+    assert row[rows[0].index("gpu")] == "'=cmd|' /C calc'!A0"
+    assert not any(cell[:1] in ("=", "+", "-", "@") for r in rows[1:] for cell in r if not cell[:1].isdigit())
+
+
 def test_delete_needs_the_owner_or_an_admin(web: Any) -> None:
     created = stored(web, SMALL)  # the admin's plan
     other = httpx.Headers(auth(login_token(web, "bob", "user")))
