@@ -20,10 +20,10 @@ import pytest
 import yaml
 
 from app.settings import ENV_NAMES, Settings
+from app.store.db import normalize_url
 
 # uvicorn's own: the peers whose X-Forwarded-For/-Proto it believes (Secure cookies, per-client rate limits)
 UVICORN_PROXY = "FORWARDED_ALLOW_IPS"
-from app.store.db import normalize_url
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
