@@ -40,6 +40,7 @@ def _check_fixed_layout(model: ModelSpec, cluster: ClusterSpec, training: Traini
     broken rules leave numbers to show, and are reported beside them)."""
     for violation in rules.check(model, cluster, training, par, only=(fp8_supported,)):
         raise InputError("training.precision", f"fp8: {violation.message} (use bf16)")
+    _check_fp8_recipe(cluster, training)
     if par.pipeline_layout is not None and (bad := layout_violation(model, par)) is not None:
         raise InputError("parallel.pipeline_layout", bad.message.removeprefix("pipeline_layout "))
     uneven = par.first_stage_layers is not None or par.last_stage_layers is not None
@@ -151,8 +152,20 @@ def _check_possible(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
         raise InputError(
             "training.precision", f"fp8 needs FP8 tensor cores, which {cluster.gpu.name} has not: plan bf16"
         )
+    _check_fp8_recipe(cluster, training)
     _check_pinned_shape(model, training)
     _check_pinned_features(model, training)
+
+
+def _check_fp8_recipe(cluster: ClusterSpec, training: TrainingSpec) -> None:
+    """MXFP8 scales per 32-element block in hardware Blackwell has: on another GPU every layout fails (the search
+    rejected 36,169 candidates one by one, and a fixed layout's estimate said "feasible", QA 2026-12-07)."""
+    if training.precision == "fp8" and training.fp8_recipe == "mxfp8" and cluster.gpu.generation != "blackwell":
+        raise InputError(
+            "training.fp8_recipe",
+            f"mxfp8 needs Blackwell's block-scaled FP8, which {cluster.gpu.name} ({cluster.gpu.generation}) has "
+            "not: use tensorwise, blockwise or delayed",
+        )
 
 
 def _no_candidate(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> None:
@@ -345,7 +358,7 @@ def _plans(
                 why=why(
                     found.par, est, best, feasible, cluster.world_size, training.objective, layout.num_microbatches
                 ),
-                checkpoint=checkpoint_plan(model, cluster, found.world, est.time.step_s),
+                checkpoint=checkpoint_plan(model, cluster, found.world, est.time.step_s, training.optimizer_states),
                 decisions=decide(model, cluster, training, found.par, est),
             )
         )

@@ -234,11 +234,11 @@ def fp8_recipe(training: TrainingSpec, par: ParallelConfig, cluster: ClusterSpec
     return par.fp8_recipe or training.fp8_recipe or ("mxfp8" if cluster.gpu.generation == "blackwell" else "tensorwise")
 
 
-def graceful_stop(model: ModelSpec, cluster: ClusterSpec, step_s: float) -> int:
+def graceful_stop(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, gpus: int, step_s: float) -> int:
     """Seconds between a stop signal (Slurm's --signal before the time limit, torchrun's shutdown timeout, a pod's
     grace period) and the kill: two steps, the predicted checkpoint save and some slack. It left out the save: at
     0.5 GB/s a 920 GiB checkpoint takes 33 min, and the 600 s given cut it off (QA 2026-12-07)."""
-    save_s = checkpoint_bytes(model) / storage_bandwidth(cluster)
+    save_s = checkpoint_bytes(model, training.optimizer_states) / storage_bandwidth(cluster, gpus)
     return max(MIN_GRACEFUL_STOP_S, math.ceil(2 * step_s + save_s) + GRACEFUL_STOP_SLACK_S)
 
 
@@ -271,7 +271,7 @@ def decide(
         distributed_timeout_minutes=timeout,
         timeout_reason=f"{TIMEOUT_STEPS} predicted steps of {step_s:.1f} s, at least Megatron's default "
         f"{MEGATRON_TIMEOUT_MIN} min",
-        graceful_stop_s=graceful_stop(model, cluster, step_s),
+        graceful_stop_s=graceful_stop(model, cluster, training, par.world_size, step_s),
         manual_gc_interval=MANUAL_GC_INTERVAL if par.world_size >= MANUAL_GC_MIN_GPUS else None,
         fp8_recipe=fp8_recipe(training, par, cluster),
         make_vocab_size_divisible_by=divisor,

@@ -81,7 +81,16 @@ def why(
         comm["DP x CP"] = comm.pop("DP")
     if "ZERO" in comm:  # the sharded states' gathers and scatters, named as the plan shards them ("ZERO" on an
         # M-FSDP plan, QA 2026-12-07)
-        name = "M-FSDP" if par.megatron_fsdp else f"ZeRO-{par.zero_stage}" if par.zero_stage else "dist-opt"
+        # FSDP's (llm-foundry, torchtitan, MaxText) where nothing else shards: it said "dist-opt" (QA 2026-12-07)
+        name = (
+            "M-FSDP"
+            if par.megatron_fsdp
+            else f"ZeRO-{par.zero_stage}"
+            if par.zero_stage
+            else "dist-opt"
+            if par.distributed_optimizer
+            else "FSDP"
+        )
         comm[name] = comm.pop("ZERO")
     exposed = sum(comm.values())
     lines = [_headline(t, best, feasible_count, objective, par.world_size)]
@@ -90,7 +99,8 @@ def why(
         lines.append(f"80% interval {iv.low:,.0f}-{iv.high:,.0f} tokens/s ({iv.basis})")
     if available_gpus and par.world_size < available_gpus:
         because = (
-            "the objective is the fewest GPUs, and no plan fits on fewer"
+            # offload is searched only where nothing fits without it: fewer GPUs may fit with it (QA 2026-12-07)
+            "the objective is the fewest GPUs, and no plan without ZeRO offload fits on fewer"
             if objective == "min_gpus"
             else "it is faster or factors where the whole cluster does not"
         )

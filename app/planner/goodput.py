@@ -24,20 +24,28 @@ from app.planner.specs import ClusterSpec, ModelSpec
 
 WEIGHT_BYTES_PER_PARAM = 2  # bf16/fp16 weights (fp8 training keeps 16-bit primary weights too)
 OPTIMIZER_BYTES_PER_PARAM = 12  # fp32 master weights + Adam's exp_avg and exp_avg_sq (ZeRO §3.1, K = 12)
+BF16_OPTIMIZER_BYTES_PER_PARAM = 6  # bf16 exp_avg and exp_avg_sq + the fp32 master's 16-bit remainder
 GPU_HOURS_PER_FAILURE = 54 * 24 * 16_384 / 419  # Llama 3 405B: 419 unexpected interruptions, 54 days, 16,384 GPUs
 STORAGE_GBPS_PER_NODE = 1.0  # Llama 3: 2 TB/s sustained for 2,048 nodes (§3.3.1)
 RESTART_OVERHEAD_S = 300.0  # tear down, reschedule, start, initialise: an assumption (Daly's examples use 600 s)
 
 
-def checkpoint_bytes(model: ModelSpec) -> int:
-    """Bytes of one full checkpoint: every parameter's 16-bit weight and its fp32 Adam state (ZeRO §3.1)."""
-    return model.num_parameters * (WEIGHT_BYTES_PER_PARAM + OPTIMIZER_BYTES_PER_PARAM)
+def checkpoint_bytes(model: ModelSpec, optimizer_states: str = "fp32") -> int:
+    """Bytes of one full checkpoint: every parameter's 16-bit weight and its Adam state as the optimizer holds it:
+    fp32 master + moments (ZeRO §3.1), or with bf16 states (Megatron's precision-aware optimizer) bf16 moments and
+    the master's 16-bit remainder, 6 B (it was 12 B either way, QA 2026-12-07)."""
+    state = BF16_OPTIMIZER_BYTES_PER_PARAM if optimizer_states == "bf16" else OPTIMIZER_BYTES_PER_PARAM
+    return model.num_parameters * (WEIGHT_BYTES_PER_PARAM + state)
 
 
-def storage_bandwidth(cluster: ClusterSpec) -> float:
-    """Bytes/s the whole job reads or writes its checkpoint at."""
-    gbps = cluster.checkpoint_storage_GBps or STORAGE_GBPS_PER_NODE * cluster.num_nodes
-    return gbps * 1e9
+def storage_bandwidth(cluster: ClusterSpec, gpus: int | None = None) -> float:
+    """Bytes/s a job on `gpus` GPUs (all of the cluster's when None) reads or writes its checkpoint at: the
+    cluster's stated aggregate, else 1 GB/s per node the job uses (it counted every node of the cluster, so a
+    2-GPU plan on 64 nodes saved at 64 GB/s, QA 2026-12-07)."""
+    if cluster.checkpoint_storage_GBps:
+        return cluster.checkpoint_storage_GBps * 1e9
+    nodes = cluster.num_nodes if gpus is None else max(1, math.ceil(gpus / cluster.gpus_per_node))
+    return STORAGE_GBPS_PER_NODE * nodes * 1e9
 
 
 def mtbf_s(cluster: ClusterSpec, gpus: int) -> float:
@@ -68,10 +76,12 @@ def goodput(interval_s: float, save_s: float, restart_s: float, mtbf: float) -> 
     return interval_s / (mtbf * math.exp(restart_s / mtbf) * math.expm1(exponent))
 
 
-def checkpoint_plan(model: ModelSpec, cluster: ClusterSpec, gpus: int, step_s: float) -> CheckpointPlan:
+def checkpoint_plan(
+    model: ModelSpec, cluster: ClusterSpec, gpus: int, step_s: float, optimizer_states: str = "fp32"
+) -> CheckpointPlan:
     """The checkpoint interval (Daly's optimum in whole steps) and the goodput it gives a plan of `step_s`."""
-    size = checkpoint_bytes(model)
-    bandwidth = storage_bandwidth(cluster)
+    size = checkpoint_bytes(model, optimizer_states)
+    bandwidth = storage_bandwidth(cluster, gpus)
     save = load = size / bandwidth
     restart = (cluster.restart_overhead_s if cluster.restart_overhead_s is not None else RESTART_OVERHEAD_S) + load
     mtbf = mtbf_s(cluster, gpus)

@@ -103,3 +103,28 @@ def test_out_of_range_settings_are_refused_naming_the_field(field: str, value: f
     with pytest.raises(ValidationError) as err:
         ClusterSpec(num_nodes=1, gpu="H100-SXM", **{field: value})
     assert field in str(err.value)
+
+
+def test_the_checkpoint_is_written_by_the_nodes_the_plan_uses() -> None:
+    """A 2-GPU plan on a 64-node cluster saved at 64 GB/s, and its --save-interval followed the cluster's size: the
+    same job got 2,015 steps on 1 node and 252 on 64 (QA 2026-12-07). Storage scales with the job's own nodes."""
+    model = preset("llama-3-8b")
+    small, big = ClusterSpec(num_nodes=1, gpu="H100-SXM"), ClusterSpec(num_nodes=64, gpu="H100-SXM")
+    assert checkpoint_plan(model, small, 2, 1.0) == checkpoint_plan(model, big, 2, 1.0)
+    assert checkpoint_plan(model, big, 16, 1.0).save_s == pytest.approx(14 * model.num_parameters / 2e9)
+    stated = ClusterSpec(num_nodes=64, gpu="H100-SXM", checkpoint_storage_GBps=8.0)  # an aggregate stays as stated
+    assert checkpoint_plan(model, stated, 2, 1.0).save_s == pytest.approx(14 * model.num_parameters / 8e9)
+
+
+def test_bf16_optimizer_states_make_a_smaller_checkpoint() -> None:
+    """With bf16 moments and the master's 16-bit remainder the optimizer holds 6 B per parameter, not 12: the save
+    time, interval and goodput were those of the fp32 states (QA 2026-12-07)."""
+    model = preset("llama-2-70b")
+    assert checkpoint_bytes(model, "bf16") == 8 * model.num_parameters
+    request = {
+        "model": "llama-2-70b",
+        "cluster": {"num_nodes": 8, "gpu": "H100-SXM"},
+        "training": {"global_batch_size": 512, "optimizer_states": "bf16", "max_plans": 1},
+    }
+    (best,) = plan(PlanRequest(**request)).plans
+    assert best.checkpoint is not None and best.checkpoint.size_bytes == 8 * model.num_parameters

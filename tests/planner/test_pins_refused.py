@@ -164,3 +164,29 @@ def test_an_estimate_whose_stages_do_not_hold_the_layers_is_an_input_error() -> 
             estimate(EstimateRequest.model_validate(request))
         assert caught.value.field == "parallel.first_stage_layers"
         assert f"first({first}) + last({last}) = {first + last} layers on pp(2), num_layers is 32" in str(caught.value)
+
+
+def test_mxfp8_off_blackwell_is_an_input_error_for_plan_and_estimate_alike() -> None:
+    """The search rejected 36,169 candidates one by one ("mxfp8 needs Blackwell") while the estimate of a fixed
+    layout said "feasible" (QA 2026-12-07): both are the same 422 now."""
+    from app.planner import EstimateRequest, estimate
+
+    training = {"global_batch_size": 64, "precision": "fp8", "fp8_recipe": "mxfp8"}
+    with pytest.raises(InputError) as planned:
+        plan(PlanRequest(model="llama-3-8b", cluster=NODE, training=training))
+    request = {"model": "llama-3-8b", "cluster": NODE, "training": training, "parallel": {"tp": 1, "dp": 8}}
+    with pytest.raises(InputError) as estimated:
+        estimate(EstimateRequest.model_validate(request))
+    assert planned.value.field == estimated.value.field == "training.fp8_recipe"
+    assert "H100-SXM (hopper)" in planned.value.message
+    blackwell = plan(PlanRequest(model="llama-3-8b", cluster={**NODE, "gpu": "B200"}, training=training))
+    assert blackwell.plans
+
+
+def test_fsdp_sharding_traffic_is_named_fsdp_in_the_why() -> None:
+    """llm-foundry's, torchtitan's and MaxText's sharded traffic read "dist-opt" (QA 2026-12-07)."""
+    request = {"model": "llama-3-70b", "cluster": {"num_nodes": 4, "gpu": "H100-SXM"},
+               "training": {"global_batch_size": 128, "framework": "pytorch-fsdp", "max_plans": 3}}  # fmt: skip
+    result = plan(PlanRequest(**request))
+    text = " ".join(line for p in result.plans for line in p.why)
+    assert "FSDP " in text and "dist-opt" not in text, text

@@ -111,3 +111,29 @@ def test_megatron_deepspeed_zero2_asks_deepspeed_for_the_fp32_accumulation_it_is
     config = json.loads(render(result, 1, data).files["ds_config.json"])
     assert config["data_types"] == {"grad_accum_dtype": "fp32"}
     assert deepspeed_config(config, 16, 1).grad_accum_dtype == "fp32"  # DeepSpeed's own reading of it
+
+
+def test_plan_json_goodput_is_that_of_the_interval_the_files_save_at() -> None:
+    """--save-interval 20 beside a goodput of 0.9907, Daly's interval's (964 steps); at 20 steps it is 0.818."""
+    import json
+
+    from app.planner.goodput import goodput
+
+    request = {
+        "model": "llama-2-70b",
+        "cluster": {**H100, "hosts": [f"n{i}" for i in range(8)]},
+        "training": {"global_batch_size": 512, "max_plans": 1},
+    }
+    result = plan(PlanRequest(**request))
+    p = result.plans[0]
+    assert p.checkpoint is not None and p.checkpoint.interval_steps > 20
+    chosen = render(result, 1, RenderOptions(checkpoint_dir="/ckpt", save_interval=20)).files["plan.json"]
+    prediction = json.loads(chosen)["prediction"]
+    cp = p.checkpoint
+    assert prediction["checkpoint_interval_steps"] == 20
+    assert prediction["goodput"] == pytest.approx(
+        goodput(20 * p.estimate.time.step_s, cp.save_s, cp.restart_s, cp.mtbf_s)
+    )
+    assert prediction["goodput"] < cp.goodput
+    daly = json.loads(render(result, 1, RenderOptions(checkpoint_dir="/ckpt")).files["plan.json"])["prediction"]
+    assert daly["goodput"] == cp.goodput and daly["checkpoint_interval_steps"] == cp.interval_steps
