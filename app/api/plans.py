@@ -134,7 +134,12 @@ def list_plans(
         Query(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$", description="Only this user's plans ('me': your own)."),
     ] = None,
     q: Annotated[
-        str, Query(max_length=100, description="Words that must all appear in the id, model, GPU, layout or owner.")
+        str,
+        Query(
+            max_length=100,
+            description="Words that must all appear in the id, model, GPU, layout or owner (the first 8 distinct "
+            "ones).",
+        ),
     ] = "",
     model: Annotated[str, Query(max_length=200, description="Only plans of this model (its name).")] = "",
     gpu: Annotated[str, Query(max_length=200, description="Only plans on this GPU (its name).")] = "",

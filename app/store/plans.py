@@ -94,7 +94,9 @@ class PlanFilters:
             # no stored text holds a NUL (PostgreSQL refuses one in a text parameter): such a filter matches nothing
             return [false()]
         out: list[ColumnElement[bool]] = []
-        for word in self.q.lower().split():
+        # each word is a LIKE over five columns of every row: the same word once, and no more than 8 (fifty one-letter
+        # words took 2.7 s on 30,000 plans, QA 2026-12-07)
+        for word in list(dict.fromkeys(self.q.lower().split()))[:MAX_SEARCH_WORDS]:
             out.append(or_(*(func.lower(c).contains(word, autoescape=True) for c in _SEARCHED)))
         for column, value in (
             (PlanRow.model_name, self.model),
@@ -106,6 +108,7 @@ class PlanFilters:
         return out
 
 
+MAX_SEARCH_WORDS = 8
 _SEARCHED = (PlanRow.id, PlanRow.model_name, PlanRow.gpu_name, PlanRow.best_summary, PlanRow.owner)
 _SUMMARY = (
     PlanRow.id,

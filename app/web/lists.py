@@ -11,12 +11,12 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
 from app.planner import __version__
-from app.service.auth import CSRF_FIELD, AuthError
+from app.service.auth import CSRF_FIELD
 from app.service.deps import PageViewerDep, SettingsDep, StoreDep
 from app.store import NotOwner, PlanFilters
 from app.web.compare import MAX_PLANS, compare_context, parse_refs
 from app.web.deps import FormDep, TemplatesDep
-from app.web.respond import HTML, PrefsDep, compressed, html, not_found, require_csrf
+from app.web.respond import HTML, PrefsDep, compressed, html, not_found, refused, require_csrf
 
 router = APIRouter(include_in_schema=False)
 Text = Annotated[str, Query(max_length=100)]
@@ -152,10 +152,15 @@ def confirm_delete_page(
     """The plan list's Delete asks first: one click removed a plan for good (QA). The page names the plan and posts
     the deletion with the session's CSRF token; "Keep it" goes back to the list as it was filtered."""
     if not viewer.may("write"):
-        raise AuthError(403, f"{viewer.name} has the {viewer.role} role: it may read plans, not delete them")
+        why = f"{viewer.name} has the {viewer.role} role: it may read plans, not delete them"
+        return refused(request, templates, why, viewer, prefs, "/recent")
     record = store.get(plan_id)
     if record is None:
         return not_found(request, templates, f"No stored plan with id {plan_id}.", viewer, prefs, "/recent")
+    if not viewer.may("admin") and record.owner != viewer.name:
+        # it offered the button, and pressing it gave a JSON 403 (QA 2026-12-07)
+        why = f"plan {plan_id} is {record.owner or 'nobody'}'s: only its owner or an admin may delete it"
+        return refused(request, templates, why, viewer, prefs, "/recent")
     filters = query_of(_back_filters(back))
     page = templates.render(
         "confirm_delete.html",
@@ -184,11 +189,12 @@ def delete_plan(
     """A user deletes their own plans, an admin any (audited by the store), with the session's CSRF token."""
     require_csrf(viewer, form.values.get(CSRF_FIELD))
     if not viewer.may("write"):
-        raise AuthError(403, f"{viewer.name} has the {viewer.role} role: it may read plans, not delete them")
+        why = f"{viewer.name} has the {viewer.role} role: it may read plans, not delete them"
+        return refused(request, templates, why, viewer, prefs, "/recent")
     try:
         found = store.delete(plan_id, actor=viewer.name, only_owner=None if viewer.may("admin") else viewer.name)
     except NotOwner as exc:
-        raise AuthError(403, f"{exc}: only its owner or an admin may delete it", field="id") from None
+        return refused(request, templates, f"{exc}: only its owner or an admin may delete it", viewer, prefs, "/recent")
     if not found:
         return not_found(request, templates, f"No stored plan with id {plan_id}.", viewer, prefs, "/recent")
     query = query_of(_back_filters(form.values.get("back", "")), deleted=plan_id)

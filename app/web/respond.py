@@ -36,10 +36,29 @@ def not_found(
     request: Request, templates: WebTemplates, message: str, viewer: Principal, prefs: Prefs, self_url: str = "/"
 ) -> Response:
     """The 404 page, with `message` and the viewer's header; `self_url`: where the page's preference links return."""
-    page = templates.render(
-        "not_found.html", message=message, planner_version=__version__, viewer=viewer, prefs=prefs, self_url=self_url
-    )
-    return html(request, page, 404)
+    return _message_page(request, templates, message, viewer, prefs, self_url, "Not found", 404)
+
+
+def refused(
+    request: Request, templates: WebTemplates, message: str, viewer: Principal, prefs: Prefs, self_url: str = "/"
+) -> Response:
+    """A 403 as a page with the viewer's header (a browser got the API's JSON, QA 2026-12-07)."""
+    return _message_page(request, templates, message, viewer, prefs, self_url, "Not allowed", 403)
+
+
+def _message_page(
+    request: Request,
+    templates: WebTemplates,
+    message: str,
+    viewer: Principal,
+    prefs: Prefs,
+    self_url: str,
+    heading: str,
+    status_code: int,
+) -> Response:
+    context = {"message": message, "heading": heading, "viewer": viewer, "prefs": prefs, "self_url": self_url}
+    page = templates.render("not_found.html", planner_version=__version__, **context)
+    return html(request, page, status_code)
 
 
 def _prefs(tp_prefs: Annotated[str | None, Cookie()] = None) -> Prefs:

@@ -166,3 +166,10 @@ def test_the_last_enabled_admin_is_neither_demoted_nor_disabled(tmp_path: Path) 
     accounts.add_user("bea", "admin", None)
     accounts.set_role("root", "user")  # another admin is left
     assert {u.name: u.role for u in accounts.users()} == {"bea": "admin", "root": "user"}
+
+
+def test_a_search_uses_each_word_once_and_eight_at_most() -> None:
+    """Fifty one-letter words were fifty LIKE clauses over five columns of every row: 2.7 s on 30,000 plans (QA
+    2026-12-07)."""
+    assert len(PlanFilters(q=" ".join(["a"] * 50)).conditions()) == 1
+    assert len(PlanFilters(q=" ".join("abcdefghijkl")).conditions()) == 8

@@ -273,6 +273,12 @@ def test_delete_needs_the_owner_or_an_admin(web: Any) -> None:
     other = httpx.Headers(auth(login_token(web, "bob", "user")))
     denied = web.post(f"/p/{created['id']}/delete", data={}, headers=dict(other))
     assert denied.status_code == 403 and web.get(f"/plans/{created['id']}").status_code == 200
+    # as pages: bob was offered the confirmation and then got the API's JSON 403 (QA 2026-12-07)
+    assert denied.headers["content-type"].startswith("text/html") and "Not allowed" in denied.text
+    assert "only its owner or an admin may delete it" in denied.text
+    asked = web.get(f"/p/{created['id']}/delete", headers=dict(other))
+    assert asked.status_code == 403 and asked.headers["content-type"].startswith("text/html")
+    assert f"plan {created['id']} is admin's" in html.unescape(asked.text) and 'action="/p/' not in asked.text
     done = web.post(f"/p/{created['id']}/delete", data={}, follow_redirects=False)
     assert done.status_code == 303 and web.get(f"/plans/{created['id']}").status_code == 404
 
