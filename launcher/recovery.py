@@ -123,12 +123,12 @@ def summary(
         return f"job finished: exit code 0 after {elapsed_s:.1f} s"
     if short:
         return f"job stopped early: exit code {code} after {elapsed_s:.1f} s; {short}"
+    logs = ", ".join(sorted({str(Path(log).parent) for _, _, log in watched}))
     if signalled and not hang:
-        logs = sorted({str(Path(log).parent) for _, _, log in watched})
         hint = f"; {resume}" if resume else ""
         return (
             f"job stopped: exit code {code} after {elapsed_s:.1f} s; stopped by {procs.signal_name(signalled)}"
-            f"{hint}; logs: {', '.join(logs)}"
+            f"{hint}; logs: {logs}"
         )
     why = [d.describe() for watch, _, _ in watched if watch and (d := watch.first_failure)]
     reports = [rep for _, output, _ in watched if (rep := agent_report(output))]
@@ -138,8 +138,7 @@ def summary(
         why.insert(0, f"stopped by {procs.signal_name(signalled)}")
     # a signal that came while a hang was being torn down names both (it named only the signal, QA 2026-12-07)
     detail = "; ".join(why[: 2 if signalled and hang else 1] + reports[:1]) or "see the logs"
-    logs = sorted({str(Path(log).parent) for _, _, log in watched})
-    return f"job failed: exit code {code} after {elapsed_s:.1f} s; {detail}; logs: {', '.join(logs)}"
+    return f"job failed: exit code {code} after {elapsed_s:.1f} s; {detail}; logs: {logs}"
 
 
 def requeue(job: str | None, log: Log) -> None:

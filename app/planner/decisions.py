@@ -22,7 +22,7 @@ import math
 
 from app.planner import layout as lay
 from app.planner import space
-from app.planner.goodput import checkpoint_bytes, storage_bandwidth
+from app.planner.goodput import save_seconds
 from app.planner.results import (
     Decisions,
     DeepSpeedDecision,
@@ -238,7 +238,7 @@ def graceful_stop(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     """Seconds between a stop signal (Slurm's --signal before the time limit, torchrun's shutdown timeout, a pod's
     grace period) and the kill: two steps, the predicted checkpoint save and some slack. It left out the save: at
     0.5 GB/s a 920 GiB checkpoint takes 33 min, and the 600 s given cut it off (QA 2026-12-07)."""
-    save_s = checkpoint_bytes(model, training.optimizer_states) / storage_bandwidth(cluster, gpus)
+    save_s = save_seconds(model, cluster, gpus, training.optimizer_states)
     return max(MIN_GRACEFUL_STOP_S, math.ceil(2 * step_s + save_s) + GRACEFUL_STOP_SLACK_S)
 
 

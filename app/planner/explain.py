@@ -79,9 +79,8 @@ def why(
     comm = {k[:-7].upper(): v for k, v in b.items() if k.endswith("_comm_s") and v > 0}
     if par.cp > 1 and "DP" in comm:  # the gradient sync runs over DP x CP ("DP 17.4%" on a DP-1 plan: QA)
         comm["DP x CP"] = comm.pop("DP")
-    if "ZERO" in comm:  # the sharded states' gathers and scatters, named as the plan shards them ("ZERO" on an
-        # M-FSDP plan, QA 2026-12-07)
-        # FSDP's (llm-foundry, torchtitan, MaxText) where nothing else shards: it said "dist-opt" (QA 2026-12-07)
+    if "ZERO" in comm:  # the sharded states' gathers and scatters, named as the plan shards them, FSDP's where
+        # nothing else does (llm-foundry, torchtitan, MaxText): they read "ZERO", then "dist-opt" (QA 2026-12-07)
         name = (
             "M-FSDP"
             if par.megatron_fsdp

@@ -48,6 +48,11 @@ def storage_bandwidth(cluster: ClusterSpec, gpus: int | None = None) -> float:
     return STORAGE_GBPS_PER_NODE * nodes * 1e9
 
 
+def save_seconds(model: ModelSpec, cluster: ClusterSpec, gpus: int, optimizer_states: str = "fp32") -> float:
+    """Seconds to write (or read) one checkpoint of a job on `gpus` GPUs: its bytes over the storage bandwidth."""
+    return checkpoint_bytes(model, optimizer_states) / storage_bandwidth(cluster, gpus)
+
+
 def mtbf_s(cluster: ClusterSpec, gpus: int) -> float:
     """Mean seconds between failures of a job on `gpus` GPUs: the cluster's figure, else Llama 3's rate."""
     hours = cluster.mtbf_hours if cluster.mtbf_hours is not None else GPU_HOURS_PER_FAILURE / gpus
@@ -80,9 +85,7 @@ def checkpoint_plan(
     model: ModelSpec, cluster: ClusterSpec, gpus: int, step_s: float, optimizer_states: str = "fp32"
 ) -> CheckpointPlan:
     """The checkpoint interval (Daly's optimum in whole steps) and the goodput it gives a plan of `step_s`."""
-    size = checkpoint_bytes(model, optimizer_states)
-    bandwidth = storage_bandwidth(cluster, gpus)
-    save = load = size / bandwidth
+    save = load = save_seconds(model, cluster, gpus, optimizer_states)
     restart = (cluster.restart_overhead_s if cluster.restart_overhead_s is not None else RESTART_OVERHEAD_S) + load
     mtbf = mtbf_s(cluster, gpus)
     steps = max(1, round(daly_interval(save, mtbf) / step_s))
@@ -93,7 +96,7 @@ def checkpoint_plan(
         else f"default: {GPU_HOURS_PER_FAILURE:,.0f} GPU-hours per failure (Llama 3) / {gpus} GPUs"
     )
     return CheckpointPlan(
-        size_bytes=size,
+        size_bytes=checkpoint_bytes(model, optimizer_states),
         save_s=save,
         load_s=load,
         restart_s=restart,

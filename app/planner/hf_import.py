@@ -162,9 +162,8 @@ def _window(cfg: dict[str, Any], kind: str, seq_length: int | None) -> dict[str,
     # an absent key is the model type's default; an explicit null (or 0) is no window
     raw = cfg["sliding_window"] if "sliding_window" in cfg else HF_DEFAULTS.get(kind, {}).get("sliding_window")
     window = 0 if raw is None else _whole("sliding_window", raw, least=0)
-    trained = _int(cfg, "max_position_embeddings", kind)
-    if isinstance(seq_length, int) and not isinstance(seq_length, bool) and seq_length >= 1:
-        trained = seq_length  # (another value is ModelSpec's to refuse, as model.seq_length)
+    # the request's length (callers pass an int or None; one below 1 is ModelSpec's to refuse), else the longest
+    trained = seq_length if seq_length and seq_length >= 1 else _int(cfg, "max_position_embeddings", kind)
     if not window or window >= trained:
         return {}
     layers = _int(cfg, "num_hidden_layers", kind)
