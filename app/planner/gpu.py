@@ -69,6 +69,13 @@ class GPUSpec(BaseModel):
     nvlink_spans_nodes: bool = Field(
         False, description="The NVLink domain spans several nodes (trays), as in GB200 NVL72 racks."
     )
+    gpus_per_node: int = Field(
+        8,
+        ge=1,
+        le=256,
+        description="GPUs in one node (server or compute tray) as the vendor builds it: a cluster's default "
+        "(8 on HGX/DGX and MI300X platforms, 4 on a GB200/GB300 NVL72 compute tray).",
+    )
     network_GBps: float = Field(
         ge=0.001, le=10_000, description="Typical network bandwidth per GPU and direction, GB/s."
     )

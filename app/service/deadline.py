@@ -50,7 +50,12 @@ class DeadlineBody(Body):
     )
     nodes_min: int = Field(1, ge=1, le=100_000, description="Fewest nodes to consider.")
     nodes_max: int = Field(ge=1, le=100_000, description="Most nodes to consider.")
-    gpus_per_node: int = Field(8, ge=1, le=256, description="GPUs in each node.")
+    gpus_per_node: int | None = Field(
+        None,
+        ge=1,
+        le=256,
+        description="GPUs in each node (default: each GPU type's own, 8 or 4 on a GB200/GB300 tray).",
+    )
     node_counts: int = Field(
         12,
         ge=1,
@@ -190,7 +195,7 @@ def _option(
     training["objective"] = "throughput"
     request = {
         "model": sent_model,
-        "cluster": {"num_nodes": nodes, "gpus_per_node": body.gpus_per_node, "gpu": option.gpu},
+        "cluster": {"num_nodes": nodes, "gpus_per_node": result.cluster.gpus_per_node, "gpu": option.gpu},
         "training": training,
     }
     return DeadlineOption(
@@ -321,8 +326,9 @@ def _judged(body: DeadlineBody, option: DeadlineOption) -> float:
 
 def _notes(body: DeadlineBody, counts: list[int], budget: float) -> list[str]:
     notes = [
-        f"each candidate planned with objective throughput on exactly its node count "
-        f"(training.pinned.num_nodes), {body.gpus_per_node} GPUs per node",
+        "each candidate planned with objective throughput on exactly its node count "
+        "(training.pinned.num_nodes), "
+        + (f"{body.gpus_per_node} GPUs per node" if body.gpus_per_node else "each GPU type's own GPUs per node"),
         "deadline judged on the wall clock (the plan's checkpoint goodput)"
         if body.wall_clock
         else "deadline judged on compute time alone (train_tokens / tokens_per_s)",

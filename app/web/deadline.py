@@ -51,7 +51,7 @@ DEFAULTS = {
     "deadline_days": "30",
     "nodes_min": "1",
     "nodes_max": "32",
-    "gpus_per_node": "8",
+    "gpus_per_node": "",
     "node_counts": "8",
     "time_budget_s": "10",
     "wall_clock": "true",

@@ -202,9 +202,13 @@ def _cluster_sections() -> dict[str, list[FormField]]:
                 presets[0][0] if presets else "",
             )
         ],
-        "cluster_custom": [gpu, *spec_fields(ClusterSpec, "cluster", skip=("num_nodes", "gpu"))],
+        "cluster_custom": [gpu, *spec_fields(ClusterSpec, "cluster", skip=("num_nodes", "gpu"), overrides=NODE)],
         "gpu_overrides": overrides,
     }
+
+
+# blank is the GPU's own node (ClusterSpec._node_of_gpu): 8 sent as the spec's default was dropped, and a GB200 got 4
+NODE = {"gpus_per_node": {"default": "", "spec_default": None}}
 
 
 def capped(sections: dict[str, list[FormField]], name: str, high: float) -> dict[str, list[FormField]]:

@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from app.planner import catalog
 from app.planner.results import PlanResult
 from app.planner.specs import PlanRequest
 from app.service.requests import hosts_for_nodes, hosts_kept
@@ -120,6 +121,9 @@ def apply(record: PlanRecord, changes: Mapping[str, str]) -> dict[str, str]:
             values[name] = value
     if values.get("cluster.gpu") != before.get("cluster.gpu"):
         values.update({f.name: "" for f in SECTIONS["gpu_overrides"]})  # another GPU: its own catalogue numbers
+        if "cluster.gpus_per_node" not in changes and before.get("cluster.gpus_per_node") == _node_of(before):
+            # the old GPU's own node: the new GPU's own (H100 -> GB200 is a 4-GPU tray, not 8 GPUs a node)
+            values["cluster.gpus_per_node"] = ""
     hosts = values.get("cluster.hosts", "").split()
     nodes = values.get("cluster.num_nodes", "")
     if hosts and nodes.isdigit() and len(hosts) != int(nodes):
@@ -129,6 +133,14 @@ def apply(record: PlanRecord, changes: Mapping[str, str]) -> dict[str, str]:
     if values.get("training.framework") != before.get("training.framework") and "training.stack" not in changes:
         values["training.stack"] = ""  # another framework: its usual stack (a named one runs the old framework)
     return values
+
+
+def _node_of(values: Mapping[str, str]) -> str:
+    """The GPUs per node of the form's catalogue GPU, as the form writes it ("" for a custom name)."""
+    try:
+        return str(catalog.gpu(values.get("cluster.gpu", "")).gpus_per_node)
+    except ValueError:
+        return ""
 
 
 # The planner's suggestions are sentences (app/planner/suggest.py); the changes they name are read back here. The

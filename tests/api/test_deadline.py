@@ -105,3 +105,15 @@ def test_bad_deadline_requests_name_the_field(sqlite_client: Any) -> None:
         assert r.status_code == 422, (field, r.text)
         errors = {e["field"]: e["message"] for e in r.json()["errors"]}
         assert field in errors and words in errors[field], (field, errors)
+
+
+def test_each_gpu_type_plans_on_its_own_node_size(sqlite_client: Any) -> None:
+    """Without `gpus_per_node` an H100 option is 8 GPUs a node and a GB200 one a 4-GPU tray (all were 8); the
+    option's request states the size it was planned on."""
+    body = {**BODY, "gpus": [{"gpu": "H100-SXM", "price_per_gpu_hour": 2.5}, {"gpu": "GB200", "price_per_gpu_hour": 6}]}
+    d = sqlite_client.post("/deadline", json={**body, "nodes_max": 4, "node_counts": 2}).json()
+    sizes = {(o["gpu"], o["request"]["cluster"]["gpus_per_node"]) for o in d["options"]}
+    assert sizes == {("H100-SXM", 8), ("GB200", 4)}, d
+    assert any("each GPU type's own GPUs per node" in n for n in d["notes"])
+    said = sqlite_client.post("/deadline", json={**body, "nodes_max": 4, "node_counts": 2, "gpus_per_node": 2}).json()
+    assert {o["request"]["cluster"]["gpus_per_node"] for o in said["options"]} == {2}

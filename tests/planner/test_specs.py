@@ -298,3 +298,19 @@ def test_a_stack_without_runs_on_a_generation_keeps_its_measured_constants() -> 
     assert d.forward == pytest.approx(f_d.forward * a.forward / f_a.forward, abs=5e-4)
     assert d.backward == pytest.approx(f_d.backward * a.backward / f_a.backward, abs=5e-4)
     assert (d.forward, d.backward) < (f_d.forward, f_d.backward)
+
+
+def test_a_cluster_without_a_node_size_has_its_gpus_own_node() -> None:
+    """A GB200/GB300 NVL72 compute tray holds 4 GPUs: `{"gpu": "GB200"}` planned and rendered 8 a node
+    (`#SBATCH --gpus-per-node=8`, which no tray can give). A stated size is kept; custom numbers may state their own."""
+    assert ClusterSpec(num_nodes=16, gpu="GB200").gpus_per_node == 4
+    assert ClusterSpec(num_nodes=16, gpu={"preset": "GB300"}).world_size == 64
+    assert ClusterSpec(num_nodes=2, gpu="H100-SXM").gpus_per_node == 8
+    assert ClusterSpec(num_nodes=2, gpu="GB200", gpus_per_node=8).gpus_per_node == 8  # what the user said
+    assert ClusterSpec.model_validate({"num_nodes": 2, "gpu": "GB200", "gpus_per_node": None}).gpus_per_node == 4
+    custom = {**catalog.gpu("H100-SXM").model_dump(), "name": "H100-4way", "gpus_per_node": 4}
+    assert ClusterSpec(num_nodes=2, gpu=custom).gpus_per_node == 4
+    assert {g.name for g in catalog.gpus() if g.gpus_per_node != 8} == {"GB200", "GB300"}
+    with pytest.raises(ValidationError) as bad:  # an unknown GPU is still named under `gpu`
+        ClusterSpec(num_nodes=2, gpu="GB900")
+    assert bad.value.errors()[0]["loc"] == ("gpu",) and "unknown gpu 'GB900'" in str(bad.value)

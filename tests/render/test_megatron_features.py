@@ -362,3 +362,16 @@ def test_tp_comm_overlap_without_multicast_runs_userbuffers_over_ipc(gpu: str, s
     for name in ("train.sh", "torchrun.sh", "sbatch.sh"):
         assert ("export UB_SKIPMC=1" in arts.files[name]) is skip, name
     assert (spec.loads(arts.files["plan.json"]).env.get("UB_SKIPMC") == "1") is skip
+
+
+def test_a_gb200_cluster_renders_its_four_gpu_trays() -> None:
+    """`{"gpu": "GB200"}` without a node size: every launch file runs 4 workers a node on 16 trays (it said 8 on 16
+    nodes, 128 GPUs the plan did not have)."""
+    req = {
+        "model": "llama-2-7b",
+        "cluster": {"num_nodes": 16, "gpu": "GB200", "hosts": [f"n{i}" for i in range(16)]},
+        "training": {"global_batch_size": 512},
+    }
+    arts = render(fixed_result(req, {"tp": 2, "dp": 32}), 1, RenderOptions())
+    assert "#SBATCH --gpus-per-node=4" in arts.files["sbatch.sh"] and "NPROC_PER_NODE=4" in arts.files["torchrun.sh"]
+    assert 'nprocPerNode: "4"' in arts.files["pytorchjob.yaml"]

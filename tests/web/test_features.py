@@ -199,6 +199,22 @@ def test_what_if_gpu_control_says_the_plan_gpu_has_custom_numbers(web: Any) -> N
     assert again["result"]["cluster"]["gpu"]["memory_bytes"] == 64 * 2**30
 
 
+def test_what_if_another_gpu_takes_its_own_node_size(web: Any) -> None:
+    """H100 -> GB200 in the what-if GPU control re-planned 8 GPUs a node on a 4-GPU tray; a node size the user chose
+    (not the old GPU's own) stays."""
+    created = stored(web, {**SMALL, "cluster": {**SMALL["cluster"], "gpu": "H100-SXM", "num_nodes": 2}})
+    assert created["result"]["cluster"]["gpus_per_node"] == 8
+    r = web.post("/whatif", data={"whatif.from": created["id"], "cluster.gpu": "GB200"}, follow_redirects=False)
+    assert r.status_code == 303, r.text
+    again = web.get("/plans/" + r.headers["location"].rsplit("/", 1)[1]).json()
+    assert (again["result"]["cluster"]["gpu"]["name"], again["result"]["cluster"]["gpus_per_node"]) == ("GB200", 4)
+    own = stored(web, {**SMALL, "cluster": {**SMALL["cluster"], "gpu": "H100-SXM", "gpus_per_node": 2}})
+    r = web.post("/whatif", data={"whatif.from": own["id"], "cluster.gpu": "GB200"}, follow_redirects=False)
+    assert (
+        web.get("/plans/" + r.headers["location"].rsplit("/", 1)[1]).json()["result"]["cluster"]["gpus_per_node"] == 2
+    )
+
+
 def test_what_if_another_framework_plans_on_its_own_stack(web: Any) -> None:
     """A request that named a stack (torchtitan) re-planned under another framework runs that framework's usual
     stack: the named one runs the old framework only, and keeping it was a 422 on a one-click re-plan."""

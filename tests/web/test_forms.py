@@ -489,3 +489,16 @@ def test_the_grand_teton_preset_plans_on_the_500_w_hbm2e_h100() -> None:
     cluster = spec_of(request).cluster
     assert (cluster.gpu.name, cluster.gpus_per_node, cluster.world_size) == ("H100-96GB-500W", 8, 16)
     assert cluster.inter_node_GBps == 50 and cluster.gpu.memory_bytes > 95 * 2**30 and not cluster.nics
+
+
+def test_a_blank_node_size_is_the_gpus_own_and_a_typed_8_is_kept() -> None:
+    """Blank GPUs per node on a custom GB200 cluster is its 4-GPU tray; a typed 8 is what the user said (it equalled
+    the spec's default and was left out, so it became 4), and round trips as such."""
+    custom = {"cluster_mode": "custom", "cluster.gpu": "GB200", "cluster.num_nodes": "16"}
+    blank = spec_of(forms.to_request(SECTIONS, {**forms.defaults(SECTIONS), **custom}, None))
+    assert (blank.cluster.gpus_per_node, blank.cluster.world_size) == (4, 64)
+    typed = forms.to_request(SECTIONS, {**forms.defaults(SECTIONS), **custom, "cluster.gpus_per_node": "8"}, None)
+    assert typed["cluster"]["gpus_per_node"] == 8 and spec_of(typed).cluster.world_size == 128
+    round_trip(typed)
+    h100 = spec_of(forms.to_request(SECTIONS, {**forms.defaults(SECTIONS), **custom, "cluster.gpu": "H100-SXM"}, None))
+    assert h100.cluster.gpus_per_node == 8

@@ -15,7 +15,13 @@ class ClusterSpec(Frozen):
     """Nodes of identical GPUs; bandwidths per GPU and per direction, in GB/s (bytes)."""
 
     num_nodes: int = Field(description="Number of nodes.", ge=1, le=100_000)
-    gpus_per_node: int = Field(8, description="GPUs in each node.", ge=1, le=256)
+    gpus_per_node: int = Field(
+        8,
+        description="GPUs in each node (default: the GPU's own, `gpu.gpus_per_node`: 8, or 4 on a GB200/GB300 "
+        "NVL72 compute tray).",
+        ge=1,
+        le=256,
+    )
     gpu: GPUSpec = Field(description="GPU type: a catalogue name or custom numbers.")
     intra_node_GBps: float | None = Field(
         None,
@@ -77,6 +83,22 @@ class ClusterSpec(Frozen):
         description="A cluster profile from `python -m launcher probe`: measured GEMM, NCCL and copy "
         "rates used in place of the catalogue's.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _node_of_gpu(cls, data: object) -> object:
+        """A cluster that does not say how many GPUs a node holds has the GPU's own node: a GB200 NVL72 compute
+        tray holds 4, and 8 made the rendered sbatch ask for `--gpus-per-node=8`, which no tray can give."""
+        if not isinstance(data, dict) or data.get("gpus_per_node") is not None:
+            return data
+        try:
+            gpu = cls._resolve_gpu(data.get("gpu"))
+        except ValueError:
+            return data  # an unknown GPU: the field's own validator names it, under `gpu`
+        per_node = gpu.get("gpus_per_node") if isinstance(gpu, dict) else getattr(gpu, "gpus_per_node", None)
+        if not isinstance(per_node, int) or isinstance(per_node, bool):
+            return data  # custom numbers that say nothing (the spec's 8), or that the GPU's validators refuse
+        return {**data, "gpus_per_node": per_node}
 
     @field_validator("gpu", mode="before")
     @classmethod
