@@ -13,7 +13,7 @@ from sqlalchemy.exc import OperationalError
 from app.api import clusters_router, deadline_router, docs, errors, misc_router, openapi, plans_router
 from app.api.errors import error_response
 from app.api.limits import BodyLimitMiddleware
-from app.api.middleware import OriginCheckMiddleware, SecurityHeadersMiddleware
+from app.api.middleware import AllowedHostsMiddleware, OriginCheckMiddleware, SecurityHeadersMiddleware
 from app.planner import __version__, collector
 from app.planner.errors import FieldError
 from app.service.auth import RateLimiter
@@ -80,6 +80,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(OriginCheckMiddleware, trusted_origins=settings.trusted_origins)
+    app.add_middleware(AllowedHostsMiddleware, allowed_hosts=settings.allowed_hosts)
     app.add_middleware(SecurityHeadersMiddleware)  # outermost: on every answer, 413 and 403 included
     return app
 

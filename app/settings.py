@@ -7,6 +7,7 @@ does not parse, so a misconfigured container fails at start with a message that 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
@@ -18,6 +19,9 @@ from app.planner.errors import field_errors
 
 DEFAULT_DATABASE_URL = "sqlite:///var/trainplan.db"  # relative to the working directory: ./var/trainplan.db
 KiB = 1024
+
+# an allowed host: a name or IPv4 address, `*.` and a domain, or a bracketed IPv6 address
+HOST_PATTERN = re.compile(r"(\*\.)?[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?|\[[0-9a-f:.]+\]")
 
 # Setting name -> environment variable. DATABASE_URL keeps its conventional unprefixed name.
 ENV_NAMES: dict[str, str] = {
@@ -39,6 +43,7 @@ ENV_NAMES: dict[str, str] = {
     "rate_limit_burst": "TRAINPLAN_RATE_LIMIT_BURST",
     "session_hours": "TRAINPLAN_SESSION_HOURS",
     "trusted_origins": "TRAINPLAN_TRUSTED_ORIGINS",
+    "allowed_hosts": "TRAINPLAN_ALLOWED_HOSTS",
     "planner_processes": "TRAINPLAN_PLANNER_PROCESSES",
     "planner_memory_mib": "TRAINPLAN_PLANNER_MEMORY_MIB",
     "max_estimate_time_s": "TRAINPLAN_MAX_ESTIMATE_TIME_S",
@@ -115,6 +120,12 @@ class Settings(BaseModel):
         description="Origins (scheme://host:port) besides the service's own whose browser POSTs are accepted; "
         "comma-separated. Cross-origin form posts from anywhere else are refused (403).",
     )
+    allowed_hosts: tuple[str, ...] = Field(
+        ("*",),
+        description="Host names (the Host header, without its port) the service answers; comma-separated, "
+        "`*.example.com` for a domain's subdomains, `*` for any (the default). Others get a 400: a page that "
+        "rebinds its own DNS name to this service's address reads nothing through it.",
+    )
     planner_processes: int = Field(
         default_factory=_default_planner_processes,
         ge=1,
@@ -176,6 +187,28 @@ class Settings(BaseModel):
     def _split_origins(cls, value: object) -> object:
         if isinstance(value, str):
             return tuple(o.strip().rstrip("/") for o in value.split(",") if o.strip())
+        return value
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = tuple(h.strip().lower() for h in value.split(",") if h.strip())
+        return value
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        """Names, or `*.` and a domain, or `*`: a port or a scheme in an entry never matched a Host header, so every
+        request was refused."""
+        if not value:
+            raise ValueError("names no host: give host names, or * for any")
+        for host in value:
+            if host != "*" and not HOST_PATTERN.fullmatch(host):
+                raise ValueError(
+                    f"{host!r} is not a host name: give names without scheme or port (trainplan.example.com, "
+                    "*.example.com, 10.0.0.5, [::1]) or *"
+                )
         return value
 
     @classmethod

@@ -1,9 +1,12 @@
-"""Pure ASGI middleware: security headers on every response, and no cross-origin browser POSTs.
+"""Pure ASGI middleware: security headers on every response, no cross-origin browser POSTs, and only the allowed
+host names.
 
 Security headers go on JSON, files and errors as well as HTML (a route's own header, e.g. the pages' CSP or
 the stylesheet's Cache-Control, is kept). Any state-changing request whose `Origin` (or `Sec-Fetch-Site`) says
 it comes from another site is refused with 403 before the app sees it: with the session cookie's SameSite=Lax
-and the CSRF token, a third guard against cross-site form posts.
+and the CSRF token, a third guard against cross-site form posts. A request for a host name the service does not
+serve (TRAINPLAN_ALLOWED_HOSTS) is refused with 400: a page whose own name was rebound to this service's address is
+same-origin with itself, so the origin check alone lets it through.
 """
 
 from __future__ import annotations
@@ -59,6 +62,14 @@ class SecurityHeadersMiddleware:
         await self.app(scope, receive, send_with_headers)
 
 
+async def refuse(send: Send, status: int, field: str, reason: str) -> None:
+    """The service's JSON error, naming the field, sent before the app sees the request."""
+    body = json.dumps({"detail": f"{field}: {reason}", "errors": [{"field": field, "message": reason}]}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
 def _own_origin(scope: Scope, headers: Headers) -> str:
     host = headers.get("host", "")
     return f"{scope.get('scheme', 'http')}://{host}".lower()
@@ -94,12 +105,45 @@ class OriginCheckMiddleware:
         if reason is None:
             await self.app(scope, receive, send)
             return
-        body = json.dumps({"detail": f"origin: {reason}", "errors": [{"field": "origin", "message": reason}]}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 403,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-            }
+        await refuse(send, 403, "origin", reason)
+
+
+HEALTH_PATHS = ("/healthz",)  # probes ask by address (Kubernetes' httpGet sends the pod IP as Host)
+
+
+def host_name(header: str) -> str:
+    """The Host header without its port: `example.com:8000` -> `example.com`, `[::1]:8000` -> `[::1]`."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[: header.find("]") + 1] if "]" in header else header
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+def host_allowed(name: str, allowed: tuple[str, ...]) -> bool:
+    return any(
+        pattern == "*" or name == pattern or (pattern.startswith("*.") and name.endswith(pattern[1:]))
+        for pattern in allowed
+    )
+
+
+class AllowedHostsMiddleware:
+    """400 for a request whose Host is not one of the allowed names (every name when they include `*`)."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: tuple[str, ...] = ("*",)) -> None:
+        self.app = app
+        self.allowed = tuple(h.lower() for h in allowed_hosts)
+        self.any = "*" in self.allowed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.any or scope["type"] not in ("http", "websocket") or scope.get("path") in HEALTH_PATHS:
+            await self.app(scope, receive, send)
+            return
+        name = host_name(Headers(scope=scope).get("host", ""))
+        if host_allowed(name, self.allowed):
+            await self.app(scope, receive, send)
+            return
+        reason = (
+            f"{name or '(none)'!r} is not a host name this service answers (TRAINPLAN_ALLOWED_HOSTS: "
+            f"{', '.join(self.allowed)})"
         )
-        await send({"type": "http.response.body", "body": body})
+        await refuse(send, 400, "host", reason)

@@ -213,3 +213,23 @@ def test_text_that_is_no_user_name_or_plan_id_is_refused_without_a_query(make_cl
         csrf = _hidden(browser.get("/").text, "csrf_token")
         r = browser.post("/whatif", data={"csrf_token": csrf, "whatif.from": "\x00" * 16})
         assert r.status_code == 404 and "No stored plan" in r.text
+
+
+def test_only_the_allowed_host_names_are_answered(make_client: ClientFactory) -> None:
+    """A page that rebinds its own DNS name to the service's address is same-origin with itself: the origin check
+    passes it, and with anonymous reads it read every plan. TRAINPLAN_ALLOWED_HOSTS refuses other Host names with a
+    400 that names them; probes asking by address still get /healthz; the default answers any name."""
+    allowed = "planner.example.org,*.corp.example"
+    with make_client(allowed_hosts=allowed, anonymous_read=True, as_user=None) as anyone:
+        rebound = anyone.get("/plans", headers={"Host": "rebound.attacker.test:8000"})
+        assert rebound.status_code == 400 and rebound.json()["errors"][0]["field"] == "host"
+        assert "'rebound.attacker.test' is not a host name this service answers" in rebound.text
+        assert "planner.example.org, *.corp.example" in rebound.text
+        for host in ("planner.example.org:8000", "PLANNER.example.org", "eu.corp.example"):
+            assert anyone.get("/plans", headers={"Host": host}).status_code == 200, host
+        for host in ("corp.example", "corp.example.evil.test", "planner.example.org.evil.test", ""):
+            assert anyone.get("/plans", headers={"Host": host}).status_code == 400, host
+        assert anyone.get("/healthz", headers={"Host": "10.1.2.3:8000"}).status_code == 200
+        assert anyone.post("/plans", json=TINY, headers={"Host": "evil.test"}).status_code == 400
+    with make_client(anonymous_read=True, as_user=None) as default:
+        assert default.get("/plans", headers={"Host": "anything.test"}).status_code == 200

@@ -111,3 +111,14 @@ def test_docs_list_every_setting() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "service.md").read_text()
     for var in ENV_NAMES.values():
         assert f"| `{var}` |" in doc, var
+
+
+def test_allowed_hosts_are_names_without_scheme_or_port() -> None:
+    """An entry with a port or a scheme matches no Host header: every request would have been refused."""
+    env = {"TRAINPLAN_ALLOWED_HOSTS": "planner.example.org, *.corp.example ,10.0.0.5,[::1]"}
+    assert Settings.from_env(env).allowed_hosts == ("planner.example.org", "*.corp.example", "10.0.0.5", "[::1]")
+    assert Settings.from_env({}).allowed_hosts == ("*",)
+    for bad in ("https://planner.example.org", "planner.example.org:8000", ",", "*.", "a b"):
+        with pytest.raises(ValueError) as err:
+            Settings.from_env({"TRAINPLAN_ALLOWED_HOSTS": bad})
+        assert "TRAINPLAN_ALLOWED_HOSTS" in str(err.value), bad
