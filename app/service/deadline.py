@@ -175,7 +175,8 @@ def _request(body: DeadlineBody, model: ModelSpec, option: GPUOption, nodes: int
     training = body.training.model_copy(
         update={"objective": "throughput", "pinned": pinned, "max_plans": 1, "search_time_limit_s": limit_s}
     )
-    cluster = ClusterSpec(num_nodes=nodes, gpus_per_node=body.gpus_per_node, gpu=option.gpu)
+    node = {} if body.gpus_per_node is None else {"gpus_per_node": body.gpus_per_node}  # else the GPU's own
+    cluster = ClusterSpec(num_nodes=nodes, gpu=option.gpu, **node)
     return PlanRequest(model=model, cluster=cluster, training=training)
 
 

@@ -307,7 +307,8 @@ def test_a_cluster_without_a_node_size_has_its_gpus_own_node() -> None:
     assert ClusterSpec(num_nodes=16, gpu={"preset": "GB300"}).world_size == 64
     assert ClusterSpec(num_nodes=2, gpu="H100-SXM").gpus_per_node == 8
     assert ClusterSpec(num_nodes=2, gpu="GB200", gpus_per_node=8).gpus_per_node == 8  # what the user said
-    assert ClusterSpec.model_validate({"num_nodes": 2, "gpu": "GB200", "gpus_per_node": None}).gpus_per_node == 4
+    with pytest.raises(ValidationError):  # null is not a count (the schema says integer): not the GPU's own either
+        ClusterSpec.model_validate({"num_nodes": 2, "gpu": "GB200", "gpus_per_node": None})
     custom = {**catalog.gpu("H100-SXM").model_dump(), "name": "H100-4way", "gpus_per_node": 4}
     assert ClusterSpec(num_nodes=2, gpu=custom).gpus_per_node == 4
     assert {g.name for g in catalog.gpus() if g.gpus_per_node != 8} == {"GB200", "GB300"}

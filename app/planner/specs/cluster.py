@@ -89,7 +89,7 @@ class ClusterSpec(Frozen):
     def _node_of_gpu(cls, data: object) -> object:
         """A cluster that does not say how many GPUs a node holds has the GPU's own node: a GB200 NVL72 compute
         tray holds 4, and 8 made the rendered sbatch ask for `--gpus-per-node=8`, which no tray can give."""
-        if not isinstance(data, dict) or data.get("gpus_per_node") is not None:
+        if not isinstance(data, dict) or "gpus_per_node" in data:  # null stays a type error, as the schema says
             return data
         try:
             gpu = cls._resolve_gpu(data.get("gpu"))
