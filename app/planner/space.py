@@ -260,6 +260,19 @@ def offload_options(
 DELAYED_FP8_NO_RECOMPUTE = ("layernorm", "moe_act")
 
 
+def with_level(par: ParallelConfig, level: Recompute) -> ParallelConfig:
+    """`par` recomputing as `level` (combined 1F1B dropped where the level stops it: full recomputation)."""
+    return par.model_copy(
+        update={
+            "recompute": level.recompute,
+            "recompute_modules": level.modules,
+            "recompute_method": level.method,
+            "recompute_num_layers": level.layers,
+            "moe_ep_overlap": par.moe_ep_overlap and ep_overlap_runs(par.ep, level.recompute, par.pp, par.vpp),
+        }
+    )
+
+
 def recompute_options(model: ModelSpec, training: TrainingSpec, layers_per_chunk: int) -> list[Recompute]:
     """Recomputation choices: none, the selective module sets, then full recomputation of more and more layers per
     chunk (block k, then every layer). Neither time nor memory is monotone along the whole list: a selective module
