@@ -10,7 +10,7 @@ from fastapi.responses import Response
 MIN_GZIP_BYTES = 1024
 
 
-def _accepts_gzip(request: Request) -> bool:
+def accepts_gzip(request: Request) -> bool:
     accepted = request.headers.get("accept-encoding", "")
     return any(
         part.split(";")[0].strip() == "gzip" and "q=0" not in part.replace(" ", "") for part in accepted.split(",")
@@ -22,7 +22,7 @@ def compressed(
 ) -> Response:
     """The body as is, or gzipped when the client accepts it and it is worth it (a result page: ~10x smaller)."""
     out = {"X-Content-Type-Options": "nosniff", "Vary": "Accept-Encoding", **(headers or {})}
-    if len(body) >= MIN_GZIP_BYTES and _accepts_gzip(request):
+    if len(body) >= MIN_GZIP_BYTES and accepts_gzip(request):
         body = gzip.compress(body, compresslevel=6)
         out["Content-Encoding"] = "gzip"
     return Response(body, status_code=status_code, media_type=media_type, headers=out)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, delete, false, func, or_, select, text
+from sqlalchemy import ColumnElement, Engine, and_, delete, false, func, or_, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -270,6 +271,34 @@ class PlanStore:
             total = session.scalar(count) or 0
             rows = session.execute(query).all()
         return [PlanSummaryRecord(**{**row._asdict(), "created_at": utc(row.created_at)}) for row in rows], total
+
+    def summaries(
+        self, filters: PlanFilters | None = None, limit: int | None = None, batch: int = 1000
+    ) -> Iterator[list[PlanSummaryRecord]]:
+        """Every summary `filters` keep, newest first, `batch` at a time: each batch a query of its own that
+        starts after the last row of the one before (no OFFSET to rescan, and no more than a batch in memory)."""
+        conditions = (filters or PlanFilters()).conditions()
+        left = limit
+        after: tuple[datetime, str] | None = None
+        while left is None or left > 0:
+            size = batch if left is None else min(batch, left)
+            query = select(*_SUMMARY).order_by(PlanRow.created_at.desc(), PlanRow.id.desc()).limit(size)
+            where = list(conditions)
+            if after is not None:
+                when, last = after
+                where.append(or_(PlanRow.created_at < when, and_(PlanRow.created_at == when, PlanRow.id < last)))
+            if where:
+                query = query.where(*where)
+            with Session(self.engine) as session:
+                rows = session.execute(query).all()
+            if not rows:
+                return
+            after = (rows[-1].created_at, rows[-1].id)  # as stored (naive on SQLite): compared as stored
+            yield [PlanSummaryRecord(**{**row._asdict(), "created_at": utc(row.created_at)}) for row in rows]
+            if len(rows) < size:
+                return
+            if left is not None:
+                left -= len(rows)
 
     def facets(self, limit: int = 200) -> dict[str, list[str]]:
         """The distinct models, GPUs and owners of the stored plans (the list's filter choices), `limit` each."""

@@ -173,3 +173,22 @@ def test_a_search_uses_each_word_once_and_eight_at_most() -> None:
     2026-12-07)."""
     assert len(PlanFilters(q=" ".join(["a"] * 50)).conditions()) == 1
     assert len(PlanFilters(q=" ".join("abcdefghijkl")).conditions()) == 8
+
+
+def test_summaries_come_in_batches_each_after_the_last_row_of_the_one_before(store: PlanStore) -> None:
+    """The CSV export reads every matching plan a batch at a time (it loaded 100,000 at once): the same rows in the
+    same order as one page, plans stored in the same instant included, filters and a limit applied."""
+    result = plan(PlanRequest(**TINY))
+    ids = [store.add(TINY, result, [], {}, "9.9", owner="alice" if i % 2 else "bob")[0].id for i in range(7)]
+    with store.engine.begin() as conn:  # three plans of one instant: the batches must split them by id
+        instant = conn.execute(text("SELECT created_at FROM plans WHERE id = :i"), {"i": ids[3]}).scalar()
+        conn.execute(text("UPDATE plans SET created_at = :t WHERE id IN (:a, :b, :c)"),
+                     {"t": instant, "a": ids[2], "b": ids[3], "c": ids[4]})  # fmt: skip
+    whole = [r.id for r in store.page(100, 0)[0]]
+    batches = list(store.summaries(batch=3))
+    assert [len(b) for b in batches] == [3, 3, 1] and [r.id for b in batches for r in b] == whole
+    assert sorted(whole) == sorted(ids)
+    alice = [r.id for b in store.summaries(PlanFilters(owner="alice"), batch=2) for r in b]
+    assert alice == [r.id for r in store.page(100, 0, owner="alice")[0]] and len(alice) == 3
+    assert [r.id for b in store.summaries(limit=4, batch=3) for r in b] == whole[:4]
+    assert list(store.summaries(PlanFilters(owner="nobody"))) == []

@@ -273,6 +273,23 @@ def test_plan_list_filters_and_exports_csv(web: Any) -> None:
     assert {r[0] for r in rows[1:]} == {a["id"], b["id"]}
 
 
+def test_the_csv_export_streams_batches_gzipped(web: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The export is written and gzipped a batch of rows at a time (100,000 plans were one list, one string and
+    one gzip in a worker's memory): every plan once, newest first, across batch ends."""
+    from app.web import lists
+
+    monkeypatch.setattr(lists, "CSV_BATCH", 2)
+    made = [stored(web, {**SMALL, "training": {"global_batch_size": 64 * (i + 1)}})["id"] for i in range(5)]
+    r = web.get("/recent.csv", headers={"Accept-Encoding": "gzip"})
+    assert r.status_code == 200 and r.headers["content-encoding"] == "gzip" and "content-length" not in r.headers
+    rows = list(csv.reader(io.StringIO(r.text)))
+    assert rows[0][0] == "id" and [row[0] for row in rows[1:]] == made[::-1]
+    plain = web.get("/recent.csv", headers={"Accept-Encoding": "identity"})
+    assert "content-encoding" not in plain.headers and plain.text == r.text
+    empty = web.get("/recent.csv", params={"model": "no-such-model"})
+    assert empty.text.splitlines() == [",".join(lists.CSV_COLUMNS)]
+
+
 def test_the_csv_export_quotes_every_text_cell_a_spreadsheet_would_run(web: Any) -> None:
     """A custom GPU named "=cmd|' /C calc'!A0" went out as a formula in the gpu column (QA 2026-12-07): only the
     model and plan cells were quoted."""
