@@ -143,12 +143,16 @@ def list_plans(
     ] = "",
     model: Annotated[str, Query(max_length=200, description="Only plans of this model (its name).")] = "",
     gpu: Annotated[str, Query(max_length=200, description="Only plans on this GPU (its name).")] = "",
+    cluster: Annotated[
+        str, Query(max_length=64, description="Only plans made on this saved cluster (its name, GET /clusters).")
+    ] = "",
 ) -> PlanPage:
     size = min(limit or settings.default_page_size, settings.max_page_size)
     who_owns = who.name if owner == "me" else owner
-    rows, total = store.page(size, offset, who_owns, PlanFilters(q=q, model=model, gpu=gpu))
+    rows, total = store.page(size, offset, who_owns, PlanFilters(q=q, model=model, gpu=gpu, cluster=cluster))
     items = [PlanSummary(**vars(r), url=f"/plans/{r.id}") for r in rows]
-    extra = urlencode({k: v for k, v in (("owner", owner), ("q", q), ("model", model), ("gpu", gpu)) if v})
+    given = (("owner", owner), ("q", q), ("model", model), ("gpu", gpu), ("cluster", cluster))
+    extra = urlencode({k: v for k, v in given if v})
     nxt = (
         f"/plans?limit={size}&offset={offset + size}" + (f"&{extra}" if extra else "")
         if offset + size < total

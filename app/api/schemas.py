@@ -75,6 +75,7 @@ class PlanSummary(Out):
     best_tokens_per_s: float | None
     truncated: bool = Field(description="The search hit its time cap.")
     owner: str | None = Field(description="The user who made it.")
+    cluster_name: str | None = Field(None, description="The saved cluster the request named (null: described inline).")
     url: str
 
 

@@ -199,6 +199,7 @@ def create_plan(
             owner=owner,
             idempotency=key,
             result_json=outcome.result_json,
+            cluster_name=parsed.cluster_name,
         )
     except KeyReused as exc:
         raise Refused([FieldError("Idempotency-Key", str(exc))]) from None

@@ -51,6 +51,17 @@ class Parsed:
     options: RenderOptions | None
     stored: dict[str, Any]
     notices: list[str] = field(default_factory=list)
+    cluster_name: str | None = None  # the saved cluster it named (the plan list filters by it)
+
+
+@dataclass(frozen=True)
+class ClusterRead:
+    """A body's cluster: its spec; for a saved cluster, its name and the description to store; what was said."""
+
+    spec: ClusterSpec
+    written: dict[str, Any] | None = None
+    notices: list[str] = field(default_factory=list)
+    saved_name: str | None = None
 
 
 def _unreadable_model(exc: Exception) -> FieldError:
@@ -99,10 +110,11 @@ def model_spec(model: object) -> ModelSpec:
         raise Refused([_unreadable_model(exc)]) from None
 
 
-def cluster_spec(cluster: object, lookup: ClusterLookup | None) -> tuple[ClusterSpec, dict[str, Any] | None, list[str]]:
-    """The ClusterSpec of a body's `cluster`; for a saved cluster also the description to store and a notice."""
+def cluster_spec(cluster: object, lookup: ClusterLookup | None) -> ClusterRead:
+    """The ClusterSpec of a body's `cluster`; for a saved cluster also its name, the description to store and a
+    notice."""
     if isinstance(cluster, ClusterDescription):
-        return cluster.spec(), None, []
+        return ClusterRead(cluster.spec())
     if not isinstance(cluster, SavedClusterRef):
         raise TypeError(f"not a cluster: {type(cluster).__name__}")
     saved = lookup(cluster.saved) if lookup is not None else None
@@ -126,7 +138,7 @@ def cluster_spec(cluster: object, lookup: ClusterLookup | None) -> tuple[Cluster
         raise Refused(validation_errors(exc, prefix="cluster")) from None
     changed = f", with {', '.join(sorted(overrides))} changed" if overrides else ""
     notice = f"cluster: the saved cluster {saved.name!r} (version {saved.version}, saved by {saved.owner}){changed}"
-    return spec, written, [notice, *notices]
+    return ClusterRead(spec, written, [notice, *notices], saved.name)
 
 
 def hosts_for_nodes(hosts: list[str], nodes: int) -> list[str]:
@@ -151,34 +163,32 @@ def plan_body(raw: Mapping[str, Any]) -> PlanBody:
 
 def _specs(
     model_in: object, cluster_in: object, training: TrainingSpec, lookup: ClusterLookup | None
-) -> tuple[PlanRequest, dict[str, Any] | None, list[str]]:
+) -> tuple[PlanRequest, ClusterRead]:
     """The planner's request from a body's three parts, every error of the model and the cluster at once."""
     errors: list[FieldError] = []
     model = cluster = None
-    notices: list[str] = []
-    written: dict[str, Any] | None = None
     try:
         model = model_spec(model_in)
     except Refused as exc:
         errors += exc.errors
     try:
-        cluster, written, notices = cluster_spec(cluster_in, lookup)
+        cluster = cluster_spec(cluster_in, lookup)
     except Refused as exc:
         errors += exc.errors
     if model is None or cluster is None:
         raise Refused(errors)
-    request = PlanRequest(model=model, cluster=cluster, training=training)
+    request = PlanRequest(model=model, cluster=cluster.spec, training=training)
     errors += model_size_errors(request.model) + pin_errors(request)
     if errors:
         raise Refused(errors)
-    return request, written, notices
+    return request, cluster
 
 
 def plan_request(body: PlanBody, sent: Mapping[str, Any], lookup: ClusterLookup | None = None) -> Parsed:
     """The planner's request for a validated body; `sent` is the JSON as it came (what is stored)."""
-    request, written, notices = _specs(body.model, body.cluster, body.training, lookup)
-    stored = dict(sent) if written is None else {**sent, "cluster": written}
-    return Parsed(request, body.render, stored, notices)
+    request, cluster = _specs(body.model, body.cluster, body.training, lookup)
+    stored = dict(sent) if cluster.written is None else {**sent, "cluster": cluster.written}
+    return Parsed(request, body.render, stored, cluster.notices, cluster.saved_name)
 
 
 def parse_plan_request(raw: Mapping[str, Any], lookup: ClusterLookup | None = None) -> Parsed:
@@ -187,7 +197,7 @@ def parse_plan_request(raw: Mapping[str, Any], lookup: ClusterLookup | None = No
 
 def estimate_request(body: EstimateBody, lookup: ClusterLookup | None = None) -> EstimateRequest:
     """A fixed layout; refused before any work when it is larger than the model it splits."""
-    base, _written, _notices = _specs(body.model, body.cluster, body.training, lookup)
+    base, _cluster = _specs(body.model, body.cluster, body.training, lookup)
     request = EstimateRequest(model=base.model, cluster=base.cluster, training=base.training, parallel=body.parallel)
     errors = layout_errors(request)
     if errors:

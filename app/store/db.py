@@ -18,7 +18,7 @@ log = logging.getLogger("trainplan.store")
 
 SYNCHRONOUS = ("FULL", "NORMAL")
 # Columns added after schema version 1; an existing database gets them on start (all nullable, no backfill).
-ADDED_COLUMNS: dict[str, dict[str, str]] = {"plans": {"owner": "VARCHAR(64)"}}
+ADDED_COLUMNS: dict[str, dict[str, str]] = {"plans": {"owner": "VARCHAR(64)", "cluster_name": "VARCHAR(64)"}}
 
 
 class DatabaseFolderError(ValueError):

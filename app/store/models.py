@@ -37,6 +37,8 @@ class PlanRow(Base):
     best_tokens_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     truncated: Mapped[bool] = mapped_column(default=False)
     owner: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)  # the user who made it
+    # the saved cluster the request named, as saved then (its description is written out in request_json)
+    cluster_name: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)
 
     artifacts: Mapped[list[ArtifactRow]] = relationship(
         back_populates="plan", cascade="all, delete-orphan", passive_deletes=True

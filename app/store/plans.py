@@ -43,6 +43,7 @@ class PlanSummaryRecord:
     best_tokens_per_s: float | None
     truncated: bool
     owner: str | None
+    cluster_name: str | None = None  # the saved cluster the request named
 
 
 @dataclass(frozen=True)
@@ -83,15 +84,16 @@ class NotOwner(PermissionError):
 @dataclass(frozen=True)
 class PlanFilters:
     """The plan list's search: every word of `q` in the id, model, GPU, chosen layout or owner (any case), and
-    exact model, GPU and owner."""
+    exact model, GPU, owner and saved cluster."""
 
     q: str = ""
     model: str = ""
     gpu: str = ""
     owner: str = ""
+    cluster: str = ""
 
     def conditions(self) -> list[ColumnElement[bool]]:
-        if any("\x00" in v for v in (self.q, self.model, self.gpu, self.owner)):
+        if any("\x00" in v for v in (self.q, self.model, self.gpu, self.owner, self.cluster)):
             # no stored text holds a NUL (PostgreSQL refuses one in a text parameter): such a filter matches nothing
             return [false()]
         out: list[ColumnElement[bool]] = []
@@ -103,6 +105,7 @@ class PlanFilters:
             (PlanRow.model_name, self.model),
             (PlanRow.gpu_name, self.gpu),
             (PlanRow.owner, self.owner),
+            (PlanRow.cluster_name, self.cluster),
         ):
             if value:
                 out.append(column == value)
@@ -124,6 +127,7 @@ _SUMMARY = (
     PlanRow.best_tokens_per_s,
     PlanRow.truncated,
     PlanRow.owner,
+    PlanRow.cluster_name,
 )
 
 
@@ -169,6 +173,7 @@ class PlanStore:
         owner: str | None = None,
         idempotency: IdempotencyKey | None = None,
         result_json: str | None = None,
+        cluster_name: str | None = None,
     ) -> tuple[PlanRecord, bool]:
         """Store a new plan (and the rank-1 artifacts, in the same transaction). With an Idempotency-Key that
         already made a plan (a retry, or a concurrent twin that committed first), that plan instead: the second
@@ -190,6 +195,7 @@ class PlanStore:
             result_json=result_json or result.model_dump_json(),
             notices_json=json.dumps(record.notices),
             owner=owner,
+            cluster_name=cluster_name,
             **_summary_columns(result),
         )
         row.artifacts = [
@@ -304,7 +310,12 @@ class PlanStore:
         """The distinct models, GPUs and owners of the stored plans (the list's filter choices), `limit` each."""
         out = {}
         with Session(self.engine) as session:
-            for name, column in (("models", PlanRow.model_name), ("gpus", PlanRow.gpu_name), ("owners", PlanRow.owner)):
+            for name, column in (
+                ("models", PlanRow.model_name),
+                ("gpus", PlanRow.gpu_name),
+                ("owners", PlanRow.owner),
+                ("clusters", PlanRow.cluster_name),
+            ):
                 query = select(column).where(column.is_not(None)).distinct().order_by(column).limit(limit)
                 out[name] = [str(v) for v in session.scalars(query)]
         return out

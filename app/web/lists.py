@@ -27,9 +27,9 @@ CSV_MAX_ROWS = 100_000  # a CSV of every matching plan, read batch by batch from
 CSV_BATCH = 1000
 
 
-def filters_of(q: str, model: str, gpu: str, owner: str, me: str = "") -> PlanFilters:
+def filters_of(q: str, model: str, gpu: str, owner: str, me: str = "", cluster: str = "") -> PlanFilters:
     """The list's filters; owner `me` is the viewer `me` (as GET /plans?owner=me)."""
-    return PlanFilters(q.strip(), model, gpu, me if owner == "me" and me else owner)
+    return PlanFilters(q.strip(), model, gpu, me if owner == "me" and me else owner, cluster)
 
 
 def query_of(filters: PlanFilters, **more: object) -> str:
@@ -49,10 +49,11 @@ def recent_page(
     model: Text = "",
     gpu: Text = "",
     owner: Text = "",
+    cluster: Text = "",
     offset: Annotated[int, Query(ge=0, le=10**12)] = 0,
     deleted: Annotated[str, Query(max_length=16)] = "",
 ) -> Response:
-    filters = filters_of(q, model, gpu, owner, viewer.name)
+    filters = filters_of(q, model, gpu, owner, viewer.name, cluster)
     size = settings.default_page_size
     items, matching = store.page(size, offset, filters=filters)  # the search runs in SQL
     total = store.page(1, 0)[1] if filters.conditions() else matching
@@ -67,6 +68,7 @@ def recent_page(
         models=facets["models"],
         gpus=facets["gpus"],
         owners=facets["owners"],
+        clusters=facets["clusters"],
         planner_version=__version__,
         viewer=viewer,
         prefs=prefs,
@@ -95,6 +97,7 @@ CSV_COLUMNS = (
     "tokens_per_s",
     "time_capped",
     "planner_version",
+    "cluster",
 )
 
 
@@ -107,11 +110,13 @@ def recent_csv(
     model: Text = "",
     gpu: Text = "",
     owner: Text = "",
+    cluster: Text = "",
 ) -> Response:
     """The filtered plan list as CSV (one row per stored plan), streamed: a batch of rows read, written and
     compressed at a time, so 100,000 plans never sit in a worker's memory at once (they did, as objects, text and
     gzip, QA 2026-12-07)."""
-    batches = store.summaries(filters_of(q, model, gpu, owner, viewer.name), limit=CSV_MAX_ROWS, batch=CSV_BATCH)
+    filters = filters_of(q, model, gpu, owner, viewer.name, cluster)
+    batches = store.summaries(filters, limit=CSV_MAX_ROWS, batch=CSV_BATCH)
     chunks = _csv_chunks(batches)
     headers = {
         "Content-Disposition": 'attachment; filename="trainplan-plans.csv"',
@@ -143,6 +148,7 @@ def _csv_chunks(batches: Iterator[list[PlanSummaryRecord]]) -> Iterator[bytes]:
                 f"{r.best_tokens_per_s:.1f}" if r.best_tokens_per_s else "",
                 r.truncated,
                 r.planner_version,
+                r.cluster_name or "",
             ]
             # every text cell, not a chosen few: a custom GPU named "=cmd|..." went out as a formula (QA 2026-12-07)
             writer.writerow([_cell(v) if isinstance(v, str) else v for v in row])
@@ -231,7 +237,8 @@ def delete_plan(
 def _back_filters(back: str) -> PlanFilters:
     """The list's filters carried in a `back` query string (only the filters are read back from it, as filters)."""
     given = dict(parse_qsl(back)[:8])
-    return filters_of(*(given.get(k, "")[:200] for k in ("q", "model", "gpu", "owner")))
+    q, model, gpu, owner, cluster = (given.get(k, "")[:200] for k in ("q", "model", "gpu", "owner", "cluster"))
+    return filters_of(q, model, gpu, owner, cluster=cluster)
 
 
 @router.get("/compare", response_class=HTML)

@@ -126,3 +126,23 @@ def test_a_saved_cluster_with_hosts_takes_another_node_count(make_client: Client
         assert any("names 4 hosts for 8 nodes: none kept" in n for n in more.json()["notices"])
         named = client.post("/plans", json={**TINY, "cluster": {"saved": "pod-h", "num_nodes": 2, "hosts": ["x"]}})
         assert named.status_code == 422 and "1 hosts but num_nodes is 2" in named.json()["detail"]  # sent: checked
+
+
+def test_the_plan_list_filters_by_saved_cluster(make_client: ClientFactory) -> None:
+    """The list filtered by model, GPU and user, never by the saved cluster a plan was made on (the request keeps its
+    description, not its name): GET /plans, /recent and its CSV filter by it, and show it."""
+    with make_client() as client:
+        assert client.post("/clusters", json={**POD, "name": "Lab-A"}).status_code == 201
+        on_lab = client.post("/plans", json={**TINY, "cluster": {"saved": "lab-a"}}).json()  # any case names it
+        inline = client.post("/plans", json={**TINY, "cluster": POD["cluster"]}).json()
+        page = client.get("/plans", params={"cluster": "Lab-A"}).json()
+        assert [p["id"] for p in page["items"]] == [on_lab["id"]] and page["items"][0]["cluster_name"] == "Lab-A"
+        every = {p["id"]: p["cluster_name"] for p in client.get("/plans").json()["items"]}
+        assert every == {on_lab["id"]: "Lab-A", inline["id"]: None}
+        listed = client.get("/recent", params={"cluster": "Lab-A"}).text
+        assert f"/p/{on_lab['id']}" in listed and f"/p/{inline['id']}" not in listed
+        assert '<option value="Lab-A" selected>Lab-A</option>' in listed and "on Lab-A" in listed
+        rows = client.get("/recent.csv", params={"cluster": "Lab-A"}).text.splitlines()
+        assert rows[0].endswith(",cluster") and len(rows) == 2 and rows[1].startswith(on_lab["id"])
+        assert rows[1].endswith(",Lab-A")
+        assert client.get("/plans", params={"cluster": "nowhere"}).json()["items"] == []

@@ -192,3 +192,22 @@ def test_summaries_come_in_batches_each_after_the_last_row_of_the_one_before(sto
     assert alice == [r.id for r in store.page(100, 0, owner="alice")[0]] and len(alice) == 3
     assert [r.id for b in store.summaries(limit=4, batch=3) for r in b] == whole[:4]
     assert list(store.summaries(PlanFilters(owner="nobody"))) == []
+
+
+def test_an_older_database_gains_the_cluster_column_and_keeps_its_plans(db_url: str) -> None:
+    """A database made before plans recorded their saved cluster: the next start adds the column (and its index),
+    the old plan reads back with no cluster, and the filter works on new ones."""
+    store = PlanStore(db_url)
+    store.init()
+    old = store.add(TINY, plan(PlanRequest(**TINY)), [], {}, "9.9")[0]
+    with store.engine.begin() as conn:  # as a database made before the column was
+        conn.execute(text("DROP INDEX ix_plans_cluster_name"))
+        conn.execute(text("ALTER TABLE plans DROP COLUMN cluster_name"))
+    store.close()
+    store = PlanStore(db_url)
+    store.init()
+    new = store.add(TINY, plan(PlanRequest(**TINY)), [], {}, "9.9", cluster_name="pod-a")[0]
+    assert {r.id: r.cluster_name for r in store.page(10, 0)[0]} == {old.id: None, new.id: "pod-a"}
+    assert [r.id for r in store.page(10, 0, filters=PlanFilters(cluster="pod-a"))[0]] == [new.id]
+    assert store.facets()["clusters"] == ["pod-a"]
+    store.close()
