@@ -73,7 +73,7 @@ def world_sizes(cluster: ClusterSpec, training: TrainingSpec) -> list[int]:
             )
         worlds = [training.pinned.num_nodes * g]
     elif training.objective != "min_gpus":
-        worlds = [cluster.world_size] + [n * g for n in fewer_nodes(cluster.num_nodes)]
+        worlds = [cluster.world_size] + [n * g for n in fewer_nodes(cluster.num_nodes, g, training.global_batch_size)]
     else:
         worlds = [d for d in range(1, g) if g % d == 0] + [n * g for n in range(1, cluster.num_nodes + 1)]
     _check_pins_divide(worlds, training)
@@ -94,12 +94,23 @@ def _check_pins_divide(worlds: list[int], training: TrainingSpec) -> None:
     raise InputError(field, f"{named} divides none of the GPU counts the search tries ({counts})")
 
 
-def fewer_nodes(nodes: int) -> list[int]:
-    """Node counts below the cluster's that factor well (the largest power of two, and the largest multiples of 4
-    and 8): a cluster of 17 or 19 nodes may train faster on 16, leaving the rest idle."""
+def fewer_nodes(nodes: int, per_node: int = 8, batch: int = 0) -> list[int]:
+    """Node counts below the cluster's that factor well: the largest power of two, the largest multiples of 4 and
+    8, and, from half the cluster up, each count whose GPUs share more with the global batch than every larger
+    count's (`math.gcd`) while what is left for TP x PP x CP has no odd factor above 3: data-parallel replicas must
+    divide the batch, so 6 nodes of 8 (48 GPUs, 48 replicas of a 1,536-sequence batch) can beat 7 (56 = 8 replicas
+    of 7 GPUs) and 4. A cluster of 17 or 19 nodes may train faster on 16, leaving the rest idle."""
     if nodes < 3:
         return []
     candidates = {1 << (nodes.bit_length() - 1), nodes - nodes % 4, nodes - nodes % 8}
+    if batch:
+        best = math.gcd(nodes * per_node, batch)
+        for n in range(nodes - 1, (nodes + 1) // 2 - 1, -1):
+            shared = math.gcd(n * per_node, batch)
+            left = n * per_node // shared
+            if shared > best and left // (left & -left) <= 3:  # its odd part: 1 or 3 (a PP of 3, 6, 12 ...)
+                candidates.add(n)
+                best = shared
     return sorted((n for n in candidates if 0 < n < nodes), reverse=True)
 
 

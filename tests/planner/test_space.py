@@ -109,6 +109,19 @@ def test_fewer_nodes_when_the_cluster_factors_badly(nodes: int) -> None:
     assert any("idle" in line for line in best.why)
 
 
+def test_fewer_nodes_that_the_global_batch_divides_better() -> None:
+    """Llama-3 8B, a global batch of 1,536 (a multiple of 3), DP only, on 7 nodes of 8: 56 GPUs divide no such
+    batch; 6 nodes (48 replicas of 32 sequences) do, and are faster than the 4 (32 replicas) the power-of-two and
+    multiple-of-4 rules offered. Counts whose model-parallel rest has an odd factor above 3 are not tried."""
+    from app.planner.api import fewer_nodes
+
+    result = plan(request("llama-3-8b", 7, 1536, pinned={"tp": 1, "pp": 1, "cp": 1}))
+    best = result.plans[0]
+    assert best.layout.world_size == 48 and any("idle" in line for line in best.why), best.why
+    assert fewer_nodes(1000, 8, 4096) == [768, 512]  # 992, 960, 896 leave 31, 15 and 7 for TP x PP x CP
+    assert fewer_nodes(32, 8, 512) == [] and fewer_nodes(19, 8, 512) == [16]
+
+
 def test_zero3_on_one_gpu_is_not_ranked_above_zero1() -> None:
     """Measured on one H200: 1.1B, global batch 16, DeepSpeed: ZeRO-1 micro-batch 16 is the fastest; ZeRO-3
     shards nothing on one rank."""
