@@ -82,7 +82,8 @@ def test_optimizer_and_scheduler_blocks_build_with_deepspeeds_classes(all_render
         if "optimizer" not in cfg:
             continue
         assert cfg["optimizer"]["type"] == "AdamW"
-        opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], **cfg["optimizer"]["params"])
+        params = {k: v for k, v in cfg["optimizer"]["params"].items() if k != "torch_adam"}  # DeepSpeed's key
+        opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], **params)
         assert cfg["scheduler"]["type"] == "WarmupCosineLR", label
         WarmupCosineLR(opt, **cfg["scheduler"]["params"])
         built += 1
@@ -269,3 +270,27 @@ def test_a_hugging_face_moe_under_zero3_names_its_sparse_blocks_as_deepspeeds_ow
     shared = fixed_result({**request, "model": "qwen2-57b-a14b"}, {"dp": 8, "zero_stage": 3, "recompute": "full"})
     with pytest.raises(ValueError, match="builds transformers' Mixtral and Qwen3-MoE blocks, not shared experts"):
         render(shared, 1, RenderOptions())
+
+
+def test_the_optimizer_deepspeed_builds_is_the_one_the_planner_timed(all_rendered) -> None:
+    """A Hugging Face model under DeepSpeed is timed with torch's AdamW (multi-tensor: a group-sized temporary,
+    ~80 B of traffic a parameter), as the measured H200 runs ran it; the config asked DeepSpeed for FusedAdam (in
+    place, ~30 B, and a JIT-compiled op). Now DeepSpeed's own code picks torch's AdamW from the rendered block, and
+    under optimizer offload still DeepSpeedCPUAdam (the planner times that one at the CPU Adam rate)."""
+    import torch
+    from deepspeed.runtime.config import TORCH_ADAM_PARAM
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    seen = set()
+    for label, result, _rank, cfg in _all_configs(all_rendered):
+        if "optimizer" not in cfg:
+            continue
+        params = cfg["optimizer"]["params"]
+        offloaded = cfg["zero_optimization"].get("offload_optimizer", {}).get("device", "none") != "none"
+        timed_torch = result.training.software.costs.optimizer == "torch-adamw"
+        assert params.get(TORCH_ADAM_PARAM, False) == (timed_torch and not offloaded), label
+        if params.get(TORCH_ADAM_PARAM):  # the branch of DeepSpeed's choice that reads nothing else of the engine
+            chosen, _kwargs = DeepSpeedEngine.get_optimizer_configuration(None, dict(params), True)  # type: ignore[arg-type]
+            assert chosen is torch.optim.AdamW, label
+        seen.add((timed_torch, offloaded))
+    assert (True, False) in seen and (True, True) in seen
