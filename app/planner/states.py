@@ -124,7 +124,12 @@ class StageParams:
         return self.dense + self.expert
 
 
-def stage_params(model: ModelSpec, par: ParallelConfig, shape: StageShape, dense: int, moe: int) -> StageParams:
+def stage_params(
+    model: ModelSpec, par: ParallelConfig, shape: StageShape, dense: int, moe: int, fused_fc1: bool = True
+) -> StageParams:
+    """A stage's parameters on one GPU. `largest_module` is the biggest module ZeRO-3 gathers whole: Megatron's
+    fc1 holds SwiGLU's gate and up projections in one linear; a Hugging Face model (`fused_fc1` False) has them as
+    two (LlamaMLP gate_proj, up_proj), so its largest is one of them or the embedding."""
     d_shard = pc.layer_shard(model, par.tp, par.ep, par.expert_tp, moe=False)
     m_shard = pc.layer_shard(model, par.tp, par.ep, par.expert_tp, moe=True) if moe else None
     total_dense = dense * d_shard.dense + (moe * m_shard.dense if m_shard else 0)
@@ -138,7 +143,7 @@ def stage_params(model: ModelSpec, par: ParallelConfig, shape: StageShape, dense
         if not shape.embedding:  # the MTP stage keeps a copy of the word embedding, tied to the first stage's
             total_dense += -(-model.vocab_size * model.hidden_size // par.tp)  # (gpt_model.py mtp_process)
     assert model.ffn_hidden_size is not None
-    fc1 = model.hidden_size * model.ffn_hidden_size * (2 if model.swiglu else 1) // par.tp
+    fc1 = model.hidden_size * model.ffn_hidden_size * (2 if model.swiglu and fused_fc1 else 1) // par.tp
     vocab = model.vocab_size * model.hidden_size // par.tp
     layer = (m_shard or d_shard).total
     # a sparse MoE block is one ZeRO-3 leaf module: all its experts are gathered together (DeepSpeed's
@@ -325,7 +330,9 @@ def stage_states(
 def _states(
     model: ModelSpec, training: TrainingSpec, par: ParallelConfig, shape: StageShape, dense: int, moe: int
 ) -> States:
-    sp = stage_params(model, par, shape, dense, moe)
+    # the stack's model implementation: Megatron's fused fc1, or the separate projections of an eager HF model
+    fused = training.software.costs.activation_layout == "megatron"
+    sp = stage_params(model, par, shape, dense, moe, fused_fc1=fused)
     sharding = training.software.can.sharding
     if "zero" in sharding:
         return _zero_states(model, training, par, sp)

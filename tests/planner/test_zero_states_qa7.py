@@ -51,3 +51,19 @@ def test_fp32_accumulation_counted_is_fp32_accumulation_rendered() -> None:
     assert deepspeed_decision(m, training, p).grad_accum_dtype == "fp32"
     m, p, training, *_ = _states("deepspeed", zero_stage=2)  # deepspeed-hf reduces in bf16: DeepSpeed's default
     assert deepspeed_decision(m, training, p).grad_accum_dtype is None
+
+
+def test_zero3_gathers_a_hugging_face_models_projections_one_at_a_time() -> None:
+    """ZeRO-3 fetches whole modules. Megatron's fc1 is SwiGLU's gate and up projections in one linear; LlamaMLP has
+    gate_proj and up_proj apart, so for Llama-2 70B (h 8192, ffn 28672, vocab 32000) the largest module under
+    DeepSpeed with a Hugging Face model is the embedding (262.1M), not a fused fc1 (469.8M): its gathered buffer
+    and full gradient were 4 B x 207.6M = 0.83 GB too large on every GPU."""
+    m = preset("llama-2-70b")
+    p = ParallelConfig(dp=64, micro_batch_size=1, zero_stage=3)
+    shape = StageShape((80,), True, True)
+    h, f, v = 8192, 28672, 32000
+    assert stage_params(m, p, shape, 80, 0, fused_fc1=False).largest_module == max(h * f, v * h) == 262_144_000
+    assert stage_params(m, p, shape, 80, 0).largest_module == 2 * h * f
+    hf, mds = (stage_states(m, TrainingSpec(global_batch_size=64, framework=fw), p, shape, 80, 0)
+               for fw in ("deepspeed", "megatron-deepspeed"))  # fmt: skip
+    assert mds.buffers - hf.buffers == pytest.approx(4.0 * (2 * h * f - v * h))
