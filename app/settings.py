@@ -23,6 +23,13 @@ KiB = 1024
 # an allowed host: a name or IPv4 address, `*.` and a domain, or a bracketed IPv6 address
 HOST_PATTERN = re.compile(r"(\*\.)?[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?|\[[0-9a-f:.]+\]")
 
+
+def _host_entry(text: str) -> str:
+    """An allowed host as the Host header is compared: lower case, without the root's dot (`*.` stays invalid)."""
+    host = text.strip().lower()
+    return host[:-1] if host.endswith(".") and not host.endswith("*.") else host
+
+
 # Setting name -> environment variable. DATABASE_URL keeps its conventional unprefixed name.
 ENV_NAMES: dict[str, str] = {
     "database_url": "DATABASE_URL",
@@ -193,7 +200,9 @@ class Settings(BaseModel):
     @classmethod
     def _split_hosts(cls, value: object) -> object:
         if isinstance(value, str):
-            value = tuple(h.strip().lower() for h in value.split(",") if h.strip())
+            value = tuple(h for h in value.split(",") if h.strip())
+        if isinstance(value, (tuple, list)):  # as the Host header is compared: any case, a root dot or not
+            value = tuple(_host_entry(h) if isinstance(h, str) else h for h in value)
         return value
 
     @field_validator("allowed_hosts")

@@ -112,11 +112,12 @@ HEALTH_PATHS = ("/healthz",)  # probes ask by address (Kubernetes' httpGet sends
 
 
 def host_name(header: str) -> str:
-    """The Host header without its port: `example.com:8000` -> `example.com`, `[::1]:8000` -> `[::1]`."""
+    """The Host header without its port or the root's dot: `Example.com.:8000` -> `example.com`, `[::1]:8000` ->
+    `[::1]` (a browser sends the dot when the URL has it)."""
     header = header.strip().lower()
     if header.startswith("["):
         return header[: header.find("]") + 1] if "]" in header else header
-    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+    return (header.rsplit(":", 1)[0] if header.count(":") == 1 else header).removesuffix(".")
 
 
 def host_allowed(name: str, allowed: tuple[str, ...]) -> bool:
@@ -142,8 +143,9 @@ class AllowedHostsMiddleware:
         if host_allowed(name, self.allowed):
             await self.app(scope, receive, send)
             return
-        reason = (
-            f"{name or '(none)'!r} is not a host name this service answers (TRAINPLAN_ALLOWED_HOSTS: "
-            f"{', '.join(self.allowed)})"
-        )
+        if scope["type"] == "websocket":  # refused before the handshake is accepted (the server answers 403)
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        # the allowed names are not listed: an unauthenticated client would learn the internal ones
+        reason = f"{name or '(none)'!r} is not a host name this service answers (TRAINPLAN_ALLOWED_HOSTS)"
         await refuse(send, 400, "host", reason)

@@ -80,6 +80,7 @@ def stored_plan(record: PlanRecord, files: list[str]) -> StoredPlan:
         result=record.result,
         links=links(record, files),
         owner=record.owner,
+        cluster_name=record.cluster_name,
     )
 
 
@@ -137,8 +138,8 @@ def list_plans(
         str,
         Query(
             max_length=100,
-            description="Words that must all appear in the id, model, GPU, layout or owner (the first 8 distinct "
-            "ones).",
+            description="Words that must all appear in the id, model, GPU, layout, owner or saved cluster (the first 8 "
+            "distinct ones).",
         ),
     ] = "",
     model: Annotated[str, Query(max_length=200, description="Only plans of this model (its name).")] = "",

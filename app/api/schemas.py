@@ -60,6 +60,9 @@ class StoredPlan(Out):
     )
     links: PlanLinks
     owner: str | None = Field(description="The user who made it (null: made before accounts existed).")
+    cluster_name: str | None = Field(
+        None, description="The saved cluster the request named (its description as it was is in `request`)."
+    )
 
 
 class PlanSummary(Out):

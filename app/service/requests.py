@@ -138,7 +138,10 @@ def cluster_spec(cluster: object, lookup: ClusterLookup | None) -> ClusterRead:
         raise Refused(validation_errors(exc, prefix="cluster")) from None
     changed = f", with {', '.join(sorted(overrides))} changed" if overrides else ""
     notice = f"cluster: the saved cluster {saved.name!r} (version {saved.version}, saved by {saved.owner}){changed}"
-    return ClusterRead(spec, written, [notice, *notices], saved.name)
+    # made on the saved cluster unless its GPU was swapped (other GPUs are other hardware; node counts and hosts are
+    # the usual overrides): the plan list filters by the name
+    name = saved.name if "gpu" not in overrides else None
+    return ClusterRead(spec, written, [notice, *notices], name)
 
 
 def hosts_for_nodes(hosts: list[str], nodes: int) -> list[str]:

@@ -11,10 +11,17 @@ MIN_GZIP_BYTES = 1024
 
 
 def accepts_gzip(request: Request) -> bool:
-    accepted = request.headers.get("accept-encoding", "")
-    return any(
-        part.split(";")[0].strip() == "gzip" and "q=0" not in part.replace(" ", "") for part in accepted.split(",")
-    )
+    """Whether Accept-Encoding takes gzip (any case) at a weight above 0 (`gzip;q=0.5` does, `gzip;Q=0` does not)."""
+    for part in request.headers.get("accept-encoding", "").lower().split(","):
+        coding, *params = (p.strip() for p in part.split(";"))
+        if coding != "gzip":
+            continue
+        weight = next((p.removeprefix("q=").strip() for p in params if p.replace(" ", "").startswith("q=")), "1")
+        try:
+            return float(weight) > 0
+        except ValueError:
+            return False
+    return False
 
 
 def compressed(

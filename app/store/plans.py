@@ -57,6 +57,7 @@ class PlanRecord:
     result: PlanResult
     notices: list[str] = field(default_factory=list)
     owner: str | None = None
+    cluster_name: str | None = None  # the saved cluster the request named
 
 
 @dataclass(frozen=True)
@@ -83,8 +84,8 @@ class NotOwner(PermissionError):
 
 @dataclass(frozen=True)
 class PlanFilters:
-    """The plan list's search: every word of `q` in the id, model, GPU, chosen layout or owner (any case), and
-    exact model, GPU, owner and saved cluster."""
+    """The plan list's search: every word of `q` in the id, model, GPU, chosen layout, owner or saved cluster (any
+    case), and exact model, GPU and owner, and the saved cluster in any case."""
 
     q: str = ""
     model: str = ""
@@ -105,15 +106,23 @@ class PlanFilters:
             (PlanRow.model_name, self.model),
             (PlanRow.gpu_name, self.gpu),
             (PlanRow.owner, self.owner),
-            (PlanRow.cluster_name, self.cluster),
         ):
             if value:
                 out.append(column == value)
+        if self.cluster:  # saved cluster names are one name in any case (clusters.py, the lower(name) index)
+            out.append(func.lower(PlanRow.cluster_name) == self.cluster.lower())
         return out
 
 
 MAX_SEARCH_WORDS = 8
-_SEARCHED = (PlanRow.id, PlanRow.model_name, PlanRow.gpu_name, PlanRow.best_summary, PlanRow.owner)
+_SEARCHED = (
+    PlanRow.id,
+    PlanRow.model_name,
+    PlanRow.gpu_name,
+    PlanRow.best_summary,
+    PlanRow.owner,
+    PlanRow.cluster_name,
+)
 _SUMMARY = (
     PlanRow.id,
     PlanRow.created_at,
@@ -186,6 +195,7 @@ class PlanStore:
             result=result,
             notices=list(notices),
             owner=owner,
+            cluster_name=cluster_name,
         )
         row = PlanRow(
             id=record.id,
@@ -255,6 +265,7 @@ class PlanStore:
                 result=PlanResult.model_validate_json(row.result_json),
                 notices=json.loads(row.notices_json),
                 owner=row.owner,
+                cluster_name=row.cluster_name,
             )
 
     def exists(self, plan_id: str) -> bool:
@@ -317,7 +328,13 @@ class PlanStore:
                 ("clusters", PlanRow.cluster_name),
             ):
                 query = select(column).where(column.is_not(None)).distinct().order_by(column).limit(limit)
-                out[name] = [str(v) for v in session.scalars(query)]
+                values = [str(v) for v in session.scalars(query)]
+                if name == "clusters":  # one choice per name in any case (a cluster deleted and saved again as lab-a)
+                    folded: dict[str, str] = {}
+                    for v in values:
+                        folded.setdefault(v.lower(), v)
+                    values = list(folded.values())
+                out[name] = values
         return out
 
     def delete(self, plan_id: str, actor: str = "cli", only_owner: str | None = None) -> bool:

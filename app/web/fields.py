@@ -90,6 +90,7 @@ LABELS = {
     "hierarchical_cp_sizes": "Hierarchical CP",
 }
 ACRONYMS = {
+    "gpus": "GPUs",
     "moe": "MoE",
     "mla": "MLA",
     "qk": "QK",

@@ -188,7 +188,11 @@ def _cluster_sections() -> dict[str, list[FormField]]:
         default="H100-SXM",
         help="A catalogue GPU; change its numbers below.",
     )
-    overrides = spec_fields(GPUSpec, "cluster.gpu", skip=("efficiency",), blank_defaults=True, empty="catalogue")
+    # the GPU's own node (a server or tray), beside the cluster's "GPUs per node": two fields, two labels
+    tray = {"gpus_per_node": {"label": "GPUs per server or tray"}}
+    overrides = spec_fields(
+        GPUSpec, "cluster.gpu", skip=("efficiency",), blank_defaults=True, empty="catalogue", overrides=tray
+    )
     overrides += spec_fields(Efficiency, "cluster.gpu.efficiency", blank_defaults=True, empty="catalogue")
     return {
         "cluster_common": [spec_field(ClusterSpec, "num_nodes", "cluster", default="2")],

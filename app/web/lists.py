@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import zlib
 from collections.abc import Iterator
 from typing import Annotated
@@ -117,7 +118,10 @@ def recent_csv(
     gzip, QA 2026-12-07)."""
     filters = filters_of(q, model, gpu, owner, viewer.name, cluster)
     batches = store.summaries(filters, limit=CSV_MAX_ROWS, batch=CSV_BATCH)
-    chunks = _csv_chunks(batches)
+    # the first batch is read before the answer starts: a database that is down is the 503 every list gives, not a
+    # 200 with an empty file (a failure between later batches can only cut the stream, and the log says so)
+    first = next(batches, [])
+    chunks = _csv_chunks(itertools.chain([first], batches))
     headers = {
         "Content-Disposition": 'attachment; filename="trainplan-plans.csv"',
         "X-Content-Type-Options": "nosniff",

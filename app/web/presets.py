@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from app.planner import catalog
+
 
 @dataclass(frozen=True)
 class ClusterPreset:
@@ -22,9 +24,12 @@ class ClusterPreset:
     source: str
 
     def cluster_fields(self) -> dict[str, Any]:
+        """The request's cluster fields; the node size only where it is not the GPU's own, so that a what-if to
+        another GPU takes that GPU's (a DGX H100 plan re-planned on GB200 kept 8 GPUs a node on 4-GPU trays)."""
+        own = catalog.gpu(self.gpu).gpus_per_node
         return {
             "gpu": self.gpu,
-            "gpus_per_node": self.gpus_per_node,
+            **({} if self.gpus_per_node == own else {"gpus_per_node": self.gpus_per_node}),
             "inter_node_GBps": self.nic_gbit / 8,
             "nics": list(self.nics),
         }

@@ -155,9 +155,11 @@ def _plan_and_show(
     viewer: Principal,
     prefs: Prefs,
     notices: list[str] | None = None,
+    cluster_name: str | None = None,
 ) -> Response:
     """Search and store, then 303 to the permalink; on bad input, the form again with every value kept. `notices`:
-    what the caller changed besides the user's values, stored with the plan's own."""
+    what the caller changed besides the user's values, stored with the plan's own; `cluster_name`: the saved
+    cluster the plan is still made on (a what-if of one)."""
     if not viewer.may("write"):
         problem = FieldError("", f"{viewer.name} has the {viewer.role} role: it may read plans, not create them")
         return _form_page(templates, store, request, viewer, prefs, values, [problem], 403)
@@ -168,7 +170,8 @@ def _plan_and_show(
 
         def parse() -> Parsed:
             parsed = parse_plan_request(raw, clusters)
-            return replace(parsed, notices=[*parsed.notices, *(notices or [])])
+            name = parsed.cluster_name or cluster_name
+            return replace(parsed, notices=[*parsed.notices, *(notices or [])], cluster_name=name)
 
         created = create_plan(store, raw, parse, work, cache, viewer.name)
     except (forms.FormError, Refused) as exc:
@@ -245,7 +248,10 @@ def what_if(
         return not_found(request, templates, f"No stored plan with id {plan_id!r} to change.", viewer, prefs)
     changed = whatif.apply(record, values)
     notices = whatif.host_notices(record, changed)
-    return _plan_and_show(request, changed, None, None, store, work, cache, clusters, templates, viewer, prefs, notices)
+    name = whatif.same_saved_cluster(record, changed)
+    return _plan_and_show(
+        request, changed, None, None, store, work, cache, clusters, templates, viewer, prefs, notices, name
+    )
 
 
 @router.get("/p/{plan_id}", response_class=HTML)

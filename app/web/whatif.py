@@ -11,7 +11,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from app.planner import catalog
 from app.planner.results import PlanResult
 from app.planner.specs import PlanRequest
 from app.service.requests import hosts_for_nodes, hosts_kept
@@ -121,7 +120,7 @@ def apply(record: PlanRecord, changes: Mapping[str, str]) -> dict[str, str]:
             values[name] = value
     if values.get("cluster.gpu") != before.get("cluster.gpu"):
         values.update({f.name: "" for f in SECTIONS["gpu_overrides"]})  # another GPU: its own catalogue numbers
-        if "cluster.gpus_per_node" not in changes and before.get("cluster.gpus_per_node") == _node_of(before):
+        if "cluster.gpus_per_node" not in changes and not _node_stated(record):
             # the old GPU's own node: the new GPU's own (H100 -> GB200 is a 4-GPU tray, not 8 GPUs a node)
             values["cluster.gpus_per_node"] = ""
     hosts = values.get("cluster.hosts", "").split()
@@ -135,12 +134,22 @@ def apply(record: PlanRecord, changes: Mapping[str, str]) -> dict[str, str]:
     return values
 
 
-def _node_of(values: Mapping[str, str]) -> str:
-    """The GPUs per node of the form's catalogue GPU, as the form writes it ("" for a custom name)."""
-    try:
-        return str(catalog.gpu(values.get("cluster.gpu", "")).gpus_per_node)
-    except ValueError:
-        return ""
+def same_saved_cluster(record: PlanRecord, values: Mapping[str, str]) -> str | None:
+    """The saved cluster a what-if is still made on: the stored plan's, unless the GPU changed (node counts and
+    host lists are a saved cluster's usual overrides, as POST /plans takes them with `saved`). The stored request
+    holds the description as it was, not the name, so re-plans fell out of the list's cluster filter."""
+    if record.cluster_name is None:
+        return None
+    before = stored_values(record)
+    gpu_fields = ("cluster.gpu", *(f.name for f in SECTIONS["gpu_overrides"]))
+    return record.cluster_name if all(values.get(n, "") == before.get(n, "") for n in gpu_fields) else None
+
+
+def _node_stated(record: PlanRecord) -> bool:
+    """Whether the stored request says how many GPUs a node holds (else the node was its GPU's own). The form's
+    values cannot tell: they hold the resolved count, and a custom GPU's own node looked like the user's choice."""
+    cluster = record.request.get("cluster")
+    return isinstance(cluster, dict) and cluster.get("gpus_per_node") is not None
 
 
 # The planner's suggestions are sentences (app/planner/suggest.py); the changes they name are read back here. The

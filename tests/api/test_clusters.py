@@ -146,3 +146,17 @@ def test_the_plan_list_filters_by_saved_cluster(make_client: ClientFactory) -> N
         assert rows[0].endswith(",cluster") and len(rows) == 2 and rows[1].startswith(on_lab["id"])
         assert rows[1].endswith(",Lab-A")
         assert client.get("/plans", params={"cluster": "nowhere"}).json()["items"] == []
+        # one name in any case, as the cluster store reads it; in the search words; on the plan itself
+        assert [p["id"] for p in client.get("/plans", params={"cluster": "LAB-a"}).json()["items"]] == [on_lab["id"]]
+        assert [p["id"] for p in client.get("/plans", params={"q": "lab-a"}).json()["items"]] == [on_lab["id"]]
+        assert client.get(f"/plans/{on_lab['id']}").json()["cluster_name"] == "Lab-A"
+        # its GPU swapped, it is other hardware: not a plan made on Lab-A
+        swapped = client.post("/plans", json={**TINY, "cluster": {"saved": "Lab-A", "gpu": "A100-80GB"}}).json()
+        assert swapped["cluster_name"] is None and len(client.get("/plans?cluster=Lab-A").json()["items"]) == 1
+        # deleted and saved again in another case: one choice in the list's select
+        assert client.delete("/clusters/Lab-A").status_code == 204
+        assert client.post("/clusters", json={**POD, "name": "lab-a"}).status_code == 201
+        client.post("/plans", json={**TINY, "cluster": {"saved": "lab-a"}})
+        assert client.get("/plans", params={"cluster": "lab-a"}).json()["total"] == 2
+        page = client.get("/recent").text
+        assert page.count('<option value="Lab-A"') + page.count('<option value="lab-a"') == 1

@@ -118,6 +118,10 @@ def test_allowed_hosts_are_names_without_scheme_or_port() -> None:
     env = {"TRAINPLAN_ALLOWED_HOSTS": "planner.example.org, *.corp.example ,10.0.0.5,[::1]"}
     assert Settings.from_env(env).allowed_hosts == ("planner.example.org", "*.corp.example", "10.0.0.5", "[::1]")
     assert Settings.from_env({}).allowed_hosts == ("*",)
+    assert Settings.from_env({"TRAINPLAN_ALLOWED_HOSTS": "Planner.Example.org."}).allowed_hosts == (
+        "planner.example.org",
+    )
+    assert Settings(allowed_hosts=(" Planner.Example.org",)).allowed_hosts == ("planner.example.org",)  # as the env
     for bad in ("https://planner.example.org", "planner.example.org:8000", ",", "*.", "a b"):
         with pytest.raises(ValueError) as err:
             Settings.from_env({"TRAINPLAN_ALLOWED_HOSTS": bad})

@@ -202,7 +202,8 @@ def test_what_if_gpu_control_says_the_plan_gpu_has_custom_numbers(web: Any) -> N
 def test_what_if_another_gpu_takes_its_own_node_size(web: Any) -> None:
     """H100 -> GB200 in the what-if GPU control re-planned 8 GPUs a node on a 4-GPU tray; a node size the user chose
     (not the old GPU's own) stays."""
-    created = stored(web, {**SMALL, "cluster": {**SMALL["cluster"], "gpu": "H100-SXM", "num_nodes": 2}})
+    cluster = {k: v for k, v in SMALL["cluster"].items() if k != "gpus_per_node"}  # the node left to the GPU
+    created = stored(web, {**SMALL, "cluster": {**cluster, "gpu": "H100-SXM", "num_nodes": 2}})
     assert created["result"]["cluster"]["gpus_per_node"] == 8
     r = web.post("/whatif", data={"whatif.from": created["id"], "cluster.gpu": "GB200"}, follow_redirects=False)
     assert r.status_code == 303, r.text
@@ -213,6 +214,33 @@ def test_what_if_another_gpu_takes_its_own_node_size(web: Any) -> None:
     assert (
         web.get("/plans/" + r.headers["location"].rsplit("/", 1)[1]).json()["result"]["cluster"]["gpus_per_node"] == 2
     )
+
+
+def test_what_if_keeps_the_saved_cluster_unless_the_gpu_changes(web: Any) -> None:
+    """A what-if of a plan made on a saved cluster (another batch, another node count) is still made on it, for the
+    list's cluster filter; on another GPU it is not. The stored request holds the description, not the name, so
+    every re-plan fell out of the filter."""
+    pod = {"name": "pod-w", "cluster": {"num_nodes": 2, "gpus_per_node": 8, "gpu": "H100-SXM"}}
+    assert web.post("/clusters", json=pod).status_code == 201
+    created = stored(web, {**SMALL, "cluster": {"saved": "pod-w"}})
+    assert created["cluster_name"] == "pod-w"
+    for change, name in (({"training.global_batch_size": "128"}, "pod-w"), ({"cluster.num_nodes": "1"}, "pod-w"),
+                         ({"cluster.gpu": "A100-80GB"}, None)):  # fmt: skip
+        r = web.post("/whatif", data={"whatif.from": created["id"], **change}, follow_redirects=False)
+        assert r.status_code == 303, r.text
+        assert web.get("/plans/" + r.headers["location"].rsplit("/", 1)[1]).json()["cluster_name"] == name, change
+
+
+def test_what_if_another_gpu_keeps_a_node_size_the_request_stated(web: Any) -> None:
+    """Only a node size the stored request left to its GPU follows the GPU: an explicit 8 on H100 stays 8 on GB200,
+    and a custom GPU's own 4 (gpu.gpus_per_node) is not taken for the user's choice on the next GPU."""
+    said = stored(web, {**SMALL, "cluster": {"num_nodes": 2, "gpus_per_node": 8, "gpu": "H100-SXM"}})
+    left = stored(web, {**SMALL, "cluster": {"num_nodes": 2, "gpu": {"preset": "H100-SXM", "gpus_per_node": 4}}})
+    assert left["result"]["cluster"]["gpus_per_node"] == 4
+    for created, to, expected in ((said, "GB200", 8), (left, "A100-80GB", 8)):
+        r = web.post("/whatif", data={"whatif.from": created["id"], "cluster.gpu": to}, follow_redirects=False)
+        again = web.get("/plans/" + r.headers["location"].rsplit("/", 1)[1]).json()["result"]["cluster"]
+        assert (again["gpu"]["name"], again["gpus_per_node"]) == (to, expected)
 
 
 def test_what_if_another_framework_plans_on_its_own_stack(web: Any) -> None:
@@ -288,6 +316,36 @@ def test_the_csv_export_streams_batches_gzipped(web: Any, monkeypatch: pytest.Mo
     assert "content-encoding" not in plain.headers and plain.text == r.text
     empty = web.get("/recent.csv", params={"model": "no-such-model"})
     assert empty.text.splitlines() == [",".join(lists.CSV_COLUMNS)]
+
+
+@pytest.mark.parametrize(
+    ("header", "gzipped"),
+    [("gzip", True), ("GZIP", True), ("br, gzip;q=0.5", True), ("gzip; q=0.9", True), ("gzip;q=0", False),
+     ("gzip;Q=0", False), ("gzip;q=0.000", False), ("identity", False), ("", False), ("gzip;q=x", False)],
+)  # fmt: skip
+def test_accept_encoding_weights_are_read_as_numbers(header: str, gzipped: bool) -> None:
+    """`gzip;q=0.5` was read as a refusal (the text "q=0" in it) and `gzip;Q=0` as a yes; case was not folded."""
+    from starlette.requests import Request
+
+    from app.service.responses import accepts_gzip
+
+    scope = {"type": "http", "headers": [(b"accept-encoding", header.encode())]}
+    assert accepts_gzip(Request(scope)) is gzipped
+
+
+def test_the_csv_export_of_a_database_that_is_down_is_a_503(web: Any) -> None:
+    """The first batch is read before the answer starts: a 200 with an empty (or not gzip) body came back while
+    /recent and /plans said 503."""
+    stored(web, SMALL)
+    store = web.app.state.store
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql("ALTER TABLE plans RENAME TO plans_gone")
+    try:
+        r = web.get("/recent.csv", headers={"Accept-Encoding": "gzip"})
+        assert r.status_code == 503 and "unavailable" in r.text
+    finally:
+        with store.engine.begin() as conn:
+            conn.exec_driver_sql("ALTER TABLE plans_gone RENAME TO plans")
 
 
 def test_the_csv_export_quotes_every_text_cell_a_spreadsheet_would_run(web: Any) -> None:
