@@ -73,7 +73,10 @@ def world_sizes(cluster: ClusterSpec, training: TrainingSpec) -> list[int]:
             )
         worlds = [training.pinned.num_nodes * g]
     elif training.objective != "min_gpus":
-        worlds = [cluster.world_size] + [n * g for n in fewer_nodes(cluster.num_nodes, g, training.global_batch_size)]
+        can = training.software.can
+        split = can.tensor_parallel or can.pipeline is not None or bool(can.context_parallel)
+        fewer = fewer_nodes(cluster.num_nodes, g, training.global_batch_size, model_parallel=split)
+        worlds = [cluster.world_size] + [n * g for n in fewer]
     else:
         worlds = [d for d in range(1, g) if g % d == 0] + [n * g for n in range(1, cluster.num_nodes + 1)]
     _check_pins_divide(worlds, training)
@@ -94,16 +97,22 @@ def _check_pins_divide(worlds: list[int], training: TrainingSpec) -> None:
     raise InputError(field, f"{named} divides none of the GPU counts the search tries ({counts})")
 
 
-def fewer_nodes(nodes: int, per_node: int = 8, batch: int = 0) -> list[int]:
+def fewer_nodes(nodes: int, per_node: int = 8, batch: int = 0, model_parallel: bool = True) -> list[int]:
     """Node counts below the cluster's that factor well: the largest power of two, the largest multiples of 4 and
     8, and, from half the cluster up, each count whose GPUs share more with the global batch than every larger
     count's (`math.gcd`) while what is left for TP x PP x CP has no odd factor above 3: data-parallel replicas must
     divide the batch, so 6 nodes of 8 (48 GPUs, 48 replicas of a 1,536-sequence batch) can beat 7 (56 = 8 replicas
-    of 7 GPUs) and 4. A cluster of 17 or 19 nodes may train faster on 16, leaving the rest idle."""
-    if nodes < 3:
+    of 7 GPUs) and 4. A cluster of 17 or 19 nodes may train faster on 16, leaving the rest idle. A stack without
+    TP, PP or CP (`model_parallel` False) puts one replica on each GPU: the largest count whose GPUs divide the batch,
+    however small (25 nodes of 8 and a batch of 96 train on 12)."""
+    if nodes < 2:
         return []
     candidates = {1 << (nodes.bit_length() - 1), nodes - nodes % 4, nodes - nodes % 8}
-    if batch:
+    if batch and not model_parallel:
+        if batch % (nodes * per_node) == 0:  # every GPU a replica already
+            return sorted((n for n in candidates if 0 < n < nodes), reverse=True)
+        candidates.add(next((n for n in range(nodes - 1, 0, -1) if batch % (n * per_node) == 0), 0))
+    elif batch:
         best = math.gcd(nodes * per_node, batch)
         for n in range(nodes - 1, (nodes + 1) // 2 - 1, -1):
             shared = math.gcd(n * per_node, batch)
@@ -400,7 +409,14 @@ def _plans(
                 layout=layout,
                 estimate=est,
                 why=why(
-                    found.par, est, best, feasible, cluster.world_size, training.objective, layout.num_microbatches
+                    found.par,
+                    est,
+                    best,
+                    feasible,
+                    cluster.world_size,
+                    training.objective,
+                    layout.num_microbatches,
+                    training.pinned.num_nodes,
                 ),
                 checkpoint=checkpoint_plan(model, cluster, found.world, est.time.step_s, training.optimizer_states),
                 decisions=decide(model, cluster, training, found.par, est),

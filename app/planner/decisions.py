@@ -57,12 +57,14 @@ MANUAL_GC_INTERVAL = 100
 NVLS_GENERATIONS = ("hopper", "blackwell")  # NVLink SHARP needs third-generation NVSwitch (Hopper) or later
 
 
-def _largest_param(model: ModelSpec, par: ParallelConfig) -> int:
-    """Elements of the largest single weight on one rank (embedding, MLP or QKV matrix)."""
+def _largest_param(model: ModelSpec, par: ParallelConfig, fused_fc1: bool = True) -> int:
+    """Elements of the largest single weight on one rank (embedding, MLP or QKV matrix); SwiGLU's gate and up
+    projections are one weight in Megatron's fc1, two in a Hugging Face model (`fused_fc1` False, as
+    states.stage_params)."""
     h = model.hidden_size
     ffn = max(model.ffn_hidden_size or 0, model.moe_ffn_hidden_size or 0)
     qkv = h * (model.query_size + 2 * model.kv_size)
-    return max(h * model.vocab_size, h * ffn * (2 if model.swiglu else 1), qkv) // max(1, par.tp)
+    return max(h * model.vocab_size, h * ffn * (2 if model.swiglu and fused_fc1 else 1), qkv) // max(1, par.tp)
 
 
 def _offload(device: str, buffers: int, size: int | None) -> OffloadDecision | None:
@@ -74,12 +76,12 @@ def _offload(device: str, buffers: int, size: int | None) -> OffloadDecision | N
     )
 
 
-def zero_decision(model: ModelSpec, par: ParallelConfig) -> ZeroDecision:
+def zero_decision(model: ModelSpec, par: ParallelConfig, fused_fc1: bool = True) -> ZeroDecision:
     stage, nvme = par.zero_stage, "nvme" in (par.offload_optimizer, par.offload_param)
     b = zero_buckets(model, stage, nvme)
     # A sub-group and an NVMe buffer hold at least one parameter's partition (stage3.py, partitioned_param_swapper.py
     # `numel <= elements_per_buffer`).
-    partition = math.ceil(_largest_param(model, par) / max(1, par.dp))
+    partition = math.ceil(_largest_param(model, par, fused_fc1) / max(1, par.dp))
     sub_group = None
     if stage == 3:  # the memory model's sub-group: 1e8 with NVMe (its swap buffers), else DeepSpeed's 1e9
         sub_group = max(b.sub_group_size, partition) if nvme else b.sub_group_size
@@ -121,7 +123,7 @@ def deepspeed_decision(model: ModelSpec, training: TrainingSpec, par: ParallelCo
     bf16_opt = deepspeed_uses_bf16_optimizer(training, par)
     fp32_accumulation = bf16_opt or compact_grad_partition(training, par)
     return DeepSpeedDecision(
-        zero=zero_decision(model, par),
+        zero=zero_decision(model, par, fused_fc1=training.software.costs.activation_layout == "megatron"),
         bf16_optimizer=bf16_opt,
         grad_accum_dtype="fp32" if fp32_accumulation else None,
         communication_data_type=_wire_dtype(training, par, bf16_opt),  # type: ignore[arg-type]

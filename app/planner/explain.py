@@ -72,6 +72,7 @@ def why(
     available_gpus: int | None = None,
     objective: str = "throughput",
     microbatches: int | None = None,
+    pinned_nodes: int | None = None,
 ) -> list[str]:
     t, mem = est.time, est.memory
     b = t.breakdown
@@ -97,12 +98,13 @@ def why(
         iv = t.tokens_per_s_interval
         lines.append(f"80% interval {iv.low:,.0f}-{iv.high:,.0f} tokens/s ({iv.basis})")
     if available_gpus and par.world_size < available_gpus:
-        because = (
+        if pinned_nodes:  # the user's node count, not the search's choice (it said "it is faster", QA 2026-12-07)
+            because = f"training.pinned.num_nodes is {pinned_nodes}"
+        elif objective == "min_gpus":
             # offload is searched only where nothing fits without it: fewer GPUs may fit with it (QA 2026-12-07)
-            "the objective is the fewest GPUs, and no plan without ZeRO offload fits on fewer"
-            if objective == "min_gpus"
-            else "it is faster or factors where the whole cluster does not"
-        )
+            because = "the objective is the fewest GPUs, and no plan without ZeRO offload fits on fewer"
+        else:
+            because = "it is faster or factors where the whole cluster does not"
         lines.append(
             f"uses {par.world_size} of the {available_gpus} GPUs ({available_gpus - par.world_size} stay idle): "
             f"{because}"
@@ -156,7 +158,9 @@ def _headline(t: object, best: Estimate | None, feasible: int, objective: str, w
     numbers = f"({tokens:,.0f} tokens/s, MFU {100 * mfu:.1f}%)"
     if best is not None:
         if step < best.time.step_s * (1 - 5e-4):  # the objective (headroom, fewest GPUs) ranks by something else
-            return f"{best.time.step_s / step:.2f}x as fast as #1, ranked below it by objective {objective} {numbers}"
+            ratio = best.time.step_s / step
+            faster = f"{ratio:.2f}x as fast as #1" if ratio >= 1.1 else f"{100 * (ratio - 1):.1f}% faster than #1"
+            return f"{faster}, ranked below it by objective {objective} {numbers}"
         slower = 100 * (step / best.time.step_s - 1)
         return f"{slower:.1f}% slower than #1 {numbers}"
     if objective == "min_gpus":

@@ -76,6 +76,13 @@ class GPUSpec(BaseModel):
         description="GPUs in one node (server or compute tray) as the vendor builds it: a cluster's default "
         "(8 on HGX/DGX and MI300X platforms, 4 on a GB200/GB300 NVL72 compute tray).",
     )
+    node_cpu_memory_GiB: float | None = Field(
+        None,
+        ge=1,
+        le=1_048_576,
+        description="CPU memory of that node as built, GiB: a cluster's default where set (a GB200/GB300 tray's two "
+        "Grace CPUs hold 2 x 480 GB); else the cluster's own default.",
+    )
     network_GBps: float = Field(
         ge=0.001, le=10_000, description="Typical network bandwidth per GPU and direction, GB/s."
     )

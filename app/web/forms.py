@@ -212,7 +212,7 @@ def _cluster_sections() -> dict[str, list[FormField]]:
 
 
 # blank is the GPU's own node (ClusterSpec._node_of_gpu): 8 sent as the spec's default was dropped, and a GB200 got 4
-NODE = {"gpus_per_node": {"default": "", "spec_default": None}}
+NODE = {name: {"default": "", "spec_default": None} for name in ("gpus_per_node", "cpu_memory_GiB")}
 
 
 def capped(sections: dict[str, list[FormField]], name: str, high: float) -> dict[str, list[FormField]]:

@@ -120,9 +120,10 @@ def apply(record: PlanRecord, changes: Mapping[str, str]) -> dict[str, str]:
             values[name] = value
     if values.get("cluster.gpu") != before.get("cluster.gpu"):
         values.update({f.name: "" for f in SECTIONS["gpu_overrides"]})  # another GPU: its own catalogue numbers
-        if "cluster.gpus_per_node" not in changes and not _node_stated(record):
-            # the old GPU's own node: the new GPU's own (H100 -> GB200 is a 4-GPU tray, not 8 GPUs a node)
-            values["cluster.gpus_per_node"] = ""
+        for name in NODE_FIELDS:
+            if f"cluster.{name}" not in changes and not _node_stated(record, name):
+                # the old GPU's own node: the new GPU's own (H100 -> GB200 is a 4-GPU tray, not 8 GPUs a node)
+                values[f"cluster.{name}"] = ""
     hosts = values.get("cluster.hosts", "").split()
     nodes = values.get("cluster.num_nodes", "")
     if hosts and nodes.isdigit() and len(hosts) != int(nodes):
@@ -145,11 +146,14 @@ def same_saved_cluster(record: PlanRecord, values: Mapping[str, str]) -> str | N
     return record.cluster_name if all(values.get(n, "") == before.get(n, "") for n in gpu_fields) else None
 
 
-def _node_stated(record: PlanRecord) -> bool:
-    """Whether the stored request says how many GPUs a node holds (else the node was its GPU's own). The form's
-    values cannot tell: they hold the resolved count, and a custom GPU's own node looked like the user's choice."""
+NODE_FIELDS = ("gpus_per_node", "cpu_memory_GiB")  # a cluster's defaults from its GPU's node (ClusterSpec._node_of_gpu)
+
+
+def _node_stated(record: PlanRecord, name: str) -> bool:
+    """Whether the stored request states this node field (else it was its GPU's node's). The form's values cannot
+    tell: they hold the resolved value, and a custom GPU's own node looked like the user's choice."""
     cluster = record.request.get("cluster")
-    return isinstance(cluster, dict) and cluster.get("gpus_per_node") is not None
+    return isinstance(cluster, dict) and cluster.get(name) is not None
 
 
 # The planner's suggestions are sentences (app/planner/suggest.py); the changes they name are read back here. The

@@ -312,6 +312,15 @@ def test_a_cluster_without_a_node_size_has_its_gpus_own_node() -> None:
     custom = {**catalog.gpu("H100-SXM").model_dump(), "name": "H100-4way", "gpus_per_node": 4}
     assert ClusterSpec(num_nodes=2, gpu=custom).gpus_per_node == 4
     assert {g.name for g in catalog.gpus() if g.gpus_per_node != 8} == {"GB200", "GB300"}
+    # the GPU as its validators read it: a custom 4.0 is 4 (it was ignored, and the cluster got 8 a node)
+    assert ClusterSpec(num_nodes=2, gpu={"preset": "GB200", "gpus_per_node": 4.0}).gpus_per_node == 4
+    # a tray's two Grace CPUs hold 894 GiB: 1,024 GiB a node gave each GB200 twice a DGX GPU's share, and more
+    # than the tray has
+    assert ClusterSpec(num_nodes=2, gpu="GB200").cpu_memory_GiB == 894
+    assert ClusterSpec(num_nodes=2, gpu="H100-SXM").cpu_memory_GiB == 1024
+    assert ClusterSpec(num_nodes=2, gpu="GB300", cpu_memory_GiB=2000).cpu_memory_GiB == 2000
+    schema = ClusterSpec.model_json_schema()["properties"]  # no default a client would fill in
+    assert "default" not in schema["gpus_per_node"] and "default" not in schema["cpu_memory_GiB"]
     with pytest.raises(ValidationError) as bad:  # an unknown GPU is still named under `gpu`
         ClusterSpec(num_nodes=2, gpu="GB900")
     assert bad.value.errors()[0]["loc"] == ("gpu",) and "unknown gpu 'GB900'" in str(bad.value)

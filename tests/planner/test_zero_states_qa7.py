@@ -67,3 +67,8 @@ def test_zero3_gathers_a_hugging_face_models_projections_one_at_a_time() -> None
     hf, mds = (stage_states(m, TrainingSpec(global_batch_size=64, framework=fw), p, shape, 80, 0)
                for fw in ("deepspeed", "megatron-deepspeed"))  # fmt: skip
     assert mds.buffers - hf.buffers == pytest.approx(4.0 * (2 * h * f - v * h))
+    # the rendered sub-group and NVMe buffer hold the same largest parameter (decisions._largest_param)
+    at4 = ParallelConfig(dp=2, micro_batch_size=1, zero_stage=3, offload_param="nvme", offload_optimizer="nvme")
+    sizes = {fw: deepspeed_decision(m, TrainingSpec(global_batch_size=64, framework=fw), at4).zero.sub_group_size
+             for fw in ("deepspeed", "megatron-deepspeed")}  # fmt: skip
+    assert sizes == {"deepspeed": v * h // 2, "megatron-deepspeed": 2 * h * f // 2}

@@ -209,6 +209,7 @@ def test_what_if_another_gpu_takes_its_own_node_size(web: Any) -> None:
     assert r.status_code == 303, r.text
     again = web.get("/plans/" + r.headers["location"].rsplit("/", 1)[1]).json()
     assert (again["result"]["cluster"]["gpu"]["name"], again["result"]["cluster"]["gpus_per_node"]) == ("GB200", 4)
+    assert again["result"]["cluster"]["cpu_memory_GiB"] == 894  # the tray's host memory, not the DGX's 1,024
     own = stored(web, {**SMALL, "cluster": {**SMALL["cluster"], "gpu": "H100-SXM", "gpus_per_node": 2}})
     r = web.post("/whatif", data={"whatif.from": own["id"], "cluster.gpu": "GB200"}, follow_redirects=False)
     assert (

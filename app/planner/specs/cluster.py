@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field, field_validator, model_validator
 
 from app.planner import catalog
@@ -9,6 +11,12 @@ from app.planner.errors import InputError
 from app.planner.gpu import GPUSpec
 from app.planner.profile import ClusterProfile
 from app.planner.specs.common import Frozen, check_safe_name, check_safe_path
+
+
+def _gpu_dependent(schema: dict[str, Any]) -> None:
+    """No `default` in the schema of a field whose default is the GPU's (a client that fills in defaults sent 8 GPUs
+    a node for GB200 trays); the description says what it is."""
+    schema.pop("default", None)
 
 
 class ClusterSpec(Frozen):
@@ -21,6 +29,7 @@ class ClusterSpec(Frozen):
         "NVL72 compute tray).",
         ge=1,
         le=256,
+        json_schema_extra=_gpu_dependent,
     )
     gpu: GPUSpec = Field(description="GPU type: a catalogue name or custom numbers.")
     intra_node_GBps: float | None = Field(
@@ -42,7 +51,14 @@ class ClusterSpec(Frozen):
         None, description="Network interface for NCCL's bootstrap and sockets (NCCL_SOCKET_IFNAME), e.g. eth0."
     )
     hosts: tuple[str, ...] = Field((), description="Host names, one per node, head node first (optional).")
-    cpu_memory_GiB: float = Field(1024.0, ge=1, le=1_048_576, description="CPU memory per node, GiB (for offload).")
+    cpu_memory_GiB: float = Field(
+        1024.0,
+        ge=1,
+        le=1_048_576,
+        description="CPU memory per node, GiB, for offload (default: the GPU's node as built, 894 on a GB200/GB300 "
+        "tray; else 1,024).",
+        json_schema_extra=_gpu_dependent,
+    )
     nvme_path: str | None = Field(None, description="Local NVMe mount for ZeRO-Infinity offload, e.g. /local_nvme.")
     nvme_GBps: float = Field(6.0, ge=0.01, le=10_000, description="NVMe read/write bandwidth per node, GB/s.")
     host_to_device_GBps: float | None = Field(
@@ -89,16 +105,14 @@ class ClusterSpec(Frozen):
     def _node_of_gpu(cls, data: object) -> object:
         """A cluster that does not say how many GPUs a node holds has the GPU's own node: a GB200 NVL72 compute
         tray holds 4, and 8 made the rendered sbatch ask for `--gpus-per-node=8`, which no tray can give."""
-        if not isinstance(data, dict) or "gpus_per_node" in data:  # null stays a type error, as the schema says
-            return data
-        try:
-            gpu = cls._resolve_gpu(data.get("gpu"))
+        if not isinstance(data, dict) or ("gpus_per_node" in data and "cpu_memory_GiB" in data):
+            return data  # (null stays a type error, as the schema says)
+        try:  # the GPU as its own validators read it (a custom 4.0 is 4)
+            gpu = GPUSpec.model_validate(cls._resolve_gpu(data.get("gpu")))
         except ValueError:
-            return data  # an unknown GPU: the field's own validator names it, under `gpu`
-        per_node = gpu.get("gpus_per_node") if isinstance(gpu, dict) else getattr(gpu, "gpus_per_node", None)
-        if not isinstance(per_node, int) or isinstance(per_node, bool):
-            return data  # custom numbers that say nothing (the spec's 8), or that the GPU's validators refuse
-        return {**data, "gpus_per_node": per_node}
+            return data  # an unknown or invalid GPU: the field's own validators name it, under `gpu`
+        own = {"gpus_per_node": gpu.gpus_per_node, "cpu_memory_GiB": gpu.node_cpu_memory_GiB}
+        return {**{k: v for k, v in own.items() if v is not None}, **data}
 
     @field_validator("gpu", mode="before")
     @classmethod
