@@ -12,7 +12,7 @@ from app.planner.candidates import Found, SearchState
 from app.planner.decisions import decide
 from app.planner.errors import InputError
 from app.planner.estimate import evaluate, step_lower_bound, time_estimate
-from app.planner.explain import model_notes, why
+from app.planner.explain import cluster_notes, model_notes, why
 from app.planner.goodput import checkpoint_plan
 from app.planner.layout import make_layout
 from app.planner.results import Estimate, Plan, PlanResult, RejectedGroup, SearchStats, TimeEstimate
@@ -278,7 +278,7 @@ def _plan(request: PlanRequest) -> PlanResult:
     model, training = request.model, request.training
     _check_possible(model, request.cluster, training)
     cluster, notes = apply_profile(request.cluster, training)
-    notes = [*notes, *model_notes(model, training)]
+    notes = [*notes, *cluster_notes(cluster), *model_notes(model, training)]
     start = time.perf_counter()
     deadline = start + training.search_time_limit_s
     # min_gpus ranks the plans of the smallest world that has any by throughput: bounded like throughput (a world

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cache
 from typing import Literal
 
 from app.planner.specs import ClusterSpec
@@ -48,17 +49,37 @@ class Group:
         return self.rails or self.per_domain
 
 
-def group(size: int, stride: int, cluster: ClusterSpec) -> Group:
+def group(size: int, stride: int, cluster: ClusterSpec, world: int | None = None) -> Group:
     """The group of `size` ranks spaced `stride` apart in rank order (Megatron's tp-cp-ep-dp-pp order puts TP
-    ranks adjacent, then CP, then DP; pipeline stages outermost)."""
-    domain = cluster.nvlink_domain
+    ranks adjacent, then CP, then DP; pipeline stages outermost). Groups are tiled from rank 0 in steps of their
+    span: where the span does not divide the NVLink domain (16, 32 or 64 GPUs of a 72-GPU GB200 rack) some group
+    straddles two domains, and the collective waits for it (`straddle`). `world`: the job's GPUs (the cluster's by
+    default), which set its NVLink segments (ClusterSpec.job_nvlink_domain)."""
+    world = world or cluster.world_size
+    domain = cluster.job_nvlink_domain(world)
     if size <= 1:
         return Group(max(size, 1), 1, 1)
     if size * stride <= domain:
-        return Group(size, size, 1)
+        if world <= domain or domain % (size * stride) == 0:
+            return Group(size, size, 1)
+        return Group(size, straddle(size, stride, domain), 2)
     per_domain = max(1, domain // stride) if stride < domain else 1
     per_domain = min(per_domain, size)
     return Group(size, per_domain, math.ceil(size / per_domain))
+
+
+@cache
+def straddle(size: int, stride: int, domain: int) -> int:
+    """Of the groups tiled from rank 0 in steps of their span (`size` ranks `stride` apart), the fewest ranks one
+    that straddles a domain boundary has on either side: its traffic across leaves through that many NICs. EP64 on
+    72-GPU racks: the group of ranks 64-127 has 8 in the first rack and 56 in the next."""
+    span = size * stride
+    fewest = size
+    for start in range(0, math.lcm(span, domain), span):
+        before = -(-(domain - start % domain) // stride)  # the group's ranks before the next boundary
+        if before < size:
+            fewest = min(fewest, before, size - before)
+    return max(1, fewest)
 
 
 def bus_factor(op: Op, n: int) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from app.planner.pipeline import alone_passes, pairs_none
 from app.planner.results import Estimate
 from app.planner.space import ep_overlap_runs
-from app.planner.specs import ModelSpec, ParallelConfig, TrainingSpec
+from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
 from app.planner.specs.common import HEADROOM_WITHIN
 
 GiB = 2**30
@@ -169,6 +169,17 @@ def _headline(t: object, best: Estimate | None, feasible: int, objective: str, w
         near = f"within {100 * HEADROOM_WITHIN:.0f}% of the fastest"
         return f"most memory headroom of the plans {near} ({feasible} feasible) {numbers}"
     return f"fastest of {feasible} feasible plans: {tokens:,.0f} tokens/s, MFU {100 * mfu:.1f}%"
+
+
+def cluster_notes(cluster: ClusterSpec) -> list[str]:
+    """What the cluster description says that its GPU's nodes are not built for."""
+    own = cluster.gpu.gpus_per_node
+    if cluster.gpus_per_node <= own:
+        return []
+    return [
+        f"cluster.gpus_per_node({cluster.gpus_per_node}) > the {own} GPUs a {cluster.gpu.name} node (server or "
+        f"tray) holds as built: the plans and launch files ask for {cluster.gpus_per_node} a node"
+    ]
 
 
 def model_notes(model: ModelSpec, training: TrainingSpec) -> list[str]:

@@ -277,38 +277,38 @@ def num_microbatches(training: TrainingSpec, par: ParallelConfig) -> int:
 
 
 def tp_group(par: ParallelConfig, cluster: ClusterSpec) -> comm.Group:
-    return comm.group(par.tp, 1, cluster)
+    return comm.group(par.tp, 1, cluster, par.world_size)
 
 
 def cp_group(par: ParallelConfig, cluster: ClusterSpec) -> comm.Group:
-    return comm.group(par.cp, par.tp, cluster)
+    return comm.group(par.cp, par.tp, cluster, par.world_size)
 
 
 def dp_group(par: ParallelConfig, cluster: ClusterSpec) -> comm.Group:
-    return comm.group(par.dp, par.tp * par.cp, cluster)
+    return comm.group(par.dp, par.tp * par.cp, cluster, par.world_size)
 
 
 def dp_cp_group(par: ParallelConfig, cluster: ClusterSpec) -> comm.Group:
     """The group the distributed optimizer (and Megatron-FSDP) shards over: DP x CP, CP ranks adjacent."""
-    return comm.group(par.dp * par.cp, par.tp, cluster)
+    return comm.group(par.dp * par.cp, par.tp, cluster, par.world_size)
 
 
 def ep_group(par: ParallelConfig, cluster: ClusterSpec) -> comm.Group:
-    return expert_group(par.ep, par.expert_tp, cluster)
+    return expert_group(par.ep, par.expert_tp, cluster, par.world_size)
 
 
-def expert_group(ep: int, expert_tp: int, cluster: ClusterSpec) -> comm.Group:
+def expert_group(ep: int, expert_tp: int, cluster: ClusterSpec, world: int | None = None) -> comm.Group:
     """EP groups take consecutive expert-TP blocks inside the TP x CP x DP plane (Megatron's expert grid)."""
-    return comm.group(ep, expert_tp, cluster)
+    return comm.group(ep, expert_tp, cluster, world)
 
 
 def expert_dp_group(par: ParallelConfig, cluster: ClusterSpec) -> comm.Group:
     size = max(1, par.tp * par.cp * par.dp // (par.expert_tp * par.ep))
-    return comm.group(size, par.expert_tp * par.ep, cluster)
+    return comm.group(size, par.expert_tp * par.ep, cluster, par.world_size)
 
 
 def pp_group(par: ParallelConfig, cluster: ClusterSpec) -> comm.Group:
-    return comm.group(par.pp, par.tp * par.cp * par.dp, cluster)
+    return comm.group(par.pp, par.tp * par.cp * par.dp, cluster, par.world_size)
 
 
 def tp_crosses_nodes(par: ParallelConfig, cluster: ClusterSpec) -> bool:

@@ -43,8 +43,10 @@ def tp_options(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -
         return [training.pinned.tp]
     if not training.software.can.tensor_parallel:
         return [1]
-    domain = cluster.nvlink_domain
-    if domain > cluster.gpus_per_node:  # NVLink across trays (GB200 NVL72): TP up to 8 anywhere in the domain
+    # NVLink across trays (GB200 NVL72): TP up to 8 anywhere in the domain; a world whose segments are single trays
+    # (a prime tray count) is refused TP across them by rule (rules.shape.tp_within_nvlink_domain)
+    domain = cluster.gpu.nvlink_domain if cluster.gpu.nvlink_spans_nodes else cluster.nvlink_domain
+    if domain > cluster.gpus_per_node:
         limit = min(domain, MAX_TP_IN_DOMAIN)
     else:
         limit = 2 * cluster.gpus_per_node if training.allow_tp_across_nodes else min(domain, cluster.gpus_per_node)

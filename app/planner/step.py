@@ -169,8 +169,9 @@ def _cp_comm(
         return gather, gather + scatter
     if par.cp_comm_type == "a2a+p2p" and par.hierarchical_cp_sizes:
         inner, outer = par.hierarchical_cp_sizes
-        a2a = comm.collective_time("all_to_all", qkvo, comm.group(inner, par.tp, cluster), cluster, calls=4)
-        ring_g = comm.group(outer, par.tp * inner, cluster)
+        a2a_g = comm.group(inner, par.tp, cluster, par.world_size)
+        a2a = comm.collective_time("all_to_all", qkvo, a2a_g, cluster, calls=4)
+        ring_g = comm.group(outer, par.tp * inner, cluster, par.world_size)
         step = comm.collective_time("send_recv", kv * inner, ring_g, cluster)
         ring = (outer - 1) * step
         return a2a + comm.exposed(ring, lt.attention_fwd, c), a2a + comm.exposed(2 * ring, lt.attention_bwd, c)

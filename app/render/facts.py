@@ -62,6 +62,15 @@ class Facts:
         return {e.name: e.value for e in self.env}
 
     @property
+    def nvlink_segment(self) -> int | None:
+        """Nodes per NVLink segment the job asks Slurm for where NVLink spans nodes (GB200/GB300 trays): the
+        planner's NVLink domain for this job (ClusterSpec.segment_nodes), which only holds if the trays of each
+        segment share a rack; None elsewhere and on one node."""
+        if not self.cluster.gpu.nvlink_spans_nodes or self.num_nodes <= 1:
+            return None
+        return self.cluster.segment_nodes(self.world_size)
+
+    @property
     def uses_example_trainer(self) -> bool:
         return self.framework == "deepspeed" and self.entrypoint == EXAMPLE_TRAINER
 

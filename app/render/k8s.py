@@ -57,9 +57,12 @@ def _memory_gib(f: Facts) -> int:
                 f"({f.cluster.cpu_memory_GiB:g}): no node of the cluster could schedule the pod"
             )
         return o.k8s_memory_GiB_per_pod
-    offload = f.plan.estimate.memory.cpu_bytes_per_node / GiB
-    want = offload + HOST_MEMORY_PER_GPU_GIB * f.gpus_per_node
-    return max(1, int(min(want, 0.9 * f.cluster.cpu_memory_GiB)))
+    return max(1, int(min(_memory_want(f), 0.9 * f.cluster.cpu_memory_GiB)))
+
+
+def _memory_want(f: Facts) -> float:
+    """GiB a pod would want: the node's offloaded states and an allowance for each rank's process."""
+    return f.plan.estimate.memory.cpu_bytes_per_node / GiB + HOST_MEMORY_PER_GPU_GIB * f.gpus_per_node
 
 
 def _resources(f: Facts) -> tuple[tuple[str, str], ...]:
@@ -85,6 +88,20 @@ def pod(f: Facts) -> Pod:
         notes.append(
             "pytorchjob.yaml: cluster.nics names InfiniBand HCAs but neither k8s_rdma_resource nor "
             "k8s_host_network is set: the pods would see no HCA and NCCL would fall back to TCP sockets"
+        )
+    if f.nvlink_segment:
+        notes.append(
+            f"pytorchjob.yaml: the plan counts NVLink across trays ({f.nvlink_segment} trays a segment): the pods "
+            f"must land in one NVL72 rack's NVLink domain with an IMEX channel (NVIDIA's DRA driver ComputeDomain "
+            f"claim), which this file does not request; without it NCCL runs those groups over the network"
+        )
+    want, given = _memory_want(f), _memory_gib(f)
+    if not o.k8s_memory_GiB_per_pod and want > 0.9 * f.cluster.cpu_memory_GiB:  # capped: less than it wants
+        notes.append(
+            f"pytorchjob.yaml: the offloaded states ({f.plan.estimate.memory.cpu_bytes_per_node / GiB:.0f} GiB) "
+            f"and {HOST_MEMORY_PER_GPU_GIB} GiB for each of the {f.gpus_per_node} ranks' processes want {want:.0f} "
+            f"GiB; the pod gets {given} GiB (90% of the node's {f.cluster.cpu_memory_GiB:g}): the ranks and /dev/shm "
+            f"share {given - f.plan.estimate.memory.cpu_bytes_per_node / GiB:.0f} GiB"
         )
     claims: tuple[tuple[str, str, str], ...] = ()
     if o.checkpoint_dir and o.k8s_checkpoint_claim:

@@ -375,3 +375,34 @@ def test_a_gb200_cluster_renders_its_four_gpu_trays() -> None:
     arts = render(fixed_result(req, {"tp": 2, "dp": 32}), 1, RenderOptions())
     assert "#SBATCH --gpus-per-node=4" in arts.files["sbatch.sh"] and "NPROC_PER_NODE=4" in arts.files["torchrun.sh"]
     assert 'nprocPerNode: "4"' in arts.files["pytorchjob.yaml"]
+    # the NVLink domain the plan counts only holds with the trays of a segment in one rack (Slurm block topology),
+    # as NVIDIA's benchmarks ask for it; the PyTorchJob cannot ask, and says so
+    assert "#SBATCH --segment=16" in arts.files["sbatch.sh"]
+    assert any("IMEX channel" in n for n in arts.notes), arts.notes
+    h100 = {**req, "cluster": {"num_nodes": 2, "gpu": "H100-SXM"}}
+    plain = render(fixed_result(h100, {"tp": 2, "dp": 8}), 1, RenderOptions())
+    assert "--segment" not in plain.files["sbatch.sh"] and not any("IMEX" in n for n in plain.notes)
+
+
+def test_a_pod_that_cannot_have_what_its_offload_and_ranks_want_says_so() -> None:
+    """The pod's memory is capped at 90% of the node while the plan lets offloaded states alone reach that: 769 GiB
+    of states on a 894 GiB GB200 tray left the four ranks and /dev/shm 35 GiB, unsaid (QA 2026-12-07)."""
+    req = {
+        "model": {"preset": "llama-3-70b", "num_layers": 94},
+        "cluster": {"num_nodes": 2, "gpu": "GB200", "hosts": ["a", "b"]},
+        "training": {"global_batch_size": 64, "framework": "deepspeed"},
+    }
+    par = {"dp": 8, "zero_stage": 3, "offload_optimizer": "cpu", "offload_param": "cpu", "micro_batch_size": 1,
+           "recompute": "full"}  # fmt: skip
+    arts = render(fixed_result(req, par), 1, RenderOptions())
+    note = next(n for n in arts.notes if "the pod gets" in n)
+    assert "for each of the 4 ranks' processes" in note and "the pod gets 804 GiB" in note, note
+    eight = {**req, "cluster": {**req["cluster"], "gpus_per_node": 8}}
+    assert any("> the 4 GPUs a GB200 node" in n for n in plan_notes(eight)), "a tray holds 4"
+
+
+def plan_notes(request: dict) -> list[str]:
+    from app.planner import PlanRequest, plan
+
+    body = {**request, "training": {**request["training"], "max_plans": 1, "search_time_limit_s": 5}}
+    return list(plan(PlanRequest(**body)).notes)

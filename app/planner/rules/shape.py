@@ -41,7 +41,7 @@ def query_groups_fit_tp(c: Ctx) -> Violation | None:
 
 
 def tp_within_nvlink_domain(c: Ctx) -> Violation | None:
-    domain = c.cluster.nvlink_domain
+    domain = c.cluster.job_nvlink_domain(c.par.world_size)  # the job's own NVLink segments (a plan on fewer nodes)
     if c.par.tp > domain and not c.training.allow_tp_across_nodes:
         return Violation(
             "tp_within_nvlink_domain",

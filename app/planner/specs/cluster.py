@@ -153,13 +153,30 @@ class ClusterSpec(Frozen):
     @property
     def nvlink_domain(self) -> int:
         """GPUs that share the NVLink fabric: the node (or part of it), or a multi-node NVLink domain such as a
-        GB200 NVL72 rack of 18 trays, capped at the cluster."""
+        GB200 NVL72 rack of 18 trays, capped at the cluster. A job on trays is given them in segments of whole
+        trays within one rack (Slurm's block topology, `--segment`): the largest tray count that divides the job's
+        and fits a rack, as NVIDIA's Megatron-Bridge benchmarks ask for it (scripts/performance/utils/executors.py
+        L168-177): 32 trays run as two segments of 16, so the job's NVLink domain is 64 GPUs, not 72."""
+        return self.job_nvlink_domain(self.world_size)
+
+    def job_nvlink_domain(self, world: int) -> int:
+        """`nvlink_domain` of a job on `world` of the cluster's GPUs (a plan on fewer nodes is segmented as its
+        own node count divides)."""
         domain = self.gpu.nvlink_domain
         if domain <= 1:
             return 1
         if self.gpu.nvlink_spans_nodes:
-            return min(domain, self.world_size)
+            return self.segment_nodes(world) * self.gpus_per_node if world > domain else min(world, domain)
         return min(self.gpus_per_node, domain)
+
+    def segment_nodes(self, world: int | None = None) -> int:
+        """Nodes per NVLink segment of a job on `world` GPUs (all the cluster's by default): every node when they
+        fit one domain, else the largest divisor of the node count that does (at least one node)."""
+        nodes = max(1, (world or self.world_size) // self.gpus_per_node)
+        fits = max(1, self.gpu.nvlink_domain // self.gpus_per_node)
+        if nodes <= fits:
+            return nodes
+        return next(n for n in range(fits, 0, -1) if nodes % n == 0)
 
     @property
     def intra_bw(self) -> float:
