@@ -99,12 +99,12 @@ def _check_pins_divide(worlds: list[int], training: TrainingSpec) -> None:
 
 def fewer_nodes(nodes: int, per_node: int = 8, batch: int = 0, model_parallel: bool = True) -> list[int]:
     """Node counts below the cluster's that factor well: the largest power of two, the largest multiples of 4 and
-    8, and, from half the cluster up, each count whose GPUs share more with the global batch than every larger
-    count's (`math.gcd`) while what is left for TP x PP x CP has no odd factor above 3: data-parallel replicas must
-    divide the batch, so 6 nodes of 8 (48 GPUs, 48 replicas of a 1,536-sequence batch) can beat 7 (56 = 8 replicas
-    of 7 GPUs) and 4. A cluster of 17 or 19 nodes may train faster on 16, leaving the rest idle. A stack without
-    TP, PP or CP (`model_parallel` False) puts one replica on each GPU: the largest count whose GPUs divide the batch,
-    however small (25 nodes of 8 and a batch of 96 train on 12)."""
+    8, and, where the whole cluster leaves TP x PP x CP an odd factor above 3, from half the cluster up each count
+    whose GPUs share more with the global batch than every larger count's (`math.gcd`) and leave no such factor:
+    data-parallel replicas must divide the batch, so 6 nodes of 8 (48 GPUs, 48 replicas of a 1,536-sequence batch)
+    can beat 7 (56 = 8 replicas of 7 GPUs) and 4. A cluster of 17 or 19 nodes may train faster on 16, leaving the
+    rest idle. A stack without TP, PP or CP (`model_parallel` False) puts one replica on each GPU: the largest count
+    whose GPUs divide the batch, however small (25 nodes of 8 and a batch of 96 train on 12)."""
     if nodes < 2:
         return []
     candidates = {1 << (nodes.bit_length() - 1), nodes - nodes % 4, nodes - nodes % 8}
@@ -112,15 +112,20 @@ def fewer_nodes(nodes: int, per_node: int = 8, batch: int = 0, model_parallel: b
         if batch % (nodes * per_node) == 0:  # every GPU a replica already
             return sorted((n for n in candidates if 0 < n < nodes), reverse=True)
         candidates.add(next((n for n in range(nodes - 1, 0, -1) if batch % (n * per_node) == 0), 0))
-    elif batch:
+    elif batch and _odd_part(nodes * per_node // math.gcd(nodes * per_node, batch)) > 3:
+        # the whole cluster leaves TP x PP x CP an odd factor above 3 (7 nodes of 8 for a batch of 1,536: 7): the
+        # counts the batch divides better (128 nodes and 1,536, whose rest is 2, search what they did)
         best = math.gcd(nodes * per_node, batch)
         for n in range(nodes - 1, (nodes + 1) // 2 - 1, -1):
             shared = math.gcd(n * per_node, batch)
-            left = n * per_node // shared
-            if shared > best and left // (left & -left) <= 3:  # its odd part: 1 or 3 (a PP of 3, 6, 12 ...)
+            if shared > best and _odd_part(n * per_node // shared) <= 3:  # 1 or 3 (a PP of 3, 6, 12 ...)
                 candidates.add(n)
                 best = shared
     return sorted((n for n in candidates if 0 < n < nodes), reverse=True)
+
+
+def _odd_part(n: int) -> int:
+    return n // (n & -n)
 
 
 def _search(
