@@ -4,6 +4,7 @@ MLATransformerConfig), passes Megatron-LM's own validate_args rules, and uses on
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -27,6 +28,11 @@ def world_and_env(arts: Artifacts) -> tuple[int, dict[str, str]]:
     return replicas * int(job["nprocPerNode"]), {e["name"]: e["value"] for e in container.get("env", [])}
 
 
+def _blackwell(header: str) -> bool:
+    """A Blackwell GPU named in train.sh's header: B200, B300, GB200, GB300 (it read "B200" only, QA 2026-12-07)."""
+    return re.search(r"\bG?B[23]00\b", header) is not None
+
+
 def check_megatron(arts: Artifacts) -> Flags:
     fl = Flags(args_file_words(arts.files["megatron_args.txt"]))
     known = MDS_FLAGS if fl.has("--deepspeed") else LM_FLAGS
@@ -39,7 +45,7 @@ def check_megatron(arts: Artifacts) -> Flags:
         zero = json.loads(arts.files["ds_config.json"])["zero_optimization"]["stage"]
     ds = json.loads(arts.files["ds_config.json"]) if "ds_config.json" in arts.files else None
     errors = megatron_rules(
-        fl, world, env, zero, blackwell="B200" in arts.files["train.sh"].splitlines()[1], ds_config=ds
+        fl, world, env, zero, blackwell=_blackwell(arts.files["train.sh"].splitlines()[1]), ds_config=ds
     )
     assert not errors, errors
     return fl
