@@ -296,7 +296,9 @@ def _plan(request: PlanRequest) -> PlanResult:
     if not state.candidates and not state.truncated:
         _no_candidate(model, cluster, training)
     timed = _time_best(model, cluster, training, state.found)
-    plans = _plans(model, cluster, training, timed[: training.max_plans], len(state.found))
+    searched = {id(f) for f in state.found}  # and the headroom objective's other recomputation levels
+    feasible = len(state.found) + sum(id(f) not in searched for f, _t in timed)
+    plans = _plans(model, cluster, training, timed[: training.max_plans], feasible)
     hints = [] if plans else suggestions(request.model_copy(update={"cluster": cluster}), state, deadline)
     return PlanResult(
         planner_version=__version__,

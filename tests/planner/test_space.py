@@ -318,6 +318,8 @@ def test_headroom_ranks_like_timing_every_feasible_layout_at_every_recompute_lev
     assert [r[0] for r in ranked] == pytest.approx([k[0] for k in sorted(near.values())[: len(ranked)]], rel=1e-9)
     assert len(ranked) == min(training.max_plans, len(near))
     assert plans[0].parallel.recompute_modules == ("layernorm",) and plans[0].parallel not in layouts
+    counted = re.search(r"\((\d+) feasible\)", plans[0].why[0])  # the pass's plans are feasible plans too
+    assert counted and int(counted.group(1)) > len(layouts), plans[0].why[0]
 
 
 def test_a_plan_faster_than_the_first_says_so_under_another_objective() -> None:
