@@ -109,9 +109,8 @@ def fewer_nodes(nodes: int, per_node: int = 8, batch: int = 0, model_parallel: b
         return []
     candidates = {1 << (nodes.bit_length() - 1), nodes - nodes % 4, nodes - nodes % 8}
     if batch and not model_parallel:
-        if batch % (nodes * per_node) == 0:  # every GPU a replica already
-            return sorted((n for n in candidates if 0 < n < nodes), reverse=True)
-        candidates.add(next((n for n in range(nodes - 1, 0, -1) if batch % (n * per_node) == 0), 0))
+        if batch % (nodes * per_node):  # not every GPU a replica already
+            candidates.add(next((n for n in range(nodes - 1, 0, -1) if batch % (n * per_node) == 0), 0))
     elif batch and _odd_part(nodes * per_node // math.gcd(nodes * per_node, batch)) > 3:
         # the whole cluster leaves TP x PP x CP an odd factor above 3 (7 nodes of 8 for a batch of 1,536: 7): the
         # counts the batch divides better (128 nodes and 1,536, whose rest is 2, search what they did)

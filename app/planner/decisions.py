@@ -35,6 +35,7 @@ from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSp
 from app.planner.states import (
     compact_grad_partition,
     deepspeed_uses_bf16_optimizer,
+    fused_fc1,
     zero_buckets,
     zero_overlap_comm,
 )
@@ -123,7 +124,7 @@ def deepspeed_decision(model: ModelSpec, training: TrainingSpec, par: ParallelCo
     bf16_opt = deepspeed_uses_bf16_optimizer(training, par)
     fp32_accumulation = bf16_opt or compact_grad_partition(training, par)
     return DeepSpeedDecision(
-        zero=zero_decision(model, par, fused_fc1=training.software.costs.activation_layout == "megatron"),
+        zero=zero_decision(model, par, fused_fc1=fused_fc1(training)),
         bf16_optimizer=bf16_opt,
         grad_accum_dtype="fp32" if fp32_accumulation else None,
         communication_data_type=_wire_dtype(training, par, bf16_opt),  # type: ignore[arg-type]

@@ -83,6 +83,12 @@ def deepspeed_uses_bf16_optimizer(training: TrainingSpec, par: ParallelConfig) -
     )
 
 
+def fused_fc1(training: TrainingSpec) -> bool:
+    """Whether the stack's model holds SwiGLU's gate and up projections in one linear (Megatron's fc1), not two (an
+    eager Hugging Face model's LlamaMLP): the largest module ZeRO-3 gathers whole."""
+    return training.software.costs.activation_layout == "megatron"
+
+
 def compact_grad_partition(training: TrainingSpec, par: ParallelConfig) -> bool:
     """ZeRO-1/2 accumulating 16-bit gradients in fp32 (Megatron-DeepSpeed's grad_accum_dtype fp32) gathers each
     partition's gradients in one fp32 buffer on the GPU instead of a 16-bit one (stage_1_and_2.py
@@ -330,9 +336,7 @@ def stage_states(
 def _states(
     model: ModelSpec, training: TrainingSpec, par: ParallelConfig, shape: StageShape, dense: int, moe: int
 ) -> States:
-    # the stack's model implementation: Megatron's fused fc1, or the separate projections of an eager HF model
-    fused = training.software.costs.activation_layout == "megatron"
-    sp = stage_params(model, par, shape, dense, moe, fused_fc1=fused)
+    sp = stage_params(model, par, shape, dense, moe, fused_fc1=fused_fc1(training))
     sharding = training.software.can.sharding
     if "zero" in sharding:
         return _zero_states(model, training, par, sp)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, and_, delete, false, func, or_, select, text
+from sqlalchemy import ColumnElement, Engine, Row, Select, and_, delete, false, func, or_, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -138,6 +138,15 @@ _SUMMARY = (
     PlanRow.owner,
     PlanRow.cluster_name,
 )
+
+
+def _newest_first() -> Select[*tuple[Any, ...]]:
+    """The listing's summary columns, newest first (ties broken by id)."""
+    return select(*_SUMMARY).order_by(PlanRow.created_at.desc(), PlanRow.id.desc())
+
+
+def _summary(row: Row[Any]) -> PlanSummaryRecord:
+    return PlanSummaryRecord(**{**row._asdict(), "created_at": utc(row.created_at)})
 
 
 def _summary_columns(result: PlanResult) -> dict[str, Any]:
@@ -277,7 +286,7 @@ class PlanStore:
     ) -> tuple[list[PlanSummaryRecord], int]:
         """A page of summaries, newest first (ties broken by id), and how many match; `owner`'s plans only, and
         those `filters` keep (in SQL: the listing never loads more rows than it shows)."""
-        query = select(*_SUMMARY).order_by(PlanRow.created_at.desc(), PlanRow.id.desc()).limit(limit).offset(offset)
+        query = _newest_first().limit(limit).offset(offset)
         count = select(func.count()).select_from(PlanRow)
         conditions = (filters or PlanFilters()).conditions()
         if owner is not None:
@@ -287,7 +296,7 @@ class PlanStore:
         with Session(self.engine) as session:
             total = session.scalar(count) or 0
             rows = session.execute(query).all()
-        return [PlanSummaryRecord(**{**row._asdict(), "created_at": utc(row.created_at)}) for row in rows], total
+        return [_summary(row) for row in rows], total
 
     def summaries(
         self, filters: PlanFilters | None = None, limit: int | None = None, batch: int = 1000
@@ -299,7 +308,7 @@ class PlanStore:
         after: tuple[datetime, str] | None = None
         while left is None or left > 0:
             size = batch if left is None else min(batch, left)
-            query = select(*_SUMMARY).order_by(PlanRow.created_at.desc(), PlanRow.id.desc()).limit(size)
+            query = _newest_first().limit(size)
             where = list(conditions)
             if after is not None:
                 when, last = after
@@ -311,7 +320,7 @@ class PlanStore:
             if not rows:
                 return
             after = (rows[-1].created_at, rows[-1].id)  # as stored (naive on SQLite): compared as stored
-            yield [PlanSummaryRecord(**{**row._asdict(), "created_at": utc(row.created_at)}) for row in rows]
+            yield [_summary(row) for row in rows]
             if len(rows) < size:
                 return
             if left is not None:

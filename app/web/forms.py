@@ -211,7 +211,8 @@ def _cluster_sections() -> dict[str, list[FormField]]:
     }
 
 
-# blank is the GPU's own node (ClusterSpec._node_of_gpu): 8 sent as the spec's default was dropped, and a GB200 got 4
+# the cluster fields whose default is its GPU's node (ClusterSpec._node_of_gpu): blank is that default (8 sent as the
+# spec's default was dropped, and a GB200 got 4); a what-if to another GPU clears those the request did not state
 NODE = {name: {"default": "", "spec_default": None} for name in ("gpus_per_node", "cpu_memory_GiB")}
 
 

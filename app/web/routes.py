@@ -246,11 +246,21 @@ def what_if(
     record = store.get(plan_id) if PLAN_ID.fullmatch(plan_id) else None
     if record is None:
         return not_found(request, templates, f"No stored plan with id {plan_id!r} to change.", viewer, prefs)
-    changed = whatif.apply(record, values)
-    notices = whatif.host_notices(record, changed)
-    name = whatif.same_saved_cluster(record, changed)
+    again = whatif.replan(record, values)
     return _plan_and_show(
-        request, changed, None, None, store, work, cache, clusters, templates, viewer, prefs, notices, name
+        request,
+        again.values,
+        None,
+        None,
+        store,
+        work,
+        cache,
+        clusters,
+        templates,
+        viewer,
+        prefs,
+        again.notices,
+        again.cluster_name,
     )
 
 

@@ -95,18 +95,35 @@ def _gpu_control(values: Mapping[str, str]) -> FormField:
     return replace(f, options=options, help=help)
 
 
-def host_notices(record: PlanRecord, values: Mapping[str, str]) -> list[str]:
-    """What became of the stored host list when `apply` changed the node count (it was silent, QA 2026-12-07)."""
-    before = stored_values(record).get("cluster.hosts", "").split()
-    nodes = values.get("cluster.num_nodes", "")
-    if not before or values.get("cluster.hosts", "").split() == before or not nodes.isdigit():
-        return []
-    return [f"cluster.hosts: the plan named {hosts_kept(before, int(nodes))}"]
+@dataclass(frozen=True)
+class Replan:
+    """A what-if: the form values to plan, what the service says it changed besides, the saved cluster it is on."""
+
+    values: dict[str, str]
+    notices: list[str]
+    cluster_name: str | None
 
 
-def apply(record: PlanRecord, changes: Mapping[str, str]) -> dict[str, str]:
-    """The stored request's form values with `changes` (quick controls, a suggestion's fields) applied."""
+def replan(record: PlanRecord, changes: Mapping[str, str]) -> Replan:
+    """`apply` of `changes` to the stored plan, with its notices and saved cluster (the stored request read into form
+    values once: it is a full request round trip)."""
     before = stored_values(record)
+    values = apply(record, before, changes)
+    return Replan(values, _host_notices(before, values), _same_saved_cluster(record, before, values))
+
+
+def _host_notices(before: Mapping[str, str], values: Mapping[str, str]) -> list[str]:
+    """What became of the stored host list when `apply` changed the node count (it was silent, QA 2026-12-07)."""
+    hosts = before.get("cluster.hosts", "").split()
+    nodes = values.get("cluster.num_nodes", "")
+    if not hosts or values.get("cluster.hosts", "").split() == hosts or not nodes.isdigit():
+        return []
+    return [f"cluster.hosts: the plan named {hosts_kept(hosts, int(nodes))}"]
+
+
+def apply(record: PlanRecord, before: Mapping[str, str], changes: Mapping[str, str]) -> dict[str, str]:
+    """The stored request's form values (`before`, `stored_values`) with `changes` (quick controls, a suggestion's
+    fields) applied."""
     values = dict(before)
     if changes.get(CLEAR_PINS):
         values.update({f.name: "" for f in SECTIONS["pins"] + SECTIONS["pins_more"]})
@@ -120,7 +137,7 @@ def apply(record: PlanRecord, changes: Mapping[str, str]) -> dict[str, str]:
             values[name] = value
     if values.get("cluster.gpu") != before.get("cluster.gpu"):
         values.update({f.name: "" for f in SECTIONS["gpu_overrides"]})  # another GPU: its own catalogue numbers
-        for name in NODE_FIELDS:
+        for name in forms.NODE:
             if f"cluster.{name}" not in changes and not _node_stated(record, name):
                 # the old GPU's own node: the new GPU's own (H100 -> GB200 is a 4-GPU tray, not 8 GPUs a node)
                 values[f"cluster.{name}"] = ""
@@ -135,18 +152,14 @@ def apply(record: PlanRecord, changes: Mapping[str, str]) -> dict[str, str]:
     return values
 
 
-def same_saved_cluster(record: PlanRecord, values: Mapping[str, str]) -> str | None:
+def _same_saved_cluster(record: PlanRecord, before: Mapping[str, str], values: Mapping[str, str]) -> str | None:
     """The saved cluster a what-if is still made on: the stored plan's, unless the GPU changed (node counts and
     host lists are a saved cluster's usual overrides, as POST /plans takes them with `saved`). The stored request
     holds the description as it was, not the name, so re-plans fell out of the list's cluster filter."""
     if record.cluster_name is None:
         return None
-    before = stored_values(record)
     gpu_fields = ("cluster.gpu", *(f.name for f in SECTIONS["gpu_overrides"]))
     return record.cluster_name if all(values.get(n, "") == before.get(n, "") for n in gpu_fields) else None
-
-
-NODE_FIELDS = ("gpus_per_node", "cpu_memory_GiB")  # a cluster's defaults from its GPU's node (ClusterSpec._node_of_gpu)
 
 
 def _node_stated(record: PlanRecord, name: str) -> bool:
