@@ -14,6 +14,16 @@
   BestEffort pod, with no requests, is the first).
 - terminationGracePeriodSeconds: on deletion or preemption the pod gets SIGTERM, torchrun forwards it and
   Megatron's --exit-signal-handler saves before exiting; Kubernetes waits this long before SIGKILL.
+- NVLink across trays (GB200/GB300 NVL72): GPUs of different trays reach each other's memory over NVLink only
+  through an IMEX channel. NVIDIA's DRA driver for GPUs hands one to each pod that claims it from a ComputeDomain
+  (resource.nvidia.com/v1beta1; NVIDIA/k8s-dra-driver-gpu@2240711 deployments/helm/dra-driver-nvidia-gpu/crds/
+  resource.nvidia.com_computedomains.yaml, demo/specs/imex/nvbandwidth-test-job-2.yaml): the file creates one for
+  the job and every pod claims its channel. numNodes is the job's node count, as NVIDIA's multi-node demo sets
+  it: drivers without the IMEXDaemonsWithDNSNames gate (before 25.8, or with it off) hold the pods until that many
+  IMEX daemons joined; later ones only report readiness against it. A job of one NVLink segment also requires its
+  pods to share one clique (podAffinity on GPU Feature Discovery's `nvidia.com/gpu.clique` label): otherwise the
+  scheduler may spread them over racks, where the channel reaches nothing. A job of several segments cannot say in a
+  pod affinity which pods go together; a note names what can (topology-aware scheduling).
 """
 
 from __future__ import annotations
@@ -24,6 +34,8 @@ from app.render.facts import Facts
 from app.render.launch import k8s_elastic
 
 GiB = 2**30
+CLIQUE_LABEL = "nvidia.com/gpu.clique"  # GPU Feature Discovery: <cluster UUID>.<clique id>, one NVLink partition
+JOB_LABEL = "trainplan/job"
 CPUS_PER_GPU = 8
 HOST_MEMORY_PER_GPU_GIB = 32  # the rank's process, its data-loader workers and pinned buffers
 
@@ -32,6 +44,17 @@ HOST_MEMORY_PER_GPU_GIB = 32  # the rank's process, its data-loader workers and 
 class Replica:
     kind: str  # Master or Worker
     replicas: int
+
+
+@dataclass(frozen=True, slots=True)
+class Imex:
+    """The job's ComputeDomain and the IMEX channel claim every pod makes from it."""
+
+    domain: str  # the ComputeDomain's name
+    template: str  # the ResourceClaimTemplate the DRA driver creates for it, which the pods claim from
+    claim: str  # the pods' name for their claim (pod.spec.resourceClaims and the container's resources.claims)
+    num_nodes: int
+    one_clique: bool  # the whole job is one NVLink segment: its pods must share a clique
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +69,7 @@ class Pod:
     notes: tuple[str, ...]
     host_paths: tuple[tuple[str, str], ...] = ()  # (volume name, path on the node, mounted at the same path)
     claims: tuple[tuple[str, str, str], ...] = ()  # (volume name, PersistentVolumeClaim, mounted at)
+    imex: Imex | None = None
 
 
 def _memory_gib(f: Facts) -> int:
@@ -89,11 +113,26 @@ def pod(f: Facts) -> Pod:
             "pytorchjob.yaml: cluster.nics names InfiniBand HCAs but neither k8s_rdma_resource nor "
             "k8s_host_network is set: the pods would see no HCA and NCCL would fall back to TCP sockets"
         )
-    if f.nvlink_segment:
+    imex = _imex(f)
+    if imex:
         notes.append(
-            f"pytorchjob.yaml: the plan counts NVLink across trays ({f.nvlink_segment} trays a segment): the pods "
-            f"must land in one NVL72 rack's NVLink domain with an IMEX channel (NVIDIA's DRA driver ComputeDomain "
-            f"claim), which this file does not request; without it NCCL runs those groups over the network"
+            f"pytorchjob.yaml: creates ComputeDomain {imex.domain}, whose IMEX channel each pod claims so that its "
+            f"GPUs reach the other trays' over NVLink, as the plan counts; it needs NVIDIA's DRA driver for GPUs "
+            f"(ComputeDomains) and GPU Feature Discovery's {CLIQUE_LABEL} node labels"
+        )
+    if imex and not imex.one_clique:
+        notes.append(
+            f"pytorchjob.yaml: the plan counts NVLink within segments of {f.nvlink_segment} trays: each run of "
+            f"{f.nvlink_segment} consecutive node ranks must share one NVL72 rack's NVLink clique ({CLIQUE_LABEL}), "
+            f"which a pod affinity cannot say for {imex.num_nodes // (f.nvlink_segment or 1)} segments; schedule the "
+            f"job with topology-aware scheduling (Kueue: podset slices of {f.nvlink_segment} pods on {CLIQUE_LABEL}) "
+            f"or the groups that cross racks run over the network"
+            + (
+                "; and restarts make the job elastic, whose c10d rendezvous numbers the nodes as they join, not by pod"
+                " index: set max_restarts 0 for node ranks that follow the pods' placement"
+                if elastic
+                else ""
+            )
         )
     want, given = _memory_want(f), _memory_gib(f)
     if not o.k8s_memory_GiB_per_pod and want > 0.9 * f.cluster.cpu_memory_GiB:  # capped: less than it wants
@@ -123,6 +162,20 @@ def pod(f: Facts) -> Pod:
         notes=tuple(notes),
         host_paths=_nvme(f),
         claims=claims,
+        imex=imex,
+    )
+
+
+def _imex(f: Facts) -> Imex | None:
+    """The ComputeDomain where the plan counts NVLink across trays (`Facts.nvlink_segment`), else None."""
+    if not f.nvlink_segment:
+        return None
+    return Imex(
+        domain=f"{f.job_name}-imex",
+        template=f"{f.job_name}-imex-channel",
+        claim="imex-channel",
+        num_nodes=f.num_nodes,
+        one_clique=f.nvlink_segment >= f.num_nodes,
     )
 
 

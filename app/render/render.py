@@ -23,6 +23,7 @@ from app.render.deepspeed_config import ds_config
 from app.render.env import env_notes
 from app.render.facts import Facts, derive
 from app.render.flags import Section
+from app.render.k8s import CLIQUE_LABEL, JOB_LABEL
 from app.render.k8s import pod as k8s_pod
 from app.render.megatron_args import sections
 from app.render.options import RenderOptions
@@ -162,6 +163,8 @@ def _launch_files(f: Facts, worker_files: dict[str, str]) -> dict[str, str]:
             files_dir=launch.K8S_FILES_DIR,
             configmap=f"{f.job_name}-files",
             pod=pod,
+            job_label=JOB_LABEL,
+            clique_label=CLIQUE_LABEL,
         ),
     }
 

@@ -6,6 +6,12 @@ strictly: every key must be a field of its model (the API server's strict field 
 every value of the field's type, and every model is constructed, which checks its required fields.
 Webhook: the rules of training-operator v1.9.0 pkg/webhooks/pytorch/pytorchjob_webhook.go (validatePyTorchJob),
 and the CRD's documented enums (restartPolicy: Always, OnFailure, Never, ExitCode).
+ComputeDomain (GB200/GB300 jobs that count NVLink across trays): the openAPIV3Schema of NVIDIA's DRA driver CRD
+(NVIDIA/k8s-dra-driver-gpu@22407113 deployments/helm/dra-driver-nvidia-gpu/crds/
+resource.nvidia.com_computedomains.yaml), its spec part transcribed below, applied as the API server applies a
+structural schema (types, required fields, enums, minimums; unknown fields refused, as strict field validation does),
+and the pod-side rule of the API server (pkg/apis/core/validation: a container's resources.claims must name one of
+the pod's resourceClaims).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ PRIMITIVES: dict[str, tuple[type, ...]] = {
     "date": (str,),
 }
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 RESTART_POLICIES = ("Always", "OnFailure", "Never", "ExitCode")
 
 
@@ -98,14 +105,93 @@ def webhook_errors(job: dict[str, Any]) -> list[str]:
     return errs
 
 
+# ComputeDomainSpec of resource.nvidia.com/v1beta1 (the CRD's openAPIV3Schema, spec part, descriptions left out)
+COMPUTE_DOMAIN_SPEC: dict[str, Any] = {
+    "type": "object",
+    "required": ["channel"],
+    "properties": {
+        "numNodes": {"type": "integer", "minimum": 0},
+        "channel": {
+            "type": "object",
+            "required": ["resourceClaimTemplate"],
+            "properties": {
+                "allocationMode": {"type": "string", "enum": ["All", "Single"]},
+                "resourceClaimTemplate": {
+                    "type": "object",
+                    "required": ["name"],
+                    "properties": {"name": {"type": "string"}},
+                },
+            },
+        },
+    },
+}
+TYPES = {"object": dict, "string": str, "integer": int}
+
+
+def structural(data: Any, schema: dict[str, Any], path: str) -> list[str]:
+    """What the API server refuses of `data` under a structural schema (type, required, enum, minimum, unknown)."""
+    kind = schema["type"]
+    if not isinstance(data, TYPES[kind]) or (kind == "integer" and isinstance(data, bool)):
+        return [f"{path}: expected {kind}, got {data!r}"]
+    errs = []
+    if "enum" in schema and data not in schema["enum"]:
+        errs.append(f"{path}: {data!r} is not one of {schema['enum']}")
+    if "minimum" in schema and data < schema["minimum"]:
+        errs.append(f"{path}: {data} < {schema['minimum']}")
+    if kind == "object":
+        props = schema.get("properties", {})
+        errs += [f"{path}.{k}: required" for k in schema.get("required", []) if k not in data]
+        errs += [f"{path}.{k}: unknown field" for k in data if k not in props]
+        for k, v in data.items():
+            if k in props:
+                errs += structural(v, props[k], f"{path}.{k}")
+    return errs
+
+
+def compute_domain_errors(doc: dict[str, Any]) -> list[str]:
+    errs = [] if doc.get("apiVersion") == "resource.nvidia.com/v1beta1" else [f"apiVersion {doc.get('apiVersion')!r}"]
+    name = doc.get("metadata", {}).get("name", "")
+    if not DNS1123_SUBDOMAIN.fullmatch(name) or len(name) > 253:
+        errs.append(f"metadata.name {name!r} is not a DNS-1123 subdomain")
+    unknown = sorted(set(doc) - {"apiVersion", "kind", "metadata", "spec"})
+    return errs + [f"{k}: unknown field" for k in unknown] + structural(doc.get("spec"), COMPUTE_DOMAIN_SPEC, "spec")
+
+
+def claim_errors(job: dict[str, Any], domain: dict[str, Any] | None) -> list[str]:
+    """A container claims only what its pod lists; the pods claim from the domain's template, in its namespace."""
+    errs = []
+    for kind, rs in job["spec"]["pytorchReplicaSpecs"].items():
+        spec = rs["template"]["spec"]
+        listed = {c["name"]: c for c in spec.get("resourceClaims", [])}
+        for c in spec["containers"]:
+            errs += [
+                f"{kind}: container {c['name']} claims {claim['name']!r}, not one of the pod's resourceClaims"
+                for claim in c.get("resources", {}).get("claims", [])
+                if claim["name"] not in listed
+            ]
+        templates = {c.get("resourceClaimTemplateName") for c in listed.values()}
+        if domain is not None:
+            made = domain["spec"]["channel"]["resourceClaimTemplate"]["name"]
+            if made not in templates:
+                errs.append(f"{kind}: no pod claim from the ComputeDomain's template {made!r} ({sorted(templates)})")
+            if domain["metadata"].get("namespace") != job["metadata"].get("namespace"):
+                errs.append("the ComputeDomain and the job are in different namespaces")
+        elif listed:
+            errs.append(f"{kind}: resourceClaims {sorted(listed)} without a ComputeDomain")
+    return errs
+
+
 def validate_pytorchjob_yaml(text: str) -> list[dict[str, Any]]:
-    """The two documents, each validated; AssertionError with every problem found."""
+    """The documents (ConfigMap, a ComputeDomain where NVLink spans trays, PyTorchJob), each validated; AssertionError
+    with every problem found."""
     import yaml
 
     docs = list(yaml.safe_load_all(text))
-    assert [d["kind"] for d in docs] == ["ConfigMap", "PyTorchJob"], [d.get("kind") for d in docs]
+    kinds = [d["kind"] for d in docs]
+    assert kinds in (["ConfigMap", "PyTorchJob"], ["ConfigMap", "ComputeDomain", "PyTorchJob"]), kinds
     strict(docs[0], "V1ConfigMap", "ConfigMap")
-    strict(docs[1], "KubeflowOrgV1PyTorchJob", "PyTorchJob")
-    errs = webhook_errors(docs[1])
+    strict(docs[-1], "KubeflowOrgV1PyTorchJob", "PyTorchJob")
+    domain = docs[1] if len(docs) == 3 else None
+    errs = webhook_errors(docs[-1]) + (compute_domain_errors(domain) if domain else []) + claim_errors(docs[-1], domain)
     assert not errs, errs
     return docs

@@ -127,8 +127,8 @@ def _worker_argv(argv: list[str]) -> list[str]:
 
 def _pytorchjob(text: str, ob: Observed) -> list[str]:
     docs = list(yaml.safe_load_all(text))
-    assert [d["kind"] for d in docs] == ["ConfigMap", "PyTorchJob"]
-    job = docs[1]["spec"]
+    assert [d["kind"] for d in docs][:: len(docs) - 1] == ["ConfigMap", "PyTorchJob"]
+    job = docs[-1]["spec"]
     replicas = sum(spec["replicas"] for spec in job["pytorchReplicaSpecs"].values())
     first = next(iter(job["pytorchReplicaSpecs"].values()))
     container = first["template"]["spec"]["containers"][0]

@@ -22,7 +22,7 @@ MDS_FLAGS = known_flags("megatron_deepspeed_flags.txt")
 
 def world_and_env(arts: Artifacts) -> tuple[int, dict[str, str]]:
     """From the PyTorchJob, not from the plan: replicas x nprocPerNode, and the container's environment."""
-    job = list(yaml.safe_load_all(arts.files["pytorchjob.yaml"]))[1]["spec"]
+    job = list(yaml.safe_load_all(arts.files["pytorchjob.yaml"]))[-1]["spec"]
     replicas = sum(r["replicas"] for r in job["pytorchReplicaSpecs"].values())
     container = next(iter(job["pytorchReplicaSpecs"].values()))["template"]["spec"]["containers"][0]
     return replicas * int(job["nprocPerNode"]), {e["name"]: e["value"] for e in container.get("env", [])}

@@ -376,7 +376,8 @@ def test_a_gb200_cluster_renders_its_four_gpu_trays() -> None:
     assert "#SBATCH --gpus-per-node=4" in arts.files["sbatch.sh"] and "NPROC_PER_NODE=4" in arts.files["torchrun.sh"]
     assert 'nprocPerNode: "4"' in arts.files["pytorchjob.yaml"]
     # the NVLink domain the plan counts only holds with the trays of a segment in one rack (Slurm block topology),
-    # as NVIDIA's benchmarks ask for it; the PyTorchJob cannot ask, and says so
+    # as NVIDIA's benchmarks ask for it; the PyTorchJob claims an IMEX channel (test_pytorchjob.py) and says what
+    # it needs installed
     assert "#SBATCH --segment=16" in arts.files["sbatch.sh"]
     assert any("IMEX channel" in n for n in arts.notes), arts.notes
     h100 = {**req, "cluster": {"num_nodes": 2, "gpu": "H100-SXM"}}

@@ -8,7 +8,7 @@ import copy
 
 import pytest
 import yaml
-from k8s_check import strict, validate_pytorchjob_yaml, webhook_errors
+from k8s_check import claim_errors, compute_domain_errors, strict, validate_pytorchjob_yaml, webhook_errors
 from pydantic import ValidationError
 from render_cases import fixed_result
 
@@ -24,7 +24,7 @@ def job(
     par = {"tp": 2, "dp": 8} if framework == "megatron" else {"dp": 16, "zero_stage": 1}
     arts = render(fixed_result(req, par), 1, RenderOptions(**(options or {})))
     docs = validate_pytorchjob_yaml(arts.files["pytorchjob.yaml"])
-    return docs[1], arts.notes
+    return docs[-1], arts.notes
 
 
 def pod(doc: dict, kind: str | None = None) -> dict:
@@ -123,7 +123,7 @@ def test_nvme_offload_mounts_the_nodes_nvme_into_the_pod() -> None:
     req = {"model": "llama-2-70b", "cluster": cluster, "training": {"global_batch_size": 64, "framework": "deepspeed"}}
     par = {"dp": 16, "zero_stage": 3, "offload_optimizer": "nvme", "offload_param": "nvme"}
     arts = render(fixed_result(req, par), 1, RenderOptions())
-    spec = pod(validate_pytorchjob_yaml(arts.files["pytorchjob.yaml"])[1])
+    spec = pod(validate_pytorchjob_yaml(arts.files["pytorchjob.yaml"])[-1])
     (volume,) = [v for v in spec["volumes"] if "hostPath" in v]
     assert volume["hostPath"] == {"path": "/local_nvme", "type": "Directory"}
     mounts = {m["name"]: m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
@@ -173,3 +173,103 @@ def test_configmap_text_that_a_block_scalar_cannot_carry_is_json_escaped() -> No
     assert yaml_block_safe("a\n# b\n") and not yaml_block_safe("a \n") and not yaml_block_safe("a\tb\n")
     text = yaml.safe_dump({"x": "a\tb\n"})  # the fallback is a JSON string, which YAML reads back exactly
     assert yaml.safe_load(text) == {"x": "a\tb\n"}
+
+
+def gb200_docs(trays: int, options: dict | None = None) -> tuple[list[dict], list[str]]:
+    """The documents of a TP2 plan on `trays` GB200 trays (4 GPUs each), validated."""
+    req = {
+        "model": "llama-2-7b",
+        "cluster": {"num_nodes": trays, "gpu": "GB200"},
+        "training": {"global_batch_size": 16 * trays},
+    }
+    arts = render(fixed_result(req, {"tp": 2, "dp": 2 * trays}), 1, RenderOptions(**(options or {})))
+    return validate_pytorchjob_yaml(arts.files["pytorchjob.yaml"]), arts.notes
+
+
+def test_a_gb200_job_of_one_nvlink_segment_claims_an_imex_channel_in_one_clique() -> None:
+    """The plan counts NVLink across 16 trays; without an IMEX channel in each pod, and the pods in one NVL72 clique,
+    NCCL runs those groups over the network (the file said so in a note and asked for neither)."""
+    docs, notes = gb200_docs(16, {"k8s_namespace": "team-a"})
+    assert [d["kind"] for d in docs] == ["ConfigMap", "ComputeDomain", "PyTorchJob"]
+    domain, job_doc = docs[1], docs[2]
+    assert domain["metadata"] == {"name": "llama-2-7b-imex", "namespace": "team-a"}
+    assert domain["spec"] == {"numNodes": 16, "channel": {"resourceClaimTemplate": {"name": "llama-2-7b-imex-channel"}}}
+    for kind in ("Master", "Worker"):
+        spec = pod(job_doc, kind)
+        assert spec["resourceClaims"] == [
+            {"name": "imex-channel", "resourceClaimTemplateName": "llama-2-7b-imex-channel"}
+        ]
+        assert spec["containers"][0]["resources"]["claims"] == [{"name": "imex-channel"}]
+        labels = job_doc["spec"]["pytorchReplicaSpecs"][kind]["template"]["metadata"]["labels"]
+        (term,) = spec["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert term["topologyKey"] == "nvidia.com/gpu.clique"
+        assert term["labelSelector"]["matchLabels"].items() <= labels.items()  # it selects the job's own pods
+    assert any("ComputeDomain llama-2-7b-imex" in n and "DRA driver" in n for n in notes), notes
+    assert not any("podset slices" in n for n in notes)
+
+
+def test_a_job_of_several_nvlink_segments_claims_the_channel_and_names_how_to_place_its_pods() -> None:
+    """36 trays are two racks: a pod affinity cannot say which 18 pods share one, so there is none (a required one
+    for all pods would never schedule) and a note names topology-aware scheduling; with restarts the c10d
+    rendezvous numbers nodes as they join, which the note says too."""
+    docs, notes = gb200_docs(36)
+    domain, job_doc = docs[1], docs[2]
+    assert domain["spec"]["numNodes"] == 36
+    spec = pod(job_doc)
+    assert (
+        "affinity" not in spec and spec["resourceClaims"][0]["resourceClaimTemplateName"] == "llama-2-7b-imex-channel"
+    )
+    (placing,) = [n for n in notes if "podset slices" in n]
+    assert "segments of 18 trays" in placing and "2 segments" in placing and "elastic" not in placing
+    _, elastic_notes = gb200_docs(36, {"max_restarts": 2})
+    assert any("podset slices" in n and "rendezvous" in n for n in elastic_notes), elastic_notes
+
+
+def test_a_job_without_nvlink_across_nodes_claims_nothing() -> None:
+    docs = validate_pytorchjob_yaml(
+        render(
+            fixed_result(
+                {"model": "llama-2-7b", "cluster": IB, "training": {"global_batch_size": 64}}, {"tp": 2, "dp": 8}
+            ),
+            1,
+            RenderOptions(),
+        ).files["pytorchjob.yaml"]
+    )
+    assert [d["kind"] for d in docs] == ["ConfigMap", "PyTorchJob"]
+    assert (
+        "resourceClaims" not in pod(docs[1])
+        and "metadata" not in docs[1]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]
+    )
+    one_tray, _ = gb200_docs(1)  # NVLink within the one tray: no IMEX
+    assert [d["kind"] for d in one_tray] == ["ConfigMap", "PyTorchJob"]
+
+
+def test_the_compute_domain_and_claim_checks_can_fail() -> None:
+    docs, _ = gb200_docs(16)
+    domain, job_doc = docs[1], docs[2]
+    bad = copy.deepcopy(domain)
+    bad["spec"]["channel"]["allocationMode"] = "Some"
+    bad["spec"]["numNodes"] = -1
+    del bad["spec"]["channel"]["resourceClaimTemplate"]["name"]
+    bad["spec"]["nodes"] = 3
+    assert sorted(compute_domain_errors(bad)) == [
+        "spec.channel.allocationMode: 'Some' is not one of ['All', 'Single']",
+        "spec.channel.resourceClaimTemplate.name: required",
+        "spec.nodes: unknown field",
+        "spec.numNodes: -1 < 0",
+    ]
+    assert compute_domain_errors(domain) == [] and claim_errors(job_doc, domain) == []
+    bad_job = copy.deepcopy(job_doc)
+    pod(bad_job, "Worker")["containers"][0]["resources"]["claims"] = [{"name": "imex"}]  # one pod template (*pod)
+    assert claim_errors(bad_job, domain) == [
+        f"{kind}: container pytorch claims 'imex', not one of the pod's resourceClaims" for kind in ("Master", "Worker")
+    ]
+    other = copy.deepcopy(domain)
+    other["spec"]["channel"]["resourceClaimTemplate"]["name"] = "elsewhere"
+    assert claim_errors(job_doc, other)[0].startswith(
+        "Master: no pod claim from the ComputeDomain's template 'elsewhere'"
+    )
+    assert claim_errors(job_doc, None) == [
+        "Master: resourceClaims ['imex-channel'] without a ComputeDomain",
+        "Worker: resourceClaims ['imex-channel'] without a ComputeDomain",
+    ]
