@@ -136,11 +136,9 @@ def apply(record: PlanRecord, before: Mapping[str, str], changes: Mapping[str, s
         elif name in _FIELDS:
             values[name] = value
     if values.get("cluster.gpu") != before.get("cluster.gpu"):
-        values.update({f.name: "" for f in SECTIONS["gpu_overrides"]})  # another GPU: its own catalogue numbers
-        for name in forms.NODE:
-            if f"cluster.{name}" not in changes and not _node_stated(record, name):
-                # the old GPU's own node: the new GPU's own (H100 -> GB200 is a 4-GPU tray, not 8 GPUs a node)
-                values[f"cluster.{name}"] = ""
+        # another GPU: its own catalogue numbers; a node the request left to its GPU is blank in `before`
+        # (forms.from_request), so it becomes the new GPU's (H100 -> GB200 is a 4-GPU tray, not 8 GPUs a node)
+        values.update({f.name: "" for f in SECTIONS["gpu_overrides"]})
     hosts = values.get("cluster.hosts", "").split()
     nodes = values.get("cluster.num_nodes", "")
     if hosts and nodes.isdigit() and len(hosts) != int(nodes):
@@ -160,13 +158,6 @@ def _same_saved_cluster(record: PlanRecord, before: Mapping[str, str], values: M
         return None
     gpu_fields = ("cluster.gpu", *(f.name for f in SECTIONS["gpu_overrides"]))
     return record.cluster_name if all(values.get(n, "") == before.get(n, "") for n in gpu_fields) else None
-
-
-def _node_stated(record: PlanRecord, name: str) -> bool:
-    """Whether the stored request states this node field (else it was its GPU's node's). The form's values cannot
-    tell: they hold the resolved value, and a custom GPU's own node looked like the user's choice."""
-    cluster = record.request.get("cluster")
-    return isinstance(cluster, dict) and cluster.get(name) is not None
 
 
 # The planner's suggestions are sentences (app/planner/suggest.py); the changes they name are read back here. The

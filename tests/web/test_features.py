@@ -217,6 +217,24 @@ def test_what_if_another_gpu_takes_its_own_node_size(web: Any) -> None:
     )
 
 
+def test_a_second_what_if_to_another_gpu_still_takes_its_own_node(web: Any) -> None:
+    """A node count what-if wrote the resolved node (8 GPUs, 1,024 GiB) into the re-planned request, so a GPU what-if
+    after it kept 8 GPUs a node on a GB200 tray; and a GB200 plan's 4 stayed on H100 (QA 2026-12-07)."""
+
+    def whatif(plan_id: str, **change: str) -> dict[str, Any]:
+        data = {"whatif.from": plan_id, **{k.replace("__", "."): v for k, v in change.items()}}
+        r = web.post("/whatif", data=data, follow_redirects=False)
+        assert r.status_code == 303, r.text
+        return web.get("/plans/" + r.headers["location"].rsplit("/", 1)[1]).json()
+
+    for gpu, other, node in (("H100-SXM", "GB200", (4, 894)), ("GB200", "H100-SXM", (8, 1024))):
+        created = stored(web, {**SMALL, "cluster": {"num_nodes": 2, "gpu": gpu}})
+        more = whatif(created["id"], cluster__num_nodes="4")
+        assert "gpus_per_node" not in more["request"]["cluster"], more["request"]["cluster"]
+        moved = whatif(more["id"], cluster__gpu=other)["result"]["cluster"]
+        assert (moved["gpu"]["name"], moved["gpus_per_node"], moved["cpu_memory_GiB"]) == (other, *node)
+
+
 def test_what_if_keeps_the_saved_cluster_unless_the_gpu_changes(web: Any) -> None:
     """A what-if of a plan made on a saved cluster (another batch, another node count) is still made on it, for the
     list's cluster filter; on another GPU it is not. The stored request holds the description, not the name, so
