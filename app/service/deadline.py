@@ -175,9 +175,13 @@ def _request(body: DeadlineBody, model: ModelSpec, option: GPUOption, nodes: int
     training = body.training.model_copy(
         update={"objective": "throughput", "pinned": pinned, "max_plans": 1, "search_time_limit_s": limit_s}
     )
-    node = {} if body.gpus_per_node is None else {"gpus_per_node": body.gpus_per_node}  # else the GPU's own
-    cluster = ClusterSpec(num_nodes=nodes, gpu=option.gpu, **node)
+    cluster = ClusterSpec(num_nodes=nodes, gpu=option.gpu, **_node(body))
     return PlanRequest(model=model, cluster=cluster, training=training)
+
+
+def _node(body: DeadlineBody) -> dict[str, int]:
+    """The node size the caller gave, else nothing: each GPU's own (a GB200 tray holds 4)."""
+    return {} if body.gpus_per_node is None else {"gpus_per_node": body.gpus_per_node}
 
 
 def _option(
@@ -196,7 +200,8 @@ def _option(
     training["objective"] = "throughput"
     request = {
         "model": sent_model,
-        "cluster": {"num_nodes": nodes, "gpus_per_node": result.cluster.gpus_per_node, "gpu": option.gpu},
+        # the node size only where the caller gave one: else the GPU's own, which a what-if to another GPU follows
+        "cluster": {"num_nodes": nodes, "gpu": option.gpu, **_node(body)},
         "training": training,
     }
     return DeadlineOption(

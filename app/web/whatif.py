@@ -21,6 +21,7 @@ from app.web.pages import SECTIONS
 
 SEQ = "whatif.seq_length"  # the model's sequence length, whichever way the model was given
 CLEAR_PINS = "whatif.clear_pins"
+NODES_PIN = "training.pinned.num_nodes"
 CONTROL_NAMES = (
     "cluster.num_nodes",
     "cluster.gpu",
@@ -141,6 +142,14 @@ def apply(record: PlanRecord, before: Mapping[str, str], changes: Mapping[str, s
         values.update({f.name: "" for f in SECTIONS["gpu_overrides"]})
     hosts = values.get("cluster.hosts", "").split()
     nodes = values.get("cluster.num_nodes", "")
+    pin, old_nodes = values.get(NODES_PIN, "").strip(), before.get("cluster.num_nodes", "")
+    if NODES_PIN not in changes and pin.isdigit() and nodes.isdigit() and nodes != old_nodes:
+        # a pin on every node of the cluster (as "Plan this" of a deadline option makes) follows the node count; one
+        # the new count cannot hold is dropped (the Nodes control did nothing, or was refused: "8 > num_nodes(4)")
+        if pin == old_nodes:
+            values[NODES_PIN] = nodes
+        elif int(pin) > int(nodes):
+            values[NODES_PIN] = ""
     if hosts and nodes.isdigit() and len(hosts) != int(nodes):
         # a host list names one host per node: on fewer nodes the first of them (the head node first); on more,
         # the added nodes have no names, so none are given (it was refused: "lists 1 hosts but num_nodes is 2")

@@ -109,11 +109,16 @@ def test_bad_deadline_requests_name_the_field(sqlite_client: Any) -> None:
 
 def test_each_gpu_type_plans_on_its_own_node_size(sqlite_client: Any) -> None:
     """Without `gpus_per_node` an H100 option is 8 GPUs a node and a GB200 one a 4-GPU tray (all were 8); the
-    option's request states the size it was planned on."""
+    option's request leaves the size to the GPU, as the caller did (stating it kept 8 GPUs a node through a what-if
+    to GB200, QA 2026-12-07), and planning it gives the option's GPUs."""
     body = {**BODY, "gpus": [{"gpu": "H100-SXM", "price_per_gpu_hour": 2.5}, {"gpu": "GB200", "price_per_gpu_hour": 6}]}
     d = sqlite_client.post("/deadline", json={**body, "nodes_max": 4, "node_counts": 2}).json()
-    sizes = {(o["gpu"], o["request"]["cluster"]["gpus_per_node"]) for o in d["options"]}
+    sizes = {(o["gpu"], o["num_gpus"] // o["num_nodes"]) for o in d["options"]}
     assert sizes == {("H100-SXM", 8), ("GB200", 4)}, d
+    assert not any("gpus_per_node" in o["request"]["cluster"] for o in d["options"])
+    option = d["options"][0]
+    planned = sqlite_client.post("/plans", json=option["request"]).json()
+    assert planned["result"]["cluster"]["gpus_per_node"] * option["num_nodes"] == option["num_gpus"]
     assert any("each GPU type's own GPUs per node" in n for n in d["notes"])
     said = sqlite_client.post("/deadline", json={**body, "nodes_max": 4, "node_counts": 2, "gpus_per_node": 2}).json()
     assert {o["request"]["cluster"]["gpus_per_node"] for o in said["options"]} == {2}

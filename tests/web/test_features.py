@@ -235,6 +235,33 @@ def test_a_second_what_if_to_another_gpu_still_takes_its_own_node(web: Any) -> N
         assert (moved["gpu"]["name"], moved["gpus_per_node"], moved["cpu_memory_GiB"]) == (other, *node)
 
 
+def test_the_nodes_what_if_moves_a_pin_on_every_node(web: Any) -> None:
+    """"Plan this" of a deadline option pins num_nodes to the option's nodes; the Nodes control then re-planned the
+    same nodes under the old pin ("this plan uses 32 GPUs on 8 nodes" on 16), or was refused on fewer ("8 >
+    cluster.num_nodes(4)"). A pin on every node follows the count; one the new count cannot hold goes; one below
+    the count stays (QA 2026-12-07)."""
+
+    def whatif(plan_id: str, nodes: str) -> dict[str, Any]:
+        r = web.post("/whatif", data={"whatif.from": plan_id, "cluster.num_nodes": nodes}, follow_redirects=False)
+        assert r.status_code == 303, r.text
+        return web.get("/plans/" + r.headers["location"].rsplit("/", 1)[1]).json()
+
+    def pinned(body: dict[str, Any]) -> Any:
+        return body["request"]["training"].get("pinned", {}).get("num_nodes")
+
+    every = stored(web, {**SMALL, "training": {**SMALL["training"], "pinned": {"num_nodes": 2}}})
+    assert every["request"]["cluster"]["num_nodes"] == 2
+    more = whatif(every["id"], "4")
+    assert pinned(more) == 4 and more["result"]["plans"][0]["layout"]["world_size"] == 4 * 8
+    assert pinned(whatif(more["id"], "1")) == 1
+    below = stored(web, {**SMALL, "training": {**SMALL["training"], "pinned": {"num_nodes": 1}}})
+    assert pinned(whatif(below["id"], "4")) == 1  # the user's own pin below the count
+    three = {**SMALL["cluster"], "num_nodes": 3, "hosts": []}
+    held = stored(web, {**SMALL, "cluster": three, "training": {**SMALL["training"], "pinned": {"num_nodes": 2}}})
+    dropped = whatif(held["id"], "1")
+    assert pinned(dropped) is None and dropped["result"]["plans"], dropped["request"]
+
+
 def test_what_if_keeps_the_saved_cluster_unless_the_gpu_changes(web: Any) -> None:
     """A what-if of a plan made on a saved cluster (another batch, another node count) is still made on it, for the
     list's cluster filter; on another GPU it is not. The stored request holds the description, not the name, so
