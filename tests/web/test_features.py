@@ -236,7 +236,7 @@ def test_a_second_what_if_to_another_gpu_still_takes_its_own_node(web: Any) -> N
 
 
 def test_the_nodes_what_if_moves_a_pin_on_every_node(web: Any) -> None:
-    """"Plan this" of a deadline option pins num_nodes to the option's nodes; the Nodes control then re-planned the
+    """ "Plan this" of a deadline option pins num_nodes to the option's nodes; the Nodes control then re-planned the
     same nodes under the old pin ("this plan uses 32 GPUs on 8 nodes" on 16), or was refused on fewer ("8 >
     cluster.num_nodes(4)"). A pin on every node follows the count; one the new count cannot hold goes; one below
     the count stays (QA 2026-12-07)."""
