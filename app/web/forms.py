@@ -435,7 +435,8 @@ def from_request(sections: dict[str, list[FormField]], raw: Mapping[str, Any], r
         values.update(values_of(sections["model_dims"] + sections["model_dims_more"], resolved.model, "model."))
     values["cluster_mode"] = "custom"
     values.update(values_of(sections["cluster_common"] + sections["cluster_custom"][1:], resolved.cluster, "cluster."))
-    stated = raw.get("cluster") if isinstance(raw.get("cluster"), Mapping) else {}
+    cluster = raw.get("cluster")
+    stated: Mapping[str, Any] = cluster if isinstance(cluster, Mapping) else {}
     for name in NODE:  # blank: the GPU's own node, as the request left it (a what-if to another GPU then takes that
         # GPU's; the resolved 8 of an H100 was written into the re-planned request and kept on a GB200 tray next)
         if stated.get(name) is None:
