@@ -20,12 +20,13 @@ from app.planner.specs import ClusterSpec, ModelSpec, ParallelPins, PlanRequest,
 from app.render import RenderOptions
 from app.service.errors import Refused
 from app.service.jsonbody import BodyError, parse_json
-from app.service.requests import parse_plan_request
+from app.service.requests import hosts_for_nodes, parse_plan_request
 from app.web.fields import BadValue, FormField, number_text, spec_field, spec_fields, to_value, values_of
 from app.web.presets import cluster_presets
 
 MODES = {"model_mode": ("preset", "dims", "hf"), "cluster_mode": ("preset", "custom", "saved")}
 SAVED = "cluster.saved"  # the saved cluster's name (its choices come from the store, not from a spec)
+SAVED_NODES = "saved.num_nodes"  # how many of its nodes (blank: all), as POST /plans takes `saved` + num_nodes
 # Which fields show first in each section; the rest sit under "more". Order and presence come from the specs.
 MODEL_MAIN = (
     "name",
@@ -207,6 +208,15 @@ def _cluster_sections() -> dict[str, list[FormField]]:
             )
         ],
         "cluster_custom": [gpu, *spec_fields(ClusterSpec, "cluster", skip=("num_nodes", "gpu"), overrides=NODE)],
+        "cluster_saved": [
+            dataclasses.replace(
+                spec_field(ClusterSpec, "num_nodes", "cluster", default=""),
+                name=SAVED_NODES,
+                label="Nodes to use",
+                help="Blank: all of the saved cluster's nodes. Fewer keep the first of its hosts.",
+                spec_default=None,
+            )
+        ],
         "gpu_overrides": overrides,
     }
 
@@ -324,8 +334,15 @@ def _gpu(sections: dict[str, list[FormField]], form: Mapping[str, str], errors: 
 
 
 def _cluster(sections: dict[str, list[FormField]], form: Mapping[str, str], errors: list[FieldError]) -> dict[str, Any]:
-    if form.get("cluster_mode", "preset") == "saved":  # the saved description, its node count included
-        return {"saved": form.get(SAVED, "").strip()}
+    if form.get("cluster_mode", "preset") == "saved":  # the saved description, with the node count typed for it
+        saved: dict[str, Any] = {"saved": form.get(SAVED, "").strip()}
+        nodes = sections["cluster_saved"][0]
+        if raw := form.get(nodes.name, "").strip():  # (the common node count above was ignored here, unsaid)
+            try:
+                saved["num_nodes"] = to_value(nodes, raw)
+            except BadValue as exc:
+                errors.append(FieldError(exc.where or nodes.name, str(exc)))
+        return saved
     cluster: dict[str, Any] = {}
     _section_values(sections["cluster_common"], form, cluster, "cluster.", errors)
     if form.get("cluster_mode", "preset") == "custom":
@@ -392,8 +409,29 @@ def error_field(error: FieldError, form: Mapping[str, str]) -> str:
     if name.startswith("cluster.") and form.get("cluster_mode", "preset") == "preset":
         return name if name == "cluster.num_nodes" else "cluster_preset"
     if (name == "cluster" or name.startswith("cluster.")) and form.get("cluster_mode") == "saved":
-        return SAVED
+        return SAVED_NODES if name in ("cluster.num_nodes", SAVED_NODES) else SAVED
     return name
+
+
+def saved_mode(raw: Mapping[str, Any], saved_spec: Mapping[str, Any] | None, name: str) -> dict[str, str]:
+    """The form values that make a stored plan's cluster again from the saved cluster it was made on (`name`, whose
+    description is now `saved_spec`), when it is that description with no other change than a node count (and the
+    host list the service cut to it); else nothing: the form keeps the description itself. "Edit and re-plan" of
+    such a plan opened as a described cluster and the re-plan left the saved cluster's filter (QA 2026-12-07)."""
+    stored = raw.get("cluster")
+    if saved_spec is None or not isinstance(stored, Mapping):
+        return {}
+    expected = dict(saved_spec)
+    nodes = stored.get("num_nodes")
+    if nodes != saved_spec.get("num_nodes") and isinstance(nodes, int) and nodes > 0:
+        expected["num_nodes"] = nodes
+        hosts = saved_spec.get("hosts") or []
+        if hosts and nodes != len(hosts):
+            expected["hosts"] = hosts_for_nodes(list(hosts), nodes)
+    if dict(stored) != expected:
+        return {}
+    count = str(nodes) if nodes != saved_spec.get("num_nodes") else ""
+    return {"cluster_mode": "saved", SAVED: name, SAVED_NODES: count}
 
 
 # -- resolved request -> form ------------------------------------------------------------------------------------

@@ -91,6 +91,9 @@ def form_page(
         if record is None:
             return not_found(request, templates, f"No stored plan with id {from_id}.", viewer, prefs)
         values = whatif.stored_values(record)
+        if record.cluster_name:  # made on a saved cluster: the form on it again, where that says the same
+            saved = request.app.state.clusters.get(record.cluster_name)
+            values.update(forms.saved_mode(record.request, saved.spec if saved else None, record.cluster_name))
     else:
         values.update({k: v for k, v in request.query_params.items() if k in FORM_NAMES})
     # the units and theme switches come back to this form, filled as it is (they went back to an empty one)

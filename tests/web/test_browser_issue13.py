@@ -61,6 +61,9 @@ def test_a_saved_cluster_from_the_form(page: Any, server: str, tmp_path: Path) -
     page.goto(f"{server}/")
     page.check('input[name="cluster_mode"][value="saved"]', force=True)  # CSS alone swaps the panels
     assert page.locator("#in-cluster\\.saved").is_visible()
+    # its own node count, not the common one (that was shown, editable and ignored, QA 2026-12-07)
+    assert page.locator("#in-saved\\.num_nodes").is_visible()
+    assert not page.locator("#in-cluster\\.num_nodes").is_visible()
     page.select_option("#in-cluster\\.saved", "bench-4")
     page.select_option('[name="preset.name"]', "tiny-gpt")
     page.fill('[name="training.global_batch_size"]', "8")

@@ -229,6 +229,35 @@ def test_a_saved_cluster_deleted_meanwhile_stays_chosen(web: Any) -> None:
     assert '<option value="pod-b" selected>' not in r.text and '<option value="pod-b">' in r.text
 
 
+def test_a_saved_cluster_plans_on_the_nodes_typed_for_it(web: Any) -> None:
+    """Saved-cluster mode planned on all of the cluster's nodes whatever "Number of nodes" said (the API takes a
+    count with `saved`); its own field now gives one, and a bad one is named there (QA 2026-12-07)."""
+    pod = {"name": "pod-n", "cluster": {"num_nodes": 4, "gpu": "H100-SXM", "hosts": ["a", "b", "c", "d"]}}
+    assert web.post("/clusters", json=pod).status_code == 201
+    values = {**PLAN_FORM, "cluster_mode": "saved", "cluster.saved": "pod-n", "saved.num_nodes": "2"}
+    r = web.post("/", data=form(**{k.replace(".", "__"): v for k, v in values.items()}), follow_redirects=False)
+    assert r.status_code == 303, r.text
+    made = web.get("/plans/" + r.headers["location"].rsplit("/", 1)[1]).json()
+    assert made["request"]["cluster"]["num_nodes"] == 2 and made["request"]["cluster"]["hosts"] == ["a", "b"]
+    assert made["cluster_name"] == "pod-n"
+    everything = {**values, "saved.num_nodes": ""}
+    r = web.post("/", data=form(**{k.replace(".", "__"): v for k, v in everything.items()}), follow_redirects=False)
+    assert web.get("/plans/" + r.headers["location"].rsplit("/", 1)[1]).json()["request"]["cluster"]["num_nodes"] == 4
+    bad = {**values, "saved.num_nodes": "0"}
+    r = web.post("/", data=form(**{k.replace(".", "__"): v for k, v in bad.items()}), follow_redirects=False)
+    assert r.status_code == 422
+    text, inputs = element(r.text, "field-saved.num_nodes")
+    assert "(got 0)" in text and inputs[0][1]["value"] == "0"
+    # "Edit and re-plan" opens it on the saved cluster again, with its count; once the cluster changes, as described
+    page = web.get(f"/?from={made['id']}").text
+    assert 'value="saved" checked' in page and '<option value="pod-n" selected>' in page
+    assert element(page, "field-saved.num_nodes")[1][0][1]["value"] == "2"
+    changed = {"cluster": {**pod["cluster"], "nics": ["mlx5_0"]}, "version": 1}
+    assert web.put("/clusters/pod-n", json=changed).status_code == 200
+    page = web.get(f"/?from={made['id']}").text
+    assert 'value="custom" checked' in page
+
+
 def test_the_pages_curl_example_works_as_shown(web: Any) -> None:
     """The form's "From a script" snippet had no Authorization header, so it answered 401 as written."""
     import html
