@@ -82,14 +82,16 @@ class LayerActivations:
 
 
 def moe_imbalance(model: ModelSpec, par: ParallelConfig, training: TrainingSpec) -> float:
-    """Routed tokens on the busiest rank over the mean: the capacity factor when tokens are capped (and padded
-    to capacity), else the training's load-imbalance margin for dropless routing across an EP group; with every
-    expert on each GPU (EP 1, dropless) each GPU processes exactly its own tokens' pairs: 1."""
+    """Routed tokens on the busiest rank over the mean. Dropless routing: the training's load-imbalance margin across
+    an EP group; with every expert on each GPU (EP 1) each GPU processes exactly its own tokens' pairs, 1. A capacity
+    factor caps each expert at that many times its mean share and drops the rest; the experts' inputs are not padded
+    up to it (megatron-core's default: --moe-pad-expert-input-to-capacity off, which the renderer never sets), so it
+    caps the busiest rank's load and never raises it (a factor of 4 was costed as 4x the routed tokens, QA
+    2026-12-07)."""
     if not model.is_moe:
         return 1.0
-    if model.moe_capacity_factor:
-        return model.moe_capacity_factor
-    return training.moe_load_imbalance if par.ep > 1 else 1.0
+    dropless = training.moe_load_imbalance if par.ep > 1 else 1.0
+    return min(dropless, model.moe_capacity_factor) if model.moe_capacity_factor else dropless
 
 
 def routed_tokens(model: ModelSpec, par: ParallelConfig, training: TrainingSpec) -> float:

@@ -14,7 +14,7 @@ from app.planner.errors import InputError
 from app.planner.estimate import evaluate, step_lower_bound, time_estimate
 from app.planner.explain import cluster_notes, model_notes, why
 from app.planner.goodput import checkpoint_plan
-from app.planner.layout import make_layout
+from app.planner.layout import make_layout, stage_layer_kinds
 from app.planner.results import Estimate, Plan, PlanResult, RejectedGroup, SearchStats, TimeEstimate
 from app.planner.rules.shape import layout_violation, uneven_split_violation
 from app.planner.rules.stack import fp8_supported, recompute_modules_problem
@@ -48,6 +48,18 @@ def _check_fixed_layout(model: ModelSpec, cluster: ClusterSpec, training: Traini
         # the stages would hold other than the model's layers: its numbers were a 500 or an MFU of 252 % (QA)
         field = "first_stage_layers" if par.first_stage_layers is not None else "last_stage_layers"
         raise InputError(f"parallel.{field}", bad.message)
+    accounted = par.account_for_embedding_in_pipeline_split or par.account_for_loss_in_pipeline_split
+    placed = sum(dense + moe for dense, moe in stage_layer_kinds(model, training, par))
+    if accounted and par.pp > 1 and par.pipeline_layout is None and placed != model.num_layers:
+        # the even split of layers and accounted units left layers out: its numbers were another model's (QA)
+        field = "account_for_" + ("embedding" if par.account_for_embedding_in_pipeline_split else "loss")
+        units = model.num_layers + par.account_for_embedding_in_pipeline_split + par.account_for_loss_in_pipeline_split
+        raise InputError(
+            f"parallel.{field}_in_pipeline_split",
+            f"num_layers({model.num_layers}) + the accounted embedding/loss = {units} units do not split evenly over "
+            f"pp({par.pp}) x vpp({par.vpp}) chunks: the stages would hold {placed} of the {model.num_layers} layers "
+            "(Megatron refuses it; give first_stage_layers/last_stage_layers or a pipeline_layout instead)",
+        )
 
 
 def _check_pins(cluster: ClusterSpec, training: TrainingSpec) -> None:
@@ -241,6 +253,15 @@ def _check_pinned_features(model: ModelSpec, training: TrainingSpec) -> None:
         )
     if p.cp_comm_type is not None and p.cp == 1:
         raise InputError("training.pinned.cp_comm_type", f"{p.cp_comm_type} needs context parallelism; pinned cp is 1")
+    if p.cp_comm_type is not None and stack.can.context_parallel and p.cp_comm_type not in stack.can.context_parallel:
+        can = ", ".join(stack.can.context_parallel)
+        raise InputError("training.pinned.cp_comm_type", f"{p.cp_comm_type}: the {stack.name} stack runs CP with {can}")
+    if p.cp_comm_type == "a2a+p2p" and p.cp and not any(1 < a < p.cp and p.cp % a == 0 for a in range(2, p.cp)):
+        raise InputError(
+            "training.pinned.cp_comm_type",
+            f"a2a+p2p splits CP into an a2a level and a ring level, both above 1; pinned cp {p.cp} has no such split "
+            "(pin a2a or p2p, or a cp of 4 or more that is not prime)",
+        )
     if p.cp_comm_type is not None and not p.cp and not space.cp_searched(model, training):
         if not stack.can.context_parallel:
             why = f"the {stack.name} stack has no context parallelism"
@@ -423,6 +444,7 @@ def _plans(
                     training.objective,
                     layout.num_microbatches,
                     training.pinned.num_nodes,
+                    training.precision,
                 ),
                 checkpoint=checkpoint_plan(model, cluster, found.world, est.time.step_s, training.optimizer_states),
                 decisions=decide(model, cluster, training, found.par, est),

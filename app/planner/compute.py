@@ -405,8 +405,11 @@ def _op_level_recompute(
     share of the fused QKV GEMM, the output projection, the up half of the fused gate/up GEMM); SDPA's outputs are
     kept. MaxText's named checkpoints (activations.maxtext_remat_bytes): the attention core and the MLP's input
     GEMMs, and its output GEMM too where mlp is recomputed."""
-    qkv, out = attn_t
-    fc1, fc2 = mlp_t
+    # MLA's down and up projections in place of one QKV GEMM: no stack with op-level recomputation runs MLA (the
+    # rules refuse it), but an estimate of such a layout is still timed (it raised "too many values to unpack")
+    *qkv_parts, out = attn_t
+    qkv = sum(qkv_parts)
+    fc1, fc2 = mlp_t[0], mlp_t[-1]
     if training.software.costs.activation_layout == "maxtext":
         return attn_f + fc1 + (fc2 if "mlp" in (par.recompute_modules or ()) else 0.0) + ew_f
     shape = attention_shape(model)

@@ -68,7 +68,10 @@ class TimeEstimate(Result):
     step_s: float = Field(description="Seconds per optimizer step (one global batch).")
     tokens_per_s: float = Field(description="Tokens per second for the whole job.")
     tflops_per_gpu: float = Field(description="Model TFLOP/s per GPU (Megatron's FLOP count, recompute excluded).")
-    mfu: float = Field(description="Model FLOPs utilisation: tflops_per_gpu / dense peak of the precision.")
+    mfu: float = Field(
+        description="Model FLOPs utilisation: tflops_per_gpu / the GPU's dense tensor-core peak of the training "
+        "precision, the BF16 peak for FP8 training (so that FP8 and BF16 runs compare: FP8 can pass 1)."
+    )
     hfu: float = Field(description="Hardware FLOPs utilisation: as MFU but counting recomputation.")
     bubble_fraction: float = Field(description="Pipeline bubble time / step time.")
     flops_per_step: float = Field(description="Model FLOPs per step (Megatron num_floating_point_operations).")

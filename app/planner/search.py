@@ -19,7 +19,15 @@ import time
 from functools import partial
 
 from app.planner import space
-from app.planner.candidates import Budget, Levels, SearchState, Work, placement_ok, recompute_and_record
+from app.planner.candidates import (
+    Budget,
+    Levels,
+    SearchState,
+    Work,
+    placement_ok,
+    recompute_and_record,
+    sharding_ok,
+)
 from app.planner.estimate import (
     off_pipeline_floor,
     placement_lower_bound,
@@ -213,6 +221,8 @@ def _explore(
     # optim_grads reduce-scatters in every backward what the distributed optimizer reduces at the end of the step;
     # the offload options interleave with the stages)
     for sharding in work.shardings:
+        if not sharding_ok(model, cluster, training, world, work, sharding, state):
+            continue
         if sizes and not _states_fit(model, cluster, training, pl, sizes, levels, sharding, state, budget):
             continue
         # the most a sharding's per-micro-batch traffic can add to a stage's micro-batch (0: it moves none), worked
@@ -329,7 +339,11 @@ def _states_fit(
     per placement and sharding rejects every micro-batch size and recomputation of a placement that cannot (recorded
     in `state`; None: only asked)."""
     par = make_config(model, cluster, training, pl, sizes[0], levels[-1], sharding)
-    worst = max(static_bytes(model, training, par, stage) for stage in range(par.pp) if stage in (0, par.pp - 1))
+    # every stage shape: a middle stage of an uneven split holds more layers than the first and the last (the
+    # message said 129.0 GiB for a stage of 9 layers where those of 18 needed 240.5, QA 2026-12-07)
+    worst, stage = max(
+        (static_bytes(model, training, par, first), first) for first, *_ in alike_stages(model, training, par)
+    )
     upper = worst * budget.limit + budget.runtime
     if upper <= budget.usable:
         return True
@@ -339,7 +353,8 @@ def _states_fit(
     state.candidates += count
     state.rejected.add(
         "out_of_memory",
-        f"model states alone need {worst / 2**30:.1f} GiB per GPU before any activation; at the upper end of its "
+        f"model states alone need {worst / 2**30:.1f} GiB per GPU{f' on stage {stage}' if par.pp > 1 else ''} "
+        "before any activation; at the upper end of its "
         f"80% interval {upper / 2**30:.1f} GiB > usable {budget.usable / 2**30:.1f} GiB",
         par,
         score=worst,

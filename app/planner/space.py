@@ -109,8 +109,13 @@ def cp_comm_options(
         out.append(("a2a", None))
     if 1 < inner < cp and cp % inner == 0 and a2a_splits(model, tp, inner) and "a2a+p2p" in can:
         out.append(("a2a+p2p", (inner, cp // inner)))
+    elif pinned == "a2a+p2p" and "a2a+p2p" in can:
+        # asked for where the CP group fits one NVLink domain (or its split there does not divide): every split of
+        # it into an a2a level and a ring level, both above 1 (Megatron needs --hierarchical-context-parallel-sizes)
+        out += [("a2a+p2p", (a, cp // a)) for a in divisors(cp) if 1 < a < cp and a2a_splits(model, tp, a)]
     if pinned:
-        out = [o for o in out if o[0] == pinned] or [(pinned, None)]
+        # a2a+p2p without its two levels is no layout (it was made unchecked, and the plan failed to validate)
+        out = [o for o in out if o[0] == pinned] or ([(pinned, None)] if pinned != "a2a+p2p" else [])
     # a pinned CP the stack cannot run (Megatron-DeepSpeed, DeepSpeed): one option, which the rules refuse by name
     # rather than a search of no candidates and no reason
     return out or ([("p2p", None)] if training.pinned.cp else [])

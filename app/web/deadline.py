@@ -64,6 +64,23 @@ def gpu_names() -> list[str]:
     return [g.name for g in catalog.gpus()]
 
 
+DRAFT_URL_MAX = 6000
+
+
+def form_names() -> set[str]:
+    """The form's own fields: what its URL may carry back."""
+    return set(DEFAULTS) | {"wall_clock"} | {f"price.{name}" for name in gpu_names()}
+
+
+def draft_url(values: Mapping[str, str]) -> str:
+    """/cheapest filled with `values` (those that differ from the empty form's; an unticked box as empty): where the
+    units and theme switches come back to. They went to the empty form, and what was typed (and the search's
+    options) was lost (QA 2026-12-07)."""
+    changed = {k: v for k in sorted(form_names()) if (v := values.get(k, "")) != DEFAULTS.get(k, "")}
+    url = "/cheapest?" + urlencode(changed) if changed else "/cheapest"
+    return url if len(url) <= DRAFT_URL_MAX else "/cheapest"
+
+
 def to_body(values: Mapping[str, str]) -> dict[str, Any]:
     """The JSON POST /deadline takes for these form values: numbers as numbers, text that is none as typed (the body
     names the field)."""
@@ -124,14 +141,18 @@ def _page(
         prefs=prefs,
         planner_version=__version__,
         csrf_token=viewer.csrf_token if viewer.via == "session" else "",
-        self_url="/cheapest",
+        self_url=draft_url(values),
     )
     return html(request, page, status_code)
 
 
 @router.get("/cheapest", response_class=HTML)
 def deadline_form(request: Request, templates: TemplatesDep, viewer: PageViewerDep, prefs: PrefsDep) -> Response:
-    return _page(request, templates, viewer, prefs, DEFAULTS, [])
+    """The empty form, or filled with the form's own fields given in the query (its preference links); nothing is
+    searched."""
+    names = form_names()
+    values = {**DEFAULTS, **{k: v for k, v in request.query_params.items() if k in names}}
+    return _page(request, templates, viewer, prefs, values, [])
 
 
 @router.post("/cheapest", response_class=HTML)

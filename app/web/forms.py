@@ -178,7 +178,7 @@ def _model_sections() -> dict[str, list[FormField]]:
 def _cluster_sections() -> dict[str, list[FormField]]:
     """The node count, then a node type from the presets or a custom node (a catalogue GPU whose numbers the
     overrides change)."""
-    gpus = tuple((g.name, f"{g.name} ({g.memory_bytes / 2**30:.0f} GiB)") for g in catalog.gpus())
+    gpus = gpu_options("GiB")
     presets = tuple((p.name, p.label) for p in cluster_presets())
     gpu = spec_field(
         ClusterSpec,
@@ -235,6 +235,23 @@ def capped(sections: dict[str, list[FormField]], name: str, high: float) -> dict
         return dataclasses.replace(f, attrs={**f.attrs, "max": number_text(high)})
 
     return {section: [cap(f) for f in fields] for section, fields in sections.items()}
+
+
+def gpu_options(units: str) -> tuple[tuple[str, str], ...]:
+    """The GPU select's (value, label) pairs, memory in `units` as the charts show it: "H100-SXM (80 GiB)" was
+    79.6 GiB on every chart, and stayed GiB under the GB setting (QA 2026-12-07)."""
+    scale = 10**9 if units == "GB" else 2**30
+    return tuple((g.name, f"{g.name} ({g.memory_bytes / scale:.1f} {units})") for g in catalog.gpus())
+
+
+def in_units(sections: dict[str, list[FormField]], units: str) -> dict[str, list[FormField]]:
+    """The form with the GPU select's memory in `units`."""
+    options = gpu_options(units)
+
+    def relabel(f: FormField) -> FormField:
+        return dataclasses.replace(f, options=options) if f.name == "cluster.gpu" else f
+
+    return {section: [relabel(f) for f in fields] for section, fields in sections.items()}
 
 
 def all_fields(sections: dict[str, list[FormField]]) -> list[FormField]:

@@ -112,7 +112,9 @@ def form_context(
         else:
             general.append(str(e))
     return {
-        "sections": SECTIONS if search_cap_s is None else forms.capped(SECTIONS, SEARCH_CAP_FIELD, search_cap_s),
+        "sections": forms.in_units(
+            SECTIONS if search_cap_s is None else forms.capped(SECTIONS, SEARCH_CAP_FIELD, search_cap_s), prefs.units
+        ),
         "values": dict(values),
         "errors": by_field,
         "general_errors": general,

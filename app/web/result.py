@@ -207,7 +207,7 @@ def result_context(
         "measured_error": measured_error(result),
         "model_dims": model_dims(result.model),
         "actions": whatif.suggestion_actions(result),
-        "controls": whatif.controls(record),
+        "controls": whatif.controls(record, prefs.units),
         "cost": cost.cost_context(result, query),
         "self_url": _self_url(record.id, rank, query),
     }

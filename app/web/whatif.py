@@ -63,8 +63,8 @@ def _seq_field(values: Mapping[str, str]) -> str:
     return "preset.seq_length" if values.get("model_mode") == "preset" else "model.seq_length"
 
 
-def controls(record: PlanRecord) -> list[tuple[FormField, str]]:
-    """The quick controls, each with the stored request's value."""
+def controls(record: PlanRecord, units: str = "GiB") -> list[tuple[FormField, str]]:
+    """The quick controls, each with the stored request's value (the GPUs' memory in `units`)."""
     values = stored_values(record)
     out = []
     for name in CONTROL_NAMES:
@@ -74,16 +74,16 @@ def controls(record: PlanRecord) -> list[tuple[FormField, str]]:
                 (FormField(SEQ, "Sequence length", f.help, "int", attrs=f.attrs), str(record.result.model.seq_length))
             )
         elif name == "cluster.gpu":
-            out.append((_gpu_control(values), values.get(name, "")))
+            out.append((_gpu_control(values, units), values.get(name, "")))
         else:
             out.append((_FIELDS[name], values.get(name, "")))
     return out
 
 
-def _gpu_control(values: Mapping[str, str]) -> FormField:
+def _gpu_control(values: Mapping[str, str], units: str) -> FormField:
     """The GPU select; where the plan's GPU has custom numbers, its option says so (it read as the catalogue GPU,
     QA 2026-12-06): keeping it keeps them, another GPU takes that GPU's catalogue numbers (`apply`)."""
-    f = _FIELDS["cluster.gpu"]
+    f = replace(_FIELDS["cluster.gpu"], options=forms.gpu_options(units))
     custom = [o.name.removeprefix("cluster.gpu.") for o in SECTIONS["gpu_overrides"] if values.get(o.name, "").strip()]
     if not custom:
         return f

@@ -120,6 +120,12 @@ def test_routed_token_activations() -> None:
     assert a.router == pytest.approx(4 * s * 8)
     capped = preset("mixtral-8x7b", moe_capacity_factor=1.0)
     assert act.moe_imbalance(capped, par, training) == 1.0
+    # a capacity factor drops what exceeds it and pads nothing: it caps the busiest rank, never raises it (a factor
+    # of 4 was costed as 4x the routed tokens, QA 2026-12-07)
+    for factor, expected in ((4.0, 1.25), (2.0, 1.25), (1.1, 1.1), (0.5, 0.5)):
+        loose = preset("mixtral-8x7b", moe_capacity_factor=factor)
+        assert act.moe_imbalance(loose, par, training) == expected, factor
+    assert act.moe_imbalance(preset("mixtral-8x7b", moe_capacity_factor=4.0), ParallelConfig(ep=1), training) == 1.0
     # every expert on each GPU (EP 1, dropless): exactly its own tokens' pairs, for memory and time alike
     local = ParallelConfig(tp=1, ep=1, micro_batch_size=1)
     assert act.moe_imbalance(m, local, training) == 1.0

@@ -166,6 +166,26 @@ def test_an_estimate_whose_stages_do_not_hold_the_layers_is_an_input_error() -> 
         assert f"first({first}) + last({last}) = {first + last} layers on pp(2), num_layers is 32" in str(caught.value)
 
 
+@pytest.mark.parametrize(("pp", "vpp", "loss", "placed"), [(4, 1, True, 30), (2, 2, False, 31), (2, 1, True, 32)])
+def test_an_accounted_split_that_leaves_layers_out_is_an_input_error(
+    pp: int, vpp: int, loss: bool, placed: int
+) -> None:
+    """Llama-3 8B at PP 4 with the embedding and the loss accounted as layers put 7/8/8/7 = 30 of its 32 layers on
+    the stages, and the estimate timed that smaller model (a step faster than the valid PP 4's, QA 2026-12-07)."""
+    from app.planner import EstimateRequest, estimate
+
+    par = {"pp": pp, "vpp": vpp, "dp": 8 // pp, "account_for_embedding_in_pipeline_split": True,
+           "account_for_loss_in_pipeline_split": loss}  # fmt: skip
+    request = {"model": "llama-3-8b", "cluster": NODE, "training": {"global_batch_size": 64}, "parallel": par}
+    if placed == 32:  # 32 + 2 units on 2 stages: 17 each, every layer placed
+        assert sum(s.layers for s in estimate(EstimateRequest.model_validate(request)).memory.stages) == 32
+        return
+    with pytest.raises(InputError) as caught:
+        estimate(EstimateRequest.model_validate(request))
+    assert caught.value.field == "parallel.account_for_embedding_in_pipeline_split"
+    assert f"the stages would hold {placed} of the 32 layers" in str(caught.value)
+
+
 def test_mxfp8_off_blackwell_is_an_input_error_for_plan_and_estimate_alike() -> None:
     """The search rejected 36,169 candidates one by one ("mxfp8 needs Blackwell") while the estimate of a fixed
     layout said "feasible" (QA 2026-12-07): both are the same 422 now."""
@@ -190,3 +210,47 @@ def test_fsdp_sharding_traffic_is_named_fsdp_in_the_why() -> None:
     result = plan(PlanRequest(**request))
     text = " ".join(line for p in result.plans for line in p.why)
     assert "FSDP " in text and "dist-opt" not in text, text
+
+
+def test_a_sharding_the_stack_cannot_run_is_refused_by_name_not_called_out_of_memory() -> None:
+    """A pinned ZeRO-1 on Megatron: 16,416 of its candidates were reported out of memory (their model states were
+    weighed before the stack's rules), although none can run at all (QA 2026-12-07)."""
+    result = plan(
+        PlanRequest(
+            model="llama-3-70b",
+            cluster={"num_nodes": 4, "gpu": "H100-SXM"},
+            training={"global_batch_size": 512, "pinned": {"zero_stage": 1}},
+        )
+    )
+    reasons = {r.reason: r.count for r in result.rejected}
+    assert "out_of_memory" not in reasons, reasons  # (a few break an earlier rule first: interleaving_microbatches)
+    assert reasons["framework_support"] > 0.9 * result.stats.candidates > 10_000
+
+
+@pytest.mark.parametrize("cp", [4, 8])
+def test_a2a_p2p_pinned_inside_one_nvlink_domain_splits_its_cp_group(cp: int) -> None:
+    """cp_comm_type a2a+p2p pinned where the CP group fits one node made a layout without its two levels, and the
+    plan failed its own validation (a traceback naming `parallel`, QA 2026-12-07): every split of the group into an
+    a2a level and a ring level is searched."""
+    result = _plan(pinned={"cp": cp, "cp_comm_type": "a2a+p2p"})
+    assert result.plans
+    for p in result.plans:
+        a2a, ring = p.parallel.hierarchical_cp_sizes or (0, 0)
+        assert (p.parallel.cp_comm_type, a2a * ring, a2a > 1, ring > 1) == ("a2a+p2p", cp, True, True)
+        ParallelConfig.model_validate(p.parallel.model_dump())  # the config's own checks
+
+
+@pytest.mark.parametrize(
+    ("training", "words"),
+    [
+        ({"pinned": {"cp": 2, "cp_comm_type": "a2a+p2p"}}, "pinned cp 2 has no such split"),
+        (
+            {"framework": "pytorch-fsdp", "stack": "torchtitan", "pinned": {"cp": 2, "cp_comm_type": "a2a+p2p"}},
+            "stack runs CP with",
+        ),
+    ],
+)
+def test_an_a2a_p2p_pin_that_cannot_be_made_is_a_named_input_error(training: dict[str, Any], words: str) -> None:
+    with pytest.raises(InputError, match=words) as err:
+        _plan(**training)
+    assert err.value.field == "training.pinned.cp_comm_type"

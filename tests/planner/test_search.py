@@ -93,6 +93,24 @@ def test_estimate_agrees_with_the_search() -> None:
     assert best.why[0].startswith(f"fastest of {result.stats.feasible} feasible plans")
 
 
+@pytest.mark.parametrize(("precision", "said"), [("fp8", True), ("bf16", False)])
+def test_fp8_mfu_says_it_is_of_the_bf16_peak(precision: str, said: bool) -> None:
+    """FP8 MFU divides by the BF16 peak (so FP8 and BF16 compare) and passes 100 % on GB300: "MFU 99.8%" read as a bug
+    and contradicted the field's description (QA 2026-12-07)."""
+    result = plan(
+        PlanRequest(
+            model="llama-2-7b",
+            cluster={"num_nodes": 1, "gpu": "H100-SXM"},
+            training={"global_batch_size": 64, "precision": precision},
+        )
+    )
+    headline = result.plans[0].why[0]
+    assert ("MFU" in headline) and (
+        f"{100 * result.plans[0].estimate.time.mfu:.1f}% of the BF16 peak" in headline
+    ) is said
+    assert "BF16 peak for FP8" in type(result.plans[0].estimate.time).model_fields["mfu"].description
+
+
 def test_pinned_dimensions_are_respected() -> None:
     result = plan(
         PlanRequest(

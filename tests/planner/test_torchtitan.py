@@ -274,3 +274,24 @@ def test_compiled_torchtitan_runs_complex_rope_eagerly_and_copies_kv_per_query_h
     rope, repeated = (20 - 4) * (Q + KV) * tokens, 2 * (KV + KV) * (1 + Q / KV) * tokens
     assert compiled.attention_bytes - megatron.attention_bytes == pytest.approx(rope + repeated, rel=1e-12)
     assert compiled.ops - megatron.ops == 3
+
+
+@pytest.mark.parametrize(("framework", "stack"), [("pytorch-fsdp", "torchtitan"), ("jax", None)])
+def test_an_mla_layout_under_op_level_recomputation_is_refused_not_a_crash(framework: str, stack: str | None) -> None:
+    """estimate() of an MLA model with selective recomputation on torchtitan or MaxText raised "too many values to
+    unpack" (the op-level recompute term read two attention GEMMs; MLA has more): it is infeasible, by name."""
+    from app.planner import EstimateRequest, estimate
+
+    model = {"num_layers": 4, "hidden_size": 2048, "num_attention_heads": 16, "vocab_size": 102400,
+             "seq_length": 4096, "swiglu": True, "ffn_hidden_size": 10944, "multi_latent_attention": True}  # fmt: skip
+    training = {"global_batch_size": 64, "framework": framework, **({"stack": stack} if stack else {})}
+    result = estimate(
+        EstimateRequest(
+            model=model,
+            cluster={"num_nodes": 1, "gpu": "H100-SXM"},
+            training=training,
+            parallel={"dp": 8, "recompute": "selective"},
+        )
+    )
+    assert not result.feasible and "multi-latent attention" in result.reasons[0]
+    assert result.time.step_s > 0

@@ -337,3 +337,32 @@ def test_opened_details_keep_the_pages_on_a_phone(page: Any, server: str, tmp_pa
     page.goto(f"{server}/")
     page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
     shots(page, tmp_path, "form-details-open")
+
+
+def test_the_plan_list_keeps_every_column_on_a_desktop_page(page: Any, server: str, tmp_path: Path) -> None:
+    """A long chosen layout ("... M-FSDP(optim_grads_params) SP TP-overlap fp8-params mbs8 act-offload(4 layers)")
+    kept on one line made the list 1,456 px wide in a 1,314 px column at 1440 px: the owner and delete columns were
+    cut off, without a scrollbar (QA 2026-12-07)."""
+    page.goto(f"{server}/")
+    token = page.input_value('input[name="csrf_token"]')
+    pins = {"tp": 2, "megatron_fsdp": "optim_grads_params", "cpu_offloading_num_layers": 4, "tp_comm_overlap": True,
+            "fp8_param_gather": True}  # fmt: skip
+    headers = {"X-CSRF-Token": token, "Origin": server}
+    pod = {"name": "h100-pod-east-1", "cluster": {"num_nodes": 2, "gpu": "H100-SXM"}}
+    assert page.request.post(f"{server}/clusters", data=pod, headers=headers).status == 201
+    body = {"model": {"preset": "llama-2-7b", "name": "llama-2-7b-instruct-sft-v2"},
+            "cluster": {"saved": "h100-pod-east-1"},
+            "training": {"global_batch_size": 64, "precision": "fp8", "pinned": pins}}  # fmt: skip
+    made = page.request.post(f"{server}/plans", data=body, headers=headers)
+    assert made.status == 201, made.text()
+    pid = made.json()["id"]
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.goto(f"{server}/recent")
+    assert "act-offload(4 layers)" in page.inner_text("table.plans")
+    main = page.locator("main").bounding_box()
+    delete = page.locator(f'a[aria-label="delete plan {pid}"]').bounding_box()
+    table = page.locator("table.plans").bounding_box()
+    assert main and delete and table
+    assert table["x"] + table["width"] <= main["x"] + main["width"] + 1, (table, main)
+    assert delete["x"] + delete["width"] <= main["x"] + main["width"], (delete, main)
+    shots(page, tmp_path, "plans-long-layout")

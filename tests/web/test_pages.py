@@ -424,3 +424,40 @@ def test_the_deadline_form_says_why_a_choice_is_refused(web: Any) -> None:
         assert page.status_code == 422, page.text[:500]
         error, _ = element(page.text, f"err-{name}")
         assert f"(got '{bad}')" in error and "Input should be" in error, error
+
+
+def test_the_deadline_forms_switches_come_back_to_it_filled(web: Any) -> None:
+    """The units and theme switches on /cheapest went to the empty form: what was typed was lost (QA 2026-12-07).
+    They come back with every value that differs from the empty form's, an unticked box included."""
+    import html as html_lib
+    import re
+    from urllib.parse import parse_qs, urlsplit
+
+    from app.web.deadline import DEFAULTS
+
+    values = {**DEFAULTS, "model": "llama-3-70b", "deadline_days": "45", "nodes_max": "0", "price.GB300": "6.1"}
+    values.pop("wall_clock")  # unticked: not sent
+    page = web.post("/cheapest", data=values)
+    assert page.status_code == 422
+    link = html_lib.unescape(re.search(r'class="pref" href="([^"]+)"', page.text).group(1))  # type: ignore[union-attr]
+    back = parse_qs(urlsplit(link).query)["back"][0]
+    assert back.startswith("/cheapest?")
+    again = web.get(back).text
+    for name, value in (("model", "llama-3-70b"), ("deadline_days", "45"), ("nodes_max", "0"), ("price.GB300", "6.1")):
+        assert re.search(rf'name="{re.escape(name)}"[^>]*value="{re.escape(value)}"', again) or (
+            f'<option value="{value}" selected' in again
+        ), name
+    assert 'name="wall_clock" value="true" checked' not in again
+    assert web.get("/cheapest").text.count('name="wall_clock" value="true" checked') == 1  # the empty form's default
+
+
+def test_the_gpu_choices_say_their_memory_as_the_charts_do(web: Any) -> None:
+    """The GPU select read "H100-SXM (80 GiB)" where every chart said 79.6 GiB, and stayed in GiB under the GB
+    setting, on the form and in the what-if control (QA 2026-12-07)."""
+    gib = web.get("/").text
+    assert '<option value="H100-SXM" selected>H100-SXM (79.6 GiB)</option>' in gib
+    made = web.post("/plans", json={"model": "tiny-gpt", "cluster": {"num_nodes": 1, "gpu": "H100-SXM"},
+                                    "training": {"global_batch_size": 8}}).json()  # fmt: skip
+    web.get("/prefs?units=GB&back=/")
+    for page in (web.get("/").text, web.get(f"/p/{made['id']}").text):
+        assert "H100-SXM (85.5 GB)</option>" in page and "(79.6 GiB)</option>" not in page

@@ -114,7 +114,7 @@ class TrainingSpec(Frozen):
         ge=1.0,
         le=4.0,
         description="MoE: busiest expert rank's routed tokens over the mean (dropless "
-        "routing); a model's capacity factor replaces it.",
+        "routing); a model's capacity factor caps it (tokens past an expert's capacity are dropped).",
     )
     flash_attention: bool = Field(True, description="Fused/flash attention (no s×s scores kept).")
     overlap_grad_reduce: bool = Field(True, description="Overlap data-parallel gradient reduction with backward.")
