@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -127,8 +128,9 @@ def bench_context(args: argparse.Namespace) -> LaunchContext:
 
 
 def bench(args: argparse.Namespace) -> int:
-    if args.steps <= args.warmup:
-        raise SystemExit(f"launcher bench: --steps({args.steps}) must be > --warmup({args.warmup})")
+    if args.steps <= args.warmup:  # a refusal before the start: exit 2, as every other (it was 1, QA 2026-12-07)
+        print(f"launcher bench: --steps({args.steps}) must be > --warmup({args.warmup})", file=sys.stderr)
+        return 2
     ctx = bench_context(args)
     code = launch(ctx)
     if code or ctx.node_rank not in (None, 0):

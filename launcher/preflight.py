@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 from dataclasses import replace
 
@@ -118,6 +119,14 @@ def check_versions(ctx: LaunchContext, command: Command) -> Check:
     try:
         info = json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
+        if code != 0 and _no_working_dir(command, out):
+            # the probe runs where the job does: a missing directory was blamed on the interpreter (QA 2026-12-07)
+            return Check(
+                "versions",
+                FAIL,
+                f"{node}: the job's working directory {command.cwd} does not exist",
+                "fix entrypoint.working_dir (render.workdir: where the training code is on the nodes)",
+            )
         return Check(
             "versions",
             FAIL,
@@ -125,6 +134,14 @@ def check_versions(ctx: LaunchContext, command: Command) -> Check:
             "fix entrypoint.python",
         )
     return judge_versions(ctx, node, info)
+
+
+def _no_working_dir(command: Command, out: str) -> bool:
+    """Whether the command's working directory is what is missing: here by looking, on another node by the error
+    (`cd` in the ssh command line, or the exec's)."""
+    if is_local_command(command):
+        return not os.path.isdir(command.cwd)
+    return "No such file or directory" in out and command.cwd in out
 
 
 def all_checks(ctx: LaunchContext) -> list[Check]:

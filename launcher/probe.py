@@ -37,7 +37,7 @@ def plan_without_file(args: argparse.Namespace) -> Plan:
     """A plan for --nodes/--gpus-per-node: GPUs where this node has them, else CPU processes (gloo)."""
     gpus, _ = visible_gpus(dict(os.environ))
     accelerator = "cuda" if gpus else "cpu"
-    per_node = args.gpus_per_node or gpus or 2
+    per_node = args.gpus_per_node if args.gpus_per_node is not None else (gpus or 2)  # (0 was "not given")
     hosts = tuple(h for h in args.hosts.split(",") if h)
     master = args.master_addr or (hosts[0] if hosts else "127.0.0.1")
     world = World(

@@ -15,7 +15,7 @@ __all__ = ["VERBS", "build_parser", "format_estimate", "format_plan", "main", "t
 
 VERBS: dict[str, tuple[Callable[[argparse.Namespace], int], str]] = {
     "plan": (cmd_plan, "search parallel layouts for a request and rank them"),
-    "estimate": (cmd_estimate, "evaluate one fixed parallel layout (request key 'parallel')"),
+    "estimate": (cmd_estimate, "evaluate one fixed layout (request key 'parallel'; exit 1 when it does not fit)"),
     "render": (cmd_render, "plan, then write the chosen plan's DeepSpeed/Megatron/NCCL/launch files and plan.json"),
     "serve": (cmd_serve, "run the web service and REST API (DATABASE_URL, TRAINPLAN_* settings)"),
     "users": (cmd_users, "service accounts: add, list, passwd, role, disable, enable (on DATABASE_URL)"),

@@ -106,7 +106,8 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     except ValueError as exc:  # the planner's own (pydantic's ValidationError, its InputError)
         return input_error(exc)
     print(est.model_dump_json(indent=2) if args.json else format_estimate(est))
-    return 0
+    # an infeasible layout is a failure a script can test for, as a plan of nothing is (it exited 0, QA 2026-12-07)
+    return 0 if est.feasible else 1
 
 
 def cmd_render(args: argparse.Namespace) -> int:

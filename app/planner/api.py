@@ -17,7 +17,7 @@ from app.planner.goodput import checkpoint_plan
 from app.planner.layout import make_layout, stage_layer_kinds
 from app.planner.results import Estimate, Plan, PlanResult, RejectedGroup, SearchStats, TimeEstimate
 from app.planner.rules.shape import layout_violation, uneven_split_violation
-from app.planner.rules.stack import fp8_supported, recompute_modules_problem
+from app.planner.rules.stack import BLOCKWISE_GENERATIONS, fp8_supported, recompute_modules_problem
 from app.planner.search import fewest_gpus, search_world
 from app.planner.specs import ClusterSpec, EstimateRequest, ModelSpec, ParallelConfig, PlanRequest, TrainingSpec
 from app.planner.specs.common import HEADROOM_WITHIN
@@ -202,6 +202,16 @@ def _check_fp8_recipe(cluster: ClusterSpec, training: TrainingSpec) -> None:
             f"mxfp8 needs Blackwell's block-scaled FP8, which {cluster.gpu.name} ({cluster.gpu.generation}) has "
             "not: use tensorwise, blockwise or delayed",
         )
+    if (
+        training.precision == "fp8"
+        and training.fp8_recipe == "blockwise"
+        and cluster.gpu.generation not in (BLOCKWISE_GENERATIONS)
+    ):
+        raise InputError(
+            "training.fp8_recipe",
+            f"blockwise needs Transformer Engine's block-scaled FP8 GEMM, on Hopper or later (SM90); "
+            f"{cluster.gpu.name} ({cluster.gpu.generation}) has not: use tensorwise or delayed",
+        )
 
 
 def _no_candidate(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) -> None:
@@ -335,7 +345,7 @@ def _plan(request: PlanRequest) -> PlanResult:
         stats=SearchStats(
             candidates=state.candidates,
             evaluated=state.evaluated,
-            feasible=len(state.found),
+            feasible=feasible,  # with the headroom pass's other recomputation levels, as the headline counts them
             skipped=state.skipped,
             seconds=time.perf_counter() - start,
             truncated=state.truncated,

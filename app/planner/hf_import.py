@@ -22,6 +22,9 @@ from typing import Any
 
 LLAMA_LIKE = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe"}
 MOE_TYPES = {"mixtral", "qwen2_moe", "qwen3_moe"}  # transformers builds routed experts on every sparse layer
+# the types whose attention reads `sliding_window` (transformers MistralAttention, MixtralAttention, Qwen2/3(-MoE)
+# attention with use_sliding_window); LlamaAttention and DeepseekV3Attention never do, whatever the config says
+WINDOW_TYPES = {"mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe"}
 DEEPSEEK = {"deepseek_v3", "kimi_k2"}  # Kimi K2 is the DeepSeek-V3 architecture (its config.json says so)
 SUPPORTED = sorted(LLAMA_LIKE | DEEPSEEK | {"gpt2", "gpt_neox"})
 # transformers 4.57 defaults of the keys read below, per model type (configuration_<type>.py).
@@ -157,8 +160,8 @@ def _window(cfg: dict[str, Any], kind: str, seq_length: int | None) -> dict[str,
     the layers from `max_window_layers` on (transformers Qwen2Config), Mistral (4,096 by default) and Qwen3-MoE
     every layer. A window no shorter than the sequence trained at (`seq_length`, else max_position_embeddings)
     covers the whole causal prefix: it is full attention and is dropped."""
-    if not _flag(cfg, "use_sliding_window", kind, True):
-        return {}
+    if kind not in WINDOW_TYPES or not _flag(cfg, "use_sliding_window", kind, True):
+        return {}  # (a Llama config's sliding_window was rendered as --window-size, QA 2026-12-07)
     # an absent key is the model type's default; an explicit null (or 0) is no window
     raw = cfg["sliding_window"] if "sliding_window" in cfg else HF_DEFAULTS.get(kind, {}).get("sliding_window")
     window = 0 if raw is None else _whole("sliding_window", raw, least=0)
@@ -202,7 +205,8 @@ def _windowed_layers(types: Any, layers: int) -> list[bool]:
 
 def _common(cfg: dict[str, Any], kind: str, seq_length: int | None) -> dict[str, Any]:
     """RoPE, norm epsilon and init std, and the refusals of what Megatron cannot build."""
-    for key in ("mlp_bias",) + (("attention_bias",) if kind in ("llama", "qwen3", "qwen3_moe", "mistral") else ()):
+    biased = ("llama", "qwen3", "qwen3_moe", "mistral", *DEEPSEEK)  # (DeepseekV3Attention's q_a/kv_a/o biases)
+    for key in ("mlp_bias",) + (("attention_bias",) if kind in biased else ()):
         if _flag(cfg, key, kind):
             raise ValueError(
                 f"config.json {key!r} is true: biases on the output projection / MLP without "
@@ -260,9 +264,10 @@ def _gated_silu(cfg: dict[str, Any]) -> bool:
 
 def _experts(cfg: dict[str, Any], kind: str) -> int:
     """Routed experts: a MoE model type must have them (num_local_experts for Mixtral, num_experts for Qwen-MoE);
-    another model type is dense unless its config gives a count."""
+    another model type is dense, as transformers builds it whatever expert counts its config carries (a Llama
+    config with num_experts 8 was planned as a 47.5B MoE, QA 2026-12-07)."""
     key = "num_local_experts" if "num_local_experts" in cfg or kind == "mixtral" else "num_experts"
-    return _int(cfg, key, kind) if kind in MOE_TYPES else _count(cfg, key, kind, 0, least=0)
+    return _int(cfg, key, kind) if kind in MOE_TYPES else 0
 
 
 def _moe_fields(cfg: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -446,6 +451,13 @@ def from_hf_config(cfg: dict[str, Any], name: str | None = None, seq_length: int
         fields = _deepseek(cfg, kind, seq_length)
     elif kind == "gpt2":
         fields = _gpt2(cfg)
+        if seq_length is not None and seq_length > fields["seq_length"]:
+            # a learned position table has n_positions rows: a longer sequence indexes past it, and the rendered
+            # --max-position-embeddings could not load the weights (it took the training length, QA 2026-12-07)
+            raise ValueError(
+                f"seq_length({seq_length}) > n_positions({fields['seq_length']}): GPT-2's learned position "
+                f"embeddings have n_positions rows; train at {fields['seq_length']} tokens or fewer"
+            )
     else:
         fields = _gpt_neox(cfg)
     fields["name"] = str(name or _label(cfg, kind))[:100]

@@ -9,7 +9,8 @@
   (checkpoint_dir on the PersistentVolumeClaim `k8s_checkpoint_claim`, which every pod mounts there).
 - InfiniBand: NCCL reaches the HCAs through the RDMA device plugin's resource (requested per pod, with the IPC_LOCK
   capability RDMA memory registration needs) or through the host network; both are render options because the
-  resource name is the cluster's.
+  resource name is the cluster's. The hosts' socket interface (cluster.socket_ifname) is named in the pods only on
+  the host network (`pod_facts`).
 - Requests equal limits for CPU, memory and GPUs: the pods are Guaranteed QoS, the last to be evicted (a
   BestEffort pod, with no requests, is the first).
 - terminationGracePeriodSeconds: on deletion or preemption the pod gets SIGTERM, torchrun forwards it and
@@ -28,12 +29,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import posixpath
 from dataclasses import dataclass
 
 from app.render.facts import Facts
 from app.render.launch import k8s_elastic
 
 GiB = 2**30
+SOCKET_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+POD_IFNAME = "eth0"  # a pod's own interface on the pod network (the CNI's veth end)
 CLIQUE_LABEL = "nvidia.com/gpu.clique"  # GPU Feature Discovery: <cluster UUID>.<clique id>, one NVLink partition
 JOB_LABEL = "trainplan/job"
 CPUS_PER_GPU = 8
@@ -44,6 +49,17 @@ HOST_MEMORY_PER_GPU_GIB = 32  # the rank's process, its data-loader workers and 
 class Replica:
     kind: str  # Master or Worker
     replicas: int
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A PersistentVolumeClaim every pod mounts."""
+
+    volume: str
+    claim: str
+    path: str
+    read_only: bool
+    what: str  # for the volume's comment
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +84,7 @@ class Pod:
     grace_period_s: int
     notes: tuple[str, ...]
     host_paths: tuple[tuple[str, str], ...] = ()  # (volume name, path on the node, mounted at the same path)
-    claims: tuple[tuple[str, str, str], ...] = ()  # (volume name, PersistentVolumeClaim, mounted at)
+    claims: tuple[Claim, ...] = ()
     imex: Imex | None = None
 
 
@@ -89,11 +105,22 @@ def _memory_want(f: Facts) -> float:
     return f.plan.estimate.memory.cpu_bytes_per_node / GiB + HOST_MEMORY_PER_GPU_GIB * f.gpus_per_node
 
 
+def amd(f: Facts) -> bool:
+    """An AMD Instinct GPU (a CDNA generation): ROCm, RCCL, AMD's device plugin."""
+    return f.cluster.gpu.generation.startswith("cdna")
+
+
+def gpu_resource(f: Facts) -> str:
+    """The extended resource the GPU's device plugin advertises: AMD's (ROCm/k8s-device-plugin) is amd.com/gpu; an
+    MI300X pod asked for nvidia.com/gpu and stayed Pending (QA 2026-12-07)."""
+    return "amd.com/gpu" if amd(f) else "nvidia.com/gpu"
+
+
 def _resources(f: Facts) -> tuple[tuple[str, str], ...]:
     o = f.options
     out = [("cpu", str(o.k8s_cpu_per_pod or CPUS_PER_GPU * f.gpus_per_node)), ("memory", f"{_memory_gib(f)}Gi")]
     if o.accelerator == "cuda":
-        out.append(("nvidia.com/gpu", str(f.gpus_per_node)))
+        out.append((gpu_resource(f), str(f.gpus_per_node)))
     if f.cluster.nics and o.k8s_rdma_resource:
         out.append((o.k8s_rdma_resource, str(o.k8s_rdma_per_pod)))
     return tuple(out)
@@ -112,6 +139,17 @@ def pod(f: Facts) -> Pod:
         notes.append(
             "pytorchjob.yaml: cluster.nics names InfiniBand HCAs but neither k8s_rdma_resource nor "
             "k8s_host_network is set: the pods would see no HCA and NCCL would fall back to TCP sockets"
+        )
+    if pod_facts(f) is not f:
+        notes.append(
+            f"pytorchjob.yaml: cluster.socket_ifname {f.cluster.socket_ifname} names the hosts' interface; on the pod "
+            f"network a pod has its own (eth0), so NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME are not set in the pods "
+            f"(NCCL and gloo choose); set k8s_host_network to run on the hosts' interfaces"
+        )
+    if amd(f) and "container_image" not in o.model_fields_set:
+        notes.append(
+            f"pytorchjob.yaml: {o.container_image} is a CUDA image and the GPUs are {f.cluster.gpu.name}: set "
+            f"container_image to a ROCm image that holds the training code (AMD publishes rocm/megatron-lm)"
         )
     imex = _imex(f)
     if imex:
@@ -142,9 +180,17 @@ def pod(f: Facts) -> Pod:
             f"GiB; the pod gets {given} GiB (90% of the node's {f.cluster.cpu_memory_GiB:g}): the ranks and /dev/shm "
             f"share {given - f.plan.estimate.memory.cpu_bytes_per_node / GiB:.0f} GiB"
         )
-    claims: tuple[tuple[str, str, str], ...] = ()
+    claims: list[Claim] = []
+    if o.data_path and o.k8s_data_claim:
+        claims.append(Claim("dataset", o.k8s_data_claim, data_dir(o.data_path), True, "the dataset, read only"))
+    elif o.data_path:
+        notes.append(
+            f"pytorchjob.yaml: nothing is mounted at {data_dir(o.data_path)}, where data_path is: each pod would look "
+            f"for the dataset in its own image and the data loader stop; set k8s_data_claim to a "
+            f"PersistentVolumeClaim that holds it (or use an image that does)"
+        )
     if o.checkpoint_dir and o.k8s_checkpoint_claim:
-        claims = (("checkpoints", o.k8s_checkpoint_claim, o.checkpoint_dir),)
+        claims.append(Claim("checkpoints", o.k8s_checkpoint_claim, o.checkpoint_dir, False, "checkpoint_dir"))
     elif o.checkpoint_dir:
         notes.append(
             f"pytorchjob.yaml: nothing is mounted at checkpoint_dir {o.checkpoint_dir}: each pod would save into "
@@ -161,9 +207,24 @@ def pod(f: Facts) -> Pod:
         grace_period_s=f.decisions.graceful_stop_s,
         notes=tuple(notes),
         host_paths=_nvme(f),
-        claims=claims,
+        claims=tuple(claims),
         imex=imex,
     )
+
+
+def data_dir(data_path: str) -> str:
+    """The directory of a dataset prefix (/data/corpus_text_document: its .bin and .idx files are in /data)."""
+    return posixpath.dirname(data_path.rstrip("/")) or "/"
+
+
+def pod_facts(f: Facts) -> Facts:
+    """`f` as the pods see it: on the pod network a pod has its own interface (eth0), never the hosts' named by
+    cluster.socket_ifname, so the socket variables naming it are left out of the pods' environment and of the
+    ConfigMap's nccl_env.sh: NCCL stopped with "no socket interface found" and gloo with "Unable to find address for"
+    it (QA 2026-12-07). On the host network they stay, and where the hosts' interface is eth0 as the pods' is."""
+    if f.options.k8s_host_network or f.cluster.socket_ifname in (None, POD_IFNAME):
+        return f
+    return dataclasses.replace(f, nccl_env=tuple(e for e in f.nccl_env if e.name not in SOCKET_VARS))
 
 
 def _imex(f: Facts) -> Imex | None:

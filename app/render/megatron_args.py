@@ -90,13 +90,23 @@ def runtime_flags(f: Facts) -> list[Flag]:
     scale (one rank's GC pause stalls every collective), SIGTERM handling (save, then exit) and, under a Slurm
     time limit, a stop before it."""
     d = f.decisions
-    out = [flag("--distributed-timeout-minutes", d.distributed_timeout_minutes), flag("--exit-signal-handler")]
-    minutes = exit_duration_minutes(f)
-    if minutes is not None:
-        out.append(flag("--exit-duration-in-mins", minutes))
+    out = [flag("--distributed-timeout-minutes", d.distributed_timeout_minutes)]
+    if saves_on_stop(f):
+        out.append(flag("--exit-signal-handler"))
+        minutes = exit_duration_minutes(f)
+        if minutes is not None:
+            out.append(flag("--exit-duration-in-mins", minutes))
     if f.framework == "megatron" and d.manual_gc_interval is not None:
         out += [flag("--manual-gc"), flag("--manual-gc-interval", d.manual_gc_interval)]
     return out
+
+
+def saves_on_stop(f: Facts) -> bool:
+    """Whether the job may save on SIGTERM and before the time limit: Megatron-LM saves there only with --save
+    (training.py `if args.save`); Megatron-DeepSpeed saves unconditionally (megatron/training.py L1335-1361 at
+    4efb479d), and without --save `get_checkpoint_name(None, ...)` raises: every rank exited with a traceback
+    instead of stopping (QA 2026-12-07)."""
+    return f.framework != "megatron-deepspeed" or f.options.checkpoint_dir is not None
 
 
 def save_interval(f: Facts) -> int:

@@ -7,6 +7,7 @@ still quoted in every script. Field descriptions are the one source of help text
 
 from __future__ import annotations
 
+import posixpath
 import re
 from typing import Literal
 
@@ -178,6 +179,11 @@ class RenderOptions(BaseModel):
         description="A ReadWriteMany PersistentVolumeClaim every pod mounts at checkpoint_dir (Megatron's and "
         "DeepSpeed's checkpoints are written by every rank into one directory all of them share).",
     )
+    k8s_data_claim: str | None = Field(
+        None,
+        description="A PersistentVolumeClaim that holds the dataset, which every pod mounts read-only at data_path's "
+        "directory (without it each pod looks for the dataset in its image).",
+    )
     k8s_host_network: bool = Field(
         False, description="Run the pods on the host network (hostNetwork: true), the other way pods reach the HCAs."
     )
@@ -293,11 +299,11 @@ class RenderOptions(BaseModel):
     def _namespace(cls, v: str | None) -> str | None:
         return None if v is None else _check(DNS_LABEL, "k8s_namespace", v, "a Kubernetes namespace (RFC 1123 label)")
 
-    @field_validator("k8s_checkpoint_claim")
+    @field_validator("k8s_checkpoint_claim", "k8s_data_claim")
     @classmethod
-    def _claim(cls, v: str | None) -> str | None:
+    def _claim(cls, v: str | None, info: ValidationInfo) -> str | None:
         what = "a PersistentVolumeClaim name (RFC 1123 label)"
-        return None if v is None else _check(DNS_LABEL, "k8s_checkpoint_claim", v, what)
+        return None if v is None else _check(DNS_LABEL, str(info.field_name), v, what)
 
     @field_validator("slurm_time_limit")
     @classmethod
@@ -322,6 +328,16 @@ class RenderOptions(BaseModel):
             raise ValueError("slurm_requeue needs checkpoint_dir: a requeued job resumes from its checkpoints")
         if self.k8s_checkpoint_claim and not self.checkpoint_dir:
             raise InputError("render.k8s_checkpoint_claim", "needs checkpoint_dir, the path it is mounted at")
+        if self.k8s_data_claim and not self.data_path:
+            raise InputError("render.k8s_data_claim", "needs data_path, whose directory it is mounted at")
+        if self.k8s_data_claim and self.k8s_checkpoint_claim and self.data_path and self.checkpoint_dir:
+            data_dir = posixpath.dirname(self.data_path.rstrip("/")) or "/"
+            if data_dir.rstrip("/") == self.checkpoint_dir.rstrip("/"):
+                raise InputError(
+                    "render.k8s_data_claim",
+                    f"would be mounted at {data_dir}, where k8s_checkpoint_claim is: give one claim (the checkpoint "
+                    "one, read and written) or keep the dataset in another directory",
+                )
         if self.data_path and self.tokenizer_type in (None, "NullTokenizer"):
             raise ValueError(
                 "data_path needs the dataset's tokenizer_type (and its tokenizer_model or vocab and merge files)"

@@ -23,9 +23,9 @@ from app.render.deepspeed_config import ds_config
 from app.render.env import env_notes
 from app.render.facts import Facts, derive
 from app.render.flags import Section
-from app.render.k8s import CLIQUE_LABEL, JOB_LABEL
+from app.render.k8s import CLIQUE_LABEL, JOB_LABEL, pod_facts
 from app.render.k8s import pod as k8s_pod
-from app.render.megatron_args import sections
+from app.render.megatron_args import saves_on_stop, sections
 from app.render.options import RenderOptions
 from app.render.plan_json import plan_json
 from app.render.slurm import signal_seconds
@@ -143,6 +143,8 @@ def _launch_files(f: Facts, worker_files: dict[str, str]) -> dict[str, str]:
     world_reason = f"tp({par.tp}) * pp({par.pp}) * cp({par.cp}) * dp({par.dp})"
     k8s = launch.torchrun_k8s(f, launch.worker(f, launch.K8S_FILES_DIR))
     pod = k8s_pod(f)
+    in_pod = pod_facts(f)
+    pod_files = worker_files if in_pod is f else {**worker_files, "nccl_env.sh": _template("nccl_env.sh", f=in_pod)}
     return {
         "nccl_env.sh": worker_files["nccl_env.sh"],
         "torchrun.sh": _template(
@@ -157,9 +159,9 @@ def _launch_files(f: Facts, worker_files: dict[str, str]) -> dict[str, str]:
         ),
         "pytorchjob.yaml": _template(
             "pytorchjob.yaml",
-            f=f,
+            f=in_pod,
             command=[str(w) for w in flat(k8s)],
-            files=list(worker_files.items()),
+            files=list(pod_files.items()),
             files_dir=launch.K8S_FILES_DIR,
             configmap=f"{f.job_name}-files",
             pod=pod,
@@ -171,6 +173,12 @@ def _launch_files(f: Facts, worker_files: dict[str, str]) -> dict[str, str]:
 
 def notes(f: Facts) -> list[str]:
     out: list[str] = []
+    if f.framework == "megatron-deepspeed" and not saves_on_stop(f):
+        out.append(
+            "megatron_args.txt: no --exit-signal-handler or --exit-duration-in-mins: Megatron-DeepSpeed saves a "
+            "checkpoint on SIGTERM and at that duration whatever --save says, and without checkpoint_dir the save "
+            "raises on every rank; set checkpoint_dir for a clean stop that can resume"
+        )
     if f.framework != "deepspeed" and f.model.embedding_layernorm:
         out.append(
             "model.embedding_layernorm: Megatron has no flag for a LayerNorm after the embedding; "

@@ -105,7 +105,8 @@ class HFConfigModel(BaseModel):
                 "give the sequence length to train at: config.json says only how long a context the model "
                 f"supports ({longest_context(config)}), and planning at that length is rarely meant"
             )
-        return value
+        # true was 1 token a sample and "8192" 8192, where a preset's length refuses both (QA 2026-12-07)
+        return strict.check(cls, value, info)
 
 
 def _model_kind(value: object) -> str:

@@ -36,6 +36,12 @@ def test_config_json_without_seq_length_is_refused_naming_it(sqlite_client: Any,
         assert error["field"] == "model.seq_length" and "max_position_embeddings = 131072" in error["message"]
     ok = sqlite_client.post("/plans", json={**TINY, "model": {"hf_config": CONFIG, "seq_length": 2048}})
     assert ok.status_code == 201 and ok.json()["result"]["model"]["seq_length"] == 2048
+    for loose in (True, "2048"):  # true was planned at 1 token a sample, "2048" taken (QA 2026-12-07)
+        r = sqlite_client.post("/plans", json={**TINY, "model": {"hf_config": CONFIG, "seq_length": loose}})
+        assert r.status_code == 422 and r.json()["errors"][0]["field"] == "model.seq_length", (loose, r.text)
+        assert "expected a number" in r.json()["errors"][0]["message"]
+    whole = sqlite_client.post("/plans", json={**TINY, "model": {"hf_config": CONFIG, "seq_length": 2048.0}})
+    assert whole.status_code == 201  # a whole number written as a float, as a preset's length takes it
     path = tmp_path / "req.json"
     path.write_text(json.dumps(body))
     cli = subprocess.run([sys.executable, "-m", "app", "plan", str(path)], capture_output=True, text=True, cwd=ROOT)

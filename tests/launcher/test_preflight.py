@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -45,3 +46,15 @@ def test_preflight_fails_unreachable_hosts_without_contacting_them(tmp_path: Pat
     assert len(ssh) == 2 and all(" fail " in line and "Connection refused" in line for line in ssh)
     assert any(line.startswith("nccl") and "fail" in line and "nosuchnic9" in line for line in lines)
     assert not any(line.startswith("versions") for line in lines)  # nothing to ask on unreachable nodes
+
+
+def test_a_missing_working_directory_is_named_not_the_interpreter(tmp_path: Path) -> None:
+    """The version probe runs where the job does: a working directory that does not exist was reported as the
+    interpreter failing, with "fix entrypoint.python" (QA 2026-12-07)."""
+    base = tiny_plan()
+    plan = replace(base, entrypoint=replace(base.entrypoint, working_dir=str(tmp_path / "no-such-checkout")))
+    done = run_launcher("preflight", str(write_plan(tmp_path, plan)))
+    assert done.returncode == 1
+    (versions,) = [line for line in done.stdout.splitlines() if line.startswith("versions")]
+    assert "no-such-checkout does not exist" in versions and "entrypoint.working_dir" in versions
+    assert "entrypoint.python" not in versions

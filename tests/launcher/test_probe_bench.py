@@ -98,3 +98,17 @@ def test_bench_reports_measured_next_to_predicted(tmp_path: Path) -> None:
     assert not (tmp_path / "run" / "checkpoints").exists()
     metrics = json.loads((tmp_path / "run" / "metrics" / "rank0.json").read_text())
     assert metrics["resumed_from"] == 0 and len(metrics["steps"]) == 6
+
+
+def test_probe_refuses_zero_gpus_per_node(tmp_path: Path) -> None:
+    """--gpus-per-node 0 was read as "not given": two processes measured and exit 0 (QA 2026-12-07)."""
+    done = run_launcher("probe", "--nodes", "1", "--gpus-per-node", "0", timeout=60, cwd=tmp_path)
+    assert done.returncode == 2 and "gpus_per_node(0)" in done.stderr, done.stdout + done.stderr
+    assert not (tmp_path / "cluster_profile.json").exists()
+
+
+def test_bench_refuses_fewer_steps_than_warm_up_with_exit_2(tmp_path: Path) -> None:
+    """Refused before the start, as every refusal is (exit 2); it exited 1 (QA 2026-12-07)."""
+    plan = write_plan(tmp_path, tiny_plan())
+    done = run_launcher("bench", plan, "--steps", "3", "--warmup", "5", timeout=60)
+    assert done.returncode == 2 and "--steps(3) must be > --warmup(5)" in done.stderr, done.stdout + done.stderr

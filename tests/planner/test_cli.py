@@ -55,6 +55,10 @@ def test_infeasible_estimate_says_why() -> None:
     data = json.loads(out.stdout)
     assert data["feasible"] is False
     assert any("num_attention_heads(32) % tp(3) != 0" in r for r in data["reasons"])
+    # a layout that does not fit is a failure a script can test for, as a plan of nothing is (it exited 0, QA)
+    assert out.returncode == 1, out.stderr
+    fits = run("estimate", stdin=json.dumps({**REQUEST, "parallel": {"tp": 2, "dp": 4}}))
+    assert fits.returncode == 0 and "feasible" in fits.stdout, fits.stdout
 
 
 def test_render_into_a_path_it_cannot_write_names_out(tmp_path: Path) -> None:

@@ -172,3 +172,35 @@ def test_a_request_at_a_length_the_window_covers_plans_full_attention() -> None:
             "training": {"global_batch_size": 64},
         }
         assert parse_plan_request(raw).request.model.sliding_window == window
+
+
+def test_keys_transformers_ignores_for_a_model_type_change_nothing() -> None:
+    """A Llama config with sliding_window rendered --window-size, and with num_experts 8 planned a 47.5B MoE, though
+    transformers builds a dense model with full attention from it (LlamaAttention reads no window; LlamaMLP is
+    dense), as it does for Mistral's expert counts (QA 2026-12-07)."""
+    dense = from_hf_config(LLAMA2_7B)
+    assert from_hf_config({**LLAMA2_7B, "sliding_window": 1024}) == dense
+    assert from_hf_config({**LLAMA2_7B, "num_experts": 8, "num_experts_per_tok": 2}) == dense
+    mistral = from_hf_config(MISTRAL)
+    assert from_hf_config({**MISTRAL, "num_local_experts": 8, "num_experts_per_tok": 2}) == mistral
+    assert from_hf_config({**MISTRAL, "sliding_window": 1024})["sliding_window"] == 1024  # Mistral reads it
+
+
+def test_deepseek_attention_biases_are_refused_as_for_llama() -> None:
+    """DeepseekV3Attention puts biases on q_a_proj, kv_a_proj_with_mqa and o_proj under attention_bias true: it was
+    planned as 682.6B with none, silently (QA 2026-12-07)."""
+    with pytest.raises(ValueError, match="'attention_bias' is true"):
+        from_hf_config({**DEEPSEEK_V3, "attention_bias": True})
+    assert from_hf_config({**DEEPSEEK_V3, "attention_bias": False}) == from_hf_config(DEEPSEEK_V3)
+
+
+def test_gpt2_trains_no_longer_than_its_position_table() -> None:
+    """GPT-2's learned position embeddings have n_positions rows: a 4,096-token plan took the training length for
+    --max-position-embeddings and indexed past the table (QA 2026-12-07)."""
+    rows = GPT2["n_positions"]
+    assert from_hf_config(GPT2, seq_length=rows)["seq_length"] == rows
+    with pytest.raises(ValueError, match=rf"seq_length\({4 * rows}\) > n_positions\({rows}\)"):
+        from_hf_config(GPT2, seq_length=4 * rows)
+    with pytest.raises(ValidationError, match="n_positions"):
+        PlanRequest(model={"hf_config": GPT2, "seq_length": 4 * rows}, cluster={"num_nodes": 1, "gpu": "H100-SXM"},
+                    training={"global_batch_size": 8})  # fmt: skip

@@ -24,6 +24,19 @@ def test_the_jobs_nvlink_domain_is_its_segment_of_trays(trays: int, segment: int
     assert ClusterSpec(num_nodes=trays, gpu="H100-SXM").nvlink_domain == 8  # an 8-GPU node is its own domain
 
 
+@pytest.mark.parametrize(
+    ("trays", "per_tray", "segment", "domain"), [(36, 2, 18, 36), (18, 2, 18, 36), (10, 8, 5, 40), (9, 8, 9, 72)]
+)
+def test_a_rack_holds_its_trays_however_many_of_their_gpus_a_job_uses(
+    trays: int, per_tray: int, segment: int, domain: int
+) -> None:
+    """36 trays using 2 of their 4 GPUs were one 72-GPU segment (`--segment=36`, a clique affinity no rack could
+    meet), though an NVL72 rack holds 18 trays (QA 2026-12-07); a described node above the tray fills the domain
+    with fewer nodes."""
+    cluster = ClusterSpec(num_nodes=trays, gpus_per_node=per_tray, gpu="GB200")
+    assert (cluster.segment_nodes(), cluster.nvlink_domain) == (segment, domain)
+
+
 def test_a_group_whose_span_does_not_tile_the_rack_straddles_two() -> None:
     """EP64 on 36 trays (two 72-GPU segments): the group of ranks 64-127 has 8 in the first rack and 56 in the
     next, and its all-to-all leaves through 8 NICs; it was timed as if on NVLink. On 32 trays (segments of 16) the

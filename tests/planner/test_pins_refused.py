@@ -254,3 +254,19 @@ def test_an_a2a_p2p_pin_that_cannot_be_made_is_a_named_input_error(training: dic
     with pytest.raises(InputError, match=words) as err:
         _plan(**training)
     assert err.value.field == "training.pinned.cp_comm_type"
+
+
+@pytest.mark.parametrize(("gpu", "refused"), [("L40S", True), ("H100-SXM", False), ("B200", False)])
+def test_blockwise_fp8_before_hopper_is_an_input_error(gpu: str, refused: bool) -> None:
+    """Blockwise FP8 was planned and rendered on L40S (Ada, SM 8.9), where Transformer Engine's recipe check refuses
+    it before the first FP8 forward (block-scaled GEMMs need SM90; QA 2026-12-07)."""
+    training = {"global_batch_size": 64, "precision": "fp8", "fp8_recipe": "blockwise"}
+    request = PlanRequest(model="llama-3-8b", cluster={"num_nodes": 1, "gpu": gpu}, training=training)
+    if not refused:
+        assert plan(request).plans
+        return
+    with pytest.raises(InputError, match="Hopper or later") as caught:
+        plan(request)
+    assert caught.value.field == "training.fp8_recipe"
+    par = ParallelConfig(dp=8, fp8_recipe="blockwise")
+    assert [v.code for v in rules.check(request.model, request.cluster, request.training, par)] == ["fp8_recipe"]

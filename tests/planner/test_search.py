@@ -426,3 +426,5 @@ def test_the_headroom_objective_ranks_the_plans_near_the_fastest() -> None:
     assert result.plans and max(steps) <= fastest.estimate.time.step_s * 1.10 + 1e-9
     assert peaks == sorted(peaks) and peaks[0] < fastest.estimate.memory.peak_bytes
     assert "within 10% of the fastest" in result.plans[0].why[0]
+    # one count of feasible plans: the stats said the search's, the headline added the recomputation pass's (QA)
+    assert f"({result.stats.feasible} feasible)" in result.plans[0].why[0], (result.stats.feasible, result.plans[0].why)

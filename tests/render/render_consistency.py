@@ -54,6 +54,9 @@ def deepspeed_world(call: Call) -> tuple[int, int, dict[str, int], list[str]]:
     return args.num_nodes, args.num_gpus, dict(pool), [args.user_script, *args.user_args]
 
 
+SOCKET_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+
+
 class Observed:
     def __init__(self) -> None:
         self.world, self.nodes, self.gpus = Seen(), Seen(), Seen()
@@ -64,6 +67,8 @@ class Observed:
         self.ds: dict[str, Any] | None = None
         self.worker_env: dict[str, str] = {}
         self.trainer_argv: list[str] = []
+        self.pod_env: dict[str, str] | None = None  # the PyTorchJob container's
+        self.pod_network = False  # the pods on the pod network (not hostNetwork)
 
 
 def _launchers(arts: Artifacts, d: Path, bin_dir: Path, ob: Observed) -> dict[str, list[str]]:
@@ -135,7 +140,7 @@ def _pytorchjob(text: str, ob: Observed) -> list[str]:
     assert container["name"] == "pytorch"
     resources = container["resources"]
     assert resources["requests"] == resources["limits"], "Guaranteed QoS: requests = limits"
-    gpus = resources["limits"].get("nvidia.com/gpu")
+    gpus = resources["limits"].get("nvidia.com/gpu", resources["limits"].get("amd.com/gpu"))
     assert gpus in (None, job["nprocPerNode"]), gpus
     ob.nodes.add("pytorchjob replicas", replicas)
     if "elasticPolicy" in job:
@@ -147,7 +152,8 @@ def _pytorchjob(text: str, ob: Observed) -> list[str]:
     n, g = torchrun_world(call)
     ob.nodes.add("pytorchjob torchrun", n)
     ob.gpus.add("pytorchjob torchrun", g)
-    ob.env.add("pytorchjob", {e["name"]: e["value"] for e in container.get("env", [])})
+    ob.pod_env = {e["name"]: e["value"] for e in container.get("env", [])}
+    ob.pod_network = not first["template"]["spec"].get("hostNetwork", False)
     return _worker_argv(call.argv)
 
 
@@ -246,6 +252,12 @@ def check(ob: Observed) -> dict[str, Any]:
     assert isinstance(nodes, int) and isinstance(gpus, int) and world == nodes * gpus, (nodes, gpus, world)
     gbs, mbs = ob.gbs.agree("global batch size"), ob.mbs.agree("micro-batch size")
     env = ob.env.agree("environment")
+    assert isinstance(env, dict)
+    if ob.pod_env is not None:
+        # on the pod network a pod has eth0, not the hosts' socket interface: the pods leave that out (k8s.pod_facts)
+        hosts_only = ob.pod_network and env.get("NCCL_SOCKET_IFNAME", "eth0").lstrip("=") != "eth0"
+        expected = {k: v for k, v in env.items() if not (hosts_only and k in SOCKET_VARS)}
+        assert ob.pod_env == expected, f"the PyTorchJob's environment {ob.pod_env} is not the scripts' {expected}"
     sizes = ob.parallel.agree("parallel sizes") if ob.parallel.values else {"tp": 1, "pp": 1, "cp": 1, "ep": 1}
     assert isinstance(sizes, dict) and isinstance(gbs, int) and isinstance(mbs, int)
     model_parallel = sizes["tp"] * sizes["pp"] * sizes["cp"]

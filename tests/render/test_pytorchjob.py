@@ -273,3 +273,60 @@ def test_the_compute_domain_and_claim_checks_can_fail() -> None:
         "Master: resourceClaims ['imex-channel'] without a ComputeDomain",
         "Worker: resourceClaims ['imex-channel'] without a ComputeDomain",
     ]
+
+
+def test_the_hosts_socket_interface_is_named_in_the_pods_only_on_the_host_network() -> None:
+    """cluster.socket_ifname ens1f0 went into the pods' environment and their nccl_env.sh on the pod network, where a
+    pod has eth0 only: NCCL stopped with "no socket interface found", gloo with "Unable to find address for ens1f0"
+    (QA 2026-12-07). On the host network it stays; the bare-metal scripts keep it either way."""
+    cluster = {**IB, "socket_ifname": "ens1f0"}
+    for host_network, named in ((False, False), (True, True)):
+        options = {"k8s_host_network": host_network}
+        req = {"model": "llama-2-7b", "cluster": cluster, "training": {"global_batch_size": 64}}
+        arts = render(fixed_result(req, {"tp": 2, "dp": 8}), 1, RenderOptions(**options))
+        docs = validate_pytorchjob_yaml(arts.files["pytorchjob.yaml"])
+        env = {e["name"]: e["value"] for e in pod(docs[-1])["containers"][0]["env"]}
+        in_pod = docs[0]["data"]["nccl_env.sh"]
+        assert ("NCCL_SOCKET_IFNAME" in env, "GLOO_SOCKET_IFNAME" in env) == (named, named), env
+        assert ("export NCCL_SOCKET_IFNAME='=ens1f0'" in in_pod) is named
+        assert env["NCCL_IB_HCA"] == "=mlx5_0,mlx5_1" and "export NCCL_IB_HCA=" in in_pod  # the rest stays
+        assert "export NCCL_SOCKET_IFNAME='=ens1f0'" in arts.files["nccl_env.sh"]
+        assert "export NCCL_SOCKET_IFNAME='=ens1f0'" in arts.files["torchrun.sh"] + arts.files["nccl_env.sh"]
+        assert any("names the hosts' interface" in n for n in arts.notes) is not named
+
+
+def test_an_amd_gpu_pod_asks_for_amd_gpus_and_for_a_rocm_image() -> None:
+    """An MI300X job requested nvidia.com/gpu, which no node of an AMD cluster advertises (its pods stayed Pending),
+    and ran NVIDIA's CUDA image without a word (QA 2026-12-07)."""
+    cluster = {"num_nodes": 2, "gpu": "MI300X"}
+    req = {"model": "llama-2-7b", "cluster": cluster, "training": {"global_batch_size": 64}}
+    arts = render(fixed_result(req, {"tp": 2, "dp": 8}), 1, RenderOptions())
+    limits = pod(validate_pytorchjob_yaml(arts.files["pytorchjob.yaml"])[-1])["containers"][0]["resources"]["limits"]
+    assert limits.get("amd.com/gpu") == "8" and "nvidia.com/gpu" not in limits
+    assert any("is a CUDA image" in n and "ROCm" in n for n in arts.notes), arts.notes
+    own = render(fixed_result(req, {"tp": 2, "dp": 8}), 1, RenderOptions(container_image="rocm/megatron-lm:latest"))
+    assert not any("is a CUDA image" in n for n in own.notes)
+    nvidia, _ = job()
+    assert pod(nvidia)["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
+
+
+def test_the_dataset_is_mounted_from_a_claim_or_its_absence_said() -> None:
+    """data_path went into the args and was mounted nowhere: each pod looked for the .bin/.idx files in its image,
+    and Megatron-DeepSpeed (no mock data) failed at its data loader, unsaid (QA 2026-12-07)."""
+    data = {"data_path": "/lustre/data/corpus_text_document", "tokenizer_type": "HuggingFaceTokenizer",
+            "tokenizer_model": "meta-llama/Llama-2-7b-hf"}  # fmt: skip
+    doc, notes = job({**data, "k8s_data_claim": "corpus", "checkpoint_dir": "/ckpt/run1",
+                      "k8s_checkpoint_claim": "train-ckpt"}, framework="megatron-deepspeed")  # fmt: skip
+    spec = pod(doc)
+    volumes = {v["name"]: v["persistentVolumeClaim"] for v in spec["volumes"] if "persistentVolumeClaim" in v}
+    mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+    assert volumes["dataset"] == {"claimName": "corpus", "readOnly": True}
+    assert mounts["dataset"] == {"name": "dataset", "mountPath": "/lustre/data", "readOnly": True}
+    assert mounts["checkpoints"] == {"name": "checkpoints", "mountPath": "/ckpt/run1"}  # written: not read-only
+    assert not any("where data_path is" in n for n in notes)
+    _, unmounted = job(data, framework="megatron-deepspeed")
+    assert any("nothing is mounted at /lustre/data, where data_path is" in n for n in unmounted), unmounted
+    with pytest.raises(ValidationError, match="k8s_data_claim"):
+        RenderOptions(k8s_data_claim="corpus")  # mounted where? needs data_path
+    with pytest.raises(ValidationError, match="where k8s_checkpoint_claim is"):
+        RenderOptions(**data, k8s_data_claim="corpus", checkpoint_dir="/lustre/data", k8s_checkpoint_claim="c")

@@ -86,3 +86,22 @@ def test_slurm_time_formats(limit: str, minutes: float) -> None:
 def test_a_time_limit_too_short_to_save_is_refused() -> None:
     with pytest.raises(ValueError, match="slurm_time_limit: 10 leaves no training time"):
         render(fixed_result(REQ, PAR), 1, RenderOptions(slurm_time_limit="10"))
+
+
+def test_megatron_deepspeed_stops_gracefully_only_where_it_can_save() -> None:
+    """Megatron-DeepSpeed saves on SIGTERM and at --exit-duration-in-mins whatever --save says (megatron/training.py
+    L1335-1361); without checkpoint_dir that save raised on every rank, and Slurm marked the job FAILED (QA
+    2026-12-07). Those flags come with checkpoint_dir only; Megatron-LM, which checks args.save, keeps them."""
+    req = {**REQ, "training": {"global_batch_size": 64, "framework": "megatron-deepspeed"}}
+    result = fixed_result(req, {"tp": 2, "dp": 8, "zero_stage": 1})
+    data = {"data_path": "/d/x_text_document", "tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": "m/l"}
+    bare = render(result, 1, RenderOptions(**data, slurm_time_limit="4:00:00"))
+    fl = Flags(args_file_words(bare.files["megatron_args.txt"]))
+    assert not fl.has("--exit-signal-handler") and not fl.has("--exit-duration-in-mins") and not fl.has("--save")
+    assert any("saves a checkpoint on SIGTERM" in n for n in bare.notes), bare.notes
+    saved = render(result, 1, RenderOptions(**data, slurm_time_limit="4:00:00", checkpoint_dir="/ckpt"))
+    fl = Flags(args_file_words(saved.files["megatron_args.txt"]))
+    assert fl.has("--exit-signal-handler") and fl.has("--exit-duration-in-mins") and fl.one("--save") == "/ckpt"
+    assert not any("saves a checkpoint on SIGTERM" in n for n in saved.notes)
+    megatron = Flags(args_file_words(render(fixed_result(REQ, PAR)).files["megatron_args.txt"]))
+    assert megatron.has("--exit-signal-handler")

@@ -107,7 +107,14 @@ def precision_supported(c: Ctx) -> Violation | None:
         return Violation("optimizer_states", "bf16 optimizer states need the distributed optimizer")
     if p.fp8_recipe == "mxfp8" and c.cluster.gpu.generation != "blackwell":
         return Violation("fp8_recipe", f"fp8_recipe mxfp8 needs Blackwell, not {c.cluster.gpu.name}")
+    if p.fp8_recipe == "blockwise" and c.cluster.gpu.generation not in BLOCKWISE_GENERATIONS:
+        return Violation("fp8_recipe", f"fp8_recipe blockwise needs Hopper or later (SM90), not {c.cluster.gpu.name}")
     return None
+
+
+# Transformer Engine's Float8BlockScaling needs compute capability 9.0 or later (its block-scaled GEMM; the
+# recipe support check raises before the first FP8 forward on Ada's 8.9: QA 2026-12-07)
+BLOCKWISE_GENERATIONS = ("hopper", "blackwell")
 
 
 def recompute_modules_problem(

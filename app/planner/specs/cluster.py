@@ -166,14 +166,17 @@ class ClusterSpec(Frozen):
         if domain <= 1:
             return 1
         if self.gpu.nvlink_spans_nodes:
-            return self.segment_nodes(world) * self.gpus_per_node if world > domain else min(world, domain)
+            return min(world, domain) if world <= self.gpus_per_node else self.segment_nodes(world) * self.gpus_per_node
         return min(self.gpus_per_node, domain)
 
     def segment_nodes(self, world: int | None = None) -> int:
         """Nodes per NVLink segment of a job on `world` GPUs (all the cluster's by default): every node when they
-        fit one domain, else the largest divisor of the node count that does (at least one node)."""
+        fit one domain, else the largest divisor of the node count that does (at least one node). A domain holds as
+        many trays as it is built with (18 of an NVL72 rack) however few of a tray's GPUs a job uses: 36 trays of 2
+        GPUs were one 72-GPU segment, two racks in fact (QA 2026-12-07)."""
         nodes = max(1, (world or self.world_size) // self.gpus_per_node)
-        fits = max(1, self.gpu.nvlink_domain // self.gpus_per_node)
+        tray = max(self.gpus_per_node, self.gpu.gpus_per_node or self.gpus_per_node)
+        fits = max(1, self.gpu.nvlink_domain // tray)
         if nodes <= fits:
             return nodes
         return next(n for n in range(fits, 0, -1) if nodes % n == 0)
