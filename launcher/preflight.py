@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 from dataclasses import replace
 
@@ -141,7 +142,8 @@ def _no_working_dir(command: Command, out: str) -> bool:
     (`cd` in the ssh command line, or the exec's)."""
     if is_local_command(command):
         return not os.path.isdir(command.cwd)
-    return "No such file or directory" in out and command.cwd in out
+    # the shell's own `cd` failing (Command.shell): an interpreter missing under the directory says otherwise
+    return f"cd: {command.cwd}: No such file or directory" in out or f"cd: {shlex.quote(command.cwd)}: No such" in out
 
 
 def all_checks(ctx: LaunchContext) -> list[Check]:

@@ -60,13 +60,15 @@ def format_plan(result: PlanResult) -> str:
         f"{result.stats.feasible} feasible" + (" (time cap hit)" if result.stats.truncated else ""),
     ]
     if result.plans:
+        # the plan column as wide as its longest layout (58 at least): longer ones pushed the numbers out of line
+        w = max(58, *(len(describe(p.parallel)) for p in result.plans))
         lines.append(
-            f"{'#':>3}  {'plan':<58} {'GA':>4} {'peak GiB':>8} {'step s':>8} {'tokens/s':>11} {'MFU':>6} {'bubble':>6}"
+            f"{'#':>3}  {'plan':<{w}} {'GA':>4} {'peak GiB':>8} {'step s':>8} {'tokens/s':>11} {'MFU':>6} {'bubble':>6}"
         )
         for p in result.plans:
             t = p.estimate.time
             lines.append(
-                f"{p.rank:>3}  {describe(p.parallel):<58} {p.layout.num_microbatches:>4} "
+                f"{p.rank:>3}  {describe(p.parallel):<{w}} {p.layout.num_microbatches:>4} "
                 f"{p.estimate.memory.peak_bytes / GiB:>8.1f} {t.step_s:>8.2f} {t.tokens_per_s:>11,.0f} "
                 f"{_pct(t.mfu):>6} {_pct(t.bubble_fraction):>6}"
             )

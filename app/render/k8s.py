@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from app.render.facts import Facts
 from app.render.launch import k8s_elastic
+from app.render.megatron_args import data_cache_path
 
 GiB = 2**30
 SOCKET_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
@@ -182,7 +183,17 @@ def pod(f: Facts) -> Pod:
         )
     claims: list[Claim] = []
     if o.data_path and o.k8s_data_claim:
-        claims.append(Claim("dataset", o.k8s_data_claim, data_dir(o.data_path), True, "the dataset, read only"))
+        # read-only where nothing is written there: Megatron builds its index cache next to the dataset unless
+        # --data-cache-path sends it elsewhere (megatron-core gpt_dataset.py; Megatron-DeepSpeed's index-cache)
+        where = data_dir(o.data_path)
+        cache = data_cache_path(f)
+        read_only = cache is not None and not inside(cache, where)
+        claims.append(Claim("dataset", o.k8s_data_claim, where, read_only, "the dataset" + (", read only" * read_only)))
+        if not read_only:
+            notes.append(
+                f"pytorchjob.yaml: k8s_data_claim is mounted read-write at {where}: Megatron writes the dataset's "
+                f"index cache next to it; give data_cache_path (or checkpoint_dir) elsewhere for a read-only mount"
+            )
     elif o.data_path:
         notes.append(
             f"pytorchjob.yaml: nothing is mounted at {data_dir(o.data_path)}, where data_path is: each pod would look "
@@ -212,6 +223,12 @@ def pod(f: Facts) -> Pod:
     )
 
 
+def inside(path: str, directory: str) -> bool:
+    """`path` is `directory` or below it."""
+    path, directory = path.rstrip("/") or "/", directory.rstrip("/") or "/"
+    return path == directory or path.startswith(directory if directory == "/" else directory + "/")
+
+
 def data_dir(data_path: str) -> str:
     """The directory of a dataset prefix (/data/corpus_text_document: its .bin and .idx files are in /data)."""
     return posixpath.dirname(data_path.rstrip("/")) or "/"
@@ -229,7 +246,7 @@ def pod_facts(f: Facts) -> Facts:
 
 def _imex(f: Facts) -> Imex | None:
     """The ComputeDomain where the plan counts NVLink across trays (`Facts.nvlink_segment`), else None."""
-    if not f.nvlink_segment:
+    if not f.nvlink_segment or f.options.accelerator != "cuda":  # (CPU smoke tests claim no GPU channel)
         return None
     return Imex(
         domain=f"{f.job_name}-imex",

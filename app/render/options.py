@@ -330,13 +330,14 @@ class RenderOptions(BaseModel):
             raise InputError("render.k8s_checkpoint_claim", "needs checkpoint_dir, the path it is mounted at")
         if self.k8s_data_claim and not self.data_path:
             raise InputError("render.k8s_data_claim", "needs data_path, whose directory it is mounted at")
-        if self.k8s_data_claim and self.k8s_checkpoint_claim and self.data_path and self.checkpoint_dir:
+        if self.k8s_data_claim and self.data_path and self.checkpoint_dir:
             data_dir = posixpath.dirname(self.data_path.rstrip("/")) or "/"
-            if data_dir.rstrip("/") == self.checkpoint_dir.rstrip("/"):
+            a, b = data_dir.rstrip("/") + "/", self.checkpoint_dir.rstrip("/") + "/"
+            if a.startswith(b) or b.startswith(a):  # one mount inside the other's
                 raise InputError(
                     "render.k8s_data_claim",
-                    f"would be mounted at {data_dir}, where k8s_checkpoint_claim is: give one claim (the checkpoint "
-                    "one, read and written) or keep the dataset in another directory",
+                    f"would be mounted at {data_dir}, and checkpoint_dir {self.checkpoint_dir} is in it or it in "
+                    "checkpoint_dir: keep checkpoints and the dataset in separate directories",
                 )
         if self.data_path and self.tokenizer_type in (None, "NullTokenizer"):
             raise ValueError(

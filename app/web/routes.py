@@ -249,7 +249,8 @@ def what_if(
     record = store.get(plan_id) if PLAN_ID.fullmatch(plan_id) else None
     if record is None:
         return not_found(request, templates, f"No stored plan with id {plan_id!r} to change.", viewer, prefs)
-    again = whatif.replan(record, values)
+    saved = clusters(record.cluster_name) if record.cluster_name else None
+    again = whatif.replan(record, values, list(saved.spec.get("hosts") or []) if saved else None)
     return _plan_and_show(
         request,
         again.values,

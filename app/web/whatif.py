@@ -105,11 +105,12 @@ class Replan:
     cluster_name: str | None
 
 
-def replan(record: PlanRecord, changes: Mapping[str, str]) -> Replan:
+def replan(record: PlanRecord, changes: Mapping[str, str], saved_hosts: list[str] | None = None) -> Replan:
     """`apply` of `changes` to the stored plan, with its notices and saved cluster (the stored request read into form
-    values once: it is a full request round trip)."""
+    values once: it is a full request round trip). `saved_hosts`: the host list of the saved cluster the plan was
+    made on, as it is now (None: none)."""
     before = stored_values(record)
-    values = apply(record, before, changes)
+    values = apply(record, before, changes, saved_hosts)
     return Replan(values, _host_notices(before, values), _same_saved_cluster(record, before, values))
 
 
@@ -122,9 +123,12 @@ def _host_notices(before: Mapping[str, str], values: Mapping[str, str]) -> list[
     return [f"cluster.hosts: the plan named {hosts_kept(hosts, int(nodes))}"]
 
 
-def apply(record: PlanRecord, before: Mapping[str, str], changes: Mapping[str, str]) -> dict[str, str]:
+def apply(
+    record: PlanRecord, before: Mapping[str, str], changes: Mapping[str, str], saved_hosts: list[str] | None = None
+) -> dict[str, str]:
     """The stored request's form values (`before`, `stored_values`) with `changes` (quick controls, a suggestion's
-    fields) applied."""
+    fields) applied. On a saved cluster (`saved_hosts`, its host list) a new node count takes its hosts from the
+    saved list, which may name more than the plan kept (4 nodes of a 4-host cluster planned on 2 had none)."""
     values = dict(before)
     if changes.get(CLEAR_PINS):
         values.update({f.name: "" for f in SECTIONS["pins"] + SECTIONS["pins_more"]})
@@ -142,6 +146,8 @@ def apply(record: PlanRecord, before: Mapping[str, str], changes: Mapping[str, s
         values.update({f.name: "" for f in SECTIONS["gpu_overrides"]})
     hosts = values.get("cluster.hosts", "").split()
     nodes = values.get("cluster.num_nodes", "")
+    if saved_hosts and "cluster.hosts" not in changes and hosts == saved_hosts[: len(hosts)]:
+        hosts = list(saved_hosts)  # the plan's hosts are the saved cluster's first ones: the rest are its too
     pin, old_nodes = values.get(NODES_PIN, "").strip(), before.get("cluster.num_nodes", "")
     if NODES_PIN not in changes and pin.isdigit() and nodes.isdigit() and nodes != old_nodes:
         # a pin on every node of the cluster (as "Plan this" of a deadline option makes) follows the node count; one
@@ -150,10 +156,11 @@ def apply(record: PlanRecord, before: Mapping[str, str], changes: Mapping[str, s
             values[NODES_PIN] = nodes
         elif int(pin) > int(nodes):
             values[NODES_PIN] = ""
-    if hosts and nodes.isdigit() and len(hosts) != int(nodes):
+    if hosts and nodes.isdigit():
         # a host list names one host per node: on fewer nodes the first of them (the head node first); on more,
         # the added nodes have no names, so none are given (it was refused: "lists 1 hosts but num_nodes is 2")
-        values["cluster.hosts"] = " ".join(hosts_for_nodes(hosts, int(nodes)))
+        kept = hosts if len(hosts) == int(nodes) else hosts_for_nodes(hosts, int(nodes))
+        values["cluster.hosts"] = " ".join(kept)
     if values.get("training.framework") != before.get("training.framework") and "training.stack" not in changes:
         values["training.stack"] = ""  # another framework: its usual stack (a named one runs the old framework)
     return values

@@ -58,3 +58,14 @@ def test_a_missing_working_directory_is_named_not_the_interpreter(tmp_path: Path
     (versions,) = [line for line in done.stdout.splitlines() if line.startswith("versions")]
     assert "no-such-checkout does not exist" in versions and "entrypoint.working_dir" in versions
     assert "entrypoint.python" not in versions
+
+
+def test_a_remote_missing_interpreter_is_not_taken_for_a_missing_directory() -> None:
+    """On another node only the output tells: the shell's `cd` failing is the directory; an interpreter missing in
+    a venv under the directory (its path holds the directory's) is the interpreter (review 2026-12-07)."""
+    from launcher.command import Command
+    from launcher.preflight import _no_working_dir
+
+    remote = Command(argv=("x",), env={}, cwd="/workspace/Megatron-LM", host="gpu-node-7.invalid")
+    assert _no_working_dir(remote, "bash: line 1: cd: /workspace/Megatron-LM: No such file or directory")
+    assert not _no_working_dir(remote, "env: '/workspace/Megatron-LM/.venv/bin/python': No such file or directory")

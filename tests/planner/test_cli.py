@@ -100,3 +100,18 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
     proc.stdout.close()  # what head does after its lines
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141 and "Traceback" not in err, err
+
+
+def test_the_plan_table_keeps_its_columns_for_long_layouts() -> None:
+    """Layouts longer than 58 characters pushed the GA ... bubble columns out of line (QA 2026-12-07)."""
+    from app.cli import format_plan
+    from app.planner import PlanRequest, plan
+
+    pins = {"tp": 2, "megatron_fsdp": "optim_grads_params", "cpu_offloading_num_layers": 4, "tp_comm_overlap": True}
+    result = plan(PlanRequest(model="llama-2-7b", cluster={"num_nodes": 2, "gpu": "H100-SXM"},
+                              training={"global_batch_size": 64, "precision": "fp8", "pinned": pins}))  # fmt: skip
+    lines = format_plan(result).splitlines()
+    header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("#  plan"))
+    rows = lines[header : header + 1 + len(result.plans)]
+    assert max(len(r) for r in rows) == min(len(r) for r in rows), rows  # every row as wide as the header
+    assert any(len(line.split("mbs", 1)[0]) > 58 for line in rows[1:])

@@ -270,3 +270,17 @@ def test_blockwise_fp8_before_hopper_is_an_input_error(gpu: str, refused: bool) 
     assert caught.value.field == "training.fp8_recipe"
     par = ParallelConfig(dp=8, fp8_recipe="blockwise")
     assert [v.code for v in rules.check(request.model, request.cluster, request.training, par)] == ["fp8_recipe"]
+
+
+def test_a2a_p2p_pinned_where_no_split_holds_whole_heads_is_never_planned_as_p2p() -> None:
+    """Llama-3 8B's 8 K/V groups over TP 8 leave one a rank: no a2a level splits them, and the pinned a2a+p2p was
+    replaced by p2p in every plan, unsaid (review 2026-12-07). The pins are named instead."""
+    request = PlanRequest(
+        model="llama-3-8b",
+        cluster={"num_nodes": 4, "gpu": "H100-SXM"},
+        training={"global_batch_size": 64, "pinned": {"cp": 4, "tp": 8, "cp_comm_type": "a2a+p2p"}},
+    )
+    with pytest.raises(InputError, match="cp_comm_type") as caught:
+        result = plan(request)
+        assert all(p.parallel.cp_comm_type == "a2a+p2p" for p in result.plans), [p.parallel for p in result.plans]
+    assert caught.value.field == "training.pinned"

@@ -242,6 +242,12 @@ def test_a_job_without_nvlink_across_nodes_claims_nothing() -> None:
     )
     one_tray, _ = gb200_docs(1)  # NVLink within the one tray: no IMEX
     assert [d["kind"] for d in one_tray] == ["ConfigMap", "PyTorchJob"]
+    # a CPU smoke test (the DeepSpeed trainer) claims no GPU channel: it stayed Pending on CPU nodes (review)
+    req = {"model": "llama-2-7b", "cluster": {"num_nodes": 16, "gpu": "GB200"},
+           "training": {"global_batch_size": 256, "framework": "deepspeed"}}  # fmt: skip
+    arts = render(fixed_result(req, {"dp": 64, "zero_stage": 1}), 1, RenderOptions(accelerator="cpu"))
+    cpu = validate_pytorchjob_yaml(arts.files["pytorchjob.yaml"])
+    assert [d["kind"] for d in cpu] == ["ConfigMap", "PyTorchJob"] and "affinity" not in pod(cpu[-1])
 
 
 def test_the_compute_domain_and_claim_checks_can_fail() -> None:
@@ -326,7 +332,12 @@ def test_the_dataset_is_mounted_from_a_claim_or_its_absence_said() -> None:
     assert not any("where data_path is" in n for n in notes)
     _, unmounted = job(data, framework="megatron-deepspeed")
     assert any("nothing is mounted at /lustre/data, where data_path is" in n for n in unmounted), unmounted
+    # without a cache directory elsewhere Megatron writes its index cache next to the dataset: read-write, and said
+    written, notes = job({**data, "k8s_data_claim": "corpus"})
+    mount = next(m for m in pod(written)["containers"][0]["volumeMounts"] if m["name"] == "dataset")
+    assert "readOnly" not in mount and any("mounted read-write at /lustre/data" in n for n in notes), notes
     with pytest.raises(ValidationError, match="k8s_data_claim"):
         RenderOptions(k8s_data_claim="corpus")  # mounted where? needs data_path
-    with pytest.raises(ValidationError, match="where k8s_checkpoint_claim is"):
-        RenderOptions(**data, k8s_data_claim="corpus", checkpoint_dir="/lustre/data", k8s_checkpoint_claim="c")
+    for ckpt in ("/lustre/data", "/lustre/data/checkpoints", "/lustre"):  # one mount inside the other
+        with pytest.raises(ValidationError, match="separate directories"):
+            RenderOptions(**data, k8s_data_claim="corpus", checkpoint_dir=ckpt)

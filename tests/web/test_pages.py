@@ -248,6 +248,11 @@ def test_a_saved_cluster_plans_on_the_nodes_typed_for_it(web: Any) -> None:
     assert r.status_code == 422
     text, inputs = element(r.text, "field-saved.num_nodes")
     assert "(got 0)" in text and inputs[0][1]["value"] == "0"
+    # a what-if back to all of its nodes names all of its hosts: the plan kept 2, and the saved cluster has 4 (review)
+    r = web.post("/whatif", data={"whatif.from": made["id"], "cluster.num_nodes": "4"}, follow_redirects=False)
+    assert r.status_code == 303, r.text
+    back = web.get("/plans/" + r.headers["location"].rsplit("/", 1)[1]).json()
+    assert back["request"]["cluster"]["hosts"] == ["a", "b", "c", "d"] and back["cluster_name"] == "pod-n"
     # "Edit and re-plan" opens it on the saved cluster again, with its count; once the cluster changes, as described
     page = web.get(f"/?from={made['id']}").text
     assert 'value="saved" checked' in page and '<option value="pod-n" selected>' in page
