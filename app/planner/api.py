@@ -17,7 +17,7 @@ from app.planner.goodput import checkpoint_plan
 from app.planner.layout import make_layout, stage_layer_kinds
 from app.planner.results import Estimate, Plan, PlanResult, RejectedGroup, SearchStats, TimeEstimate
 from app.planner.rules.shape import layout_violation, uneven_split_violation
-from app.planner.rules.stack import BLOCKWISE_GENERATIONS, fp8_supported, recompute_modules_problem
+from app.planner.rules.stack import fp8_recipe_runs, fp8_supported, recompute_modules_problem
 from app.planner.search import fewest_gpus, search_world
 from app.planner.specs import ClusterSpec, EstimateRequest, ModelSpec, ParallelConfig, PlanRequest, TrainingSpec
 from app.planner.specs.common import HEADROOM_WITHIN
@@ -196,17 +196,14 @@ def _check_possible(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
 def _check_fp8_recipe(cluster: ClusterSpec, training: TrainingSpec) -> None:
     """MXFP8 scales per 32-element block in hardware Blackwell has: on another GPU every layout fails (the search
     rejected 36,169 candidates one by one, and a fixed layout's estimate said "feasible", QA 2026-12-07)."""
-    if training.precision == "fp8" and training.fp8_recipe == "mxfp8" and cluster.gpu.generation != "blackwell":
+    gen = cluster.gpu.generation
+    if training.precision == "fp8" and training.fp8_recipe == "mxfp8" and not fp8_recipe_runs("mxfp8", gen):
         raise InputError(
             "training.fp8_recipe",
             f"mxfp8 needs Blackwell's block-scaled FP8, which {cluster.gpu.name} ({cluster.gpu.generation}) has "
             "not: use tensorwise, blockwise or delayed",
         )
-    if (
-        training.precision == "fp8"
-        and training.fp8_recipe == "blockwise"
-        and cluster.gpu.generation not in (BLOCKWISE_GENERATIONS)
-    ):
+    if training.precision == "fp8" and training.fp8_recipe == "blockwise" and not fp8_recipe_runs("blockwise", gen):
         raise InputError(
             "training.fp8_recipe",
             f"blockwise needs Transformer Engine's block-scaled FP8 GEMM, on Hopper or later (SM90); "
@@ -266,7 +263,7 @@ def _check_pinned_features(model: ModelSpec, training: TrainingSpec) -> None:
     if p.cp_comm_type is not None and stack.can.context_parallel and p.cp_comm_type not in stack.can.context_parallel:
         can = ", ".join(stack.can.context_parallel)
         raise InputError("training.pinned.cp_comm_type", f"{p.cp_comm_type}: the {stack.name} stack runs CP with {can}")
-    if p.cp_comm_type == "a2a+p2p" and p.cp and not any(1 < a < p.cp and p.cp % a == 0 for a in range(2, p.cp)):
+    if p.cp_comm_type == "a2a+p2p" and p.cp and not any(1 < a < p.cp for a in space.divisors(p.cp)):
         raise InputError(
             "training.pinned.cp_comm_type",
             f"a2a+p2p splits CP into an a2a level and a ring level, both above 1; pinned cp {p.cp} has no such split "

@@ -114,9 +114,10 @@ def cp_comm_options(
         # it into an a2a level and a ring level, both above 1 (Megatron needs --hierarchical-context-parallel-sizes)
         out += [("a2a+p2p", (a, cp // a)) for a in divisors(cp) if 1 < a < cp and a2a_splits(model, tp, a)]
     if pinned:
-        out = [o for o in out if o[0] == pinned] or ([(pinned, None)] if pinned != "a2a+p2p" else [])
-        if not out:  # a2a+p2p without two levels is no layout (it failed to validate, then became p2p unsaid)
+        out = [o for o in out if o[0] == pinned]
+        if not out and pinned == "a2a+p2p":  # no layout without two levels (it failed to validate, then became p2p)
             return []
+        out = out or [(pinned, None)]
     # a pinned CP the stack cannot run (Megatron-DeepSpeed, DeepSpeed): one option, which the rules refuse by name
     # rather than a search of no candidates and no reason
     return out or ([("p2p", None)] if training.pinned.cp else [])

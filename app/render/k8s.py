@@ -30,12 +30,12 @@
 from __future__ import annotations
 
 import dataclasses
-import posixpath
 from dataclasses import dataclass
 
 from app.render.facts import Facts
 from app.render.launch import k8s_elastic
 from app.render.megatron_args import data_cache_path
+from app.render.options import data_dir, inside
 
 GiB = 2**30
 SOCKET_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
@@ -221,17 +221,6 @@ def pod(f: Facts) -> Pod:
         claims=tuple(claims),
         imex=imex,
     )
-
-
-def inside(path: str, directory: str) -> bool:
-    """`path` is `directory` or below it."""
-    path, directory = path.rstrip("/") or "/", directory.rstrip("/") or "/"
-    return path == directory or path.startswith(directory if directory == "/" else directory + "/")
-
-
-def data_dir(data_path: str) -> str:
-    """The directory of a dataset prefix (/data/corpus_text_document: its .bin and .idx files are in /data)."""
-    return posixpath.dirname(data_path.rstrip("/")) or "/"
 
 
 def pod_facts(f: Facts) -> Facts:

@@ -181,8 +181,8 @@ class RenderOptions(BaseModel):
     )
     k8s_data_claim: str | None = Field(
         None,
-        description="A PersistentVolumeClaim that holds the dataset, which every pod mounts read-only at data_path's "
-        "directory (without it each pod looks for the dataset in its image).",
+        description="A PersistentVolumeClaim that holds the dataset, which every pod mounts at data_path's directory, "
+        "read-only where the index cache goes elsewhere (without it each pod looks for the dataset in its image).",
     )
     k8s_host_network: bool = Field(
         False, description="Run the pods on the host network (hostNetwork: true), the other way pods reach the HCAs."
@@ -331,12 +331,11 @@ class RenderOptions(BaseModel):
         if self.k8s_data_claim and not self.data_path:
             raise InputError("render.k8s_data_claim", "needs data_path, whose directory it is mounted at")
         if self.k8s_data_claim and self.data_path and self.checkpoint_dir:
-            data_dir = posixpath.dirname(self.data_path.rstrip("/")) or "/"
-            a, b = data_dir.rstrip("/") + "/", self.checkpoint_dir.rstrip("/") + "/"
-            if a.startswith(b) or b.startswith(a):  # one mount inside the other's
+            where = data_dir(self.data_path)
+            if inside(where, self.checkpoint_dir) or inside(self.checkpoint_dir, where):  # one mount in the other's
                 raise InputError(
                     "render.k8s_data_claim",
-                    f"would be mounted at {data_dir}, and checkpoint_dir {self.checkpoint_dir} is in it or it in "
+                    f"would be mounted at {where}, and checkpoint_dir {self.checkpoint_dir} is in it or it in "
                     "checkpoint_dir: keep checkpoints and the dataset in separate directories",
                 )
         if self.data_path and self.tokenizer_type in (None, "NullTokenizer"):
@@ -365,3 +364,14 @@ class RenderOptions(BaseModel):
     @property
     def final_lr(self) -> float:
         return self.min_lr if self.min_lr is not None else float(f"{self.lr / 10:.6g}")
+
+
+def inside(path: str, directory: str) -> bool:
+    """`path` is `directory` or below it."""
+    path, directory = path.rstrip("/") or "/", directory.rstrip("/") or "/"
+    return path == directory or path.startswith(directory if directory == "/" else directory + "/")
+
+
+def data_dir(data_path: str) -> str:
+    """The directory of a dataset prefix (/data/corpus_text_document: its .bin and .idx files are in /data)."""
+    return posixpath.dirname(data_path.rstrip("/")) or "/"

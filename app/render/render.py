@@ -173,7 +173,7 @@ def _launch_files(f: Facts, worker_files: dict[str, str]) -> dict[str, str]:
 
 def notes(f: Facts) -> list[str]:
     out: list[str] = []
-    if f.framework == "megatron-deepspeed" and not saves_on_stop(f):
+    if not saves_on_stop(f):  # (Megatron-DeepSpeed without checkpoint_dir)
         out.append(
             "megatron_args.txt: no --exit-signal-handler or --exit-duration-in-mins: Megatron-DeepSpeed saves a "
             "checkpoint on SIGTERM and at that duration whatever --save says, and without checkpoint_dir the save "

@@ -124,14 +124,11 @@ def cluster_spec(cluster: object, lookup: ClusterLookup | None) -> ClusterRead:
         )
         raise Refused([FieldError("cluster.saved", f"no saved cluster named {cluster.saved!r}: {where}")])
     overrides = dict(cluster.model_extra or {})
-    written = {**saved.spec, **overrides}
+    written = saved_written(saved.spec, overrides)
     notices: list[str] = []
-    hosts, nodes = saved.spec.get("hosts") or [], overrides.get("num_nodes")
-    if hosts and "hosts" not in overrides and isinstance(nodes, int) and 0 < nodes != len(hosts):
-        # another node count for a cluster that names its hosts (it was refused on a field not sent: "cluster.hosts:
-        # lists 4 hosts but num_nodes is 2", QA 2026-12-07)
-        written["hosts"] = hosts_for_nodes(hosts, nodes)
-        notices.append(f"cluster.hosts: the saved cluster names {hosts_kept(hosts, nodes)}")
+    hosts = saved.spec.get("hosts") or []
+    if "hosts" not in overrides and (written.get("hosts") or []) != hosts:  # cut to the overridden node count
+        notices.append(f"cluster.hosts: the saved cluster names {hosts_kept(hosts, overrides['num_nodes'])}")
     try:
         spec = ClusterDescription.model_validate(written).spec()
     except ValidationError as exc:
@@ -144,10 +141,21 @@ def cluster_spec(cluster: object, lookup: ClusterLookup | None) -> ClusterRead:
     return ClusterRead(spec, written, [notice, *notices], name)
 
 
+def saved_written(spec: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The description stored for a saved cluster named with `overrides`: its own with the overrides on top, its
+    host list cut to an overridden node count (it was refused on a field not sent: "cluster.hosts: lists 4 hosts but
+    num_nodes is 2", QA 2026-12-07)."""
+    written = {**spec, **overrides}
+    hosts, nodes = spec.get("hosts") or [], overrides.get("num_nodes")
+    if hosts and "hosts" not in overrides and isinstance(nodes, int) and 0 < nodes != len(hosts):
+        written["hosts"] = hosts_for_nodes(list(hosts), nodes)
+    return written
+
+
 def hosts_for_nodes(hosts: list[str], nodes: int) -> list[str]:
-    """A host list (one per node, the head node first) for another node count: on fewer nodes the first hosts; on
-    more none, since the added nodes have no names."""
-    return hosts[:nodes] if nodes < len(hosts) else []
+    """A host list (one per node, the head node first) for a node count: on as many or fewer nodes the first hosts;
+    on more none, since the added nodes have no names."""
+    return hosts[:nodes] if nodes <= len(hosts) else []
 
 
 def hosts_kept(hosts: list[str], nodes: int) -> str:

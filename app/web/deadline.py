@@ -23,7 +23,7 @@ from app.service.planning import create_plan
 from app.service.requests import parse_plan_request
 from app.web.deps import FormDep, TemplatesDep
 from app.web.fields import typed_number
-from app.web.respond import HTML, PrefsDep, html, require_csrf
+from app.web.respond import HTML, PrefsDep, filled_url, html, require_csrf
 
 router = APIRouter(include_in_schema=False)
 # the form's number boxes and what each reads as (the body refuses numbers sent as text)
@@ -64,9 +64,6 @@ def gpu_names() -> list[str]:
     return [g.name for g in catalog.gpus()]
 
 
-DRAFT_URL_MAX = 6000
-
-
 def form_names() -> set[str]:
     """The form's own fields: what its URL may carry back."""
     return set(DEFAULTS) | {"wall_clock"} | {f"price.{name}" for name in gpu_names()}
@@ -76,9 +73,9 @@ def draft_url(values: Mapping[str, str]) -> str:
     """/cheapest filled with `values` (those that differ from the empty form's; an unticked box as empty): where the
     units and theme switches come back to. They went to the empty form, and what was typed (and the search's
     options) was lost (QA 2026-12-07)."""
-    changed = {k: v for k in sorted(form_names()) if (v := values.get(k, "")) != DEFAULTS.get(k, "")}
-    url = "/cheapest?" + urlencode(changed) if changed else "/cheapest"
-    return url if len(url) <= DRAFT_URL_MAX else "/cheapest"
+    return filled_url(
+        "/cheapest", {k: v for k in sorted(form_names()) if (v := values.get(k, "")) != DEFAULTS.get(k, "")}
+    )
 
 
 def to_body(values: Mapping[str, str]) -> dict[str, Any]:

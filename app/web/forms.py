@@ -20,7 +20,7 @@ from app.planner.specs import ClusterSpec, ModelSpec, ParallelPins, PlanRequest,
 from app.render import RenderOptions
 from app.service.errors import Refused
 from app.service.jsonbody import BodyError, parse_json
-from app.service.requests import hosts_for_nodes, parse_plan_request
+from app.service.requests import parse_plan_request, saved_written
 from app.web.fields import BadValue, FormField, number_text, spec_field, spec_fields, to_value, values_of
 from app.web.presets import cluster_presets
 
@@ -438,16 +438,11 @@ def saved_mode(raw: Mapping[str, Any], saved_spec: Mapping[str, Any] | None, nam
     stored = raw.get("cluster")
     if saved_spec is None or not isinstance(stored, Mapping):
         return {}
-    expected = dict(saved_spec)
     nodes = stored.get("num_nodes")
-    if nodes != saved_spec.get("num_nodes") and isinstance(nodes, int) and nodes > 0:
-        expected["num_nodes"] = nodes
-        hosts = saved_spec.get("hosts") or []
-        if hosts and nodes != len(hosts):
-            expected["hosts"] = hosts_for_nodes(list(hosts), nodes)
-    if dict(stored) != expected:
+    overridden = nodes != saved_spec.get("num_nodes")
+    if dict(stored) != saved_written(saved_spec, {"num_nodes": nodes} if overridden else {}):
         return {}
-    count = str(nodes) if nodes != saved_spec.get("num_nodes") else ""
+    count = str(nodes) if overridden else ""
     return {"cluster_mode": "saved", SAVED: name, SAVED_NODES: count}
 
 

@@ -3,7 +3,9 @@ preferences from their cookie."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated
+from urllib.parse import urlencode
 
 from fastapi import Cookie, Depends, Request
 from fastapi.responses import HTMLResponse, Response
@@ -24,6 +26,16 @@ CSP = (
     "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; base-uri 'none'; "
     "frame-ancestors 'none'"
 )
+
+
+DRAFT_URL_MAX = 6000  # longer (a pasted config.json, say) and the preference links return to the empty form
+
+
+def filled_url(path: str, changed: Mapping[str, str]) -> str:
+    """A form's URL filled with the values that differ from its empty form's (`changed`): where its preference
+    links return, so that what was typed is not lost (QA, 2026-12-07); the empty form where that URL is too long."""
+    url = f"{path}?{urlencode(changed)}" if changed else path
+    return url if len(url) <= DRAFT_URL_MAX else path
 
 
 def html(request: Request, content: str, status_code: int = 200) -> Response:

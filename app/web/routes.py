@@ -6,7 +6,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Annotated, Any
-from urllib.parse import urlencode
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import RedirectResponse, Response
@@ -27,7 +26,7 @@ from app.web.lists import router as lists_router
 from app.web.login import router as login_router
 from app.web.pages import DEFAULTS, FORM_NAMES, SEARCH_CAP_FIELD, SECTIONS, Check, check_of, form_context, svg
 from app.web.prefs import Prefs
-from app.web.respond import HTML, PrefsDep, compressed, html, not_found, require_csrf
+from app.web.respond import HTML, PrefsDep, compressed, filled_url, html, not_found, require_csrf
 from app.web.result import chart_for, result_context
 from app.web.templates import WebTemplates
 
@@ -60,15 +59,11 @@ def _form_page(
 
 
 PLAN_ID = re.compile(r"[0-9a-f]{16}")
-DRAFT_URL_MAX = 6000  # longer (a pasted config.json, say) and the preference links return to the empty form
 
 
 def _draft_url(values: Mapping[str, str]) -> str:
-    """The form's URL filled with `values` (those that differ from the empty form's): where its preference links
-    return. They went to the empty form after a refused submission, and what was typed was lost (QA, 2026-12-07)."""
-    changed = {k: v for k, v in values.items() if k in FORM_NAMES and DEFAULTS.get(k) != v}
-    url = "/?" + urlencode(changed) if changed else "/"
-    return url if len(url) <= DRAFT_URL_MAX else "/"
+    """The form's URL filled with `values`, those that differ from the empty form's (`filled_url`)."""
+    return filled_url("/", {k: v for k, v in values.items() if k in FORM_NAMES and DEFAULTS.get(k) != v})
 
 
 @router.get("/", response_class=HTML)

@@ -159,8 +159,7 @@ def apply(
     if hosts and nodes.isdigit():
         # a host list names one host per node: on fewer nodes the first of them (the head node first); on more,
         # the added nodes have no names, so none are given (it was refused: "lists 1 hosts but num_nodes is 2")
-        kept = hosts if len(hosts) == int(nodes) else hosts_for_nodes(hosts, int(nodes))
-        values["cluster.hosts"] = " ".join(kept)
+        values["cluster.hosts"] = " ".join(hosts_for_nodes(hosts, int(nodes)))
     if values.get("training.framework") != before.get("training.framework") and "training.stack" not in changes:
         values["training.stack"] = ""  # another framework: its usual stack (a named one runs the old framework)
     return values

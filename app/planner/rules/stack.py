@@ -105,16 +105,21 @@ def precision_supported(c: Ctx) -> Violation | None:
     if t.optimizer_states == "bf16" and not p.distributed_optimizer:
         # OptimizerConfig.__post_init__: '--use-precision-aware-optimizer only supported with distributed optimizer'
         return Violation("optimizer_states", "bf16 optimizer states need the distributed optimizer")
-    if p.fp8_recipe == "mxfp8" and c.cluster.gpu.generation != "blackwell":
-        return Violation("fp8_recipe", f"fp8_recipe mxfp8 needs Blackwell, not {c.cluster.gpu.name}")
-    if p.fp8_recipe == "blockwise" and c.cluster.gpu.generation not in BLOCKWISE_GENERATIONS:
-        return Violation("fp8_recipe", f"fp8_recipe blockwise needs Hopper or later (SM90), not {c.cluster.gpu.name}")
+    if p.fp8_recipe is not None and not fp8_recipe_runs(p.fp8_recipe, c.cluster.gpu.generation):
+        needs = "Blackwell" if p.fp8_recipe == "mxfp8" else "Hopper or later (SM90)"
+        return Violation("fp8_recipe", f"fp8_recipe {p.fp8_recipe} needs {needs}, not {c.cluster.gpu.name}")
     return None
 
 
-# Transformer Engine's Float8BlockScaling needs compute capability 9.0 or later (its block-scaled GEMM; the
-# recipe support check raises before the first FP8 forward on Ada's 8.9: QA 2026-12-07)
-BLOCKWISE_GENERATIONS = ("hopper", "blackwell")
+# The GPU generations each FP8 recipe runs on where not every FP8 GPU does: MXFP8 scales 32-element blocks in
+# Blackwell's hardware; Transformer Engine's Float8BlockScaling needs compute capability 9.0 or later (its
+# block-scaled GEMM; the recipe support check raises before the first FP8 forward on Ada's 8.9: QA 2026-12-07)
+FP8_RECIPE_GENERATIONS = {"mxfp8": ("blackwell",), "blockwise": ("hopper", "blackwell")}
+
+
+def fp8_recipe_runs(recipe: str, generation: str) -> bool:
+    """Whether FP8 recipe `recipe` runs on a GPU of `generation` (the rule and the request's input check ask)."""
+    return generation in FP8_RECIPE_GENERATIONS.get(recipe, (generation,))
 
 
 def recompute_modules_problem(

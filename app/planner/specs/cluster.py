@@ -175,7 +175,7 @@ class ClusterSpec(Frozen):
         many trays as it is built with (18 of an NVL72 rack) however few of a tray's GPUs a job uses: 36 trays of 2
         GPUs were one 72-GPU segment, two racks in fact (QA 2026-12-07)."""
         nodes = max(1, (world or self.world_size) // self.gpus_per_node)
-        tray = max(self.gpus_per_node, self.gpu.gpus_per_node or self.gpus_per_node)
+        tray = max(self.gpus_per_node, self.gpu.gpus_per_node)
         fits = max(1, self.gpu.nvlink_domain // tray)
         if nodes <= fits:
             return nodes
