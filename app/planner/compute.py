@@ -55,6 +55,15 @@ ATTN_BWD_FLOPS = 2.5  # FlashAttention-2: 5 matmuls in backward against 2 in for
 # repeat_kv) into the fp32 buffer it passes on, concatenated and made contiguous for the send: ~50 B per element
 TORCH_CP_MERGE_BYTES = 10
 TORCH_CP_GRAD_BYTES = 50
+# Transformer Engine's ring attention (AttnFuncWithCPAndKVP2P, TransformerEngine@d0067d0
+# transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py): after the ring's attention steps
+# the forward merges each step's partial output into the bf16 output in one fused kernel per step
+# (flash_attn_fwd_out_correction, L1980-2025: read the output and the step's, write the output: 6 B per element),
+# beside the step's log-sum-exp merge (L1943-1962, one small kernel); the backward adds every step's dQ into the dQ
+# buffer (L2663-2700) and its dK, dV into the ring's received dK/dV buffer (L2730-): 6 B per element of Q, K and V
+# each, three kernels per step. The rank holding the last chunk merges whole outputs at every step (the others half
+# of them on the steps past their own chunk), and the ring waits for it at the next layer
+TE_CP_CORRECTION_BYTES = 6
 BWD_BYTES = 2.0  # backward element-wise kernels read the saved tensors and the incoming gradient, write one more
 
 
@@ -176,12 +185,19 @@ def attention_times(
             fwd = flops / (peak * rate.forward) + costs.kernel_overhead_s
             return fwd, ATTN_BWD_FLOPS * flops / (peak * rate.backward) + 2 * costs.kernel_overhead_s
 
-        # ring CP (p2p) runs the kernel on s/cp-long query and key chunks; a2a and all_gather on the full keys
-        full = timed(s_k * CAUSAL, s_q if par.cp_comm_type == "p2p" and par.cp > 1 else s_k)
+        # ring CP runs the kernel on s/ring-long query and key chunks; a2a and all_gather on the full keys
+        ring = ring_size(par)
+        full = timed(s_k * CAUSAL, s_k / ring)
+        out = s_q * b * heads * d_v  # elements of this rank's attention output
         if par.cp > 1 and training.software.costs.context_parallel == "torch-ring":
-            out = s_q * b * heads * d_v  # elements of this rank's attention output
             merge = stream_time(TORCH_CP_MERGE_BYTES * (par.cp - 1) * out, 3 * (par.cp - 1), gpu, costs)
             grads = stream_time(TORCH_CP_GRAD_BYTES * par.cp * out, 6 * par.cp, gpu, costs)
+            full = (full[0] + merge, full[1] + grads)
+        elif ring > 1:  # Transformer Engine's ring (p2p, and the p2p level of a2a+p2p)
+            tokens = s_q * b / par.tp  # this rank's tokens, over the TP split of the heads
+            qkv = tokens * (shape.q_width + shape.k_width + shape.v_width)
+            merge = stream_time(TE_CP_CORRECTION_BYTES * ring * out, 2 * ring, gpu, costs)
+            grads = stream_time(TE_CP_CORRECTION_BYTES * ring * qkv, 3 * ring, gpu, costs)
             full = (full[0] + merge, full[1] + grads)
         windowed = model.windowed_layers
         if not windowed:
@@ -199,6 +215,16 @@ def attention_times(
     per_score = 4 + (5 if model.attention_dropout > 0 else 0)  # fused scale-mask-softmax, then dropout
     softmax = stream_time(per_score * s_q * s_k * b * heads, 2, gpu, costs)
     return bmm + softmax, 2 * bmm + 2 * softmax
+
+
+def ring_size(par: ParallelConfig) -> int:
+    """Ranks in the context-parallel ring: all of CP for p2p, the across level of a2a+p2p, none (1) for a2a and
+    all_gather, which give each rank whole sequences (a2a) or whole keys (all_gather)."""
+    if par.cp == 1 or par.cp_comm_type in ("a2a", "all_gather"):
+        return 1
+    if par.cp_comm_type == "a2a+p2p" and par.hierarchical_cp_sizes:
+        return par.hierarchical_cp_sizes[1]
+    return par.cp
 
 
 def _window_keys(model: ModelSpec, block: int, s: float) -> tuple[float, float]:
