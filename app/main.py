@@ -13,7 +13,12 @@ from sqlalchemy.exc import OperationalError
 from app.api import clusters_router, deadline_router, docs, errors, misc_router, openapi, plans_router
 from app.api.errors import error_response
 from app.api.limits import BodyLimitMiddleware
-from app.api.middleware import AllowedHostsMiddleware, OriginCheckMiddleware, SecurityHeadersMiddleware
+from app.api.middleware import (
+    AllowedHostsMiddleware,
+    HeadAsGetMiddleware,
+    OriginCheckMiddleware,
+    SecurityHeadersMiddleware,
+)
 from app.planner import __version__, collector
 from app.planner.errors import FieldError
 from app.service.auth import RateLimiter
@@ -78,6 +83,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         log.error("database error: %s", exc)
         return error_response(503, [FieldError("", "the plan database is unavailable; try again later")])
 
+    app.add_middleware(HeadAsGetMiddleware)  # innermost: the routes see a GET
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(OriginCheckMiddleware, trusted_origins=settings.trusted_origins)
     app.add_middleware(AllowedHostsMiddleware, allowed_hosts=settings.allowed_hosts)

@@ -63,7 +63,7 @@ class Strategy:
             ("offload_optimizer", self.OFFLOAD),
             ("offload_param", self.OFFLOAD),
             ("precision", self.PRECISION),
-            ("grad_reduce_dtype", ("fp32", "bf16")),
+            ("grad_reduce_dtype", ("fp32", "bf16", "fp16")),
             ("optimizer_states", ("fp32", "bf16")),
             ("moe_token_dispatcher", self.DISPATCHERS),
         ):

@@ -62,6 +62,27 @@ class SecurityHeadersMiddleware:
         await self.app(scope, receive, send_with_headers)
 
 
+class HeadAsGetMiddleware:
+    """HEAD is answered wherever GET is, with GET's status and headers and no body (RFC 9110 sec. 9.3.2: a
+    general-purpose server must support it). FastAPI registers GET routes only, so HEAD /healthz, the load
+    balancers' check, got a 405 whose Allow header listed GET (QA 2026-12-07)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_without_body(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                message = {**message, "body": b""}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, send_without_body)
+
+
 async def refuse(send: Send, status: int, field: str, reason: str) -> None:
     """The service's JSON error, naming the field, sent before the app sees the request."""
     body = json.dumps({"detail": f"{field}: {reason}", "errors": [{"field": field, "message": reason}]}).encode()

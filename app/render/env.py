@@ -106,6 +106,11 @@ def env_notes(decisions: Decisions, cluster: ClusterSpec, options: RenderOptions
     return out
 
 
+# Read by torchrun's agent only: DeepSpeed's launcher (deepspeed/launcher/launch.py) sends SIGTERM and kills what is
+# left 30 s later whatever it says, so deepspeed.sh does not set it (render.notes says so)
+TORCHRUN_ONLY = frozenset({"TORCH_ELASTIC_SHUTDOWN_TIMEOUT"})
+
+
 def worker_env(decisions: Decisions, framework: str, options: RenderOptions) -> tuple[EnvVar, ...]:
     """What the training framework itself requires of every rank's environment (and of torchrun around it)."""
     if options.accelerator == "cpu":

@@ -29,7 +29,11 @@ PLAIN_WORD = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
 # a Hub id, with its organisation or without (canonical ids such as gpt2, bert-base-uncased, t5-small)
 HF_ID = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9._-]*/)?[A-Za-z0-9][A-Za-z0-9._-]*$")
 IMAGE = re.compile(r"^[a-z0-9][a-z0-9._/:@-]*$")
-SLURM_TIME = re.compile(r"^(\d+-)?\d+(:\d{2}){0,2}$")
+# sbatch --time: minutes, minutes:seconds, hours:minutes:seconds, days-hours, days-hours:minutes,
+# days-hours:minutes:seconds; Slurm parses it into minutes in a C int (SchedMD/slurm src/common/parse_time.h
+# time_str2mins), so no limit is longer than 2**31 - 1 minutes
+SLURM_TIME = re.compile(r"^(?:(\d{1,10})-)?(\d{1,10})(?::(\d{2}))?(?::(\d{2}))?$")
+SLURM_TIME_MAX_MIN = 2**31 - 1
 DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 # extra_args bounds: far above any real flag list, far below Linux's 128 KiB per argument (MAX_ARG_STRLEN) and the
 # PyTorchJob ConfigMap's 1 MiB
@@ -44,6 +48,21 @@ TokenizerType = Literal["HuggingFaceTokenizer", "GPTSentencePieceTokenizer", "GP
 NCCL_ALGOS = ("default", "allreduce:tree", "Ring")
 NCCL_VERSION = re.compile(r"^(\d+)\.(\d+)(\.\d+)?$")
 K8S_RESOURCE = re.compile(r"^([a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?/)?[a-z0-9]([a-z0-9_.-]{0,61}[a-z0-9])?$")
+
+
+def time_limit_minutes(limit: str) -> float:
+    """A Slurm time limit (SLURM_TIME) in minutes."""
+    m = SLURM_TIME.fullmatch(limit)
+    if m is None:
+        raise ValueError(f"slurm_time_limit: {limit!r} is not a Slurm time")
+    days, first, second, third = m.groups()
+    if days is not None:  # days-hours[:minutes[:seconds]]
+        return int(days) * 1440 + int(first) * 60 + int(second or 0) + int(third or 0) / 60
+    if third is not None:  # hours:minutes:seconds
+        return int(first) * 60 + int(second) + int(third) / 60
+    if second is not None:  # minutes:seconds
+        return int(first) + int(second) / 60
+    return float(first)
 
 
 def _check(pattern: re.Pattern[str], field: str, value: str, what: str) -> str:
@@ -308,11 +327,16 @@ class RenderOptions(BaseModel):
     @field_validator("slurm_time_limit")
     @classmethod
     def _time(cls, v: str | None) -> str | None:
-        return (
-            None
-            if v is None
-            else _check(SLURM_TIME, "slurm_time_limit", v, "a Slurm time (minutes, [days-]hours:minutes:seconds, ...)")
-        )
+        if v is None:
+            return None
+        _check(SLURM_TIME, "slurm_time_limit", v, "a Slurm time (minutes, [days-]hours:minutes:seconds, ...)")
+        minutes = time_limit_minutes(v)
+        if minutes > SLURM_TIME_MAX_MIN:
+            raise ValueError(
+                f"slurm_time_limit: {v} is {minutes:,.0f} minutes; Slurm takes at most {SLURM_TIME_MAX_MIN:,} "
+                f"(its time parser returns a C int)"
+            )
+        return v
 
     @model_validator(mode="after")
     def _consistent(self) -> RenderOptions:

@@ -137,7 +137,7 @@ def _strategy(f: Facts) -> spec.Strategy:
         cp_comm_type=par.cp_comm_type,
         hierarchical_cp_sizes=par.hierarchical_cp_sizes or (),
         precision=f.training.precision,
-        grad_reduce_dtype=par.grad_reduce_dtype or f.training.reduce_dtype,
+        grad_reduce_dtype=reduced_in(f),
         fp8_recipe=f.decisions.fp8_recipe,
         fp8_param_gather=par.fp8_param_gather,
         optimizer_states=f.training.optimizer_states,
@@ -145,6 +145,14 @@ def _strategy(f: Facts) -> spec.Strategy:
         moe_ep_overlap=par.moe_ep_overlap,
         moe_token_dispatcher=par.moe_token_dispatcher,
     )
+
+
+def reduced_in(f: Facts) -> str:
+    """The dtype the gradients are reduced in: under DeepSpeed, ds_config.json's communication_data_type (ZeRO-2/3
+    send bf16 whatever fp32 accumulation was asked for; QA 2026-12-07: plan.json said fp32), else the plan's."""
+    if f.decisions.deepspeed is not None:
+        return f.decisions.deepspeed.communication_data_type
+    return f.par.grad_reduce_dtype or f.training.reduce_dtype
 
 
 def build_plan(f: Facts, files: dict[str, str]) -> spec.Plan:

@@ -20,7 +20,7 @@ from app.paths import TEMPLATES_DIR
 from app.planner.results import PlanResult
 from app.render import launch
 from app.render.deepspeed_config import ds_config
-from app.render.env import env_notes
+from app.render.env import TORCHRUN_ONLY, EnvVar, env_notes
 from app.render.facts import Facts, derive
 from app.render.flags import Section
 from app.render.k8s import CLIQUE_LABEL, JOB_LABEL, pod_facts
@@ -28,7 +28,7 @@ from app.render.k8s import pod as k8s_pod
 from app.render.megatron_args import saves_on_stop, sections
 from app.render.options import RenderOptions
 from app.render.plan_json import plan_json
-from app.render.slurm import signal_seconds
+from app.render.slurm import SIGNAL_MAX_S, signal_seconds
 from app.render.support import EXAMPLE_TRAINER
 from app.render.words import Word, comment, flat, shell_line, shell_word
 from launcher.spec import PlanError
@@ -119,7 +119,9 @@ def _deepspeed_files(f: Facts) -> dict[str, str]:
     return {
         "ds_config.json": _template("ds_config.json", ds=ds, z=ds.zero, nvme_path=f.cluster.nvme_path),
         "hostfile": _template("hostfile", f=f, hosts=hosts, hosts_known=known),
-        "deepspeed.sh": _template("deepspeed.sh", f=f, command=runner, passed_on=ds_env_file_names(f)),
+        "deepspeed.sh": _template(
+            "deepspeed.sh", f=f, command=runner, env=deepspeed_env(f), passed_on=ds_env_file_names(f)
+        ),
     }
 
 
@@ -128,13 +130,18 @@ def _deepspeed_files(f: Facts) -> dict[str, str]:
 DS_FORWARDED = ("NCCL", "PYTHON", "MV2", "UCX", "MLFLOW")
 
 
+def deepspeed_env(f: Facts) -> list[EnvVar]:
+    """What deepspeed.sh exports beside nccl_env.sh: the workers' variables but torchrun's own."""
+    return [e for e in f.worker_env if e.name not in TORCHRUN_ONLY]
+
+
 def ds_env_file_names(f: Facts) -> list[str]:
     """The variables deepspeed.sh sets that DeepSpeed's runner would not pass on to the other nodes (GLOO_SOCKET_IFNAME,
     TORCH_*...): deepspeed.sh lists them in the file DS_ENV_FILE names, which the runner reads (QA, 2026-12-06:
     the remote ranks ran without GLOO_SOCKET_IFNAME). One node: none (the runner starts its ranks locally)."""
     if f.num_nodes == 1:
         return []
-    return [e.name for e in f.env if not e.name.startswith(DS_FORWARDED)]
+    return [e.name for e in (*f.nccl_env, *deepspeed_env(f)) if not e.name.startswith(DS_FORWARDED)]
 
 
 def _launch_files(f: Facts, worker_files: dict[str, str]) -> dict[str, str]:
@@ -210,6 +217,24 @@ def run_notes(f: Facts) -> list[str]:
         out.append(
             f"max_restarts {o.max_restarts} without checkpoint_dir: nothing is saved, so every restart trains "
             f"again from step 0; give checkpoint_dir to resume from the last checkpoint"
+        )
+    if f.framework != "megatron":  # deepspeed.sh is rendered
+        stop = f.decisions.graceful_stop_s
+        restarts = f"; it restarts nothing (render.max_restarts {o.max_restarts})" if o.max_restarts else ""
+        out.append(
+            f"deepspeed.sh: DeepSpeed's launcher kills the ranks 30 s after SIGTERM (deepspeed/launcher/launch.py "
+            f"terminate_process_tree), where this plan needs {stop} s to save and stop{restarts}: stop a run you "
+            f"want to resume through torchrun.sh, sbatch.sh or plan.json (python -m launcher)"
+        )
+    if f.decisions.graceful_stop_s > SIGNAL_MAX_S:
+        out.append(
+            f"sbatch.sh: --signal=TERM@{SIGNAL_MAX_S}, the most sbatch takes, where this plan needs "
+            f"{f.decisions.graceful_stop_s} s to save and stop"
+            + (
+                ": --exit-duration-in-mins keeps the whole margin and stops it first"
+                if o.slurm_time_limit is not None and saves_on_stop(f)
+                else ": give slurm_time_limit so that --exit-duration-in-mins stops it in time"
+            )
         )
     if o.slurm_time_limit is not None and f.framework != "deepspeed":
         out.append(

@@ -14,34 +14,20 @@
 from __future__ import annotations
 
 import math
-import re
 
 from app.render.facts import Facts
+from app.render.options import time_limit_minutes
 from app.render.words import Line, Var
 
-TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d{2}))?(?::(\d{2}))?$")
+SIGNAL_MAX_S = 0xFFFF
 STARTUP_S = 300  # launch, imports, NCCL init and the first checkpoint load before Megatron's clock starts
 
 
-def time_limit_minutes(limit: str) -> float:
-    """sbatch --time: minutes, minutes:seconds, hours:minutes:seconds, days-hours, days-hours:minutes,
-    days-hours:minutes:seconds."""
-    m = TIME.fullmatch(limit)
-    if m is None:
-        raise ValueError(f"slurm_time_limit: {limit!r} is not a Slurm time")
-    days, first, second, third = m.groups()
-    if days is not None:  # days-hours[:minutes[:seconds]]
-        return int(days) * 1440 + int(first) * 60 + int(second or 0) + int(third or 0) / 60
-    if third is not None:  # hours:minutes:seconds
-        return int(first) * 60 + int(second) + int(third) / 60
-    if second is not None:  # minutes:seconds
-        return int(first) + int(second) / 60
-    return float(first)
-
-
 def signal_seconds(f: Facts) -> int:
-    """How long before the time limit the job is told to stop: the plan's graceful-stop margin."""
-    return f.decisions.graceful_stop_s
+    """How long before the time limit the job is told to stop: the plan's graceful-stop margin, at most the 65535 s
+    sbatch takes (SchedMD/slurm src/common/proc_args.c get_signal_opts: "Invalid --signal specification" above
+    0xffff). A longer margin still stops the run in time through --exit-duration-in-mins, which keeps all of it."""
+    return min(f.decisions.graceful_stop_s, SIGNAL_MAX_S)
 
 
 def exit_duration_minutes(f: Facts) -> int | None:
@@ -49,11 +35,12 @@ def exit_duration_minutes(f: Facts) -> int | None:
     limit = f.options.slurm_time_limit
     if limit is None:
         return None
-    minutes = time_limit_minutes(limit) - (STARTUP_S + signal_seconds(f)) / 60
+    margin = f.decisions.graceful_stop_s
+    minutes = time_limit_minutes(limit) - (STARTUP_S + margin) / 60
     if minutes < 1:
         raise ValueError(
             f"slurm_time_limit: {limit} leaves no training time after the {STARTUP_S} s start-up and "
-            f"the {signal_seconds(f)} s needed to save and stop"
+            f"the {margin} s needed to save and stop"
         )
     return math.floor(minutes)
 

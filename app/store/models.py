@@ -8,6 +8,9 @@ from datetime import datetime
 from sqlalchemy import BigInteger, DateTime, Float, ForeignKey, Index, Integer, String, Text, func
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+# the plan list's one-line summary of the best plan (the whole plan is in result_json)
+SUMMARY_MAX = 500
+
 
 class Base(DeclarativeBase):
     pass
@@ -33,7 +36,7 @@ class PlanRow(Base):
     gpu_name: Mapped[str] = mapped_column(String(200))
     num_gpus: Mapped[int] = mapped_column(Integer)
     num_plans: Mapped[int] = mapped_column(Integer)
-    best_summary: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    best_summary: Mapped[str | None] = mapped_column(String(SUMMARY_MAX), nullable=True)
     best_tokens_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     truncated: Mapped[bool] = mapped_column(default=False)
     owner: Mapped[str | None] = mapped_column(String(64), nullable=True, index=True)  # the user who made it

@@ -18,7 +18,7 @@ from app.planner.explain import describe
 from app.planner.results import PlanResult
 from app.store.accounts import audit_row, utc
 from app.store.db import init_db, make_engine
-from app.store.models import ArtifactRow, IdempotencyRow, PlanRow
+from app.store.models import SUMMARY_MAX, ArtifactRow, IdempotencyRow, PlanRow
 
 ID_BYTES = 8  # 16 hex characters: short enough for a permalink, 2^64 ids
 
@@ -149,6 +149,12 @@ def _summary(row: Row[Any]) -> PlanSummaryRecord:
     return PlanSummaryRecord(**{**row._asdict(), "created_at": utc(row.created_at)})
 
 
+def _clip(text: str, limit: int) -> str:
+    """`text` within `limit` characters, an ellipsis marking a cut (PostgreSQL refuses a longer VARCHAR, SQLite
+    stores it: a PP256 layout string made a 903-character summary and a 500 on PostgreSQL, QA 2026-12-07)."""
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
 def _summary_columns(result: PlanResult) -> dict[str, Any]:
     best = result.best
     return {
@@ -158,7 +164,7 @@ def _summary_columns(result: PlanResult) -> dict[str, Any]:
         # the GPUs the best plan uses (a min_gpus plan or one on fewer nodes leaves some idle), else the cluster's
         "num_gpus": best.parallel.world_size if best else result.cluster.world_size,
         "num_plans": len(result.plans),
-        "best_summary": describe(best.parallel) if best else None,
+        "best_summary": _clip(describe(best.parallel), SUMMARY_MAX) if best else None,
         "best_tokens_per_s": best.estimate.time.tokens_per_s if best else None,
         "truncated": result.stats.truncated,
     }

@@ -415,3 +415,18 @@ def test_the_forms_config_json_is_read_as_strictly(sqlite_client: Any, text: str
     else:
         assert urlencoded.status_code == 422 and words in urlencoded.text
     assert sqlite_client.get("/plans").json()["total"] == 0
+
+
+def test_head_is_answered_wherever_get_is(sqlite_client: Any) -> None:
+    """HEAD /healthz (a load balancer's check) and every other GET route got a 405 listing GET (QA 2026-12-07):
+    HEAD now gets GET's status and headers, no body, and the same authentication."""
+    created = sqlite_client.post("/plans", json=TINY)
+    assert created.status_code == 201
+    plan_id = created.json()["id"]
+    for path in ("/healthz", "/plans", f"/plans/{plan_id}", "/catalog/gpus", f"/p/{plan_id}"):
+        get, head = sqlite_client.get(path), sqlite_client.head(path)
+        assert (head.status_code, head.content) == (get.status_code, b""), path
+        assert head.headers["content-type"] == get.headers["content-type"], path
+    anonymous = sqlite_client.head(f"/plans/{plan_id}", headers={"Authorization": ""})
+    assert anonymous.status_code == sqlite_client.get(f"/plans/{plan_id}", headers={"Authorization": ""}).status_code
+    assert anonymous.status_code == 401

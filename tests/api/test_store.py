@@ -211,3 +211,32 @@ def test_an_older_database_gains_the_cluster_column_and_keeps_its_plans(db_url: 
     assert [r.id for r in store.page(10, 0, filters=PlanFilters(cluster="pod-a"))[0]] == [new.id]
     assert store.facets()["clusters"] == ["pod-a"]
     store.close()
+
+
+def test_a_best_plan_summary_past_the_column_is_clipped_on_every_backend(store: PlanStore) -> None:
+    """A PP256 layout string made a 903-character summary: PostgreSQL refused it (VARCHAR(500), a 500 from POST
+    /plans and the planner's answer lost; QA 2026-12-07). The list shows it clipped; the stored result keeps it."""
+    from app.planner.explain import describe
+    from app.store.models import SUMMARY_MAX
+
+    req = {
+        "model": {
+            "name": "deep",
+            "num_layers": 681,
+            "hidden_size": 256,
+            "num_attention_heads": 4,
+            "ffn_hidden_size": 1024,
+            "vocab_size": 1024,
+            "seq_length": 512,
+        },
+        "cluster": {"num_nodes": 64, "gpu": "H100-SXM"},
+        "training": {"global_batch_size": 1024, "pinned": {"pp": 256}},
+    }
+    result = plan(PlanRequest(**req))
+    assert result.best is not None and len(describe(result.best.parallel)) > SUMMARY_MAX
+    record, _ = store.add(req, result, [], {})
+    items, _total = store.page(10, 0)
+    summary = items[0].best_summary
+    assert summary is not None and len(summary) == SUMMARY_MAX and summary.endswith("\u2026")
+    got = store.get(record.id)
+    assert got is not None and got.result.best == result.best

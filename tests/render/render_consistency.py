@@ -17,6 +17,7 @@ from megatron_check import Flags, args_file_words
 from script_runner import Call, job_env, make_fakebin, run, sbatch_nodes
 
 from app.render import Artifacts, write_artifacts
+from app.render.env import TORCHRUN_ONLY
 
 K8S_DIR = "/etc/trainplan"
 
@@ -68,6 +69,7 @@ class Observed:
         self.worker_env: dict[str, str] = {}
         self.trainer_argv: list[str] = []
         self.pod_env: dict[str, str] | None = None  # the PyTorchJob container's
+        self.ds_env: dict[str, str] | None = None  # deepspeed.sh's: the others' but torchrun's own variables
         self.pod_network = False  # the pods on the pod network (not hostNetwork)
 
 
@@ -108,7 +110,7 @@ def _launchers(arts: Artifacts, d: Path, bin_dir: Path, ob: Observed) -> dict[st
         ob.nodes.add("hostfile", len(pool))
         ob.gpus.add("deepspeed.sh", g)
         ob.world.add("hostfile", sum(pool.values()))
-        ob.env.add("deepspeed.sh", job_env(ds))
+        ob.ds_env = job_env(ds)
         workers["deepspeed.sh"] = user
     return workers
 
@@ -253,6 +255,8 @@ def check(ob: Observed) -> dict[str, Any]:
     gbs, mbs = ob.gbs.agree("global batch size"), ob.mbs.agree("micro-batch size")
     env = ob.env.agree("environment")
     assert isinstance(env, dict)
+    if ob.ds_env is not None:  # DeepSpeed's launcher reads no TORCH_ELASTIC_* (deepspeed/launcher/launch.py)
+        assert ob.ds_env == {k: v for k, v in env.items() if k not in TORCHRUN_ONLY}, ob.ds_env
     if ob.pod_env is not None:
         # on the pod network a pod has eth0, not the hosts' socket interface: the pods leave that out (k8s.pod_facts)
         hosts_only = ob.pod_network and env.get("NCCL_SOCKET_IFNAME", "eth0").lstrip("=") != "eth0"

@@ -209,3 +209,28 @@ def test_the_launcher_builds_its_commands_from_the_plan(tmp_path: Path) -> None:
     assert cmd.env["CUDA_DEVICE_MAX_CONNECTIONS"] == "1" and "NCCL_ALGO" not in cmd.env  # H100: NVLSTree is NCCL's
     assert args.training_script.endswith("pretrain_gpt.py")
     assert "--tensor-model-parallel-size" in args.training_script_args
+
+
+def test_plan_json_states_the_dtype_deepspeed_reduces_in() -> None:
+    """Megatron-DeepSpeed under ZeRO-3 sends bf16 gradients (ds_config.json communication_data_type) whatever fp32
+    accumulation was asked for; plan.json said fp32 (QA 2026-12-07). Under ZeRO-1 BF16_Optimizer reduces fp32."""
+    import json
+
+    from render_cases import fixed_result
+
+    from app.render import RenderOptions, render
+
+    req = {
+        "model": "llama-2-7b",
+        "cluster": {"num_nodes": 2, "gpu": "A100-80GB", "hosts": ["n1", "n2"]},
+        "training": {"global_batch_size": 64, "framework": "megatron-deepspeed", "grad_reduce_dtype": "fp32"},
+    }
+    data = {"data_path": "/d/x_text_document", "tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": "m/l"}
+    for stage, dtype in ((3, "bf16"), (1, "fp32")):
+        arts = render(fixed_result(req, {"tp": 2, "dp": 8, "zero_stage": stage}), 1, RenderOptions(**data))
+        ds = json.loads(arts.files["ds_config.json"])
+        strategy = json.loads(arts.files["plan.json"])["strategy"]
+        assert (ds["communication_data_type"], strategy["grad_reduce_dtype"]) == (dtype, dtype)
+    fp16 = {**req, "training": {**req["training"], "precision": "fp16"}}
+    arts = render(fixed_result(fp16, {"tp": 2, "dp": 8, "zero_stage": 2}), 1, RenderOptions(**data))
+    assert json.loads(arts.files["plan.json"])["strategy"]["grad_reduce_dtype"] == "fp16"  # the launcher takes it

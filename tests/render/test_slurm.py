@@ -11,7 +11,7 @@ from render_cases import fixed_result
 from script_runner import make_fakebin, run
 
 from app.render import RenderOptions, render
-from app.render.slurm import time_limit_minutes
+from app.render.options import time_limit_minutes
 
 REQ = {
     "model": "llama-2-7b",
@@ -105,3 +105,34 @@ def test_megatron_deepspeed_stops_gracefully_only_where_it_can_save() -> None:
     assert not any("saves a checkpoint on SIGTERM" in n for n in saved.notes)
     megatron = Flags(args_file_words(render(fixed_result(REQ, PAR)).files["megatron_args.txt"]))
     assert megatron.has("--exit-signal-handler")
+
+
+def test_a_time_limit_past_what_slurm_holds_is_an_input_error() -> None:
+    """Slurm parses --time into minutes in a C int: a 400-digit limit made float('inf') and a 500 (QA 2026-12-07)."""
+    assert RenderOptions(slurm_time_limit=f"{2**31 - 1}").slurm_time_limit == "2147483647"
+    for limit in ("9" * 400, "9" * 11, f"{2**31}", "1491309-00"):
+        with pytest.raises(ValidationError, match="slurm_time_limit"):
+            RenderOptions(slurm_time_limit=limit)
+
+
+def test_a_stop_margin_past_what_sbatch_takes_signals_at_its_most() -> None:
+    """sbatch refuses --signal above 65535 s (proc_args.c get_signal_opts); a plan whose two steps and save take
+    longer (QA 2026-12-07: TERM@219763 from a ZeRO-3 NVMe plan) signals at 65535 s and keeps its whole margin in
+    --exit-duration-in-mins, and the notes say so."""
+    base = fixed_result(REQ, PAR)
+    plan = base.plans[0]
+    slow = base.model_copy(
+        update={
+            "plans": [
+                plan.model_copy(update={"decisions": plan.decisions.model_copy(update={"graceful_stop_s": 219763})})
+            ]
+        }
+    )
+    arts = render(slow, 1, RenderOptions(slurm_time_limit="7-00:00:00"))
+    assert "#SBATCH --signal=TERM@65535" in header(arts.files["sbatch.sh"])
+    fl = Flags(args_file_words(arts.files["megatron_args.txt"]))
+    assert fl.int("--exit-duration-in-mins") == int(7 * 1440 - (300 + 219763) / 60)
+    assert any("--signal=TERM@65535" in n and "219763 s" in n and "keeps the whole margin" in n for n in arts.notes)
+    bare = render(slow)
+    assert any("give slurm_time_limit" in n for n in bare.notes)
+    assert not any("--signal=TERM@" in n for n in render(base).notes)

@@ -7,11 +7,10 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 MASTER_ADDR=dgx1
 # shellcheck source=nccl_env.sh
 source "${HERE}/nccl_env.sh"
-export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=600  # after SIGTERM torchrun waits this long for the ranks to save a checkpoint before SIGKILL (Megatron's --exit-signal-handler, the example trainer's SIGTERM handler; torch's default is 30 s)
 # DeepSpeed's runner passes only NCCL*, PYTHON*, MV2*, UCX* and MLFLOW* variables on to the other nodes; the others
 # set above reach them through the file DS_ENV_FILE names, one KEY=VALUE per line (deepspeed/launcher/runner.py)
 export DS_ENV_FILE="${HERE}/.deepspeed_env"
-printf '%s\n' "GLOO_SOCKET_IFNAME=${GLOO_SOCKET_IFNAME}" "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=${TORCH_ELASTIC_SHUTDOWN_TIMEOUT}" > "${DS_ENV_FILE}"
+printf '%s\n' "GLOO_SOCKET_IFNAME=${GLOO_SOCKET_IFNAME}" > "${DS_ENV_FILE}"
 cd /opt/Megatron-DeepSpeed
 exec python -m deepspeed.launcher.runner \
   --hostfile "${HERE}/hostfile" \

@@ -5,7 +5,6 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=nccl_env.sh
 source "${HERE}/nccl_env.sh"
-export TORCH_ELASTIC_SHUTDOWN_TIMEOUT=600  # after SIGTERM torchrun waits this long for the ranks to save a checkpoint before SIGKILL (Megatron's --exit-signal-handler, the example trainer's SIGTERM handler; torch's default is 30 s)
 exec python -m deepspeed.launcher.runner \
   --hostfile "${HERE}/hostfile" \
   --num_nodes 1 \
