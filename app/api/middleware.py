@@ -71,16 +71,22 @@ class HeadAsGetMiddleware:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "HEAD":
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        head = scope["method"] == "HEAD"
 
-        async def send_without_body(message: Message) -> None:
-            if message["type"] == "http.response.body":
+        async def send_as_head(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] == 405:
+                headers = MutableHeaders(scope=message)
+                allowed = [m.strip() for m in headers.get("allow", "").split(",") if m.strip()]
+                if "GET" in allowed and "HEAD" not in allowed:  # a 405 lists every method the path answers
+                    headers["allow"] = ", ".join([*allowed, "HEAD"])
+            elif head and message["type"] == "http.response.body":
                 message = {**message, "body": b""}
             await send(message)
 
-        await self.app({**scope, "method": "GET"}, receive, send_without_body)
+        await self.app({**scope, "method": "GET"} if head else scope, receive, send_as_head)
 
 
 async def refuse(send: Send, status: int, field: str, reason: str) -> None:

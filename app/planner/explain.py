@@ -52,8 +52,8 @@ def describe(par: ParallelConfig) -> str:
         parts.append("TP-overlap")
     if par.moe_ep_overlap:
         parts.append("EP-overlap")
-    if par.moe_token_dispatcher == "flex":
-        parts.append("DeepEP")
+    if par.moe_token_dispatcher == "flex":  # its backend, DeepEP or HybridEP, follows the cluster (megatron_model.py)
+        parts.append("flex-dispatch")
     if par.fp8_param_gather:
         parts.append("fp8-params")
     parts.append(f"mbs{par.micro_batch_size}")

@@ -48,13 +48,30 @@ def parse_layout(layout: str, pp: int) -> list[StageShape]:
     return list(_parse_layout(layout, pp))
 
 
+# far past any model's layers and stages (num_layers <= 1,024 x VPP); a repeat count of 10^14 ran the CLI out of
+# memory expanding it (QA 2026-12-07)
+LAYOUT_MAX_CHARS = 1 << 20
+
+
 @functools.lru_cache(maxsize=4096)
 def parse_layout_text(layout: str) -> str:
     """The layout string with its repeats expanded and commas and spaces dropped (`|` between virtual stages)."""
     text = layout.replace(",", "").replace(" ", "")
+
+    def repeat(m: re.Match[str]) -> str:
+        part, times = m.group(1), int(m.group(2))
+        if len(part) * times > LAYOUT_MAX_CHARS:
+            raise ValueError(
+                f"pipeline_layout {layout!r}: {len(part)} characters repeated {times} times expands past "
+                f"{LAYOUT_MAX_CHARS:,} characters"
+            )
+        return part * times
+
     for pattern in (r"\(([^()]+)\)\*(\d+)", r"(.)\*(\d+)"):
         while re.search(pattern, text):
-            text = re.sub(pattern, lambda m: m.group(1) * int(m.group(2)), text)
+            text = re.sub(pattern, repeat, text)
+            if len(text) > LAYOUT_MAX_CHARS:
+                raise ValueError(f"pipeline_layout {layout!r} expands past {LAYOUT_MAX_CHARS:,} characters")
     return text
 
 

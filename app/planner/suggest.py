@@ -3,6 +3,7 @@ a search."""
 
 from __future__ import annotations
 
+import math
 import time
 
 from app.planner.candidates import Found, SearchState
@@ -201,7 +202,9 @@ def suggestions(request: PlanRequest, state: SearchState, until: float | None = 
     offload and shorter sequences are tried without the pinned dimensions, for at most BUDGET_S and never past
     `until` (the request's own search time limit)."""
     model, cluster, training = request.model, request.cluster, request.training
-    if state.truncated:  # the time ran out: nothing says the cluster is too small
+    floor = fewest_gpus(model, cluster, training)
+    states_too_big = cluster.world_size < floor and not training.software.can.offload
+    if state.truncated and not states_too_big:  # the time ran out: nothing says the cluster is too small
         return [
             f"no plan was found before the search time cap ({training.search_time_limit_s:g} s) ran out "
             f"({state.candidates} candidates checked): raise training.search_time_limit_s"
@@ -212,6 +215,8 @@ def suggestions(request: PlanRequest, state: SearchState, until: float | None = 
     headroom = f" with {100 * training.memory_headroom:.0f}% memory headroom" if training.memory_headroom else ""
     causes = sorted(state.rejected.counts.items(), key=lambda kv: -kv[1])
     cause = f": {causes[0][1]} of {state.candidates} candidates fail {causes[0][0]}" if causes else ""
+    if states_too_big:  # known without a search, however far the search got before its time cap
+        cause = f": its model states alone need at least {math.ceil(floor)} of these GPUs"
     out = [
         f"no plan fits {model.name} ({model.num_parameters / 1e9:.1f}B parameters) on "
         f"{cluster.world_size} x {cluster.gpu.name}{headroom}{cause}"

@@ -21,7 +21,7 @@ from app.planner import PlanRequest
 from app.planner.errors import FieldError
 from app.planner.explain import describe
 from app.planner.results import PlanResult
-from app.planner.specs import ClusterSpec, ModelSpec, TrainingSpec
+from app.planner.specs import ClusterSpec, ModelSpec, TrainingSpec, train_tokens_problem
 from app.service.bodies import Body, GPUName, ModelInput
 from app.service.bounds import model_size_errors
 from app.service.cost import plan_cost
@@ -81,8 +81,8 @@ class DeadlineBody(Body):
     def _once_each(cls, value: list[GPUOption]) -> list[GPUOption]:
         if not value:  # the web page's prices all blank: said in its words, not "List should have at least 1 item"
             raise ValueError("give at least one GPU type with its price per GPU-hour")
-        names = [g.gpu for g in value]
-        twice = sorted({n for n in names if names.count(n) > 1})
+        names = [g.gpu.lower() for g in value]  # the catalogue reads names in any case (QA 2026-12-07)
+        twice = sorted({g.gpu for g in value if names.count(g.gpu.lower()) > 1})
         if twice:
             raise ValueError(f"each GPU type once: {', '.join(twice)} listed more than once")
         return value
@@ -248,6 +248,9 @@ def cheapest(body: DeadlineBody, sent: Mapping[str, Any], work: Work, cache: Pla
         )])  # fmt: skip
     model = model_spec(body.model)
     errors = model_size_errors(model)
+    too_few = train_tokens_problem(model, body.training)
+    if too_few:
+        errors.append(FieldError("training.train_tokens", too_few))
     if errors:
         raise Refused(errors)
     budget = min(body.time_budget_s, work.settings.max_deadline_time_s)

@@ -143,10 +143,11 @@ def search(request: PlanRequest, work: Work, cache: PlanCache) -> SearchOutcome:
     limit = request.training.search_time_limit_s
     found = compute(work, "plan", request, PlanResult, timeout_s=2 * limit + 5, field="training.search_time_limit_s")
     cache.put(key, found)
-    if found.value.stats.truncated:
+    stats = found.value.stats
+    if stats.truncated and found.value.plans:  # with none, the suggestions say what the cap left open
         notices.append(
-            f"the search hit its time cap ({limit:g} s) after {found.value.stats.evaluated} of its "
-            "candidates: these are the best plans found so far"
+            f"the search hit its time cap ({limit:g} s) after examining {stats.candidates:,} candidates: these "
+            "are the best plans found so far"
         )
     return SearchOutcome(found.value, found.json, notices, cache_hit=False)
 

@@ -188,7 +188,10 @@ def _specs(
         errors += exc.errors
     if model is None or cluster is None:
         raise Refused(errors)
-    request = PlanRequest(model=model, cluster=cluster.spec, training=training)
+    try:
+        request = PlanRequest(model=model, cluster=cluster.spec, training=training)
+    except ValidationError as exc:  # what holds of the parts together (train_tokens against a step's tokens)
+        raise Refused(validation_errors(exc)) from None
     errors += model_size_errors(request.model) + pin_errors(request)
     if errors:
         raise Refused(errors)

@@ -106,6 +106,13 @@ def _row(
     return Row(label, cells)
 
 
+def mfu_label(columns: list[Column]) -> str:
+    """MFU's row label: an FP8 plan's MFU is of the BF16 peak (so that FP8 and BF16 runs compare), as its own page
+    says; here it read as plain MFU, so FP8's +40 % against BF16 looked like a better use of the same peak."""
+    fp8 = any(c.record.result.training.precision == "fp8" for c in columns)
+    return "MFU (of the BF16 peak)" if fp8 else "MFU"
+
+
 def number_rows(columns: list[Column], prefs: Prefs) -> list[Row]:
     def t(c: Column) -> Any:
         return c.plan.estimate.time
@@ -125,7 +132,7 @@ def number_rows(columns: list[Column], prefs: Prefs) -> list[Row]:
             True,
         ),
         _row("step", columns, lambda c: t(c).step_s, lambda c: f"{t(c).step_s:.3f} s", False),
-        _row("MFU", columns, lambda c: t(c).mfu, lambda c: f"{100 * t(c).mfu:.1f}%", True),
+        _row(mfu_label(columns), columns, lambda c: t(c).mfu, lambda c: f"{100 * t(c).mfu:.1f}%", True),
         _row(
             "bubble",
             columns,

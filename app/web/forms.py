@@ -462,18 +462,13 @@ def _gpu_values(sections: dict[str, list[FormField]], gpu: GPUSpec) -> dict[str,
     return {"cluster.gpu": base.name, **values}
 
 
-def _defaults_without(sections: dict[str, list[FormField]], names: tuple[str, ...]) -> dict[str, str]:
-    """The empty form with the given sections blank (a stored request says every value of them)."""
-    values = defaults(sections)
-    for name in names:
-        values.update({f.name: "" for f in sections[name]})
-    return values
-
-
 def from_request(sections: dict[str, list[FormField]], raw: Mapping[str, Any], resolved: PlanRequest) -> dict[str, str]:
     """Form values that reproduce a request: `raw` as it was sent (which preset, render options), `resolved`
-    its specs. A bare preset stays a preset; any other model is written out field by field."""
-    values = _defaults_without(sections, ("model_dims", "model_dims_more"))
+    its specs. A bare preset stays a preset; any other model is written out field by field. The Dimensions panel
+    always holds the model as planned, a preset's too: it was left blank under a preset, so SwiGLU and untied
+    embeddings came back unticked and dimensions typed there made a GELU/LayerNorm model (QA 2026-12-07)."""
+    values = defaults(sections)
+    values.update(values_of(sections["model_dims"] + sections["model_dims_more"], resolved.model, "model."))
     model = raw.get("model")
     preset = model if isinstance(model, str) else model.get("preset") if isinstance(model, dict) else None
     extra = set(model) - {"preset", "seq_length"} if isinstance(model, dict) else set()
@@ -482,7 +477,6 @@ def from_request(sections: dict[str, list[FormField]], raw: Mapping[str, Any], r
         values.update({"model_mode": "preset", "preset.name": preset, "preset.seq_length": str(seq)})
     else:
         values["model_mode"] = "dims"
-        values.update(values_of(sections["model_dims"] + sections["model_dims_more"], resolved.model, "model."))
     values["cluster_mode"] = "custom"
     values.update(values_of(sections["cluster_common"] + sections["cluster_custom"][1:], resolved.cluster, "cluster."))
     cluster = raw.get("cluster")

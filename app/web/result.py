@@ -8,8 +8,9 @@ from typing import Any
 from urllib.parse import urlencode
 
 from app.planner import __version__, catalog, uncertainty
+from app.planner.estimate import memory as estimated_memory
 from app.planner.explain import describe
-from app.planner.results import Interval, Plan, PlanResult, StageMemory
+from app.planner.results import Interval, MemoryEstimate, Plan, PlanResult, StageMemory
 from app.planner.specs import ParallelConfig
 from app.service.artifacts import artifact_url
 from app.store import PlanRecord
@@ -19,7 +20,7 @@ from app.web.pages import model_dims, svg
 from app.web.pipeline_chart import pipeline_chart
 from app.web.prefs import Prefs
 from app.web.schedule import stage_timing
-from app.web.templates import WebTemplates
+from app.web.templates import WebTemplates, seconds
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class RejectedRow:
     message: str
     count: int
     example: str
+    exact: tuple[float, ...] = ()  # the byte counts its message's GiB may be rounded from (`templates.in_units`)
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,44 @@ def value_text(name: str, value: object) -> str:
     return str(value)
 
 
+def memory_bytes(mem: MemoryEstimate) -> tuple[float, ...]:
+    """Every byte count of a memory estimate: what the planner's sentences about it were rounded from, for the GB
+    display to convert exactly (`templates.in_units`)."""
+    iv = mem.peak_interval
+    parts = (
+        b
+        for s in mem.stages
+        for b in (s.total_bytes, s.weights_bytes, s.gradients_bytes, s.optimizer_bytes, s.activations_bytes,
+                  s.other_bytes)
+    )  # fmt: skip
+    return (
+        mem.peak_bytes,
+        mem.peak_upper_bytes,
+        mem.capacity_bytes,
+        mem.usable_bytes,
+        mem.cpu_bytes_per_node,
+        mem.cpu_capacity_bytes_per_node,
+        *((iv.low, iv.high) if iv else ()),
+        *parts,
+    )
+
+
+def rejected_rows(result: PlanResult) -> list[RejectedRow]:
+    """The rejected groups, each with the byte counts of its example's memory where its message gives GiB (the
+    message was written from that example's memory)."""
+    rows = []
+    for g in result.rejected:
+        example = g.examples[0] if g.examples else None
+        exact: tuple[float, ...] = ()
+        if example is not None and " GiB" in g.message:
+            exact = memory_bytes(estimated_memory(result.model, result.cluster, result.training, example))
+        rows.append(RejectedRow(g.reason, g.message, g.count, describe(example) if example else "", exact))
+    return rows
+
+
 def spreads(plan: Plan, prefs: Prefs) -> list[Spread]:
+    """The interval lines under the KPIs, each number written as its KPI writes it (the step's read "10.5 s–12 s"
+    under "10.53 s–11.98 s", QA 2026-12-07)."""
     t, m = plan.estimate.time, plan.estimate.memory
     out = []
     if t.tokens_per_s_interval is not None:
@@ -130,7 +169,7 @@ def spreads(plan: Plan, prefs: Prefs) -> list[Spread]:
         out.append(Spread("tokens/s", f"{iv.low:,.0f}", f"{iv.high:,.0f}", iv.basis))
     if t.step_interval is not None:
         iv = t.step_interval
-        out.append(Spread("step", f"{iv.low:.3g} s", f"{iv.high:.3g} s", iv.basis))
+        out.append(Spread("step", seconds(iv.low), seconds(iv.high), iv.basis))
     if m.peak_interval is not None:
         iv = m.peak_interval
         out.append(Spread(f"peak memory ({prefs.units})", prefs.mem(iv.low), prefs.mem(iv.high), iv.basis))
@@ -185,6 +224,7 @@ def result_context(
     result = record.result
     plan = result.plans[rank - 1] if result.plans else None
     gpu = result.cluster.gpu
+    rejected = rejected_rows(result)
     context: dict[str, Any] = {
         "record": record,
         "result": result,
@@ -195,10 +235,8 @@ def result_context(
         "plan_rows": plan_rows(result.plans),
         "show_cp": any(p.parallel.cp > 1 for p in result.plans),
         "show_ep": any(p.parallel.ep > 1 for p in result.plans),
-        "rejected": [
-            RejectedRow(g.reason, g.message, g.count, describe(g.examples[0]) if g.examples else "")
-            for g in result.rejected
-        ],
+        "rejected": rejected,
+        "rejected_bytes": tuple(b for row in rejected for b in row.exact),
         "efficiency": gpu.efficiency,
         "software": result.training.software,
         "evidence": catalog.efficiency_evidence(gpu),
@@ -224,6 +262,7 @@ def result_context(
             "plan_summary": describe(plan.parallel),
             "dimensions": dimensions(plan.parallel),
             "spreads": spreads(plan, prefs),
+            "plan_bytes": memory_bytes(plan.estimate.memory),
             "flops_definition": plan.estimate.time.flops_definition,
             "artifacts": [{"name": n, "url": artifact_url(record.id, n, rank)} for n in files],
             "bundle_url": f"/plans/{record.id}/bundle.zip" + ("" if rank == 1 else f"?rank={rank}"),

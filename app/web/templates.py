@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -54,20 +55,31 @@ NUMBER = r"\d[\d,]*(?:\.\d+)?"
 GIB_IN_TEXT = re.compile(rf"(?:({NUMBER})( of | / |–| to ))?({NUMBER}) GiB\b")
 
 
-def in_units(text: str, prefs: Prefs) -> str:
-    """The planner's sentences give memory in GiB; with GB chosen, each "N GiB" in them reads as GB, so one page
-    never shows the same peak in both units with different numbers."""
+def in_units(text: str, prefs: Prefs, exact: Iterable[float] = ()) -> str:
+    """The planner's sentences give memory in GiB, rounded; with GB chosen, each "N GiB" in them reads as GB, so one
+    page never shows the same peak in both units. Each is converted from the byte count in `exact` (the numbers the
+    sentence was written from) that reads as N GiB: the rounded text put 82.8 GB in the Why line beside the KPI's
+    82.7 (QA 2026-12-07). A number with none there is converted as written."""
     if prefs.units == "GiB":
         return text
+    known = tuple(exact)
 
     def gb(number: str) -> str:
-        return f"{float(number.replace(',', '')) * GiB / 1e9:,.1f}"
+        written = number.replace(",", "")
+        return f"{exact_bytes(written, known) / 1e9:,.1f}"
 
     def convert(m: re.Match[str]) -> str:
         first = f"{gb(m.group(1))}{m.group(2)}" if m.group(1) else ""
         return f"{first}{gb(m.group(3))} GB"
 
     return GIB_IN_TEXT.sub(convert, text)
+
+
+def exact_bytes(written: str, known: tuple[float, ...]) -> float:
+    """The bytes that a number of GiB written with its decimals was rounded from: the first of `known` that rounds to
+    it, else the number itself."""
+    decimals = len(written.partition(".")[2])
+    return next((b for b in known if f"{b / GiB:.{decimals}f}" == written), float(written) * GiB)
 
 
 def breakable(value: object) -> Markup:

@@ -51,7 +51,9 @@ class Action:
 
 
 def resolved(result: PlanResult) -> PlanRequest:
-    return PlanRequest(model=result.model, cluster=result.cluster, training=result.training)
+    """The request a stored result was planned for, from its parts as they were validated then: a check added
+    since (train_tokens against a step's tokens) must not make an older plan's page a 500."""
+    return PlanRequest.model_construct(model=result.model, cluster=result.cluster, training=result.training)
 
 
 def stored_values(record: PlanRecord) -> dict[str, str]:
@@ -111,16 +113,31 @@ def replan(record: PlanRecord, changes: Mapping[str, str], saved_hosts: list[str
     made on, as it is now (None: none)."""
     before = stored_values(record)
     values = apply(record, before, changes, saved_hosts)
-    return Replan(values, _host_notices(before, values), _same_saved_cluster(record, before, values))
+    notices = _host_notices(before, values, _host_source(before, changes, saved_hosts))
+    return Replan(values, notices, _same_saved_cluster(record, before, values))
 
 
-def _host_notices(before: Mapping[str, str], values: Mapping[str, str]) -> list[str]:
-    """What became of the stored host list when `apply` changed the node count (it was silent, QA 2026-12-07)."""
+def _host_source(
+    values: Mapping[str, str], changes: Mapping[str, str], saved_hosts: list[str] | None
+) -> tuple[str, list[str]]:
+    """Whose host list a new node count takes its hosts from, and that list: the saved cluster's where the plan's
+    hosts are its first ones (they were cut from it), else the plan's own."""
+    hosts = values.get("cluster.hosts", "").split()
+    if saved_hosts and "cluster.hosts" not in changes and hosts == saved_hosts[: len(hosts)]:
+        return "the saved cluster", list(saved_hosts)
+    return "the plan", hosts
+
+
+def _host_notices(before: Mapping[str, str], values: Mapping[str, str], source: tuple[str, list[str]]) -> list[str]:
+    """What became of the stored host list when `apply` changed the node count (it was silent, QA 2026-12-07), said
+    of the list the hosts came from: "the plan named 2 hosts for 3 nodes: none kept" was said of a re-plan that
+    took 3 of a saved cluster's 4 (QA 2026-12-07)."""
     hosts = before.get("cluster.hosts", "").split()
     nodes = values.get("cluster.num_nodes", "")
     if not hosts or values.get("cluster.hosts", "").split() == hosts or not nodes.isdigit():
         return []
-    return [f"cluster.hosts: the plan named {hosts_kept(hosts, int(nodes))}"]
+    whose, named = source
+    return [f"cluster.hosts: {whose} named {hosts_kept(named, int(nodes))}"]
 
 
 def apply(
@@ -144,10 +161,8 @@ def apply(
         # another GPU: its own catalogue numbers; a node the request left to its GPU is blank in `before`
         # (forms.from_request), so it becomes the new GPU's (H100 -> GB200 is a 4-GPU tray, not 8 GPUs a node)
         values.update({f.name: "" for f in SECTIONS["gpu_overrides"]})
-    hosts = values.get("cluster.hosts", "").split()
+    _, hosts = _host_source(values, changes, saved_hosts)  # the saved cluster's, whose first ones the plan kept
     nodes = values.get("cluster.num_nodes", "")
-    if saved_hosts and "cluster.hosts" not in changes and hosts == saved_hosts[: len(hosts)]:
-        hosts = list(saved_hosts)  # the plan's hosts are the saved cluster's first ones: the rest are its too
     pin, old_nodes = values.get(NODES_PIN, "").strip(), before.get("cluster.num_nodes", "")
     if NODES_PIN not in changes and pin.isdigit() and nodes.isdigit() and nodes != old_nodes:
         # a pin on every node of the cluster (as "Plan this" of a deadline option makes) follows the node count; one

@@ -84,6 +84,18 @@ def test_bad_deadline_requests_name_the_field(sqlite_client: Any) -> None:
     cases = [
         ({**BODY, "nodes_min": 9}, "nodes_max", "nodes_max(8) < nodes_min(9)"),
         ({**BODY, "gpus": [BODY["gpus"][0], BODY["gpus"][0]]}, "gpus", "H100-SXM listed more than once"),
+        # the catalogue reads names in any case: both were planned (QA, 2026-12-07)
+        (
+            {**BODY, "gpus": [BODY["gpus"][0], {"gpu": "h100-sxm", "price_per_gpu_hour": 2}]},
+            "gpus",
+            "H100-SXM, h100-sxm listed more than once",
+        ),
+        # under one step's tokens: every option trained in no time at all (QA, 2026-12-07)
+        (
+            {**BODY, "training": {**BODY["training"], "train_tokens": 5e-324}},
+            "training.train_tokens",
+            "is less than one step's 1,048,576 tokens (global_batch_size 256 x seq_length 4096)",
+        ),
         ({**BODY, "gpus": [{"gpu": "H900", "price_per_gpu_hour": 1}]}, "gpus.0.gpu", "unknown gpu"),
         ({**BODY, "gpus": [{"gpu": "H100-SXM", "price_per_gpu_hour": -1}]}, "gpus.0.price_per_gpu_hour", "(got -1)"),
         ({**BODY, "training": {"global_batch_size": 256}}, "training.train_tokens", "tokens to train"),

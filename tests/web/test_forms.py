@@ -362,6 +362,21 @@ def test_every_preset_comes_back(preset: str) -> None:
     assert changed["model"]["num_layers"] == 4  # written out field by field: nothing of the preset is lost
 
 
+def test_edit_of_a_preset_plan_keeps_its_dimensions_behind_the_dimensions_tab() -> None:
+    """ "Edit and re-plan" of a llama-2-7b plan left the Dimensions panel blank: SwiGLU and untied embeddings
+    unticked, LayerNorm, learned positions, so its dimensions typed there planned a GELU/LayerNorm 6.59B model
+    (QA 2026-12-07). The panel holds the preset's own dimensions: switching to it plans the same model."""
+    raw = {"model": "llama-2-7b", "cluster": CLUSTER, "training": TRAINING}
+    values = forms.from_request(SECTIONS, raw, spec_of(raw))
+    assert values["model_mode"] == "preset"
+    assert (values["model.swiglu"], values["model.untie_embeddings_and_output_weights"]) == ("true", "true")
+    assert (values["model.normalization"], values["model.position_embedding_type"]) == ("RMSNorm", "rope")
+    typed = {"num_layers": "32", "hidden_size": "4096", "num_attention_heads": "32", "vocab_size": "32000"}
+    values.update({"model_mode": "dims", "model.seq_length": "4096", **{f"model.{k}": v for k, v in typed.items()}})
+    dims = spec_of(forms.to_request(SECTIONS, values, None)).model
+    assert dims.model_dump() == spec_of(raw).model.model_dump()
+
+
 @pytest.mark.parametrize("name", sorted(HF_CONFIGS))
 def test_every_config_json_import_comes_back(name: str) -> None:
     seq = min(4096, HF_CONFIGS[name].get("n_positions", 4096))  # GPT-2 trains within its 1,024 positions

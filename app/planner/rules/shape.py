@@ -59,6 +59,20 @@ def pipeline_layers(c: Ctx) -> Violation | None:
     if p.pp > L:
         return Violation("layers_divisible_by_pp", f"pp({p.pp}) > num_layers({L})")
     if p.pipeline_layout is not None:
+        others = [
+            name
+            for name, value in (
+                ("first_stage_layers", p.first_stage_layers),
+                ("last_stage_layers", p.last_stage_layers),
+                ("account_for_embedding_in_pipeline_split", p.account_for_embedding_in_pipeline_split or None),
+                ("account_for_loss_in_pipeline_split", p.account_for_loss_in_pipeline_split or None),
+            )
+            if value is not None
+        ]
+        if others:  # TransformerConfig.__post_init__ (transformer_config.py L1306-1318 at core_v0.16.1)
+            return Violation(
+                "pipeline_layout", f"pipeline_layout cannot be set with other pipeline layout arguments: {others}"
+            )
         return _layout_rule(c)
     if c.training.software.can.pipeline == "deepspeed":
         return None if p.vpp == 1 else Violation("framework_support", "DeepSpeed's PipelineEngine has no interleaving")
@@ -200,6 +214,12 @@ def sequence_parallel_needs_tp(c: Ctx) -> Violation | None:
         )
     if p.sequence_parallel and p.tp == 1:
         return Violation("sequence_parallel_needs_tp", "sequence_parallel needs tp > 1 (ModelParallelConfig)")
+    can = c.training.software.can
+    if c.model.is_moe and p.tp > 1 and not p.sequence_parallel and can.moe and can.sequence_parallel:
+        # megatron-core's MoELayer raises in the first training forward, past every config check (moe_layer.py
+        # L379 at core_v0.16.1: "During training, performance may degrade if MoE and tensor parallelism are
+        # enabled without also enabling sequence parallelism"; QA 2026-12-07: rendered, and it crashed there)
+        return Violation("sequence_parallel_needs_tp", f"an MoE model at tp({p.tp}) needs sequence_parallel")
     if p.sequence_parallel and not sequence_parallel_fits(c.model, p.tp, p.cp):
         return Violation(
             "sequence_parallel_needs_tp",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from app.planner.layout import stage_shapes
 from app.planner.rules.base import Ctx, Violation
 from app.planner.space import DELAYED_FP8_NO_RECOMPUTE
 from app.planner.specs import ModelSpec
@@ -159,11 +160,29 @@ def recompute_supported(c: Ctx) -> Violation | None:
         if p.recompute != "full" or not s.can.partial_recompute:
             return Violation("recompute", f"recompute_method/num_layers: full recompute with {s.label} only")
         per_stage = m.num_layers // p.pp
-        if p.recompute_num_layers is not None and not 1 <= p.recompute_num_layers <= per_stage:
-            return Violation(
-                "recompute",
-                f"recompute_num_layers({p.recompute_num_layers}) must be in 1..layers per stage({per_stage})",
-            )
+        k = p.recompute_num_layers
+        if k is not None and not 1 <= k <= per_stage:
+            return Violation("recompute", f"recompute_num_layers({k}) must be in 1..layers per stage({per_stage})")
+        if k is not None and p.recompute_method == "uniform":
+            return _uniform_groups(c, k)
+    return None
+
+
+def _uniform_groups(c: Ctx, k: int) -> Violation | None:
+    """Uniform recompute checkpoints each model chunk in groups of k layers with no clamp at the chunk's end
+    (transformer_block.py L536-541 at core_v0.16.1: layers[k*i : k*(i+1)]), so a chunk whose layer count k does not
+    divide raises IndexError in the first backward (QA 2026-12-07: TP8 PP8 9/11 stages, uniform 2, "feasible")."""
+    try:
+        chunks = {n for shape in stage_shapes(c.model, c.training, c.par) for n in shape.chunks if n}
+    except ValueError:  # a layout the pipeline rules refuse
+        return None
+    bad = sorted(n for n in chunks if n % k)
+    if bad:
+        return Violation(
+            "recompute",
+            f"recompute_method uniform groups every model chunk's layers by recompute_num_layers({k}): chunks of "
+            f"{bad} layers are not multiples of it (use block, or a divisor)",
+        )
     return None
 
 

@@ -7,9 +7,10 @@ the OpenAPI schema and the web form.
 
 from __future__ import annotations
 
-from pydantic import field_validator
+from pydantic import field_validator, model_validator
 
 from app.planner import catalog
+from app.planner.errors import InputError
 from app.planner.hf_import import from_hf_config
 from app.planner.specs.cluster import ClusterSpec
 from app.planner.specs.common import (
@@ -40,6 +41,18 @@ from app.planner.specs.parallel import PARALLEL_DEFAULTS, ParallelConfig
 from app.planner.specs.training import ParallelPins, TrainingSpec
 
 
+def train_tokens_problem(model: ModelSpec, training: TrainingSpec) -> str | None:
+    """Time to train counts whole steps: fewer tokens than one global batch priced a run at nanoseconds (the
+    deadline search's days 0.0 at 5e-324 tokens, QA 2026-12-07)."""
+    tokens, step = training.train_tokens, training.global_batch_size * model.seq_length
+    if tokens is None or tokens >= step:
+        return None
+    return (
+        f"{tokens:g} is less than one step's {step:,} tokens (global_batch_size {training.global_batch_size} x "
+        f"seq_length {model.seq_length})"
+    )
+
+
 class PlanRequest(Frozen):
     model: ModelSpec
     cluster: ClusterSpec
@@ -61,6 +74,13 @@ class PlanRequest(Frozen):
             seq = seq if isinstance(seq, int) and not isinstance(seq, bool) else None
             return {**from_hf_config(model["hf_config"], seq_length=seq), **overrides}
         return model
+
+    @model_validator(mode="after")
+    def _a_step_of_tokens(self) -> PlanRequest:
+        problem = train_tokens_problem(self.model, self.training)
+        if problem:
+            raise InputError("training.train_tokens", problem)
+        return self
 
 
 class EstimateRequest(PlanRequest):
@@ -97,4 +117,5 @@ __all__ = [
     "check_safe_name",
     "check_safe_path",
     "default_ffn_hidden_size",
+    "train_tokens_problem",
 ]

@@ -1,0 +1,115 @@
+"""Layouts the planner called feasible (or refused) where megatron-core says otherwise, each from a QA run of
+2026-12-07 against megatron-core core_v0.16.1 and Megatron-LM's validate_args."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.planner import EstimateRequest, PlanRequest, estimate, plan
+from app.planner.explain import describe
+from app.planner.specs import ParallelConfig
+from app.service.bounds import layout_errors
+
+
+def _estimate(model: Any, nodes: int, gbs: int, **par: Any) -> Any:
+    return estimate(
+        EstimateRequest(
+            model=model,
+            cluster={"num_nodes": nodes, "gpu": "H100-SXM"},
+            training={"global_batch_size": gbs},
+            parallel=par,
+        )
+    )
+
+
+def test_an_moe_model_split_by_tp_needs_sequence_parallel() -> None:
+    """MoELayer.forward raises in training when TP > 1 without sequence parallelism (moe_layer.py L379), past
+    every config check: Mixtral TP2 EP8 ETP1 without SP was "feasible" and rendered. Dense models are not bound."""
+    moe = _estimate("mixtral-8x7b", 1, 256, tp=2, dp=4, ep=8, etp=1, sequence_parallel=False)
+    assert not moe.feasible and any("needs sequence_parallel" in r for r in moe.reasons), moe.reasons
+    with_sp = _estimate("mixtral-8x7b", 1, 256, tp=2, dp=4, ep=8, etp=1, sequence_parallel=True)
+    assert not any("sequence_parallel" in r for r in with_sp.reasons), with_sp.reasons
+    dense = _estimate("llama-3-8b", 1, 256, tp=2, dp=4, sequence_parallel=False)
+    assert not any("sequence_parallel" in r for r in dense.reasons), dense.reasons
+    pinned = plan(
+        PlanRequest(
+            model="mixtral-8x7b",
+            cluster={"num_nodes": 1, "gpu": "H100-SXM"},
+            training={"global_batch_size": 256, "pinned": {"tp": 2, "sequence_parallel": False}},
+        )
+    )
+    assert pinned.plans == []
+
+
+def test_uniform_recompute_groups_must_divide_every_chunk() -> None:
+    """transformer_block.py L536-541 checkpoints layers[k*i : k*(i+1)] with no clamp: chunks of 9 and 11 layers in
+    groups of 2 raise IndexError in the first backward. Groups of 1 always fit; block recompute takes any count."""
+    base = {"tp": 8, "pp": 8, "first_stage_layers": 9, "last_stage_layers": 11, "sequence_parallel": True}
+    full = {**base, "recompute": "full"}
+    bad = _estimate("llama-3-70b", 8, 64, **full, recompute_method="uniform", recompute_num_layers=2)
+    assert not bad.feasible and any("chunks of [9, 11] layers" in r for r in bad.reasons), bad.reasons
+    for method, k in (("uniform", 1), ("block", 2)):
+        ok = _estimate("llama-3-70b", 8, 64, **full, recompute_method=method, recompute_num_layers=k)
+        assert not any("recompute" in r for r in ok.reasons), ok.reasons
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"account_for_embedding_in_pipeline_split": True},
+        {"first_stage_layers": 16, "last_stage_layers": 14},
+    ],
+)
+def test_a_layout_string_takes_no_other_pipeline_split(extra: dict[str, Any]) -> None:
+    """TransformerConfig refuses pipeline_model_parallel_layout beside first/last stage layers or the accounting
+    flags (transformer_config.py L1306-1318); the planner called both feasible and rendered both flags."""
+    model = {"preset": "llama-3-405b", "seq_length": 8192}
+    par = {"tp": 8, "pp": 8, "cp": 2, "dp": 8, "sequence_parallel": True, "distributed_optimizer": True}
+    layout = "Et*15|(t*16|)*6,t*15L"
+    alone = _estimate(model, 128, 2048, **par, pipeline_layout=layout)
+    assert not any("pipeline_layout" in r for r in alone.reasons), alone.reasons
+    both = _estimate(model, 128, 2048, **par, pipeline_layout=layout, **extra)
+    assert not both.feasible and any("cannot be set with other pipeline layout" in r for r in both.reasons)
+
+
+def test_the_size_bound_counts_the_embedding_and_loss_as_stage_work() -> None:
+    """NVIDIA's Llama-3.1 405B layout: 126 layers + embedding + loss on PP16 x VPP8, 128 units. The service's
+    size bound said "pp * vpp(128) > num_layers(126)"; the search itself generates this layout."""
+    par = ParallelConfig(
+        tp=8,
+        pp=16,
+        vpp=8,
+        cp=2,
+        dp=4,
+        sequence_parallel=True,
+        distributed_optimizer=True,
+        account_for_embedding_in_pipeline_split=True,
+        account_for_loss_in_pipeline_split=True,
+    )
+    req = EstimateRequest(
+        model={"preset": "llama-3-405b", "seq_length": 8192},
+        cluster={"num_nodes": 128, "gpu": "H100-SXM"},
+        training={"global_batch_size": 2048},
+        parallel=par,
+    )
+    assert layout_errors(req) == []
+    unaccounted = req.model_copy(
+        update={"parallel": par.model_copy(update={"account_for_loss_in_pipeline_split": False})}
+    )
+    assert [e.field for e in layout_errors(unaccounted)] == ["parallel"]
+
+
+def test_a_layout_whose_repeats_expand_past_any_model_is_an_input_error() -> None:
+    """`t*99999999999999` ran `trainplan estimate` out of memory expanding it (a MemoryError traceback)."""
+    from app.planner.errors import InputError
+
+    with pytest.raises((InputError, ValueError), match="expands past"):
+        _estimate("llama-3-8b", 1, 64, tp=2, pp=4, dp=1, pipeline_layout="Et*99999999999999|t*8|t*8|t*8L")
+
+
+def test_the_flex_dispatcher_is_named_for_what_it_is_not_one_backend() -> None:
+    """The plan said "DeepEP" where the rendered backend is HybridEP (GB200 NVL72): the name is the dispatcher's."""
+    par = ParallelConfig(tp=1, pp=1, dp=8, ep=8, moe_token_dispatcher="flex")
+    assert "flex-dispatch" in describe(par) and "DeepEP" not in describe(par)
