@@ -9,9 +9,11 @@ resumed exactly (with Megatron's LR schedule), and stack dumps on SIGUSR1.
   DeepSpeed's own `latest` (save_latest=True) is written in place after the files, so a full disk can leave it
   empty.
 - Before a save every rank compares the free space with the size of the last checkpoint (the first time: 14 bytes
-  per parameter, 16-bit weights + fp32 Adam state); if any rank lacks room, all skip this save and training goes
-  on. A save that fails anyway matches DeepSpeed's closing barrier (deepspeed/runtime/engine.py save_checkpoint)
-  before the ranks agree on the outcome, so the ranks stay in step.
+  per parameter, 16-bit weights + fp32 Adam state) and that it can write there (a read-only remount); if any rank
+  cannot, all skip this save and training goes on. A save that fails anyway matches DeepSpeed's closing barrier
+  (deepspeed/runtime/engine.py save_checkpoint) before the ranks agree on the outcome, so the ranks stay in step.
+- A resume takes the checkpoint `latest` names, else (a truncated file, an empty `latest`, a tag that is gone)
+  the newest earlier step<N> that loads, naming the broken one; with none, the rank stops naming each.
 - ExitSignal is Megatron's --exit-signal-handler (megatron/training/dist_signal_handler.py): SIGTERM or SIGINT
   set a flag, the flag is reduced with the step's loss, and every rank saves after the same step and exits.
 """
@@ -22,9 +24,11 @@ import argparse
 import faulthandler
 import math
 import os
+import re
 import shutil
 import signal
 import time
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,6 +37,7 @@ import torch
 import torch.distributed as dist
 from heartbeat import Heartbeat
 
+STEP_TAG = re.compile(r"step(\d+)")  # the tags this trainer saves under
 BYTES_PER_PARAM = 14  # 2 (16-bit weights) + 12 (fp32 master weights, exp_avg, exp_avg_sq): ZeRO §3.1
 SPACE_MARGIN = 1.1
 
@@ -70,6 +75,44 @@ def _tree_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
+def _unwritable(directory: Path) -> str | None:
+    """Why no file can be written in `directory` (made where missing), None if one can. A read-only remount of the
+    checkpoint file system made DeepSpeed's save raise RuntimeError ("Parent directory ... does not exist"), which
+    crashed the rank, and every restart the same way (QA 2026-12-07): found here, on every rank, the save is
+    skipped before DeepSpeed's collectives begin."""
+    probe = directory / f".write-check-{os.getpid()}"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        return f"cannot write in {directory}: {exc.strerror or exc}"
+    return None
+
+
+def _unloadable(tag_dir: Path) -> str | None:
+    """Why the checkpoint in `tag_dir` cannot be loaded, found without loading it (None: nothing found): it is gone,
+    holds no file, or a file is not a whole archive (torch.save writes zip archives, whose directory is at their
+    end: a truncated file has none). Every rank looks before any starts DeepSpeed's load, so that all agree."""
+    if not tag_dir.is_dir():
+        return f"{tag_dir} does not exist"
+    files = sorted(tag_dir.glob("*.pt"))
+    if not files:
+        return f"{tag_dir} holds no checkpoint file"
+    for path in files:
+        try:
+            with zipfile.ZipFile(path):
+                pass
+        except (OSError, zipfile.BadZipFile) as exc:
+            return f"{path.name} is truncated or damaged ({exc})"
+    return None
+
+
+def _tag_step(tag: str) -> int | None:
+    match = STEP_TAG.fullmatch(tag)
+    return int(match.group(1)) if match else None
+
+
 class Checkpointer:
     def __init__(
         self,
@@ -86,17 +129,71 @@ class Checkpointer:
         self.load_dir = Path(load) if load else None
         self.last_bytes = parameters * BYTES_PER_PARAM
         self.saved_step: int | None = None
+        self.tried_step: int | None = None  # the last step a save was attempted for: not attempted twice
+        self._client: dict[str, Any] = {}  # the client state of the checkpoint loaded last
         self.failed_saves = 0  # in the heartbeat's checkpoint note, so that a reader polling slower misses none
 
     def resume(self) -> int:
-        """Load the checkpoint `latest` names; the step to continue from (0: none)."""
+        """Load the checkpoint `latest` names, else the newest earlier one that loads; the step to continue from (0:
+        no `latest`). A broken one (a truncated file, an empty `latest`, a tag that is gone) is named, and the last
+        good one is taken: every restart crashed on it (miniz's RuntimeError, a bare AssertionError), the restart
+        budget was spent and nothing named the checkpoint (QA 2026-12-07). With none that loads, the rank stops
+        with a message naming each one (no silent start from step 0 over a run's checkpoints)."""
         latest = self.load_dir / "latest" if self.load_dir else None
         if latest is None or not latest.exists():
             return 0
-        tag = latest.read_text().strip()
         self.heartbeat.beat(phase="load")
-        _, client = self.engine.load_checkpoint(str(self.load_dir), tag=tag)
-        client = client or {}
+        named, tags = self._candidates(latest)
+        broken = [] if named else [f"{latest} names no checkpoint (it is empty)"]
+        for tag in tags:
+            why = self._load(tag)
+            if why is None:
+                if broken:
+                    self.log(f"resuming from the last good checkpoint {self.load_dir / tag}: {'; '.join(broken)}")
+                return self._resumed(tag)
+            broken.append(f"checkpoint {self.load_dir / tag} cannot be loaded: {why}")
+            self.log(f"{broken[-1]}; trying an earlier one")
+        raise SystemExit(
+            f"train_gpt: no checkpoint in {self.load_dir} can be loaded ({'; '.join(broken)}): move them away, or give "
+            f"another --load, to start from step 0"
+        )
+
+    def _candidates(self, latest: Path) -> tuple[str, list[str]]:
+        """The tag `latest` names ("" if none), and the tags to try in order: that one, then the step<N> directories
+        before it, newest first (all of them where it names no step)."""
+        assert self.load_dir is not None
+        try:
+            named = latest.read_text().strip()
+        except (OSError, UnicodeDecodeError):
+            named = ""
+        steps = sorted(
+            ((step, p.name) for p in self.load_dir.iterdir() if p.is_dir() and (step := _tag_step(p.name)) is not None),
+            reverse=True,
+        )
+        bound = _tag_step(named)
+        earlier = [tag for step, tag in steps if tag != named and (bound is None or step < bound)]
+        return named, ([named] if named else []) + earlier
+
+    def _load(self, tag: str) -> str | None:
+        """Load `tag` on every rank; None once all did, else why not (all ranks agree on the outcome)."""
+        assert self.load_dir is not None
+        why = _unloadable(self.load_dir / tag)
+        if not _agree(why is None):
+            return why or "a file is truncated or damaged on another rank's view"
+        try:
+            path, client = self.engine.load_checkpoint(str(self.load_dir), tag=tag)
+            why = None if path else "DeepSpeed found no checkpoint there"
+        except Exception as exc:  # DeepSpeed and torch raise RuntimeError, AssertionError, KeyError, ...
+            why = f"{type(exc).__name__}: {exc}"
+        if not _agree(why is None):
+            return why or "it failed to load on another rank"
+        self._client = client or {}
+        return None
+
+    def _resumed(self, tag: str) -> int:
+        """Check and apply the loaded checkpoint's client state; the step to continue from."""
+        assert self.load_dir is not None
+        client = self._client
         saved = client.get("data", {})
         if saved and saved != self.data:
             raise SystemExit(
@@ -121,13 +218,18 @@ class Checkpointer:
 
     def save(self, step: int) -> bool:
         """Save after `step`; False when the save was skipped or failed (the last good checkpoint stays)."""
-        if self.save_dir is None or self.saved_step == step:
+        if self.save_dir is None or step in (self.saved_step, self.tried_step):
+            # a save of the step that failed is not tried again: the final save after the loop counted a failure
+            # of the last step's interval save twice (QA 2026-12-07)
             return self.saved_step == step
-        free = _free_bytes(self.save_dir)
-        if not _agree(free >= SPACE_MARGIN * self.last_bytes):
+        self.tried_step = step
+        free, unwritable = _free_bytes(self.save_dir), _unwritable(self.save_dir)
+        if not _agree(unwritable is None and free >= SPACE_MARGIN * self.last_bytes):
             return self._failed(
                 step,
-                f"skipped: {self.save_dir} has {free / 2**20:.1f} MiB free and a checkpoint "
+                f"skipped: {unwritable}"
+                if unwritable
+                else f"skipped: {self.save_dir} has {free / 2**20:.1f} MiB free and a checkpoint "
                 f"takes about {self.last_bytes / 2**20:.1f} MiB",
             )
         self.heartbeat.beat(phase="save")
@@ -141,7 +243,7 @@ class Checkpointer:
         }
         try:
             self.engine.save_checkpoint(str(self.save_dir), tag=tag, client_state=client, save_latest=False)
-        except OSError as exc:
+        except (OSError, RuntimeError) as exc:  # torch.save's writer raises RuntimeError for a directory gone
             error = f"{type(exc).__name__}: {exc}"
             dist.barrier()  # the one DeepSpeed's save_checkpoint ends with, which the other ranks are in
         if not _agree(not error):

@@ -127,9 +127,21 @@ def bench_context(args: argparse.Namespace) -> LaunchContext:
     return replace(ctx, plan=plan, extra_args=extra)
 
 
+def refused_counts(steps: int, warmup: int) -> str | None:
+    """Why `--steps` / `--warmup` cannot be benchmarked, None if they can. A negative warm-up let `--steps -1
+    --warmup -5` through: a non-positive --train-iters is no count to the launcher, so 0 steps trained and the run
+    was reported "stopped early" with exit 75 (QA 2026-12-07)."""
+    if warmup < 0:
+        return f"--warmup({warmup}) must be >= 0"
+    if steps <= warmup:
+        return f"--steps({steps}) must be > --warmup({warmup})"
+    return None
+
+
 def bench(args: argparse.Namespace) -> int:
-    if args.steps <= args.warmup:  # a refusal before the start: exit 2, as every other (it was 1, QA 2026-12-07)
-        print(f"launcher bench: --steps({args.steps}) must be > --warmup({args.warmup})", file=sys.stderr)
+    why = refused_counts(args.steps, args.warmup)
+    if why:  # a refusal before the start: exit 2, as every other (it was 1, QA 2026-12-07)
+        print(f"launcher bench: {why}", file=sys.stderr)
         return 2
     ctx = bench_context(args)
     code = launch(ctx)

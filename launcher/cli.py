@@ -12,6 +12,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, cast
 
 from launcher import startup
+from launcher.context import WorkingDirError
 from launcher.fields import PlanError
 from launcher.rundir import RunDirError
 
@@ -158,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     except PlanError as exc:
         sys.stderr.write(f"launcher: plan refused: {exc}\n")
         return 2
-    except RunDirError as exc:
+    except (RunDirError, WorkingDirError) as exc:
         sys.stderr.write(f"launcher: refusing to start: {exc}\n")
         return 2
     except BrokenPipeError:  # `dry-run plan.json | head`: the reader has what it wanted; end quietly, as cat does

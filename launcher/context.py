@@ -38,7 +38,8 @@ class LaunchContext:
     node_rank: int | None = None  # None: this launcher starts every node (over ssh where remote)
     extra_args: tuple[str, ...] = ()
     caller_env: dict[str, str] = field(default_factory=dict)
-    run_dir_named: bool = True  # by --run-dir or job.run_dir; False: a new timestamped directory of this run's own
+    run_dir_named: bool = True  # found again by the same command (--run-dir, job.run_dir, a Slurm job's); False: a
+    # new timestamped directory of this run's own
 
     def __post_init__(self) -> None:
         n = self.plan.world.num_nodes
@@ -130,6 +131,36 @@ class LaunchContext:
         return env
 
 
+class WorkingDirError(Exception):
+    """The launcher's working directory is gone: nothing relative to it can be found (refused, exit 2)."""
+
+
+def slurm_job_id(env: dict[str, str]) -> str | None:
+    """SLURM_JOB_ID where it names a job (an array task's id is <job>_<task>): the default run directory is then
+    the job's own, found again by the same command when the job is requeued."""
+    job_id = env.get("SLURM_JOB_ID", "")
+    return job_id if job_id.isdigit() or job_id.replace("_", "").isdigit() else None
+
+
+def working_directory() -> Path:
+    """The launcher's working directory, from which relative paths and the default ./runs are read; refused (exit 2)
+    where it has been deleted: os.getcwd() raised FileNotFoundError and the launcher printed a traceback
+    (QA 2026-12-07)."""
+    try:
+        return Path.cwd()
+    except OSError as exc:
+        raise WorkingDirError(
+            f"the working directory cannot be read ({exc.strerror}: it was deleted or moved?): cd to an existing "
+            f"directory, or give the plan and --run-dir as absolute paths"
+        ) from None
+
+
+def absolute(path: str | Path) -> Path:
+    """`path` made absolute and resolved: a relative one against the working directory (read only then)."""
+    given = Path(path)
+    return (given if given.is_absolute() else working_directory() / given).resolve()
+
+
 def default_run_dir(
     plan: Plan, plan_dir: Path, cwd: Path, now: float | None = None, env: dict[str, str] | None = None
 ) -> Path:
@@ -138,8 +169,8 @@ def default_run_dir(
     started it from step 0 again: QA, 2026-12-07); else ./runs/<name>-<YYYYmmdd-HHMMSS>."""
     if plan.job.run_dir:
         return (plan_dir / plan.job.run_dir).resolve()
-    job_id = (env or {}).get("SLURM_JOB_ID", "")
-    if job_id.isdigit() or job_id.replace("_", "").isdigit():  # an array task's id is <job>_<task>
+    job_id = slurm_job_id(env or {})
+    if job_id:
         return cwd.resolve() / "runs" / f"{plan.job.name}-slurm{job_id}"
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
     base = cwd.resolve() / "runs" / f"{plan.job.name}-{stamp}"
@@ -160,9 +191,14 @@ def make_context(
     extra_args: tuple[str, ...] = (),
     caller_env: dict[str, str] | None = None,
 ) -> LaunchContext:
-    plan_dir = Path(plan_path).resolve().parent
+    plan_dir = absolute(plan_path).parent
     env = dict(os.environ if caller_env is None else caller_env)
-    resolved = Path(run_dir).resolve() if run_dir else default_run_dir(plan, plan_dir, Path.cwd(), env=env)
+    if run_dir:
+        resolved = absolute(run_dir)
+    elif plan.job.run_dir:  # relative to the plan's directory: the working directory is not needed
+        resolved = default_run_dir(plan, plan_dir, plan_dir, env=env)
+    else:
+        resolved = default_run_dir(plan, plan_dir, working_directory(), env=env)
     return LaunchContext(
         plan=plan,
         plan_dir=plan_dir,
@@ -171,5 +207,7 @@ def make_context(
         node_rank=node_rank,
         extra_args=tuple(extra_args),
         caller_env=env,
-        run_dir_named=bool(run_dir or plan.job.run_dir),
+        # a Slurm job's default directory is its own too: the same command finds it again (it was told to add
+        # --run-dir, and that without it a new directory starts from step 0: false, QA 2026-12-07)
+        run_dir_named=bool(run_dir or plan.job.run_dir or slurm_job_id(env)),
     )

@@ -114,11 +114,14 @@ def summary(
     signalled: int | None,
     short: str | None = None,
     resume: str = "",
+    agent_killed: str | None = None,
 ) -> str:
     """The last line a user reads: the exit code, the first cause found (a signal, a hang, the first rank that
     died, the agent's own report) and where the logs are. `watched`: (worker watch, agent output, agent log);
     `short`: why a job whose ranks exited 0 stopped before its last step; `resume`: how to go on from its last
-    checkpoint, said where the launcher was asked to stop the job (it said "job failed", QA 2026-12-07)."""
+    checkpoint, said where the launcher was asked to stop the job (it said "job failed", QA 2026-12-07);
+    `agent_killed`: an agent killed by a signal the launcher did not send, the cause where no rank failed first (the
+    summary blamed a rank the launcher had killed itself as the agent's leftover, QA 2026-12-07)."""
     if code == 0:
         return f"job finished: exit code 0 after {elapsed_s:.1f} s"
     if short:
@@ -131,6 +134,8 @@ def summary(
             f"{hint}; logs: {logs}"
         )
     why = [d.describe() for watch, _, _ in watched if watch and (d := watch.first_failure)]
+    if agent_killed:
+        why.append(agent_killed)
     reports = [rep for _, output, _ in watched if (rep := agent_report(output))]
     if hang:
         why.insert(0, hang.describe())

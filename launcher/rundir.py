@@ -66,20 +66,42 @@ def _flock(ctx: LaunchContext, name: str, exclusive: bool) -> IO[str]:
         handle.seek(0)
         holder = handle.read().strip()
         handle.close()
-        node = "" if ctx.node_rank is None else f" of node {ctx.node_rank}"
-        by = f"another launcher{node} (pid {holder})" if holder else "the launchers of other nodes"
-        if not exclusive:
-            by = f"a launcher of every node (pid {holder or '?'})"
-        raise RunDirError(
-            f"the run directory {ctx.run_dir} is in use by {by}: give this run its own --run-dir, or stop that "
-            f"one first"
-        ) from None
+        raise RunDirError(_in_use(ctx, holder, exclusive)) from None
     handle.seek(0)
     handle.truncate()  # a shared holder leaves it empty: the pid there would be an earlier exclusive holder's
     if exclusive:
         handle.write(f"{os.getpid()}\n")
         handle.flush()
     return handle
+
+
+def _in_use(ctx: LaunchContext, holder: str, exclusive: bool) -> str:
+    """Why a lock of the run directory was refused, naming the launcher that holds it (its pid, where known)."""
+    node = "" if ctx.node_rank is None else f" of node {ctx.node_rank}"
+    by = f"another launcher{node} (pid {holder})" if holder else "the launchers of other nodes"
+    if not exclusive:
+        by = f"a launcher of every node (pid {holder or '?'})"
+    return f"the run directory {ctx.run_dir} is in use by {by}: give this run its own --run-dir, or stop that one first"
+
+
+def in_use(ctx: LaunchContext) -> str | None:
+    """Why `run` would refuse the run directory as another launcher's (what `lock` would raise), None if it would
+    not; for dry-run and preflight, which create and write nothing: the lock files are only opened to read, and a
+    lock taken to test is dropped at once. They said "run dir ok (exists)" while `run` exited 2 (QA 2026-12-07)."""
+    wanted = [(".launcher.lock", ctx.node_rank is None)]
+    if ctx.node_rank is not None:
+        wanted.append((f".launcher.node{ctx.node_rank}.lock", True))
+    for name, exclusive in wanted:
+        try:
+            handle = open(ctx.run_dir / name, encoding="utf-8")  # noqa: SIM115 (closed below)
+        except OSError:
+            continue  # no lock file (or none readable): nobody holds it
+        with handle:
+            try:
+                fcntl.flock(handle, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+            except OSError:
+                return _in_use(ctx, handle.read().strip(), exclusive)
+    return None
 
 
 def prepare(ctx: LaunchContext, commands: list[Command], derived_files: dict[str, str]) -> None:

@@ -492,6 +492,9 @@ class Runner:
                 break
             if attempt == 0:
                 self.log(f"killing {len(left)} leftover process(es): {left}")
+            for r in self.running:
+                if r.watch:
+                    r.watch.end_leftovers(left)
             procs.signal_pids(left, signal.SIGKILL)
             procs.reap_orphans(own, self.before)
             time.sleep(0.1)
@@ -542,6 +545,9 @@ class Runner:
             r.watch is self.hang_group[0] and r.watch.restarts == self.hang_group[1] for r in self.running
         )
         hang = self.hang if last else None
-        line = recovery.summary(code, elapsed_s, watched, hang, self.signalled, self.short, self.policy.resume_hint)
-        notes = [note for p in self.progress.values() if (note := p.checkpoint_report())]
+        line = recovery.summary(
+            code, elapsed_s, watched, hang, self.signalled, self.short, self.policy.resume_hint, self.agent_killed
+        )
+        seen = [pid for r in self.running if r.watch for pid in r.watch.seen]  # a rank that ended before a poll
+        notes = [note for p in self.progress.values() if (note := p.checkpoint_report(seen))]
         self.log("; ".join([line, *notes[:1]]))

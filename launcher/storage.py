@@ -17,6 +17,7 @@ from launcher import checks
 from launcher.checks import FAIL, OK, WARN, Check, is_local_command, not_checked_here
 from launcher.command import Command
 from launcher.context import LaunchContext
+from launcher.rundir import in_use
 
 SAVE_FLAGS = ("--save",)
 INTERVAL_FLAGS = ("--save-interval",)
@@ -134,9 +135,13 @@ def check_checkpoint_dirs(ctx: LaunchContext, commands: list[Command]) -> Check:
 
 
 def check_run_dir(ctx: LaunchContext) -> Check:
+    """What `run` refuses of its run directory: one it cannot make or write in, or one another launcher holds."""
     why = probe_write(ctx.run_dir)
     if why:
         return Check("run dir", FAIL, f"{ctx.run_dir}: {why}", "choose --run-dir elsewhere")
+    held = in_use(ctx)
+    if held:
+        return Check("run dir", FAIL, held, "wait for that launcher to end, or choose --run-dir elsewhere")
     return Check("run dir", OK, f"{ctx.run_dir} ({'exists' if ctx.run_dir.exists() else 'will be created'})")
 
 

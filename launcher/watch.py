@@ -31,7 +31,7 @@ class Death:
     worker: procs.Worker
     node_rank: int | None
     status: int | None  # raw wait status, None if the agent collected it first
-    root: bool = False  # the first failure, not one caused by stopping the job
+    root: bool = False  # the first failure of its worker group, not one caused by stopping the job
     done_step: int | None = None  # a failed or unknown exit after its heartbeat said "done" at this step: teardown
     interrupts: bool = False  # it ended its group's training: a failed or unknown exit before "done", not ours
 
@@ -73,9 +73,10 @@ class WorkerWatch:
         self.restarts = 0
         self.stopping = False  # set by the runner once it stops the job: later deaths are its doing
         self.killed: set[int] = set()  # pids the runner killed itself (a hang): not a failure of their own
+        self.ended: set[int] = set()  # leftovers the runner killed once their agent was gone: not failures either
         self._write_failed = False
         self._died_since_restart = False
-        self._group_deaths = 0  # deaths in the agent's current worker group (since its last restart)
+        self._group_start = 0  # the index in `deaths` of the agent's current worker group's first (its last restart)
         self._scan_since = time.monotonic()
         self._last_scan = 0.0
 
@@ -117,7 +118,10 @@ class WorkerWatch:
 
     @property
     def first_failure(self) -> Death | None:
-        return next((d for d in self.deaths if d.root), None)
+        """The first failure of the agent's latest worker group, the one that ended the job. An earlier group's
+        failure, which the agent recovered from by a restart, is not the job's cause: the summary blamed a rank
+        SIGKILLed and resumed from beside a later group's SIGSEGV that ended the job (QA 2026-12-07)."""
+        return next((d for d in self.deaths[self._group_start :] if d.root), None)
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -146,7 +150,7 @@ class WorkerWatch:
         if self._died_since_restart:
             self.restarts += 1
             self._died_since_restart = False
-            self._group_deaths = 0
+            self._group_start = len(self.deaths)
             self.log(
                 f"node {self.node_rank}: worker group restarted by the agent "
                 f"(restart {self.restarts} of at most {self.max_restarts})"
@@ -162,7 +166,7 @@ class WorkerWatch:
             self.selector.unregister(fd)
         os.close(fd)
         failed = status not in (0, None)
-        watched = not self.stopping and pid not in self.killed
+        watched = not self.stopping and not self._ours(pid)
         # a failed or unknown exit after the rank's heartbeat said done: its training had finished
         done = self._done_step(worker) if status != 0 and watched else None
         first = self.first_failure is None and failed and done is None and watched
@@ -190,15 +194,16 @@ class WorkerWatch:
                 f"died first: {self.deaths[earlier].describe()} before its training was done; {after} (its report "
                 f"gives the status)"
             )
-        # any group's failure, not only the run's first (root): a rank whose status the agent collected first
+        # any failure of the group, not only its first (root): a rank whose status the agent collected first
         # interrupts as much as the one the agent then stopped, which is not root either
         interrupts = watched and status != 0 and done is None
         death = Death(worker, self.node_rank, status, root=first, done_step=done, interrupts=interrupts)
         self.deaths.append(death)
-        self._group_deaths += 1
         self._died_since_restart = True
         if pid in self.killed:
             self.log(f"stopped by the watchdog: {death.describe()}", echo=False)
+        elif pid in self.ended:
+            self.log(f"killed by the launcher as a leftover of its agent: {death.describe()}", echo=False)
         elif done is not None and failed:
             self.log(
                 f"after its training: {death.describe()} once its heartbeat said done at step {done}; a failure in "
@@ -217,13 +222,23 @@ class WorkerWatch:
         with a status its agent collected before the launcher could read it, and that the launcher did not stop
         itself; None if there is none. `proven`: only a rank whose own last heartbeat (from its pid) shows it still
         training, not one that may have finished without reporting."""
-        start = len(self.deaths) - self._group_deaths
         return next(
-            (i for i in range(start, len(self.deaths))
-             if (d := self.deaths[i]).status is None and d.done_step is None and d.worker.pid not in self.killed
+            (i for i in range(self._group_start, len(self.deaths))
+             if (d := self.deaths[i]).status is None and d.done_step is None and not self._ours(d.worker.pid)
              and (not proven or self._training(d.worker))),
             None,
         )  # fmt: skip
+
+    def end_leftovers(self, pids: list[int]) -> None:
+        """The runner is about to kill these processes, left after the agent exited (or was killed): those that are
+        this agent's workers die by the launcher's hand, not of a failure of their own. Their deaths were read as
+        exits before their training was done, and one of them named "died first" in place of the agent's SIGKILL
+        that ended the job (QA 2026-12-07)."""
+        self.ended.update(pid for pid in pids if pid in self.alive)
+
+    def _ours(self, pid: int) -> bool:
+        """The runner killed this worker itself: the watchdog (a hang) or the cleanup of its agent's leftovers."""
+        return pid in self.killed or pid in self.ended
 
     def _done_step(self, worker: procs.Worker) -> int | None:
         """The step at which this very process (its pid) reported its training done in its heartbeat, if it did."""

@@ -125,9 +125,11 @@ class ProgressWatch:
         self.interrupted: tuple[float, int] | None = None  # (monotonic time, last completed step) of a failure
         self.last_step = 0
         self.ended: set[int] = set()  # pids the watchdog had killed: no longer watched while they are reaped
+        self.pids: set[int] = set()  # every worker of this run it polled: only their records are this run's
 
     # Polling ----------------------------------------------------------------------------------------------------
     def poll(self, workers: list[procs.Worker], now: float) -> Hang | None:
+        self.pids.update(w.pid for w in workers)
         live = {w.rank: w for w in workers if w.pid not in self.ended}
         for rank in [r for r, t in self.tracks.items() if live.get(r) != t.worker]:
             del self.tracks[rank]  # gone, or replaced by the agent's restart
@@ -214,14 +216,17 @@ class ProgressWatch:
         self.saves_failed = max(self.saves_failed, 1)
         self.log(f"node {self.node_rank}: checkpoint at step {key[0]} not saved: {ck.get('error', '?')}")
 
-    def checkpoint_report(self) -> str:
+    def checkpoint_report(self, pids: Iterable[int] = ()) -> str:
         """For the summary, after a last read of every rank's record: how many saves failed and the last good
         checkpoint ("" when none failed). A run whose last saves failed ended "exit code 0" and nothing more, its
-        final checkpoint missing (QA, 2026-12-07)."""
+        final checkpoint missing (QA, 2026-12-07). Only records of this run's workers count (those it polled, and
+        `pids`: every worker the runner saw): a reused run directory keeps an earlier run's records, and a stale
+        rank5.json made a clean 2-rank run's summary say "3 checkpoint save(s) failed" (QA 2026-12-07)."""
+        ours = self.pids | set(pids)
         for path in sorted(self.directory.glob("rank*.json")):
             rank = path.stem.removeprefix("rank")
             beat = read_beat(self.directory, int(rank)) if rank.isdigit() else None
-            if beat is not None and beat.checkpoint:
+            if beat is not None and beat.checkpoint and beat.pid in ours:
                 self._checkpoint(beat)
         if not self.saves_failed:
             return ""

@@ -2,9 +2,11 @@
 own sessions, as torchrun does, and fails when one of them fails.
 
     fake_agent.py N MODE [TAG]     MODE: ok | fail1 | hang | deaf | orphan | abandon | linger | teardown | early-abort
-                                         | flaky:<marker file>
+                                         | killed | flaky:<marker file>
 
 deaf: the agent and its workers ignore SIGINT and SIGTERM (only SIGKILL ends them).
+killed: the agent SIGKILLs itself 1 s after starting its workers, which go on running (their heartbeats say they
+train).
 
 linger: once its workers have all exited 0 (each reporting done in its heartbeat first) the agent stays, deaf to
 SIGTERM, as torchrun's does in its exit barrier (a C++ store wait for the other nodes' agents that a Python signal
@@ -41,12 +43,16 @@ if mode in ("teardown", "early-abort"):
     if rank == 1:
         os.abort()
     sys.exit(0)
+if mode == "killed":  # mid-training, as its heartbeat says: the launcher reads it when the rank dies
+    sys.path.insert(0, os.environ["EXAMPLES_DIR"])
+    from heartbeat import Heartbeat, heartbeat_dir
+    Heartbeat(heartbeat_dir(), rank).beat(phase="train", step=3)
 if mode in ("hang", "deaf"):  # before anything else: a SIGTERM may come as soon as the launcher has seen this process
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 if mode == "deaf":
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 print(f"worker rank {rank} pid {os.getpid()} up", flush=True)
-if mode in ("hang", "deaf"):
+if mode in ("hang", "deaf", "killed"):
     time.sleep(600)
 if mode == "fail1" and rank == 1:
     time.sleep(0.5)
@@ -99,6 +105,9 @@ def main() -> int:
     if mode == "abandon":  # exits 0 while its workers still run, as DeepSpeed's runner does when launch.py dies
         time.sleep(0.8)
         return 0
+    if mode == "killed":  # SIGKILLed (an operator, the OOM killer) while its workers train: they are left running
+        time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGKILL)
     while True:
         if mode == "teardown":
             # exits are seen without reaping (WNOWAIT), and a failed rank is reaped 1 s later: its zombie's status

@@ -371,3 +371,56 @@ def test_the_resume_hint_names_a_run_directory_the_same_command_would_not_find(t
     assert named.resume_hint == "run the same command to go on from its last checkpoint"
     slurm = [make_context(plan, path, caller_env={"SLURM_JOB_ID": "4242"}) for _ in range(2)]
     assert slurm[0].run_dir == slurm[1].run_dir and slurm[0].run_dir.name.endswith("-slurm4242")
+    # found again by the plain command: the hint told a preempted Slurm job to add --run-dir (QA 2026-12-07)
+    assert slurm[0].run_dir_named and slurm[0].resume_hint == "run the same command to go on from its last checkpoint"
+
+
+@pytest.mark.parametrize(
+    "verb", [["dry-run"], ["run"], ["preflight"], ["run", "--run-dir", "rel"], ["dry-run", "--run-dir", "rel"]]
+)
+def test_a_deleted_working_directory_is_refused_with_exit_2(tmp_path: Path, verb: list[str]) -> None:
+    """Started from a directory deleted under it (`mkdir d; cd d; rmdir ../d`), the launcher printed os.getcwd()'s
+    FileNotFoundError traceback and exited 1 (QA 2026-12-07): the default ./runs and a relative --run-dir need it."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT, launcher_env
+
+    path = write_plan(tmp_path, tiny_plan(steps=2))
+    gone = 'mkdir gone && cd gone && rmdir ../gone && exec "$@"'
+    argv = ["sh", "-c", gone, "sh", sys.executable, "-m", "launcher", verb[0], str(path), *verb[1:]]
+    env = launcher_env(PYTHONPATH=str(ROOT))  # no empty entry: Python itself cannot start with one relative path
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr == (
+        "launcher: refusing to start: the working directory cannot be read (No such file or directory: it was "
+        "deleted or moved?): cd to an existing directory, or give the plan and --run-dir as absolute paths\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]
+
+
+def test_dry_run_and_preflight_fail_a_run_directory_another_launcher_holds(tmp_path: Path) -> None:
+    """`run` refuses a run directory another launcher holds (exit 2), but dry-run said "run dir ok (exists)" and
+    exited 0, and preflight passed it (QA 2026-12-07). Both now fail it, naming the holder; a lock file left by a
+    launcher that has ended holds nothing, and neither verb creates or writes a lock file."""
+    import fcntl
+    import os
+
+    path = write_plan(tmp_path, tiny_plan(steps=2))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    held_by = f"the run directory {run_dir} is in use by another launcher (pid {os.getpid()})"
+    with open(run_dir / ".launcher.lock", "a+") as held:  # what a running launcher holds (pid in the file)
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write(f"{os.getpid()}\n")
+        held.flush()
+        dry = run_launcher("dry-run", str(path), "--run-dir", str(run_dir))
+        pre = run_launcher("preflight", str(path), "--run-dir", str(run_dir))
+        node0 = run_launcher("dry-run", str(path), "--run-dir", str(run_dir), "--node-rank", "0")
+    assert dry.returncode == 2 and "failed run dir" in dry.stderr, dry.stdout + dry.stderr
+    assert held_by in " ".join(dry.stdout.split()), dry.stdout
+    assert pre.returncode == 1 and held_by in " ".join(pre.stdout.split()), pre.stdout
+    assert node0.returncode == 2 and "in use by a launcher of every node" in " ".join(node0.stdout.split())
+    again = run_launcher("dry-run", str(path), "--run-dir", str(run_dir))  # the lock file stays, nobody holds it
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert sorted(p.name for p in run_dir.iterdir()) == [".launcher.lock"]

@@ -112,3 +112,16 @@ def test_bench_refuses_fewer_steps_than_warm_up_with_exit_2(tmp_path: Path) -> N
     plan = write_plan(tmp_path, tiny_plan())
     done = run_launcher("bench", plan, "--steps", "3", "--warmup", "5", timeout=60)
     assert done.returncode == 2 and "--steps(3) must be > --warmup(5)" in done.stderr, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("steps", "warmup", "why"), [("-1", "-5", "--warmup(-5) must be >= 0"), ("0", "-1", "--warmup(-1)")]
+)
+def test_bench_refuses_a_negative_warm_up_with_exit_2(tmp_path: Path, steps: str, warmup: str, why: str) -> None:
+    """`--steps -1 --warmup -5` passed the check (-1 > -5): 0 steps trained and exit 75, "job stopped early" (QA
+    2026-12-07). Refused before anything starts: no run directory is made."""
+    plan = write_plan(tmp_path, tiny_plan())
+    run_dir = tmp_path / "run"
+    done = run_launcher("bench", str(plan), "--steps", steps, "--warmup", warmup, "--run-dir", str(run_dir), timeout=60)
+    assert done.returncode == 2 and why in done.stderr, done.stdout + done.stderr
+    assert not run_dir.exists()

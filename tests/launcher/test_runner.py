@@ -18,6 +18,7 @@ from conftest import launcher_env, processes_mentioning, wait_for
 
 from launcher.command import Command
 from launcher.events import EventLog
+from launcher.heartbeat import RECORD_BYTES
 from launcher.limits import Limits
 from launcher.linger import TERM_S
 from launcher.runner import Runner, RunPolicy
@@ -87,6 +88,39 @@ def test_agent_killed_by_a_signal_gives_128_plus_signal(tmp_path: Path) -> None:
     )
     code, _, log = run(tmp_path, [command])
     assert code == 128 + 9 and "killed by signal 9 (SIGKILL)" in log
+
+
+def test_a_killed_agent_is_the_cause_not_the_leftover_ranks_the_launcher_killed(tmp_path: Path) -> None:
+    """The agent is SIGKILLed while its ranks train (max_restarts 0): the launcher kills and reaps the ranks left
+    behind. They are not failures of their own: the summary blamed rank 0 ("died first: ... exited (status already
+    collected by its parent) before its training was done", QA 2026-12-07) instead of the agent's SIGKILL."""
+    command = agent(tmp_path, "killed")
+    command = replace(command, env={**command.env, "TRAINPLAN_RUN_DIR": str(tmp_path)})  # their heartbeats
+    code, console, log = run(tmp_path, [command])
+    assert code == 128 + 9
+    assert "killing 2 leftover process(es)" in log
+    assert "died first" not in log and "died first" not in console
+    assert "killed by the launcher as a leftover of its agent: rank 0 (local_rank 0" in log
+    summary = log.splitlines()[-1]
+    assert "job failed: exit code 137" in summary
+    assert "; the agent on node 0 was killed by signal 9 (SIGKILL); logs: " in summary, summary
+    assert not processes_mentioning(str(tmp_path))
+
+
+def test_an_earlier_runs_heartbeat_in_a_reused_run_directory_is_not_this_runs(tmp_path: Path) -> None:
+    """A reused run directory keeps an earlier run's heartbeats: rank5.json of another process, with 3 failed saves
+    and step 20 not saved, made a clean 2-rank run's summary say "3 checkpoint save(s) failed" (QA 2026-12-07).
+    Only the records of this run's workers (by pid) count."""
+    beats = tmp_path / "heartbeats"
+    beats.mkdir()
+    checkpoint = {"step": 20, "saved": False, "failed": 3, "last_saved": 15, "error": "No space left on device"}
+    stale = {"rank": 5, "pid": 1, "seq": 40, "phase": "train", "step": 20, "checkpoint": checkpoint}
+    (beats / "rank5.json").write_text(json.dumps(stale).ljust(RECORD_BYTES))  # as examples/heartbeat.py writes
+    limits = Limits(2.0, 0.5, 5.0, 0.1, 0.0, 1.0, 1.5, 5, False)
+    code, _, log = run(tmp_path, [agent(tmp_path, "ok")], limits=limits)
+    assert code == 0, log
+    assert log.splitlines()[-1].split(" ", 2)[2].startswith("job finished: exit code 0 after ")
+    assert "checkpoint" not in log, log
 
 
 def test_one_failed_node_stops_the_others(tmp_path: Path) -> None:

@@ -170,8 +170,8 @@ def test_every_failure_that_ends_a_groups_training_interrupts_it_whether_or_not_
     """The resume is timed from the moment a group's training ends ("training again ... after the failure"). In the
     CI run of 2026-12-06 rank 1 was SIGKILLed and reaped by torchrun first, then rank 0 stopped by it with SIGTERM:
     neither exit was the root when it was read (rank 0's made rank 1 the root afterwards), so the launcher never
-    timed the resume. Both interrupt, as does a later group's failure (root is the run's first only); an exit with
-    code 0, and a rank the watchdog killed itself, do not."""
+    timed the resume. Both interrupt, as does a later group's failure; an exit with code 0, and a rank the watchdog
+    killed itself, do not."""
     first, second = _child(), _child()
     watch, _ = _watching([first, second])
     _collected_by_the_agent(first)
@@ -195,7 +195,46 @@ def test_every_failure_that_ends_a_groups_training_interrupts_it_whether_or_not_
         deaths.append(watch.on_exit(child.pid))
         child.wait()
     assert [d is not None and d.interrupts for d in deaths] == [True, False, False]
-    assert watch.first_failure is not None and watch.first_failure.worker.pid == first.pid
+    # the first failure is the latest group's: the first group's, recovered from by the restart, ended nothing
+    assert watch.first_failure is not None and watch.first_failure.worker.pid == again.pid
+
+
+def _new_group(watch: WorkerWatch, children: list[subprocess.Popen[bytes]]) -> None:
+    """The agent restarted its worker group with these children as ranks 0, 1, ... (as the /proc scan notices)."""
+    watch._note_restart()
+    for rank, child in enumerate(children):
+        fd = os.pidfd_open(child.pid)
+        watch.alive[child.pid] = (procs.Worker(child.pid, rank, rank, 0), fd)
+        watch.selector.register(fd, selectors.EVENT_READ)
+
+
+def _dies(watch: WorkerWatch, child: subprocess.Popen[bytes], sig: int) -> None:
+    _unreaped(child, sig)
+    watch.on_exit(child.pid)
+    child.wait()
+
+
+def test_the_failure_that_ended_the_job_is_the_latest_groups_not_the_one_the_agent_recovered_from() -> None:
+    """QA 2026-12-07 (max_restarts 1): rank 1 SIGKILLed at step 7, torchrun restarted the group and it resumed; then
+    rank 0 of the new group died of SIGSEGV and the job failed. The summary blamed the recovered SIGKILL (a pid long
+    gone) and logged the SIGSEGV only as "stopped:". The new group's first failure is named, as "died first:" on the
+    console too, and is what the summary gives."""
+    from launcher.recovery import summary
+
+    old = [_child(), _child()]
+    watch, lines = _watching(old)
+    _dies(watch, old[1], signal.SIGKILL)
+    _dies(watch, old[0], signal.SIGTERM)  # the agent stops the rest of the group
+    new = [_child(), _child()]
+    _new_group(watch, new)
+    _dies(watch, new[0], signal.SIGSEGV)
+    _dies(watch, new[1], signal.SIGTERM)
+    segv = f"rank 0 (local_rank 0, pid {new[0].pid}, node 0) killed by signal 11 (SIGSEGV)"
+    root = watch.first_failure
+    assert root is not None and root.worker.pid == new[0].pid
+    assert f"died first: {segv}" in lines and watch.restarts == 1
+    line = summary(1, 9.0, [(watch, "", "/run/logs/node0/agent.log")], None, None)
+    assert line == f"job failed: exit code 1 after 9.0 s; {segv}; logs: /run/logs/node0"
 
 
 def _watch_with_root(status: int | None) -> WorkerWatch:
