@@ -27,6 +27,7 @@ import os
 import re
 import shutil
 import signal
+import tempfile
 import time
 import zipfile
 from collections.abc import Callable
@@ -80,11 +81,12 @@ def _unwritable(directory: Path) -> str | None:
     checkpoint file system made DeepSpeed's save raise RuntimeError ("Parent directory ... does not exist"), which
     crashed the rank, and every restart the same way (QA 2026-12-07): found here, on every rank, the save is
     skipped before DeepSpeed's collectives begin."""
-    probe = directory / f".write-check-{os.getpid()}"
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        probe.write_bytes(b"")
-        probe.unlink()
+        # a name of its own on every rank of every node (pids repeat across containers sharing the directory)
+        handle, name = tempfile.mkstemp(prefix=".write-check-", dir=directory)
+        os.close(handle)
+        Path(name).unlink(missing_ok=True)
     except OSError as exc:
         return f"cannot write in {directory}: {exc.strerror or exc}"
     return None

@@ -38,8 +38,9 @@ class LaunchContext:
     node_rank: int | None = None  # None: this launcher starts every node (over ssh where remote)
     extra_args: tuple[str, ...] = ()
     caller_env: dict[str, str] = field(default_factory=dict)
-    run_dir_named: bool = True  # found again by the same command (--run-dir, job.run_dir, a Slurm job's); False: a
-    # new timestamped directory of this run's own
+    run_dir_named: bool = True  # found again by the same command (--run-dir, job.run_dir); False: a directory of
+    # this run's own (runs/<name>-<time>, or a Slurm job's runs/<name>-slurm<id>)
+    slurm_job: str | None = None  # the Slurm job whose default directory this is (a requeue keeps the id)
 
     def __post_init__(self) -> None:
         n = self.plan.world.num_nodes
@@ -60,6 +61,11 @@ class LaunchContext:
         found again by the same command, which starts a new one from step 0 (QA, 2026-12-07)."""
         if self.run_dir_named:
             return "run the same command to go on from its last checkpoint"
+        if self.slurm_job is not None:  # a requeue keeps the job id; a new sbatch gets another and another directory
+            return (
+                f"a requeue of Slurm job {self.slurm_job} goes on from its last checkpoint with the same command; "
+                f"a new sbatch needs --run-dir {self.run_dir} (without it, a new run directory starts from step 0)"
+            )
         return (
             f"run the same command with --run-dir {self.run_dir} to go on from its last checkpoint (without it, a "
             f"new run directory starts from step 0)"
@@ -207,7 +213,8 @@ def make_context(
         node_rank=node_rank,
         extra_args=tuple(extra_args),
         caller_env=env,
-        # a Slurm job's default directory is its own too: the same command finds it again (it was told to add
-        # --run-dir, and that without it a new directory starts from step 0: false, QA 2026-12-07)
-        run_dir_named=bool(run_dir or plan.job.run_dir or slurm_job_id(env)),
+        run_dir_named=bool(run_dir or plan.job.run_dir),
+        # a Slurm job's default directory is found again by a requeue of the job, not by a new sbatch (QA
+        # 2026-12-07: the hint said neither)
+        slurm_job=None if run_dir or plan.job.run_dir else slurm_job_id(env),
     )

@@ -6,6 +6,7 @@ the plan's `files` and the backend's derived files by name, and logs/node<K>/ (a
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -62,10 +63,12 @@ def _flock(ctx: LaunchContext, name: str, exclusive: bool) -> IO[str]:
     handle = open(ctx.run_dir / name, "a+", encoding="utf-8")  # noqa: SIM115 (held for the run: the caller closes it)
     try:
         fcntl.flock(handle, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-    except OSError:
+    except OSError as exc:
         handle.seek(0)
         holder = handle.read().strip()
         handle.close()
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):  # no lock to be had here at all (ENOLCK on NFS)
+            raise RunDirError(f"cannot lock {ctx.run_dir / name}: {exc.strerror or exc}") from None
         raise RunDirError(_in_use(ctx, holder, exclusive)) from None
     handle.seek(0)
     handle.truncate()  # a shared holder leaves it empty: the pid there would be an earlier exclusive holder's
@@ -93,13 +96,17 @@ def in_use(ctx: LaunchContext) -> str | None:
         wanted.append((f".launcher.node{ctx.node_rank}.lock", True))
     for name, exclusive in wanted:
         try:
-            handle = open(ctx.run_dir / name, encoding="utf-8")  # noqa: SIM115 (closed below)
+            # read-write, never created: on NFS flock is emulated by fcntl locks, and an exclusive one needs a file
+            # open for writing (flock(2)); read-only, every test failed with EBADF and read as "in use"
+            fd = os.open(ctx.run_dir / name, os.O_RDWR)
         except OSError:
-            continue  # no lock file (or none readable): nobody holds it
-        with handle:
+            continue  # no lock file (or none we may open): nobody holds it
+        with os.fdopen(fd, encoding="utf-8") as handle:
             try:
                 fcntl.flock(handle, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-            except OSError:
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    continue  # the test itself failed: not a sign of a holder (run's own lock says more)
                 return _in_use(ctx, handle.read().strip(), exclusive)
     return None
 

@@ -126,6 +126,7 @@ class ProgressWatch:
         self.last_step = 0
         self.ended: set[int] = set()  # pids the watchdog had killed: no longer watched while they are reaped
         self.pids: set[int] = set()  # every worker of this run it polled: only their records are this run's
+        self.since = time.time()  # a record written before this run began is an earlier run's, whatever its pid
 
     # Polling ----------------------------------------------------------------------------------------------------
     def poll(self, workers: list[procs.Worker], now: float) -> Hang | None:
@@ -226,7 +227,9 @@ class ProgressWatch:
         for path in sorted(self.directory.glob("rank*.json")):
             rank = path.stem.removeprefix("rank")
             beat = read_beat(self.directory, int(rank)) if rank.isdigit() else None
-            if beat is not None and beat.checkpoint and beat.pid in ours:
+            # by pid and by time: fresh containers hand out the same pids run after run
+            fresh = beat is not None and (beat.written is None or beat.written >= self.since)
+            if beat is not None and fresh and beat.checkpoint and beat.pid in ours:
                 self._checkpoint(beat)
         if not self.saves_failed:
             return ""

@@ -122,9 +122,11 @@ _METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
 
 
 def allowed_methods(request: Request) -> list[str]:
-    """The methods some route answers on this path (asked of the router, so included routers count too)."""
-    return [
+    """The methods some route answers on this path (asked of the router, so included routers count too), and HEAD
+    wherever GET is (middleware.HeadAsGetMiddleware answers it)."""
+    found = [
         m
         for m in _METHODS
         if any(route.matches({**request.scope, "method": m})[0] == Match.FULL for route in request.app.routes)
     ]
+    return [*found, "HEAD"] if "GET" in found and "HEAD" not in found else found

@@ -74,19 +74,16 @@ class HeadAsGetMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        head = scope["method"] == "HEAD"
 
-        async def send_as_head(message: Message) -> None:
-            if message["type"] == "http.response.start" and message["status"] == 405:
-                headers = MutableHeaders(scope=message)
-                allowed = [m.strip() for m in headers.get("allow", "").split(",") if m.strip()]
-                if "GET" in allowed and "HEAD" not in allowed:  # a 405 lists every method the path answers
-                    headers["allow"] = ", ".join([*allowed, "HEAD"])
-            elif head and message["type"] == "http.response.body":
+        async def send_without_body(message: Message) -> None:
+            if message["type"] == "http.response.body":
                 message = {**message, "body": b""}
             await send(message)
 
-        await self.app({**scope, "method": "GET"} if head else scope, receive, send_as_head)
+        if scope["method"] == "HEAD":  # (a 405's Allow lists HEAD beside GET: errors.allowed_methods)
+            await self.app({**scope, "method": "GET"}, receive, send_without_body)
+        else:
+            await self.app(scope, receive, send)
 
 
 async def refuse(send: Send, status: int, field: str, reason: str) -> None:

@@ -227,14 +227,17 @@ def run_notes(f: Facts) -> list[str]:
             f"want to resume through torchrun.sh, sbatch.sh or plan.json (python -m launcher)"
         )
     if f.decisions.graceful_stop_s > SIGNAL_MAX_S:
+        # --exit-duration-in-mins is in megatron_args.txt only, and only where the job saves on stop
+        has_exit_duration = f.framework != "deepspeed" and saves_on_stop(f)
+        if has_exit_duration and o.slurm_time_limit is not None:
+            then = ": --exit-duration-in-mins keeps the whole margin and stops it first"
+        elif has_exit_duration:
+            then = ": give slurm_time_limit so that --exit-duration-in-mins stops it in time"
+        else:
+            then = ": nothing here stops it earlier, so its last save may not finish before the time limit"
         out.append(
             f"sbatch.sh: --signal=TERM@{SIGNAL_MAX_S}, the most sbatch takes, where this plan needs "
-            f"{f.decisions.graceful_stop_s} s to save and stop"
-            + (
-                ": --exit-duration-in-mins keeps the whole margin and stops it first"
-                if o.slurm_time_limit is not None and saves_on_stop(f)
-                else ": give slurm_time_limit so that --exit-duration-in-mins stops it in time"
-            )
+            f"{f.decisions.graceful_stop_s} s to save and stop{then}"
         )
     if o.slurm_time_limit is not None and f.framework != "deepspeed":
         out.append(

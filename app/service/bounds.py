@@ -35,14 +35,17 @@ def layout_errors(request: EstimateRequest) -> list[FieldError]:
     experts = model.num_experts if model.is_moe and model.num_experts else 1
     expert_width = model.moe_ffn_hidden_size or model.ffn_hidden_size or 1
     # what the pipeline splits: the layers, and the embedding and loss where they count as layers (NVIDIA's 405B
-    # runs 126 + 2 on PP16 x VPP8: refused here as "128 > 126", QA 2026-12-07); a layout string says itself
-    # where each stage's work is (its own rule checks it), so it is bounded by the layers and its E/L/m stages
+    # runs 126 + 2 on PP16 x VPP8: refused here as "128 > 126", QA 2026-12-07); a layout string says itself what
+    # each stage holds, empty stages included (Megatron's pretty_repr prints "(empty stage)"): its own rule checks it
     accounted = int(par.account_for_embedding_in_pipeline_split) + int(par.account_for_loss_in_pipeline_split)
-    if par.pipeline_layout is not None:
-        accounted = 2 + model.mtp_num_layers
     units = model.num_layers + accounted
     units_name = "model.num_layers" + (f" + {accounted} (embedding, loss)" if accounted else "")
+    pipeline = [
+        ("parallel.pp", par.pp, units_name, units, "each pipeline stage needs a layer"),
+        ("parallel.pp * parallel.vpp", par.pp * par.vpp, units_name, units, "each virtual stage needs a layer"),
+    ]
     checks = [
+        *(pipeline if par.pipeline_layout is None else []),
         (
             "parallel.tp",
             par.tp,
@@ -50,8 +53,6 @@ def layout_errors(request: EstimateRequest) -> list[FieldError]:
             model.num_attention_heads,
             "each tensor-parallel rank needs at least one attention head",
         ),
-        ("parallel.pp", par.pp, units_name, units, "each pipeline stage needs a layer"),
-        ("parallel.pp * parallel.vpp", par.pp * par.vpp, units_name, units, "each virtual stage needs a layer"),
         ("parallel.cp", par.cp, "model.seq_length", model.seq_length, "each context-parallel rank needs a token"),
         ("parallel.ep", par.ep, "model.num_experts", experts, "each expert-parallel rank needs an expert"),
         (

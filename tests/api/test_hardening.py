@@ -390,7 +390,7 @@ def test_security_headers_on_every_kind_of_response(sqlite_url: str) -> None:
         assert answers["405"].status_code == 405 and answers["405"].headers["allow"] == "GET, POST, HEAD"
         # the body names what was refused and what is allowed (it had an empty error list)
         assert answers["405"].json()["errors"] == [
-            {"field": "method", "message": "PUT is not allowed on /plans; allowed: GET, POST"}
+            {"field": "method", "message": "PUT is not allowed on /plans; allowed: GET, POST, HEAD"}
         ]
 
 
@@ -433,6 +433,7 @@ def test_head_is_answered_wherever_get_is(sqlite_client: Any) -> None:
     assert anonymous.status_code == 401
     refused = sqlite_client.put("/healthz")
     assert refused.status_code == 405 and refused.headers["allow"] == "GET, HEAD"  # the methods the path answers
+    assert refused.json()["errors"][0]["message"].endswith("allowed: GET, HEAD")  # and its message says the same
 
 
 class CappedPool(PlannerPool):

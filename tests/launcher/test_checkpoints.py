@@ -117,3 +117,28 @@ def test_with_no_checkpoint_that_loads_the_rank_stops_naming_each(tmp_path: Path
     assert f"train_gpt: no checkpoint in {ckpt} can be loaded (checkpoint {ckpt / 'step12'} cannot be loaded" in out
     assert f"checkpoint {ckpt / 'step5'} cannot be loaded: " in out and "to start from step 0" in out
     assert run.orphans() == 0
+
+
+def test_ranks_probing_one_checkpoint_directory_at_once_all_find_it_writable(tmp_path: Path) -> None:
+    """Every rank probes the shared checkpoint directory at the same moment; a probe named by pid alone (pids repeat
+    across containers) made one rank's unlink fail after another's, and every rank then skipped the save (review
+    2026-12-07). Here threads of one process stand for ranks with one pid."""
+    import threading
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    from resilience import _unwritable
+
+    found: list[str | None] = []
+    start = threading.Barrier(8)
+
+    def rank() -> None:
+        start.wait()
+        found.extend(_unwritable(tmp_path) for _ in range(200))
+
+    threads = [threading.Thread(target=rank) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(found) == 1600 and set(found) == {None}, {f for f in found if f}
+    assert list(tmp_path.iterdir()) == []

@@ -371,8 +371,14 @@ def test_the_resume_hint_names_a_run_directory_the_same_command_would_not_find(t
     assert named.resume_hint == "run the same command to go on from its last checkpoint"
     slurm = [make_context(plan, path, caller_env={"SLURM_JOB_ID": "4242"}) for _ in range(2)]
     assert slurm[0].run_dir == slurm[1].run_dir and slurm[0].run_dir.name.endswith("-slurm4242")
-    # found again by the plain command: the hint told a preempted Slurm job to add --run-dir (QA 2026-12-07)
-    assert slurm[0].run_dir_named and slurm[0].resume_hint == "run the same command to go on from its last checkpoint"
+    # found again by a requeue of the job (the hint told a preempted job to add --run-dir), not by a new sbatch,
+    # whose new job id names another directory (QA 2026-12-07, both)
+    assert slurm[0].resume_hint == (
+        f"a requeue of Slurm job 4242 goes on from its last checkpoint with the same command; a new sbatch needs "
+        f"--run-dir {slurm[0].run_dir} (without it, a new run directory starts from step 0)"
+    )
+    named_in_slurm = make_context(plan, path, run_dir=str(tmp_path / "r"), caller_env={"SLURM_JOB_ID": "4242"})
+    assert named_in_slurm.resume_hint == "run the same command to go on from its last checkpoint"
 
 
 @pytest.mark.parametrize(
@@ -424,3 +430,28 @@ def test_dry_run_and_preflight_fail_a_run_directory_another_launcher_holds(tmp_p
     again = run_launcher("dry-run", str(path), "--run-dir", str(run_dir))  # the lock file stays, nobody holds it
     assert again.returncode == 0, again.stdout + again.stderr
     assert sorted(p.name for p in run_dir.iterdir()) == [".launcher.lock"]
+
+
+def test_a_lock_test_that_fails_for_want_of_locks_is_not_a_holder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On NFS flock is emulated by fcntl locks, and a failing test (EBADF, ENOLCK) read as "in use by another
+    launcher" (review 2026-12-07): only EWOULDBLOCK names a holder. `run` says it cannot lock, and why."""
+    import errno
+    import fcntl
+
+    from launcher import rundir
+    from launcher.context import make_context
+
+    plan = tiny_plan(steps=2)
+    ctx = make_context(plan, write_plan(tmp_path, plan), run_dir=str(tmp_path / "run"), caller_env={})
+    ctx.run_dir.mkdir()
+    (ctx.run_dir / ".launcher.lock").write_text("")
+
+    def no_locks(handle: object, how: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    assert rundir.in_use(ctx) is None
+    with pytest.raises(rundir.RunDirError, match=r"cannot lock .*No locks available"):
+        rundir._flock(ctx, ".launcher.lock", True)

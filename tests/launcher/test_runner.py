@@ -123,6 +123,23 @@ def test_an_earlier_runs_heartbeat_in_a_reused_run_directory_is_not_this_runs(tm
     assert "checkpoint" not in log, log
 
 
+def test_a_record_written_before_this_run_is_not_this_runs_whatever_its_pid(tmp_path: Path) -> None:
+    """Fresh containers hand out the same pids run after run: an earlier run's record whose pid a worker of this
+    run has again counted as this run's (review 2026-12-07). Records written before the run began are not."""
+    from launcher.watchdog import ProgressWatch
+
+    checkpoint = {"step": 20, "saved": False, "failed": 3, "last_saved": 15, "error": "No space left on device"}
+    record = {"rank": 0, "pid": 4321, "seq": 40, "phase": "train", "step": 20, "checkpoint": checkpoint}
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps(record).ljust(RECORD_BYTES))
+    limits = Limits(2.0, 0.5, 5.0, 0.1, 0.0, 1.0, 1.5, 5, False)
+    watch = ProgressWatch(limits, tmp_path, 0, lambda *a, **k: None)
+    os.utime(path, (watch.since - 60, watch.since - 60))
+    assert watch.checkpoint_report([4321]) == ""
+    os.utime(path, None)  # written now, during this run
+    assert watch.checkpoint_report([4321]).startswith("3 checkpoint save(s) failed")
+
+
 def test_one_failed_node_stops_the_others(tmp_path: Path) -> None:
     hang = agent(tmp_path, "hang", console=False)
     fail = Command(

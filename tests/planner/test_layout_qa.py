@@ -99,6 +99,15 @@ def test_the_size_bound_counts_the_embedding_and_loss_as_stage_work() -> None:
         update={"parallel": par.model_copy(update={"account_for_loss_in_pipeline_split": False})}
     )
     assert [e.field for e in layout_errors(unaccounted)] == ["parallel"]
+    # a layout string says what each stage holds, empty stages included (Megatron allows them): its rule decides
+    tiny = {"preset": "tiny-gpt", "num_layers": 4}
+    empty = EstimateRequest(
+        model=tiny,
+        cluster={"num_nodes": 1, "gpu": "H100-SXM"},
+        training={"global_batch_size": 8},
+        parallel=ParallelConfig(pp=4, vpp=2, dp=2, pipeline_layout="Et|t||t|t|||L"),
+    )
+    assert layout_errors(empty) == []
 
 
 def test_a_layout_whose_repeats_expand_past_any_model_is_an_input_error() -> None:
@@ -107,6 +116,15 @@ def test_a_layout_whose_repeats_expand_past_any_model_is_an_input_error() -> Non
 
     with pytest.raises((InputError, ValueError), match="expands past"):
         _estimate("llama-3-8b", 1, 64, tp=2, pp=4, dp=1, pipeline_layout="Et*99999999999999|t*8|t*8|t*8L")
+    # many repeats each under the cap: counted before the pass that would make them (it reached 832 MB first)
+    import resource
+
+    from app.planner.layout import parse_layout_text
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(ValueError, match=r"expands past .* characters$"):
+        parse_layout_text("E" + "t*1048000|" * 400 + "L")
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100_000  # KiB: nothing near 832 MB
 
 
 def test_the_flex_dispatcher_is_named_for_what_it_is_not_one_backend() -> None:

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from render_cases import fixed_result
 from script_runner import make_fakebin, run
 
+from app.planner.results import PlanResult
 from app.render import RenderOptions, render
 from app.render.options import time_limit_minutes
 
@@ -115,19 +116,19 @@ def test_a_time_limit_past_what_slurm_holds_is_an_input_error() -> None:
             RenderOptions(slurm_time_limit=limit)
 
 
+def with_stop_margin(result: PlanResult, seconds: int) -> PlanResult:
+    """`result` with its plan's graceful-stop margin set to `seconds` (a plan whose steps take hours)."""
+    plan = result.plans[0]
+    decisions = plan.decisions.model_copy(update={"graceful_stop_s": seconds})
+    return result.model_copy(update={"plans": [plan.model_copy(update={"decisions": decisions})]})
+
+
 def test_a_stop_margin_past_what_sbatch_takes_signals_at_its_most() -> None:
     """sbatch refuses --signal above 65535 s (proc_args.c get_signal_opts); a plan whose two steps and save take
     longer (QA 2026-12-07: TERM@219763 from a ZeRO-3 NVMe plan) signals at 65535 s and keeps its whole margin in
     --exit-duration-in-mins, and the notes say so."""
     base = fixed_result(REQ, PAR)
-    plan = base.plans[0]
-    slow = base.model_copy(
-        update={
-            "plans": [
-                plan.model_copy(update={"decisions": plan.decisions.model_copy(update={"graceful_stop_s": 219763})})
-            ]
-        }
-    )
+    slow = with_stop_margin(base, 219763)
     arts = render(slow, 1, RenderOptions(slurm_time_limit="7-00:00:00"))
     assert "#SBATCH --signal=TERM@65535" in header(arts.files["sbatch.sh"])
     fl = Flags(args_file_words(arts.files["megatron_args.txt"]))
@@ -136,3 +137,8 @@ def test_a_stop_margin_past_what_sbatch_takes_signals_at_its_most() -> None:
     bare = render(slow)
     assert any("give slurm_time_limit" in n for n in bare.notes)
     assert not any("--signal=TERM@" in n for n in render(base).notes)
+    # the DeepSpeed frameworks' example trainer has no megatron_args.txt and so no --exit-duration-in-mins
+    ds_req = {**REQ, "training": {"global_batch_size": 64, "framework": "deepspeed"}}
+    ds_slow = with_stop_margin(fixed_result(ds_req, {"dp": 16, "zero_stage": 1}), 219763)
+    notes = render(ds_slow, 1, RenderOptions(slurm_time_limit="7-00:00:00")).notes
+    assert any("TERM@65535" in n and "nothing here stops it earlier" in n for n in notes), notes

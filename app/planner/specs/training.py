@@ -122,7 +122,12 @@ class TrainingSpec(Frozen):
         True, description="Overlap pipeline sends with compute (Megatron's default with interleaving)."
     )
     allow_tp_across_nodes: bool = Field(False, description="Let a TP group span nodes (slow; off by default).")
-    train_tokens: float | None = Field(None, gt=0, le=1e17, description="Tokens to train on, for time-to-train.")
+    train_tokens: float | None = Field(
+        None,
+        gt=0,
+        le=1e17,
+        description="Tokens to train on, for time-to-train: at least one step's (global_batch_size x seq_length).",
+    )
     max_plans: int = Field(10, ge=1, le=200, description="How many ranked plans to return.")
     search_time_limit_s: float = Field(20.0, gt=0, le=600, description="Cap on search time.")
 
