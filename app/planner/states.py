@@ -258,6 +258,8 @@ def _zero_states(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, 
         cpu, fp32 = fp32 + 4.0 * shard, 0.0
         if accumulates_on_host(training, par):
             cpu += 2.0 * shard
+        if stage in (1, 2):  # and a pinned 16-bit copy of the partition, the step's output before it is gathered
+            cpu += 2.0 * shard  # (stage_1_and_2.py `param_buffer_of_bit16_for_cpu_offload_groups`, review 2026-12-07)
     elif par.offload_optimizer == "nvme":
         # the states and the fp32 gradients are swapped per sub-group (stage3.py
         # `_optimizer_states_and_gradient_swap_out`), through one host fp32 buffer of the largest sub-group
@@ -265,7 +267,9 @@ def _zero_states(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, 
         nvme_b, fp32 = fp32 + 4.0 * shard, 0.0
         cpu = 4.0 * min(float(buckets.sub_group_size), shard)
     overlap = 2 if zero_overlap_comm(stage) else 1
-    buffers = 2.0 * buckets.reduce_bucket_size * overlap
+    # the IPG reduce bucket holds the gradients in the accumulation dtype (fp32 where the ZeRO optimizer accumulates
+    # in fp32: stage_1_and_2.py L1253, review 2026-12-07)
+    buffers = (4.0 if compact else 2.0) * buckets.reduce_bucket_size * overlap
     offloaded = par.offload_optimizer != "none"
     if stage == 3:
         live = min(buckets.max_live_parameters, buckets.prefetch_bucket_size + sp.largest_module)
@@ -288,14 +292,27 @@ def _zero_states(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, 
         # the host before `grads_in_partition` is made (stage_1_and_2.py; it was counted, QA 2026-12-07). At the
         # step the 16-bit partition is flattened (a copy) and cast to fp32; the fp32 one is used as it is
         # (`_get_preflattened_grad_partition`, `.to(fp32)` of an fp32 tensor)
-        grads, lazy = 0.0, (4.0 if compact else 0.0 if offloaded else 2.0) * shard
+        # Between micro-batches the 16-bit partition is kept aside (`all_grad_tensors`) and the next backward builds
+        # a new one before the two are summed (stage_1_and_2.py L1037-1045, L2179-2194): two under the activations
+        # of every micro-batch but the first (review 2026-12-07, seen on CPU)
+        again = 2.0 if not compact and not offloaded and _microbatches(training, par) > 1 else 1.0
+        partition = (4.0 if compact else 0.0 if offloaded else 2.0) * shard
+        grads, lazy = 0.0, again * partition
         cast = 0.0 if compact else 6.0 * shard
-        step = 0.0 if offloaded else max(lazy + cast, (4.0 + foreach) * shard)
+        step = 0.0 if offloaded else max(partition + cast, (4.0 + foreach) * shard)
     else:
-        grads, lazy = 0.0, 2.0 * n_params + (4.0 * shard if compact else 0.0)
-        # flatten the 16-bit grad partition, upcast it to fp32 (then the 16-bit grads go), then the Adam temporary
-        step = 0.0 if offloaded else max(lazy + 6.0 * shard, (4.0 + foreach) * shard)
+        # every parameter's gradient through the backward: 16-bit, or the fp32 `grad_accum` the ZeRO optimizer keeps
+        # on each parameter when it accumulates in fp32 (stage_1_and_2.py L395-404, L1238-1245: 4 B each, not a
+        # compact partition, review 2026-12-07, seen on CPU); at the boundary every `.grad` is dropped
+        # (`_clear_param_grad_only`) and only the partition is flattened, upcast to fp32, then the Adam temporary
+        grads, lazy = 0.0, (4.0 if compact else 2.0) * n_params
+        partition = (4.0 if compact else 2.0) * shard
+        step = 0.0 if offloaded else max(partition + (0.0 if compact else 6.0 * shard), (4.0 + foreach) * shard)
     return States(n_params, weights, grads, lazy, fp32, buffers, step, cpu, nvme_b, grads_persist=True)
+
+
+def _microbatches(training: TrainingSpec, par: ParallelConfig) -> int:
+    return max(1, training.global_batch_size // max(1, par.dp * par.micro_batch_size))
 
 
 def _fsdp_states(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, sp: StageParams) -> States:
