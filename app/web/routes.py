@@ -154,10 +154,12 @@ def _plan_and_show(
     prefs: Prefs,
     notices: list[str] | None = None,
     cluster_name: str | None = None,
+    shown_on_error: dict[str, str] | None = None,
 ) -> Response:
     """Search and store, then 303 to the permalink; on bad input, the form again with every value kept. `notices`:
     what the caller changed besides the user's values, stored with the plan's own; `cluster_name`: the saved
-    cluster the plan is still made on (a what-if of one)."""
+    cluster the plan is still made on (a what-if of one); `shown_on_error`: the form values to show instead of
+    `values` on bad input (a what-if on a saved cluster comes back in saved mode)."""
     if not viewer.may("write"):
         problem = FieldError("", f"{viewer.name} has the {viewer.role} role: it may read plans, not create them")
         return _form_page(templates, store, request, viewer, prefs, values, [problem], 403)
@@ -173,7 +175,7 @@ def _plan_and_show(
 
         created = create_plan(store, raw, parse, work, cache, viewer.name)
     except (forms.FormError, Refused) as exc:
-        return _form_page(templates, store, request, viewer, prefs, values, exc.errors, 422)
+        return _form_page(templates, store, request, viewer, prefs, shown_on_error or values, exc.errors, 422)
     return RedirectResponse(f"/p/{created.record.id}", status_code=303)
 
 
@@ -260,7 +262,18 @@ def what_if(
         prefs,
         again.notices,
         again.cluster_name,
+        _on_saved_cluster(again),
     )
+
+
+def _on_saved_cluster(again: whatif.Replan) -> dict[str, str] | None:
+    """The form of a what-if still on its saved cluster, shown on bad input: in saved mode with the node count, as
+    "Edit and re-plan" opens it; as a described cluster its re-plan left the saved cluster and its notices (QA
+    2026-12-07)."""
+    if again.cluster_name is None:
+        return None
+    nodes = again.values.get("cluster.num_nodes", "")
+    return {**again.values, "cluster_mode": "saved", forms.SAVED: again.cluster_name, forms.SAVED_NODES: nodes}
 
 
 @router.get("/p/{plan_id}", response_class=HTML)

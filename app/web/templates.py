@@ -76,10 +76,13 @@ def in_units(text: str, prefs: Prefs, exact: Iterable[float] = ()) -> str:
 
 
 def exact_bytes(written: str, known: tuple[float, ...]) -> float:
-    """The bytes that a number of GiB written with its decimals was rounded from: the first of `known` that rounds to
-    it, else the number itself."""
+    """The bytes that a number of GiB written with its decimals was rounded from: the one of `known` that rounds to
+    it, else the number itself. Where two of them round to it but read differently in GB (a peak of 79.55 and a
+    usable 79.65 GiB both written "79.6"), which one the sentence meant is not known: the number as written (it gave
+    both the peak's 85.4 GB, and the usable 85.5 GB read 85.4, review 2026-12-07)."""
     decimals = len(written.partition(".")[2])
-    return next((b for b in known if f"{b / GiB:.{decimals}f}" == written), float(written) * GiB)
+    matches = {f"{b / 1e9:,.1f}": b for b in known if f"{b / GiB:.{decimals}f}" == written}
+    return next(iter(matches.values())) if len(matches) == 1 else float(written) * GiB
 
 
 def breakable(value: object) -> Markup:
