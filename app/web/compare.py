@@ -113,10 +113,9 @@ def mfu_label(columns: list[Column]) -> str:
     return "MFU (of the BF16 peak)" if fp8 else "MFU"
 
 
-def _training_words(c: Column) -> str:
+def _precision(c: Column) -> str:
     t = c.record.result.training
-    recipe = f" ({t.fp8_recipe})" if t.precision == "fp8" and t.fp8_recipe else ""
-    return f"{t.precision}{recipe}, {t.framework}"
+    return f"{t.precision} {t.fp8_recipe}" if t.precision == "fp8" and t.fp8_recipe else t.precision
 
 
 def number_rows(columns: list[Column], prefs: Prefs) -> list[Row]:
@@ -130,7 +129,7 @@ def number_rows(columns: list[Column], prefs: Prefs) -> list[Row]:
         Row("layout", [(describe(c.plan.parallel), "", "") for c in columns]),
         # the training's own choices, which the layout does not name: an fp8 plan beside a bf16 one read as the
         # same request (review 2026-12-07)
-        Row("precision, framework", [(_training_words(c), "", "") for c in columns]),
+        Row("precision", [(_precision(c), "", "") for c in columns]),
         _row("GPUs", columns, lambda c: c.plan.layout.world_size, lambda c: f"{c.plan.layout.world_size:,}", False),
         _row("tokens/s", columns, lambda c: t(c).tokens_per_s, lambda c: f"{t(c).tokens_per_s:,.0f}", True),
         _row(

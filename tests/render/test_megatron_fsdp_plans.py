@@ -21,7 +21,9 @@ CASES = {
     "mixtral-ep": {
         "model": "mixtral-8x7b",
         "cluster": {"num_nodes": 8, "gpu": "H100-SXM", "hosts": [f"n{i}" for i in range(8)]},
-        "training": {"global_batch_size": 256, "pinned": {"megatron_fsdp": "optim_grads"}},
+        # EP pinned: since the expert parameters move over the expert-data-parallel group (one NIC per node at EP 8)
+        # a no-EP layout ranks first on its own
+        "training": {"global_batch_size": 256, "pinned": {"megatron_fsdp": "optim_grads", "ep": 8}},
     },
 }
 
