@@ -23,6 +23,10 @@ class RunDirError(Exception):
     """The run directory cannot be prepared (not writable, a file in the way, a full disk): nothing started."""
 
 
+# what flock(LOCK_NB) fails with where another process holds the lock; any other error is no holder
+HELD = (errno.EWOULDBLOCK, errno.EAGAIN)
+
+
 def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text, encoding="utf-8")
@@ -67,7 +71,7 @@ def _flock(ctx: LaunchContext, name: str, exclusive: bool) -> IO[str]:
         handle.seek(0)
         holder = handle.read().strip()
         handle.close()
-        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):  # no lock to be had here at all (ENOLCK on NFS)
+        if exc.errno not in HELD:  # no lock to be had here at all (ENOLCK on NFS)
             raise RunDirError(f"cannot lock {ctx.run_dir / name}: {exc.strerror or exc}") from None
         raise RunDirError(_in_use(ctx, holder, exclusive)) from None
     handle.seek(0)
@@ -105,7 +109,7 @@ def in_use(ctx: LaunchContext) -> str | None:
             try:
                 fcntl.flock(handle, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
             except OSError as exc:
-                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                if exc.errno not in HELD:
                     continue  # the test itself failed: not a sign of a holder (run's own lock says more)
                 return _in_use(ctx, handle.read().strip(), exclusive)
     return None

@@ -295,7 +295,7 @@ def _zero_states(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, 
         # Between micro-batches the 16-bit partition is kept aside (`all_grad_tensors`) and the next backward builds
         # a new one before the two are summed (stage_1_and_2.py L1037-1045, L2179-2194): two under the activations
         # of every micro-batch but the first (review 2026-12-07, seen on CPU)
-        again = 2.0 if not compact and not offloaded and _microbatches(training, par) > 1 else 1.0
+        again = 2.0 if not compact and not offloaded and num_microbatches(training, par) > 1 else 1.0
         partition = (4.0 if compact else 0.0 if offloaded else 2.0) * shard
         grads, lazy = 0.0, again * partition
         cast = 0.0 if compact else 6.0 * shard
@@ -309,10 +309,6 @@ def _zero_states(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, 
         partition = (4.0 if compact else 2.0) * shard
         step = 0.0 if offloaded else max(partition + (0.0 if compact else 6.0 * shard), (4.0 + foreach) * shard)
     return States(n_params, weights, grads, lazy, fp32, buffers, step, cpu, nvme_b, grads_persist=True)
-
-
-def _microbatches(training: TrainingSpec, par: ParallelConfig) -> int:
-    return max(1, training.global_batch_size // max(1, par.dp * par.micro_batch_size))
 
 
 def _fsdp_states(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, sp: StageParams) -> States:

@@ -339,15 +339,14 @@ def _gather_per_layer_traffic(
         layers = max(1, dense + moe)
         zero3 = par.zero_stage == 3
         calls = ZERO3_GATHERS_PER_LAYER * layers if zero3 else layers
-        size = gathered_bytes(training, par) * sp.total
+        per_param, grad = gathered_bytes(training, par), grad_bytes(training, par)
+        size = per_param * sp.total
         buckets = math.ceil(sp.total / zero_buckets(model, 3).reduce_bucket_size) if zero3 else layers
         gather = scatter = 0.0
         for n, g in _shard_groups(par, cluster, training, sp):
             if n:
-                gather += comm.collective_time("all_gather", gathered_bytes(training, par) * n, g, cluster, calls=calls)
-                scatter += comm.collective_time(
-                    "reduce_scatter", grad_bytes(training, par) * n, g, cluster, calls=buckets
-                )
+                gather += comm.collective_time("all_gather", per_param * n, g, cluster, calls=calls)
+                scatter += comm.collective_time("reduce_scatter", grad * n, g, cluster, calls=buckets)
         pcie = 2 * size / par.dp / cluster.h2d_bw if par.offload_param != "none" else 0.0
         # the gradient partition's round trip to the host under optimizer offload, on the reduce stream
         pcie += host_accumulation_bytes(training, par) * sp.total / par.dp / cluster.h2d_bw

@@ -130,6 +130,11 @@ def _deepspeed_files(f: Facts) -> dict[str, str]:
 DS_FORWARDED = ("NCCL", "PYTHON", "MV2", "UCX", "MLFLOW")
 
 
+def renders_deepspeed(f: Facts) -> bool:
+    """ds_config.json, hostfile and deepspeed.sh: for the DeepSpeed frameworks (Megatron-DeepSpeed included)."""
+    return f.framework != "megatron"
+
+
 def deepspeed_env(f: Facts) -> list[EnvVar]:
     """What deepspeed.sh exports beside nccl_env.sh: the workers' variables but torchrun's own."""
     return [e for e in f.worker_env if e.name not in TORCHRUN_ONLY]
@@ -218,7 +223,7 @@ def run_notes(f: Facts) -> list[str]:
             f"max_restarts {o.max_restarts} without checkpoint_dir: nothing is saved, so every restart trains "
             f"again from step 0; give checkpoint_dir to resume from the last checkpoint"
         )
-    if f.framework != "megatron":  # deepspeed.sh is rendered
+    if renders_deepspeed(f):
         stop = f.decisions.graceful_stop_s
         restarts = f"; it restarts nothing (render.max_restarts {o.max_restarts})" if o.max_restarts else ""
         out.append(
@@ -278,7 +283,7 @@ def render(result: PlanResult, rank: int = 1, options: RenderOptions | None = No
     f = derive(result, rank, options or RenderOptions())
     files: dict[str, str] = {"nccl_env.sh": _template("nccl_env.sh", f=f)}
     builders: list[Callable[[Facts], dict[str, str]]] = []
-    if f.framework != "megatron":
+    if renders_deepspeed(f):
         builders.append(_deepspeed_files)
     if f.framework != "deepspeed":
         builders.append(_megatron_files)

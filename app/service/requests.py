@@ -161,14 +161,8 @@ def hosts_for_nodes(hosts: list[str], nodes: int) -> list[str]:
 def hosts_kept(hosts: list[str], nodes: int) -> str:
     """What `hosts_for_nodes` keeps of `hosts` on `nodes` nodes, for a notice ("4 hosts for 1 node: the first of its
     4 hosts kept", not "for 1 nodes: the first 1 of", review 2026-12-07)."""
-    if not hosts_for_nodes(hosts, nodes):
-        kept = "none kept"
-    else:
-        kept = (
-            f"the first {nodes} of its {len(hosts)} hosts kept"
-            if nodes > 1
-            else f"the first of its {len(hosts)} hosts kept"
-        )
+    first = f"the first {nodes}" if nodes > 1 else "the first"
+    kept = f"{first} of its {len(hosts)} hosts kept" if hosts_for_nodes(hosts, nodes) else "none kept"
     return f"{_count(len(hosts), 'host')} for {_count(nodes, 'node')}: {kept}"
 
 
