@@ -157,6 +157,16 @@ def model_flags(f: Facts) -> list[Flag]:
     return _shape(f) + _positions(f) + _layers(f)
 
 
+def top1_softmax(f: Facts) -> bool:
+    """A top-1 softmax router that the model normalises after the top-k: megatron-core refuses it ("Please use
+    --moe-router-pre-softmax when topk is 1", transformer_config.py L1633-1641 at core_v0.16.1), since the one
+    weight would always be 1.0; it is rendered with --moe-router-pre-softmax (render.notes says what changes)."""
+    m = f.model
+    return bool(m.is_moe and m.moe_router_topk == 1 and m.moe_router_score_function == "softmax") and not (
+        m.moe_router_pre_softmax
+    )
+
+
 def _router(f: Facts) -> list[Flag]:
     m = f.model
     out = [
@@ -165,7 +175,7 @@ def _router(f: Facts) -> list[Flag]:
         flag("--moe-aux-loss-coeff", m.moe_aux_loss_coeff),
         flag("--moe-router-dtype", "fp32"),
     ]
-    if m.moe_router_pre_softmax:
+    if m.moe_router_pre_softmax or top1_softmax(f):
         out.append(flag("--moe-router-pre-softmax"))
     if m.moe_router_topk_scaling_factor is not None:
         out.append(flag("--moe-router-topk-scaling-factor", m.moe_router_topk_scaling_factor))

@@ -152,6 +152,8 @@ def reduced_in(f: Facts) -> str:
     send bf16 whatever fp32 accumulation was asked for; QA 2026-12-07: plan.json said fp32), else the plan's."""
     if f.decisions.deepspeed is not None:
         return f.decisions.deepspeed.communication_data_type
+    if f.training.precision == "fp16":  # --fp16 keeps fp16 gradients (TrainingSpec refuses another dtype with it)
+        return "fp16"
     return f.par.grad_reduce_dtype or f.training.reduce_dtype
 
 

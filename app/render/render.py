@@ -26,6 +26,7 @@ from app.render.flags import Section
 from app.render.k8s import CLIQUE_LABEL, JOB_LABEL, pod_facts
 from app.render.k8s import pod as k8s_pod
 from app.render.megatron_args import saves_on_stop, sections
+from app.render.megatron_model import top1_softmax
 from app.render.options import RenderOptions
 from app.render.plan_json import plan_json
 from app.render.slurm import SIGNAL_MAX_S, signal_seconds
@@ -195,6 +196,13 @@ def notes(f: Facts) -> list[str]:
         out.append(
             "model.embedding_layernorm: Megatron has no flag for a LayerNorm after the embedding; "
             "the rendered model has none"
+        )
+    if f.framework == "megatron" and top1_softmax(f):
+        out.append(
+            "model.moe_router_topk 1: megatron-core refuses a top-1 softmax router without --moe-router-pre-softmax "
+            "(transformer_config.py), so it is rendered: each token's expert output is weighted by that expert's "
+            "softmax probability (as Switch Transformer routes), not by 1.0 as a top-1 renormalised after the "
+            "top-k would be; the step time and memory are the same"
         )
     if f.uses_example_trainer and f.par.recompute == "selective":
         out.append(

@@ -407,3 +407,22 @@ def plan_notes(request: dict) -> list[str]:
 
     body = {**request, "training": {**request["training"], "max_plans": 1, "search_time_limit_s": 5}}
     return list(plan(PlanRequest(**body)).notes)
+
+
+def test_a_top1_softmax_router_renders_pre_softmax_and_megatron_core_accepts_it(megatron_core: Any) -> None:
+    """A top-1 MoE with a softmax router normalised after the top-k (Mixtral's, or an imported config with
+    num_experts_per_tok 1) was rendered without --moe-router-pre-softmax, which megatron-core refuses at start-up
+    ("Please use --moe-router-pre-softmax when topk is 1", transformer_config.py L1633-1641; QA 2026-12-07). It is
+    rendered, with a note saying how the routing weight changes, and megatron-core's config classes accept it."""
+    from megatron_check import build_core_config
+
+    model = {"preset": "mixtral-8x7b", "moe_router_topk": 1}
+    fl, arts = rendered(model, {"tp": 1, "dp": 8, "ep": 8})
+    assert fl.int("--moe-router-topk") == 1 and fl.has("--moe-router-pre-softmax")
+    assert any("moe_router_topk 1" in note for note in arts.notes)
+    check_megatron(arts)
+    del fl.items["--moe-router-pre-softmax"]
+    with pytest.raises(ValueError, match="pre-softmax when topk is 1"):
+        build_core_config(fl)
+    top2, arts2 = rendered("mixtral-8x7b", {"tp": 1, "dp": 8, "ep": 8})
+    assert not top2.has("--moe-router-pre-softmax") and not any("moe_router_topk 1" in n for n in arts2.notes)

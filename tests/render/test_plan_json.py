@@ -231,6 +231,27 @@ def test_plan_json_states_the_dtype_deepspeed_reduces_in() -> None:
         ds = json.loads(arts.files["ds_config.json"])
         strategy = json.loads(arts.files["plan.json"])["strategy"]
         assert (ds["communication_data_type"], strategy["grad_reduce_dtype"]) == (dtype, dtype)
-    fp16 = {**req, "training": {**req["training"], "precision": "fp16"}}
+    fp16 = {**req, "training": {"global_batch_size": 64, "framework": "megatron-deepspeed", "precision": "fp16"}}
     arts = render(fixed_result(fp16, {"tp": 2, "dp": 8, "zero_stage": 2}), 1, RenderOptions(**data))
     assert json.loads(arts.files["plan.json"])["strategy"]["grad_reduce_dtype"] == "fp16"  # the launcher takes it
+
+
+def test_megatron_fp16_plan_says_its_gradients_are_fp16() -> None:
+    """Megatron's --fp16 keeps and reduces fp16 gradients (arguments.py turns accumulate_allreduce_grads_in_fp32 on
+    only under --bf16); plan.json said fp32, or bf16 when asked, while the job ran fp16 (QA 2026-12-07). A reduce
+    dtype asked for with fp16 is refused, naming the field."""
+    from app.planner import PlanRequest
+
+    req = {
+        "model": "llama-2-7b",
+        "cluster": {"num_nodes": 1, "gpu": "H100-SXM", "hosts": ["n1"]},
+        "training": {"global_batch_size": 64, "precision": "fp16"},
+    }
+    data = {"data_path": "/d/x_text_document", "tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": "m/l"}
+    arts = render(fixed_result(req, {"tp": 2, "dp": 4}), 1, RenderOptions(**data))
+    assert json.loads(arts.files["plan.json"])["strategy"]["grad_reduce_dtype"] == "fp16"
+    assert "--grad-reduce-in-bf16" not in arts.files["megatron_args.txt"]
+    for dtype in ("bf16", "fp32"):
+        asked = {**req, "training": {**req["training"], "grad_reduce_dtype": dtype}}
+        with pytest.raises(ValueError, match=f"grad_reduce_dtype '{dtype}' with precision 'fp16'"):
+            PlanRequest.model_validate(asked)

@@ -143,6 +143,14 @@ class TrainingSpec(Frozen):
             raise ValueError(
                 f"training.stack {software.name!r} runs framework {software.framework!r}, not {self.framework!r}"
             )
+        if self.grad_reduce_dtype is not None and self.precision == "fp16":
+            # Megatron's --fp16 keeps and reduces the gradients in fp16 (arguments.py changes
+            # accumulate_allreduce_grads_in_fp32 only under --bf16), DeepSpeed's fp16 optimizer alike: plan.json
+            # labelled them bf16 or fp32 while the rendered job ran fp16 (QA 2026-12-07)
+            raise ValueError(
+                f"training.grad_reduce_dtype {self.grad_reduce_dtype!r} with precision 'fp16': fp16 training keeps "
+                "and reduces its gradients in fp16; leave grad_reduce_dtype unset"
+            )
         if self.grad_reduce_dtype is not None and self.grad_reduce_dtype not in software.can.grad_reduce_dtypes:
             raise ValueError(
                 f"training.grad_reduce_dtype {self.grad_reduce_dtype!r}: {software.label} reduces gradients in "
