@@ -27,28 +27,33 @@ class PlanCost:
 
 
 def plan_cost(plan: Plan, tokens: float, price: float | None) -> PlanCost:
+    """Time and cost of `tokens` on `plan`. A missing interval or goodput is None; a value that rounds to 0.0 (a
+    few tokens) is still a value: `if low` left the interval and wall-clock cells blank (QA 2026-12-07)."""
     t = plan.estimate.time
     gpus = plan.layout.world_size
     seconds = tokens / t.tokens_per_s
     iv = t.tokens_per_s_interval
     low, high = (tokens / iv.high, tokens / iv.low) if iv is not None else (None, None)
     goodput = plan.checkpoint.goodput if plan.checkpoint is not None and plan.checkpoint.goodput > 0 else None
-    wall = seconds / goodput if goodput else None
-    hours = (wall or seconds) * gpus / 3600
+    wall = seconds / goodput if goodput is not None else None
+    hours = (seconds if wall is None else wall) * gpus / 3600
     cost = hours * price if price is not None else None
 
     def scaled(s: float | None) -> float | None:
         if s is None or price is None:
             return None
-        return s / goodput * gpus / 3600 * price if goodput else s * gpus / 3600 * price
+        return (s if goodput is None else s / goodput) * gpus / 3600 * price
+
+    def days(s: float | None) -> float | None:
+        return None if s is None else s / DAY_S
 
     return PlanCost(
         plan.rank,
         gpus,
         seconds / DAY_S,
-        low / DAY_S if low else None,
-        high / DAY_S if high else None,
-        wall / DAY_S if wall else None,
+        days(low),
+        days(high),
+        days(wall),
         goodput,
         hours,
         cost,

@@ -162,6 +162,9 @@ async def _sent_json(request: Request) -> dict[str, Any]:
 SentJson = Annotated[dict[str, Any], Depends(_sent_json)]
 PlanId = Annotated[str, Path(pattern=r"^[0-9a-f]{16}$", description="A stored plan's id.")]
 Rank = Annotated[int, Query(ge=1, le=1000, description="Which ranked plan (1 = the chosen one).")]
+# A page's ?rank= as typed: the page answers a bad one with its own HTML page, as it answers a rank out of range
+# (Rank's 422 was the API's JSON at /p/<id>?rank=0, QA 2026-12-07)
+PageRank = Annotated[str, Query(max_length=32, description="Which ranked plan (1 = the chosen one).")]
 IdempotencyKeyHeader = Annotated[
     str | None,
     Header(

@@ -1,5 +1,5 @@
-"""JSON request bodies, read strictly: UTF-8, finite numbers only, no lone surrogates, each key once per object, at
-most 32 levels deep.
+"""JSON request bodies, read strictly: UTF-8 (a leading byte order mark ignored), finite numbers only, no lone
+surrogates, each key once per object, at most 32 levels deep.
 
 Python's json module accepts `NaN`, `Infinity`, `1e400` (read as infinity), lone `\\ud800` escapes, a key given
 twice (the last one wins, silently) and nesting until the interpreter's recursion limit; each of those once ended in
@@ -20,6 +20,7 @@ from app.planner.errors import FieldError
 MAX_DEPTH = 32
 _SURROGATE = re.compile("[\ud800-\udfff]")
 JSON_TYPES = ("application/json",)
+BOM = "\ufeff"  # U+FEFF, a byte order mark: EF BB BF in UTF-8
 
 
 class BodyError(ValueError):
@@ -121,10 +122,16 @@ def check_tree(value: Any, path: str = "") -> None:
 
 
 def parse_json(text: str, field: str = "") -> Any:
-    """Any JSON value, strictly; errors name `field` (e.g. the form's config.json box)."""
+    """Any JSON value, strictly; errors name `field` (e.g. the form's config.json box). A leading byte order mark is
+    ignored, as RFC 8259 section 8.1 lets a parser do: editors on Windows save config.json with one, and it was
+    refused as "Unexpected UTF-8 BOM" (QA 2026-12-07); the form, the API and the CLI read it alike."""
     try:
         value = json.loads(
-            text, parse_constant=_no_constants, parse_float=_finite, parse_int=_integer, object_pairs_hook=_object
+            text.removeprefix(BOM),
+            parse_constant=_no_constants,
+            parse_float=_finite,
+            parse_int=_integer,
+            object_pairs_hook=_object,
         )
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno} column {exc.colno}"

@@ -208,7 +208,29 @@ def plan_request(body: PlanBody, sent: Mapping[str, Any], lookup: ClusterLookup 
     """The planner's request for a validated body; `sent` is the JSON as it came (what is stored)."""
     request, cluster = _specs(body.model, body.cluster, body.training, lookup)
     stored = dict(sent) if cluster.written is None else {**sent, "cluster": cluster.written}
-    return Parsed(request, body.render, stored, cluster.notices, cluster.saved_name)
+    notices = [*cluster.notices, *_context_notices(body.model, request.model.seq_length)]
+    return Parsed(request, body.render, stored, notices, cluster.saved_name)
+
+
+def _context_notices(model: object, seq_length: int) -> list[str]:
+    """A config.json model trained at a longer sequence than its config says it supports: planned as asked, but not
+    without a word (it was silent, QA 2026-12-07)."""
+    if not isinstance(model, HFConfigModel):
+        return []
+    config = model.hf_config
+    key = (
+        "n_positions"
+        if "n_positions" in config and "max_position_embeddings" not in config
+        else "max_position_embeddings"
+    )
+    longest = config.get(key)
+    if isinstance(longest, bool) or not isinstance(longest, int | float) or seq_length <= longest:
+        return []
+    scaled = " (before its rope_scaling)" if config.get("rope_scaling") else ""
+    return [
+        f"model.seq_length: {seq_length:,} is longer than config.json's {key} ({longest:,g}){scaled}, the longest "
+        "context the model supports: planned as asked; training at it extends the model's context"
+    ]
 
 
 def parse_plan_request(raw: Mapping[str, Any], lookup: ClusterLookup | None = None) -> Parsed:

@@ -9,6 +9,7 @@ from typing import Any
 
 from app.planner.errors import FieldError
 from app.planner.results import PlanResult
+from app.planner.specs import train_tokens_problem
 from app.service.cost import DAY_S, PlanCost, plan_cost
 from app.web.fields import ungrouped
 
@@ -33,12 +34,19 @@ def _number(query: Mapping[str, str], name: str, upper: float, errors: list[Fiel
 
 
 def cost_context(result: PlanResult, query: Mapping[str, str]) -> dict[str, Any]:
-    """The cost panel: its inputs as typed, their errors, and one row per ranked plan."""
+    """The cost panel: its inputs as typed, their errors, and one row per ranked plan. Fewer tokens than one step are
+    refused as POST /deadline refuses train_tokens (all rows read "0.0 s" at tokens=1, QA 2026-12-07); a refused
+    token count shows no rows (they were the request's train_tokens', under the typed value)."""
     errors: list[FieldError] = []
     typed_tokens = _number(query, "tokens", MAX_TOKENS, errors)
     price = _number(query, "price", MAX_PRICE, errors)
     tokens = typed_tokens or result.training.train_tokens
-    rows = [plan_cost(p, tokens, price) for p in result.plans] if tokens else []
+    refused = any(e.field == "tokens" for e in errors)
+    problem = None if refused else _below_one_step(result, tokens)
+    if problem is not None:
+        errors.append(FieldError("tokens", problem))
+        refused = True
+    rows = [plan_cost(p, tokens, price) for p in result.plans] if tokens and not refused else []
     return {
         "tokens_text": query.get("tokens", "") or (f"{result.training.train_tokens:g}" if tokens else ""),
         "price_text": query.get("price", ""),
@@ -48,3 +56,10 @@ def cost_context(result: PlanResult, query: Mapping[str, str]) -> dict[str, Any]
         "rows": rows,
         "gpu": result.cluster.gpu.name,
     }
+
+
+def _below_one_step(result: PlanResult, tokens: float | None) -> str | None:
+    """The planner's own words for a token count below one global batch (app/planner/specs: train_tokens)."""
+    if tokens is None:
+        return None
+    return train_tokens_problem(result.model, result.training.model_copy(update={"train_tokens": tokens}))

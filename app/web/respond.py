@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 from fastapi import Cookie, Depends, Request
 from fastapi.responses import HTMLResponse, Response
 
-__all__ = ["compressed", "html", "not_found", "require_csrf"]
+__all__ = ["bad_address", "compressed", "html", "not_found", "require_csrf"]
 
 from app.planner import __version__
 from app.service.auth import CSRF_FIELD, AuthError, Principal, csrf_ok
@@ -56,6 +56,13 @@ def refused(
 ) -> Response:
     """A 403 as a page with the viewer's header (a browser got the API's JSON, QA 2026-12-07)."""
     return _message_page(request, templates, message, viewer, prefs, self_url, "Not allowed", 403)
+
+
+def bad_address(
+    request: Request, templates: WebTemplates, message: str, viewer: Principal, prefs: Prefs, self_url: str = "/"
+) -> Response:
+    """A 422 as a page: a page's query that is not what it takes (/p/<id>?rank=abc)."""
+    return _message_page(request, templates, message, viewer, prefs, self_url, "Bad address", 422)
 
 
 def _message_page(

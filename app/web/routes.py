@@ -12,12 +12,22 @@ from fastapi.responses import RedirectResponse, Response
 
 from app.planner.errors import FieldError
 from app.service.auth import CSRF_FIELD, Principal, csrf_ok
-from app.service.deps import CacheDep, ClusterLookupDep, PageViewerDep, PlanId, Rank, SettingsDep, StoreDep, WorkDep
+from app.service.deps import (
+    CacheDep,
+    ClusterLookupDep,
+    PageRank,
+    PageViewerDep,
+    PlanId,
+    Rank,
+    SettingsDep,
+    StoreDep,
+    WorkDep,
+)
 from app.service.errors import Refused
 from app.service.jsonbody import BodyError, check_tree, parse_json
 from app.service.planning import NotFound, check_rank, create_plan, get_plan, plan_artifacts
 from app.service.requests import ClusterLookup, Parsed, parse_plan_request
-from app.store import PlanStore
+from app.store import PlanRecord, PlanStore
 from app.web import forms, whatif
 from app.web import prefs as prefs_mod
 from app.web.deadline import router as deadline_router
@@ -26,7 +36,7 @@ from app.web.lists import router as lists_router
 from app.web.login import router as login_router
 from app.web.pages import DEFAULTS, FORM_NAMES, SEARCH_CAP_FIELD, SECTIONS, Check, check_of, form_context, svg
 from app.web.prefs import Prefs
-from app.web.respond import HTML, PrefsDep, compressed, filled_url, html, not_found, require_csrf
+from app.web.respond import HTML, PrefsDep, bad_address, compressed, filled_url, html, not_found, require_csrf
 from app.web.result import chart_for, result_context
 from app.web.templates import WebTemplates
 
@@ -47,7 +57,9 @@ def _form_page(
     status_code: int = 200,
     check: Check | None = None,
     self_url: str = "/",
+    notices: list[str] | None = None,
 ) -> Response:
+    """The form page; `notices`: what a what-if changed besides the values typed (it comes back with them)."""
     recent, _total = store.page(8, 0)
     if self_url == "/":  # the preference links come back to this form as filled, not to an empty one
         self_url = _draft_url(values)
@@ -55,6 +67,7 @@ def _form_page(
     cap = request.app.state.settings.max_search_time_s
     context = form_context(values, errors, recent, str(request.base_url), viewer, prefs, check, cap)
     context["saved_clusters"] = saved
+    context["notices"] = notices or []
     return html(request, templates.render("index.html", **context, self_url=self_url), status_code)
 
 
@@ -175,7 +188,8 @@ def _plan_and_show(
 
         created = create_plan(store, raw, parse, work, cache, viewer.name)
     except (forms.FormError, Refused) as exc:
-        return _form_page(templates, store, request, viewer, prefs, shown_on_error or values, exc.errors, 422)
+        shown = shown_on_error or values
+        return _form_page(templates, store, request, viewer, prefs, shown, exc.errors, 422, notices=notices)
     return RedirectResponse(f"/p/{created.record.id}", status_code=303)
 
 
@@ -246,8 +260,7 @@ def what_if(
     record = store.get(plan_id) if PLAN_ID.fullmatch(plan_id) else None
     if record is None:
         return not_found(request, templates, f"No stored plan with id {plan_id!r} to change.", viewer, prefs)
-    saved = clusters(record.cluster_name) if record.cluster_name else None
-    again = whatif.replan(record, values, list(saved.spec.get("hosts") or []) if saved else None)
+    again = whatif.replan(record, values, clusters(record.cluster_name) if record.cluster_name else None)
     return _plan_and_show(
         request,
         again.values,
@@ -284,19 +297,54 @@ def result_page(
     templates: TemplatesDep,
     viewer: PageViewerDep,
     prefs: PrefsDep,
-    rank: Rank = 1,
+    rank: PageRank = "1",
 ) -> Response:
     """A stored plan for people: the permalink. ?rank=N shows the N-th plan's charts and files; ?tokens= and
-    ?price= (per GPU-hour) add the time to train and the cost of every ranked plan."""
+    ?price= (per GPU-hour) add the time to train and the cost of every ranked plan. A rank out of range (0, -1 as
+    well as 50) is the not-found page, one that is no number (abc) the bad-address page, whatever the client
+    accepts (they were the API's JSON 422 but for a browser's Accept header, QA 2026-12-07)."""
     try:
         record = get_plan(store, plan_id)
-        files = sorted(plan_artifacts(store, record, rank)) if record.result.plans else []
+        number = int(rank) if RANK.fullmatch(rank.strip()) else None
+        if number is None:  # not a number: a bad address, as the API says it (there as JSON)
+            message = f"rank: Input should be a valid integer (got {rank!r}); plan {plan_id} has {_ranks(record)}"
+            return bad_address(request, templates, message, viewer, prefs)
+        files = sorted(plan_artifacts(store, record, number)) if record.result.plans else []
     except NotFound as exc:
         return not_found(request, templates, exc.error.message, viewer, prefs)
     query = {k: request.query_params.get(k, "")[:64] for k in ("tokens", "price")}
-    context = result_context(templates, record, rank, files, prefs, query)
+    context = result_context(templates, record, number, files, prefs, query)
     csrf = viewer.csrf_token if viewer.via == "session" else ""
     return html(request, templates.render("result.html", **context, viewer=viewer, csrf_token=csrf))
+
+
+RANK = re.compile(r"[+-]?[0-9]{1,4}")
+
+
+def _ranks(record: PlanRecord) -> str:
+    return f"ranks 1..{len(record.result.plans)}" if record.result.plans else "no ranked plans"
+
+
+@router.get("/whatif", response_class=HTML)
+def what_if_again(
+    request: Request,
+    store: StoreDep,
+    templates: TemplatesDep,
+    viewer: PageViewerDep,
+    prefs: PrefsDep,
+    from_id: Annotated[str, Query(alias="from", max_length=64)] = "",
+) -> Response:
+    """A what-if's address opened again (a reload, a bookmark, a link): the plan it was made from, whose What if
+    controls make it again (the address was the API's JSON 405, QA 2026-12-07); without a stored plan, a page that
+    says where what-ifs come from. The what-if forms post to /whatif?from=<id>, so their address names the plan."""
+    if PLAN_ID.fullmatch(from_id) and store.get(from_id) is not None:
+        return RedirectResponse(f"/p/{from_id}#whatif", status_code=303)
+    gone = f"No stored plan with id {from_id!r}. " if from_id else ""
+    message = (
+        f"{gone}A what-if is made from a plan's page (its What if controls and suggestions), not opened as an "
+        "address of its own: open the plan from the plan list (/recent) and change it there."
+    )
+    return not_found(request, templates, message, viewer, prefs)
 
 
 @router.get("/p/{plan_id}/{chart}.svg")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from app.planner.results import PlanResult
 from app.planner.specs import PlanRequest
-from app.service.requests import hosts_for_nodes, hosts_kept
+from app.service.requests import SavedSpec, hosts_for_nodes, hosts_kept
 from app.store import PlanRecord
 from app.web import forms
 from app.web.fields import FormField
@@ -107,14 +107,35 @@ class Replan:
     cluster_name: str | None
 
 
-def replan(record: PlanRecord, changes: Mapping[str, str], saved_hosts: list[str] | None = None) -> Replan:
+def replan(record: PlanRecord, changes: Mapping[str, str], saved: SavedSpec | None = None) -> Replan:
     """`apply` of `changes` to the stored plan, with its notices and saved cluster (the stored request read into form
-    values once: it is a full request round trip). `saved_hosts`: the host list of the saved cluster the plan was
-    made on, as it is now (None: none)."""
+    values once: it is a full request round trip). `saved`: the saved cluster the plan was made on, as it is now
+    (None: none, or deleted). A what-if stays on the description the plan was made with; a saved cluster changed or
+    deleted since then no longer names it, nor lends it its hosts (it filed the re-plan under the changed cluster's
+    name, and a typo's form re-planned on the changed cluster's GPU, QA 2026-12-07)."""
     before = stored_values(record)
+    still = saved if record.cluster_name and _still_describes(record, saved) else None
+    saved_hosts = list(still.spec.get("hosts") or []) if still else None
     values = apply(record, before, changes, saved_hosts)
     notices = _host_notices(before, values, _host_source(before, changes, saved_hosts))
-    return Replan(values, notices, _same_saved_cluster(record, before, values))
+    if record.cluster_name and still is None:
+        notices.append(_left_saved_cluster(record.cluster_name, saved))
+    return Replan(values, notices, _same_saved_cluster(record, before, values, still))
+
+
+def _still_describes(record: PlanRecord, saved: SavedSpec | None) -> bool:
+    """Whether `saved` is still the description the plan was made with, apart from the node count (the rule "Edit
+    and re-plan" follows: forms.saved_mode)."""
+    return saved is not None and bool(forms.saved_mode(record.request, saved.spec, saved.name))
+
+
+def _left_saved_cluster(name: str, saved: SavedSpec | None) -> str:
+    """The notice of a what-if whose saved cluster was changed or deleted since the plan was made."""
+    what = "no longer exists" if saved is None else f"was changed (now version {saved.version})"
+    return (
+        f"cluster: the saved cluster {name!r} this plan was made on {what}: planned on the cluster as this plan "
+        "describes it, not filed under that name"
+    )
 
 
 def _host_source(
@@ -180,11 +201,14 @@ def apply(
     return values
 
 
-def _same_saved_cluster(record: PlanRecord, before: Mapping[str, str], values: Mapping[str, str]) -> str | None:
-    """The saved cluster a what-if is still made on: the stored plan's, unless the GPU changed (node counts and
-    host lists are a saved cluster's usual overrides, as POST /plans takes them with `saved`). The stored request
-    holds the description as it was, not the name, so re-plans fell out of the list's cluster filter."""
-    if record.cluster_name is None:
+def _same_saved_cluster(
+    record: PlanRecord, before: Mapping[str, str], values: Mapping[str, str], saved: SavedSpec | None
+) -> str | None:
+    """The saved cluster a what-if is still made on: the stored plan's while it exists and still describes what the
+    plan used (`saved`, else None), unless the GPU changed (node counts and host lists are a saved cluster's usual
+    overrides, as POST /plans takes them with `saved`). The stored request holds the description as it was, not the
+    name, so re-plans fell out of the list's cluster filter."""
+    if record.cluster_name is None or saved is None:
         return None
     gpu_fields = ("cluster.gpu", *(f.name for f in SECTIONS["gpu_overrides"]))
     return record.cluster_name if all(values.get(n, "") == before.get(n, "") for n in gpu_fields) else None
