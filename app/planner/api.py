@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import heapq
-import math
 import time
 
 from app.planner import __version__, collector, rules, space, splits
@@ -22,6 +21,7 @@ from app.planner.search import fewest_gpus, search_world
 from app.planner.specs import ClusterSpec, EstimateRequest, ModelSpec, ParallelConfig, PlanRequest, TrainingSpec
 from app.planner.specs.common import HEADROOM_WITHIN
 from app.planner.suggest import suggestions
+from app.planner.worlds import world_sizes
 
 GiB = 2**30
 
@@ -60,83 +60,6 @@ def _check_fixed_layout(model: ModelSpec, cluster: ClusterSpec, training: Traini
             f"pp({par.pp}) x vpp({par.vpp}) chunks: the stages would hold {placed} of the {model.num_layers} layers "
             "(Megatron refuses it; give first_stage_layers/last_stage_layers or a pipeline_layout instead)",
         )
-
-
-def _check_pins(cluster: ClusterSpec, training: TrainingSpec) -> None:
-    """Pinned sizes that no part of the cluster holds are an input error, not an empty search."""
-    p = training.pinned
-    sizes = {"tp": p.tp, "pp": p.pp, "dp": p.dp, "cp": p.cp, "ep": p.ep}
-    for name, value in sizes.items():
-        if value is not None and value > cluster.world_size:
-            raise InputError(f"training.pinned.{name}", f"{value} > the cluster's {cluster.world_size} GPUs")
-    product = (p.tp or 1) * (p.pp or 1) * (p.dp or 1) * (p.cp or 1)
-    if product > cluster.world_size:
-        raise InputError("training.pinned", f"tp x pp x dp x cp = {product} > the cluster's {cluster.world_size} GPUs")
-
-
-def world_sizes(cluster: ClusterSpec, training: TrainingSpec) -> list[int]:
-    """GPU counts to search: the whole cluster, the pinned node count, or (min_gpus) every size upwards."""
-    _check_pins(cluster, training)
-    g = cluster.gpus_per_node
-    if training.pinned.num_nodes:
-        if training.pinned.num_nodes > cluster.num_nodes:
-            raise InputError(
-                "training.pinned.num_nodes", f"{training.pinned.num_nodes} > cluster.num_nodes({cluster.num_nodes})"
-            )
-        worlds = [training.pinned.num_nodes * g]
-    elif training.objective != "min_gpus":
-        can = training.software.can
-        split = can.tensor_parallel or can.pipeline is not None or bool(can.context_parallel)
-        fewer = fewer_nodes(cluster.num_nodes, g, training.global_batch_size, model_parallel=split)
-        worlds = [cluster.world_size] + [n * g for n in fewer]
-    else:
-        worlds = [d for d in range(1, g) if g % d == 0] + [n * g for n in range(1, cluster.num_nodes + 1)]
-    _check_pins_divide(worlds, training)
-    return worlds
-
-
-def _check_pins_divide(worlds: list[int], training: TrainingSpec) -> None:
-    """Pinned sizes whose product divides none of the GPU counts the search would try are an input error, not a
-    search of nothing (tp 3 on nodes of 8 GPUs)."""
-    p = training.pinned
-    pins = [(name, value) for name, value in (("tp", p.tp), ("pp", p.pp), ("cp", p.cp), ("dp", p.dp)) if value]
-    product = math.prod(value for _, value in pins)
-    if product <= 1 or any(w % product == 0 for w in worlds):
-        return
-    field = f"training.pinned.{pins[0][0]}" if len(pins) == 1 else "training.pinned"
-    named = f"{product}" if len(pins) == 1 else " x ".join(f"{name}({value})" for name, value in pins) + f" = {product}"
-    counts = ", ".join(map(str, sorted(worlds)[:8])) + (", ..." if len(worlds) > 8 else "")
-    raise InputError(field, f"{named} divides none of the GPU counts the search tries ({counts})")
-
-
-def fewer_nodes(nodes: int, per_node: int = 8, batch: int = 0, model_parallel: bool = True) -> list[int]:
-    """Node counts below the cluster's that factor well: the largest power of two, the largest multiples of 4 and
-    8, and, where the whole cluster leaves TP x PP x CP an odd factor above 3, from half the cluster up each count
-    whose GPUs share more with the global batch than every larger count's (`math.gcd`) and leave no such factor:
-    data-parallel replicas must divide the batch, so 6 nodes of 8 (48 GPUs, 48 replicas of a 1,536-sequence batch)
-    can beat 7 (56 = 8 replicas of 7 GPUs) and 4. A cluster of 17 or 19 nodes may train faster on 16, leaving the
-    rest idle. A stack without TP, PP or CP (`model_parallel` False) puts one replica on each GPU: the largest count
-    whose GPUs divide the batch, however small (25 nodes of 8 and a batch of 96 train on 12)."""
-    if nodes < 2:
-        return []
-    candidates = {1 << (nodes.bit_length() - 1), nodes - nodes % 4, nodes - nodes % 8}
-    if batch and not model_parallel:
-        if batch % (nodes * per_node):  # not every GPU a replica already
-            candidates.add(next((n for n in range(nodes - 1, 0, -1) if batch % (n * per_node) == 0), 0))
-    elif batch and _odd_part(nodes * per_node // math.gcd(nodes * per_node, batch)) > 3:
-        # the whole cluster leaves TP x PP x CP an odd factor above 3 (7 nodes of 8 for a batch of 1,536: 7): the
-        # counts the batch divides better (128 nodes and 1,536, whose rest is 2, search what they did)
-        best = math.gcd(nodes * per_node, batch)
-        for n in range(nodes - 1, (nodes + 1) // 2 - 1, -1):
-            shared = math.gcd(n * per_node, batch)
-            if shared > best and _odd_part(n * per_node // shared) <= 3:  # 1 or 3 (a PP of 3, 6, 12 ...)
-                candidates.add(n)
-                best = shared
-    return sorted((n for n in candidates if 0 < n < nodes), reverse=True)
-
-
-def _odd_part(n: int) -> int:
-    return n // (n & -n)
 
 
 def _search(
@@ -189,8 +112,24 @@ def _check_possible(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
             "training.precision", f"fp8 needs FP8 tensor cores, which {cluster.gpu.name} has not: plan bf16"
         )
     _check_fp8_recipe(cluster, training)
+    _check_room(cluster, training)
     _check_pinned_shape(model, training)
     _check_pinned_features(model, training)
+
+
+def _check_room(cluster: ClusterSpec, training: TrainingSpec) -> None:
+    """A GPU whose usable memory the CUDA context and workspaces already fill holds no model: every layout fails
+    (a custom GPU of 1 GiB crashed the suggestions' GPU count, QA 2026-12-07)."""
+    gpu = cluster.gpu
+    usable = gpu.memory_bytes * (1 - training.memory_headroom)
+    runtime = gpu.efficiency.runtime_overhead_bytes
+    if usable <= runtime:
+        headroom = f" ({usable / GiB:.2f} GiB usable with {100 * training.memory_headroom:.0f}% headroom)"
+        raise InputError(
+            "cluster.gpu.memory_bytes",
+            f"{gpu.memory_bytes / GiB:.2f} GiB{headroom if training.memory_headroom else ''} leaves nothing for the "
+            f"model: the CUDA context and workspaces take {runtime / GiB:.2f} GiB of every GPU",
+        )
 
 
 def _check_fp8_recipe(cluster: ClusterSpec, training: TrainingSpec) -> None:

@@ -10,6 +10,7 @@ from app.planner.candidates import Found, SearchState
 from app.planner.explain import describe
 from app.planner.search import fewest_gpus, search_world
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelPins, PlanRequest, TrainingSpec
+from app.planner.worlds import world_sizes
 
 GiB = 2**30
 SUB_SEARCH_S = 1.0  # per trial search
@@ -189,11 +190,22 @@ def without_pins(
     if not pins:
         return None, False
     free = training.model_copy(update={"pinned": ParallelPins()})
-    found = _best(model, cluster, free, cluster.world_size, training.software.can.offload, deadline)
+    found = None
+    for world in world_sizes(cluster, free):  # the GPU counts the unpinned search tries, idle nodes included
+        other = _best(model, cluster, free, world, training.software.can.offload, deadline)
+        if other is not None and (
+            found is None or (other.time and found.time and other.time.step_s < found.time.step_s)
+        ):
+            found = other
     fixed = ", ".join(f"{k}={v}" for k, v in pins.items())
     if found is None:
         return f"even without your pinned {fixed}, nothing fits on this cluster", False
-    return f"without your pinned {fixed}: {describe(found.par)} fits, {found.peak_bytes / GiB:.1f} GiB per GPU", True
+    nodes = found.world // cluster.gpus_per_node
+    on = f" on {nodes} of the {cluster.num_nodes} nodes" if found.world < cluster.world_size else ""
+    return (
+        f"without your pinned {fixed}: {describe(found.par)} fits{on}, {found.peak_bytes / GiB:.1f} GiB per GPU",
+        True,
+    )
 
 
 def suggestions(request: PlanRequest, state: SearchState, until: float | None = None) -> list[str]:
@@ -217,10 +229,10 @@ def suggestions(request: PlanRequest, state: SearchState, until: float | None = 
     cause = f": {causes[0][1]} of {state.candidates} candidates fail {causes[0][0]}" if causes else ""
     if states_too_big:  # known without a search, however far the search got before its time cap
         cause = f": its model states alone need at least {math.ceil(floor)} of these GPUs"
-    out = [
-        f"no plan fits {model.name} ({model.num_parameters / 1e9:.1f}B parameters) on "
-        f"{cluster.world_size} x {cluster.gpu.name}{headroom}{cause}"
-    ]
+    on = f"{cluster.world_size} x {cluster.gpu.name}"
+    if training.pinned.num_nodes:
+        on = f"{training.pinned.num_nodes * cluster.gpus_per_node} of the {on} (pinned num_nodes)"
+    out = [f"no plan fits {model.name} ({model.num_parameters / 1e9:.1f}B parameters) on {on}{headroom}{cause}"]
     closest = _closest(state)
     if closest:
         out.append(closest)

@@ -113,7 +113,7 @@ def test_fewer_nodes_that_the_global_batch_divides_better() -> None:
     """Llama-3 8B, a global batch of 1,536 (a multiple of 3), DP only, on 7 nodes of 8: 56 GPUs divide no such
     batch; 6 nodes (48 replicas of 32 sequences) do, and are faster than the 4 (32 replicas) the power-of-two and
     multiple-of-4 rules offered. Counts whose model-parallel rest has an odd factor above 3 are not tried."""
-    from app.planner.api import fewer_nodes
+    from app.planner.worlds import fewer_nodes
 
     result = plan(request("llama-3-8b", 7, 1536, pinned={"tp": 1, "pp": 1, "cp": 1}))
     best = result.plans[0]

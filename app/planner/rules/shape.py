@@ -42,10 +42,20 @@ def query_groups_fit_tp(c: Ctx) -> Violation | None:
 
 def tp_within_nvlink_domain(c: Ctx) -> Violation | None:
     domain = c.cluster.job_nvlink_domain(c.par.world_size)  # the job's own NVLink segments (a plan on fewer nodes)
-    if c.par.tp > domain and not c.training.allow_tp_across_nodes:
+    if c.training.allow_tp_across_nodes:
+        return None
+    if c.par.tp > domain:
         return Violation(
             "tp_within_nvlink_domain",
             f"tp({c.par.tp}) > GPUs sharing NVLink({domain}); set training.allow_tp_across_nodes to force it",
+        )
+    if domain % c.par.tp and c.par.world_size > domain:
+        # TP groups are runs of consecutive ranks: with 6 GPUs a node, TP 4 puts ranks 4-7 on two nodes (a pinned
+        # TP 4 was planned with TP-overlap across them, QA 2026-12-07)
+        return Violation(
+            "tp_within_nvlink_domain",
+            f"tp({c.par.tp}) does not divide the GPUs sharing NVLink({domain}): some TP groups would span two "
+            "domains; set training.allow_tp_across_nodes to force it",
         )
     return None
 
