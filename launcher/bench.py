@@ -18,7 +18,9 @@ from typing import Any
 
 from launcher.context import LaunchContext
 from launcher.launch import context_from_args, launch
+from launcher.rundir import write_atomic
 from launcher.spec import Plan
+from launcher.storage import output_refusal
 from launcher.table import error_pct, gib, table
 
 CPU_MEMORY_NOTE = (
@@ -139,7 +141,7 @@ def refused_counts(steps: int, warmup: int) -> str | None:
 
 
 def bench(args: argparse.Namespace) -> int:
-    why = refused_counts(args.steps, args.warmup)
+    why = refused_counts(args.steps, args.warmup) or output_refusal(args.output)
     if why:  # a refusal before the start: exit 2, as every other (it was 1, QA 2026-12-07)
         print(f"launcher bench: {why}", file=sys.stderr)
         return 2
@@ -152,7 +154,7 @@ def bench(args: argparse.Namespace) -> int:
         raise SystemExit(f"launcher bench: the entrypoint wrote no {ctx.run_dir / 'metrics'}/rank<R>.json")
     report = make_report(ctx.plan, [json.loads(f.read_text()) for f in files], args.steps, args.warmup)
     out = Path(args.output) if args.output else ctx.run_dir / "bench.json"
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    write_atomic(out, json.dumps(report, indent=2) + "\n")
     print(report_table(report))
     print(f"\nreport written to {out}")
     return 0

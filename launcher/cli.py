@@ -96,7 +96,7 @@ def parser(verbs: Iterable[str] = VERBS) -> argparse.ArgumentParser:
             p.add_argument("plan", nargs="?", help="plan.json (optional: or --nodes/--gpus-per-node)")
             p.add_argument("--nodes", type=int, default=1)
             p.add_argument("--gpus-per-node", type=int, default=None)
-            p.add_argument("--hosts", default="", help="comma-separated hosts, head first (without a plan)")
+            p.add_argument("--hosts", default=None, help="comma-separated hosts, head first (without a plan)")
             p.add_argument("--master-addr", default=None)
             p.add_argument("--master-port", type=int, default=29500)
             p.add_argument("--output", default=None, help="profile path (default: <run_dir>/cluster_profile.json)")

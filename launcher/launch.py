@@ -14,7 +14,7 @@ from launcher.context import LaunchContext, make_context
 from launcher.events import EventLog
 from launcher.limits import Limits, int_arg, log_interval
 from launcher.runner import Runner, RunPolicy
-from launcher.storage import check_run_dir, quick_checks
+from launcher.storage import check_run_dir, quick_checks, save_dirs
 
 if TYPE_CHECKING:
     import argparse
@@ -71,6 +71,7 @@ def _launch(ctx: LaunchContext, backend: Backend, commands: list[Command], conso
         int_arg(args, "--train-iters"),
         log_interval(args),
         ctx.resume_hint,
+        tuple(save_dirs(ctx)) if any(is_local_command(c) for c in commands) else (),
     )
     try:
         return Runner(commands, policy, log, console).run()

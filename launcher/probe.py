@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,7 +18,9 @@ from launcher.checks import visible_gpus
 from launcher.context import make_context
 from launcher.launch import launch
 from launcher.profile import make_profile, summary_rows
+from launcher.rundir import write_atomic
 from launcher.spec import Entrypoint, Job, Model, Parallel, Plan, World
+from launcher.storage import output_refusal
 from launcher.table import table
 
 WORKER = Path(__file__).resolve().parent / "workers" / "probe_worker.py"
@@ -38,7 +41,7 @@ def plan_without_file(args: argparse.Namespace) -> Plan:
     gpus, _ = visible_gpus(dict(os.environ))
     accelerator = "cuda" if gpus else "cpu"
     per_node = args.gpus_per_node if args.gpus_per_node is not None else (gpus or 2)  # (0 was "not given")
-    hosts = tuple(h for h in args.hosts.split(",") if h)
+    hosts = tuple(h.strip() for h in args.hosts.split(",")) if args.hosts else ()
     master = args.master_addr or (hosts[0] if hosts else "127.0.0.1")
     world = World(
         num_nodes=args.nodes,
@@ -76,7 +79,21 @@ def probe_plan(plan: Plan) -> Plan:
     )
 
 
+def refused_options(args: argparse.Namespace) -> str | None:
+    """Why probe's own options cannot be used, None if they can: checked before anything starts. `--hosts ,,` read as
+    no hosts and `--master-addr ''` as the default, silently (QA 2026-12-07)."""
+    if args.hosts is not None and not all(h.strip() for h in args.hosts.split(",")):
+        return f"--hosts {args.hosts!r} has an empty host name: give the hosts separated by commas, head first"
+    if args.master_addr is not None and not args.master_addr.strip():
+        return "--master-addr is empty: give the head node's address, or leave the option out"
+    return output_refusal(args.output)
+
+
 def probe(args: argparse.Namespace) -> int:
+    why = refused_options(args)
+    if why:  # before the probe runs: it ran the whole probe, then crashed writing the profile (QA 2026-12-07)
+        print(f"launcher probe: {why}", file=sys.stderr)
+        return 2
     plan = spec.load(args.plan) if args.plan else plan_without_file(args)
     ctx = make_context(
         probe_plan(plan),
@@ -92,7 +109,7 @@ def probe(args: argparse.Namespace) -> int:
     w = plan.world
     profile = make_profile(raw, w.num_nodes, w.gpus_per_node, list(w.hosts))
     out = Path(args.output) if args.output else ctx.run_dir / "cluster_profile.json"
-    out.write_text(json.dumps(profile, indent=2) + "\n")
+    write_atomic(out, json.dumps(profile, indent=2) + "\n")
     print(table(("measured", "value", "catalogue", "ratio"), summary_rows(profile, plan.hardware)))
     print(f"\ncluster profile written to {out}")
     return 0

@@ -78,7 +78,7 @@ def job_code(code: int, output: str, watch: WorkerWatch | None, stopping: bool, 
     is killed)."""
     root = watch.first_failure if watch and not stopping else None
     said = DEEPSPEED_RC.findall(output)
-    if root is not None and root.status is not None and said and code == int(said[-1]) % 256:
+    if root is not None and root.status and said and code == int(said[-1]) % 256:
         # DeepSpeed's launch.py exits with the code of the first failed rank its poll meets in a set of processes:
         # when the peers of a killed rank have failed too by then, that can be a peer's (exit 1), not the cause's
         first = os.waitstatus_to_exitcode(root.status)  # a Popen returncode: -n for signal n
@@ -115,13 +115,15 @@ def summary(
     short: str | None = None,
     resume: str = "",
     agent_killed: str | None = None,
+    spent: str = "",
 ) -> str:
     """The last line a user reads: the exit code, the first cause found (a signal, a hang, the first rank that
     died, the agent's own report) and where the logs are. `watched`: (worker watch, agent output, agent log);
     `short`: why a job whose ranks exited 0 stopped before its last step; `resume`: how to go on from its last
     checkpoint, said where the launcher was asked to stop the job (it said "job failed", QA 2026-12-07);
     `agent_killed`: an agent killed by a signal the launcher did not send, the cause where no rank failed first (the
-    summary blamed a rank the launcher had killed itself as the agent's leftover, QA 2026-12-07)."""
+    summary blamed a rank the launcher had killed itself as the agent's leftover, QA 2026-12-07); `spent`: that the
+    restart budget is used up, said of a failure (QA 2026-12-07)."""
     if code == 0:
         return f"job finished: exit code 0 after {elapsed_s:.1f} s"
     if short:
@@ -142,7 +144,9 @@ def summary(
     if signalled:
         why.insert(0, f"stopped by {procs.signal_name(signalled)}")
     # a signal that came while a hang was being torn down names both (it named only the signal, QA 2026-12-07)
-    detail = "; ".join(why[: 2 if signalled and hang else 1] + reports[:1]) or "see the logs"
+    detail = (
+        "; ".join(why[: 2 if signalled and hang else 1] + reports[:1] + ([spent] if spent else [])) or "see the logs"
+    )
     return f"job failed: exit code {code} after {elapsed_s:.1f} s; {detail}; logs: {logs}"
 
 

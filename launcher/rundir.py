@@ -28,10 +28,16 @@ HELD = (errno.EWOULDBLOCK, errno.EAGAIN)
 
 
 def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    """Write `text` to a file beside `path` and rename it over `path`: a reader never sees half a file, and a write
+    that fails (a full disk) leaves the old file as it was and no temporary file behind."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.chmod(mode)
-    tmp.replace(path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.chmod(mode)
+        tmp.replace(path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def commands_document(ctx: LaunchContext, commands: list[Command]) -> dict[str, object]:

@@ -71,6 +71,27 @@ class RunPolicy:
     train_iters: int | None = None  # the trainer's --train-iters: a job whose ranks all exit 0 short of it stopped
     log_interval: int = 1  # steps per training log line, where progress is read from the logs
     resume_hint: str = "run the same command to go on from its last checkpoint"  # LaunchContext.resume_hint
+    checkpoint_dirs: tuple[Path, ...] = ()  # the job's --save directories where this launcher can see them
+
+    def resume(self) -> str:
+        """How to go on after the job stopped: `resume_hint`, unless no checkpoint was saved yet (every checkpoint
+        directory missing or empty), when the next run starts from step 0 (it said "go on from its last checkpoint",
+        QA 2026-12-07). Without a directory to look at (none named, or on another machine) the hint stands."""
+        if not self.checkpoint_dirs or any(_has_entries(d) for d in self.checkpoint_dirs):
+            return self.resume_hint
+        where = ", ".join(str(d) for d in self.checkpoint_dirs)
+        return f"no checkpoint was saved yet ({where} empty): the next run starts from step 0"
+
+
+def _has_entries(directory: Path) -> bool:
+    """The directory holds something (or cannot be read: then it may)."""
+    try:
+        with os.scandir(directory) as entries:
+            return next(entries, None) is not None
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
 
 
 @contextlib.contextmanager
@@ -181,7 +202,7 @@ class Runner:
         return (
             f"every rank exited 0 at {seen} of --train-iters {total}, and no stop was asked of the launcher: a "
             f"signal sent to the ranks themselves, --exit-duration-in-mins or --exit-interval ended the training; "
-            f"{self.policy.resume_hint}"
+            f"{self.policy.resume()}"
         )
 
     def _restartable(self, code: int) -> str | None:
@@ -277,6 +298,7 @@ class Runner:
                 self.policy.run_dir / name,
                 self.policy.max_restarts,
                 self.policy.run_dir / HEARTBEAT_DIR,
+                self.restarts + self.agent_restarts,
             )
             if self.policy.limits and command.node_rank not in self.progress:
                 self.progress[command.node_rank] = ProgressWatch(
@@ -545,8 +567,19 @@ class Runner:
             r.watch is self.hang_group[0] and r.watch.restarts == self.hang_group[1] for r in self.running
         )
         hang = self.hang if last else None
+        used, budget = self.restarts + self.agent_restarts, self.policy.max_restarts
+        # a failure that ends the job once every restart is spent says so (it did not, QA 2026-12-07)
+        spent = f"no restart left ({used} of at most {budget} used)" if budget and used >= budget else ""
         line = recovery.summary(
-            code, elapsed_s, watched, hang, self.signalled, self.short, self.policy.resume_hint, self.agent_killed
+            code,
+            elapsed_s,
+            watched,
+            hang,
+            self.signalled,
+            self.short,
+            self.policy.resume(),
+            self.agent_killed,
+            spent,
         )
         seen = [pid for r in self.running if r.watch for pid in r.watch.seen]  # a rank that ended before a poll
         notes = [note for p in self.progress.values() if (note := p.checkpoint_report(seen))]

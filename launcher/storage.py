@@ -80,6 +80,25 @@ def probe_write(directory: Path) -> str | None:
     return None
 
 
+def output_refusal(value: str | None, option: str = "--output") -> str | None:
+    """Why a report cannot be written to `value` (None: it can, or no path was given), checked before the job starts:
+    a missing folder, a directory given as the file or a folder that cannot be written ran the whole probe or bench
+    and then crashed with a traceback, exit 1 (QA 2026-12-07). The folder is judged by creating a file in it (as
+    write_atomic will), since permission bits say nothing to root and a read-only mount must fail here."""
+    if value is None:
+        return None
+    if not value:
+        return f"{option} is empty: give a file path, or leave the option out"
+    path = Path(value)
+    if path.is_dir():
+        return f"{option} {value} is a directory: give a file path (e.g. {path / 'report.json'})"
+    folder = path.parent
+    if not folder.is_dir():
+        return f"{option} {value}: its folder {folder} does not exist (or is not a directory)"
+    why = probe_write(folder)
+    return f"{option} {value}: {why}" if why else None
+
+
 def free_bytes(directory: Path) -> int:
     """What shutil.disk_usage(directory).free says: the bytes an unprivileged user may still write."""
     st = os.statvfs(directory)

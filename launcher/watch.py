@@ -34,6 +34,7 @@ class Death:
     root: bool = False  # the first failure of its worker group, not one caused by stopping the job
     done_step: int | None = None  # a failed or unknown exit after its heartbeat said "done" at this step: teardown
     interrupts: bool = False  # it ended its group's training: a failed or unknown exit before "done", not ours
+    early_step: int | None = None  # an exit 0 while its own heartbeat said it was still training, at this step
 
     @property
     def failed(self) -> bool:
@@ -43,7 +44,12 @@ class Death:
     def describe(self) -> str:
         w = self.worker
         node = "" if self.node_rank is None else f", node {self.node_rank}"
-        return f"rank {w.rank} (local_rank {w.local_rank}, pid {w.pid}{node}) {procs.describe_status(self.status)}"
+        how = (
+            procs.describe_status(self.status)
+            if self.early_step is None
+            else f"exited 0 at step {self.early_step} before its training was done"
+        )
+        return f"rank {w.rank} (local_rank {w.local_rank}, pid {w.pid}{node}) {how}"
 
 
 def _stopped_by_agent(status: int | None) -> bool:
@@ -62,10 +68,14 @@ class WorkerWatch:
         workers_file: Path | None,
         max_restarts: int,
         beats: Path | None = None,
+        restarts_before: int = 0,
     ) -> None:
         self.agent_pid, self.expected, self.node_rank = agent_pid, expected, node_rank
         self.selector, self.log, self.workers_file = selector, log, workers_file
-        self.max_restarts = max_restarts
+        self.max_restarts = max_restarts  # the job's whole budget
+        # restarts the job used before this agent started (the launcher's restarts of the agent, and the groups its
+        # earlier agents restarted): this agent's first group restart is the job's next, not its first (QA 2026-12-07)
+        self.restarts_before = restarts_before
         self.beats = beats  # the heartbeat directory: a rank that fails after reporting done is not a failure
         self.alive: dict[int, tuple[procs.Worker, int]] = {}  # pid -> (worker, pidfd)
         self.seen: dict[int, procs.Worker] = {}
@@ -153,7 +163,7 @@ class WorkerWatch:
             self._group_start = len(self.deaths)
             self.log(
                 f"node {self.node_rank}: worker group restarted by the agent "
-                f"(restart {self.restarts} of at most {self.max_restarts})"
+                f"(restart {self.restarts_before + self.restarts} of at most {self.max_restarts})"
             )
 
     def on_exit(self, pid: int) -> Death | None:
@@ -169,6 +179,10 @@ class WorkerWatch:
         watched = not self.stopping and not self._ours(pid)
         # a failed or unknown exit after the rank's heartbeat said done: its training had finished
         done = self._done_step(worker) if status != 0 and watched else None
+        # an exit 0 while its own heartbeat says it was still training: it left the job before the end (a peer then
+        # fails for want of it; the launcher named that peer, QA 2026-12-07), or every rank did and the job stopped
+        # early (runner.py, exit 75)
+        early = self._training_step(worker) if status == 0 and watched else None
         first = self.first_failure is None and failed and done is None and watched
         # the agent stops the rest of a group when one of its ranks has died: a rank it stopped died after the
         # one before it whose status the agent collected before we could; a rank that failed on its own (its peer's
@@ -183,21 +197,24 @@ class WorkerWatch:
             # did, which died first
             earlier = self._unexplained_exit(proven=True)
         if earlier is not None:
-            self.deaths[earlier] = replace(self.deaths[earlier], root=True)
+            cause = self.deaths[earlier] = replace(self.deaths[earlier], root=True)
             first = False
             after = (
                 "the agent then stopped the other ranks"
                 if stopped
                 else f"rank {worker.rank} {'ended' if status is None else 'failed'} after it"
             )
-            self.log(
-                f"died first: {self.deaths[earlier].describe()} before its training was done; {after} (its report "
-                f"gives the status)"
-            )
+            if cause.early_step is not None:  # its exit status is known: 0
+                self.log(f"died first: {cause.describe()}; {after}")
+            else:
+                self.log(
+                    f"died first: {cause.describe()} before its training was done; {after} (its report gives the "
+                    f"status)"
+                )
         # any failure of the group, not only its first (root): a rank whose status the agent collected first
         # interrupts as much as the one the agent then stopped, which is not root either
         interrupts = watched and status != 0 and done is None
-        death = Death(worker, self.node_rank, status, root=first, done_step=done, interrupts=interrupts)
+        death = Death(worker, self.node_rank, status, first, done, interrupts, early)
         self.deaths.append(death)
         self._died_since_restart = True
         if pid in self.killed:
@@ -211,6 +228,8 @@ class WorkerWatch:
             )
         elif failed:
             self.log(("died first: " if first else "stopped: ") + death.describe(), echo=first)
+        elif early is not None:
+            self.log(f"exited early: {death.describe()} (its own heartbeat says so)")
         else:
             self.log(f"exited: {death.describe()}", echo=False)
         self._scan_since = time.monotonic()  # an agent with restarts left will start new workers
@@ -218,14 +237,16 @@ class WorkerWatch:
         return death
 
     def _unexplained_exit(self, proven: bool = False) -> int | None:
-        """The index of a rank of the current group that exited before its training was done (no "done" heartbeat)
-        with a status its agent collected before the launcher could read it, and that the launcher did not stop
-        itself; None if there is none. `proven`: only a rank whose own last heartbeat (from its pid) shows it still
-        training, not one that may have finished without reporting."""
+        """The index of a rank of the current group that exited before its training was done, and that the launcher
+        did not stop itself; None if there is none. Either with a status its agent collected before the launcher
+        could read it (no "done" heartbeat), or with code 0 while its own heartbeat said it was still training
+        (`Death.early_step`, proven when it exited). `proven`: of the former, only a rank whose own last heartbeat
+        (from its pid) shows it still training, not one that may have finished without reporting."""
         return next(
             (i for i in range(self._group_start, len(self.deaths))
-             if (d := self.deaths[i]).status is None and d.done_step is None and not self._ours(d.worker.pid)
-             and (not proven or self._training(d.worker))),
+             if not self._ours((d := self.deaths[i]).worker.pid)
+             and (d.early_step is not None
+                  or (d.status is None and d.done_step is None and (not proven or self._training(d.worker))))),
             None,
         )  # fmt: skip
 
@@ -250,8 +271,12 @@ class WorkerWatch:
 
     def _training(self, worker: procs.Worker) -> bool:
         """This very process's last heartbeat says it was still short of done."""
+        return self._training_step(worker) is not None
+
+    def _training_step(self, worker: procs.Worker) -> int | None:
+        """The last completed step in this very process's last heartbeat, if that says it was still short of done."""
         beat = self._own_beat(worker)
-        return beat is not None and beat.phase != "done"
+        return None if beat is None or beat.phase == "done" else max(beat.step, beat.resumed_from or 0)
 
     def _own_beat(self, worker: procs.Worker) -> Beat | None:
         """The rank's last heartbeat, if this very process (its pid) wrote it."""

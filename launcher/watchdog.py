@@ -41,6 +41,7 @@ class Track:
     since: float  # monotonic time of this worker's first heartbeat
     changed: float  # ... of its last progress (step or phase)
     from_log: bool = False  # progress read from its training log, not a heartbeat
+    lost: bool = False  # its heartbeat file went missing and its log gives no progress: not judged until it is back
     steps: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW))
     warmup_s: float | None = None  # the first step after a (re)start: it warms up, and is kept out of `steps`
     slow: int = 0
@@ -138,27 +139,62 @@ class ProgressWatch:
             beat, from_log = read_beat(self.directory, rank), False
             if (beat is None or beat.pid != worker.pid) and self.logs:
                 beat, from_log = self.logs.beat(worker), True
+            track = self.tracks.get(rank)
+            silent = track is not None and not track.from_log and (beat is None or from_log)
+            if silent and track and not self._heartbeat_gone(track, beat if from_log else None):
+                continue  # a torn record (retried at the next poll), or a lost heartbeat and nothing to go by
             if beat is None or beat.pid != worker.pid:
                 continue
-            track = self.tracks.get(rank)
             if track is None:
                 self.tracks[rank] = Track(worker, beat, now, now, from_log)
                 self._first_beat(beat, now)
-            elif beat.seq != track.beat.seq:
+                continue
+            if track.lost or track.from_log != from_log:  # its heartbeat is back, or its log takes over
+                track.changed = max(track.changed, _written(beat, now))
+                if not from_log:
+                    self.log(
+                        f"node {self.node_rank}: heartbeat back: rank {rank} (pid {worker.pid}) at step {beat.step}; "
+                        f"judged again"
+                    )
+                track.lost, track.from_log = False, from_log
+            if beat.seq != track.beat.seq:
                 self._update(track, beat, now)
         self._stragglers()
         self._slow_steps()
         return None if self.fired else self._hang(now)
+
+    def _heartbeat_gone(self, track: Track, logged: Beat | None) -> bool:
+        """A rank whose heartbeat was read gave none this poll (True: go on with `logged`, its log's progress). A
+        torn record is retried at the next poll. A file that is gone (its folder deleted: the trainer writes on into
+        the unlinked file) is reported once, "heartbeat lost", and the rank's progress is read from its log where
+        that has it, else the rank is not judged for hangs until its heartbeat is back. It was declared hung, its
+        ranks SIGKILLed and a restart spent on a healthy job (QA 2026-12-07)."""
+        rank, pid = track.worker.rank, track.worker.pid
+        path = self.directory / f"rank{rank}.json"
+        if path.exists():
+            return False
+        from_log = logged is not None and logged.pid == pid
+        if not track.lost:
+            then = (
+                "its progress is read from its log from now on"
+                if from_log
+                else "not judged for hangs until it writes its heartbeat again (its log has no training line)"
+            )
+            self.log(
+                f"node {self.node_rank}: heartbeat lost: rank {rank} (pid {pid}): {path} is gone after step "
+                f"{track.beat.step}; {then}"
+            )
+        track.lost = not from_log
+        return from_log
 
     def note_failure(self, now: float, ended: Iterable[int] = ()) -> None:
         """The job was interrupted (a rank died or was killed): time the resume from here. `ended`: the pids the
         watchdog killed, which stay among the agent's workers until they are reaped and must not be taken for a
         second hang (it named the healthy ranks and signalled the dead ones)."""
         self.ended.update(ended)
-        for rank in self.tracks:  # the last records, the dead ranks' included
-            beat = read_beat(self.directory, rank)
-            if beat is not None:
-                self.last_step = max(self.last_step, beat.step)
+        for rank, track in self.tracks.items():  # the last records, the dead ranks' included
+            beat = read_beat(self.directory, rank) or track.beat  # a record that is gone: the last one read
+            self.last_step = max(self.last_step, beat.step)
         if self.interrupted is None:
             self.interrupted = (now, self.last_step)
         self.fired = False
@@ -185,6 +221,9 @@ class ProgressWatch:
         if self.interrupted is not None and track.since >= self.interrupted[0]:  # a worker started after it
             at, last = self.interrupted
             resumed = track.beat.resumed_from or 0
+            # the checkpoint resumed from was completed too: progress the watchdog did not see (a heartbeat lost) is
+            # not "lost steps" below it (it said "resumed from step 25, 0 step(s) lost (last completed: 7)")
+            last = max(last, resumed)
             lost = max(0, last - resumed)
             self.log(
                 f"node {self.node_rank}: training again: {_first_step_done(beat, resumed, _written(beat, now) - at)}"
@@ -275,7 +314,7 @@ class ProgressWatch:
         return [
             (t, limit[0] + limit[1], limit[1], limit[2])
             for t in self.tracks.values()
-            if (limit := self._timeout(t, observed, first))
+            if not t.lost and (limit := self._timeout(t, observed, first))
         ]
 
     def next_deadline(self) -> float | None:

@@ -2,7 +2,7 @@
 own sessions, as torchrun does, and fails when one of them fails.
 
     fake_agent.py N MODE [TAG]     MODE: ok | fail1 | hang | deaf | orphan | abandon | linger | teardown | early-abort
-                                         | killed | flaky:<marker file>
+                                         | early-exit0 | killed | flaky:<marker file> | regroup:<marker file>
 
 deaf: the agent and its workers ignore SIGINT and SIGTERM (only SIGKILL ends them).
 killed: the agent SIGKILLs itself 1 s after starting its workers, which go on running (their heartbeats say they
@@ -13,7 +13,13 @@ SIGTERM, as torchrun's does in its exit barrier (a C++ store wait for the other 
 handler cannot interrupt).
 teardown: every worker writes a "done" heartbeat (examples/heartbeat.py, in $TRAINPLAN_RUN_DIR), then rank 1 aborts
 (SIGABRT), as a rank whose process-group teardown crashes does. early-abort: rank 0 reports done and exits 0, rank 1
-aborts at step 3 without reporting done.
+aborts at step 3 without reporting done. early-exit0: both report step 3 in their heartbeats; rank 1 exits 0 there
+(before its training is done) and rank 0 fails (code 1) a second later, as a rank whose gloo peer vanished does; the
+agent reaps a rank 1 s after it exits, so that the launcher reads rank 1's code 0 itself.
+
+regroup: the first time (no marker file) the agent fails at once (exit 5), before using its restarts; then rank 1
+fails as in fail1, the agent restarts its worker group once (as torchrun's --max-restarts does), and when rank 1 of
+that group fails too it exits 1.
 
 TAG is appended to every process's command line, so that a test can find whatever it left behind.
 """
@@ -43,6 +49,12 @@ if mode in ("teardown", "early-abort"):
     if rank == 1:
         os.abort()
     sys.exit(0)
+if mode == "early-exit0":
+    sys.path.insert(0, os.environ["EXAMPLES_DIR"])
+    from heartbeat import Heartbeat, heartbeat_dir
+    Heartbeat(heartbeat_dir(), rank).beat(phase="train", step=3)
+    time.sleep(1.5 if rank == 1 else 2.5)  # the launcher's /proc scan sees both first
+    sys.exit(0 if rank == 1 else 1)
 if mode == "killed":  # mid-training, as its heartbeat says: the launcher reads it when the rank dies
     sys.path.insert(0, os.environ["EXAMPLES_DIR"])
     from heartbeat import Heartbeat, heartbeat_dir
@@ -54,7 +66,7 @@ if mode == "deaf":
 print(f"worker rank {rank} pid {os.getpid()} up", flush=True)
 if mode in ("hang", "deaf", "killed"):
     time.sleep(600)
-if mode == "fail1" and rank == 1:
+if (mode == "fail1" or mode.startswith("regroup")) and rank == 1:
     time.sleep(0.5)
     sys.exit(3)
 # 1.5 s: long enough that the launcher's /proc scan (every 0.2 s) sees every worker even on a CI core starved by the
@@ -76,7 +88,7 @@ def main() -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, signal.SIG_IGN)
     tag = sys.argv[3] if len(sys.argv) > 3 else ""
-    if mode.startswith("flaky:"):
+    if mode.startswith(("flaky:", "regroup:")):
         marker = mode.split(":", 1)[1]
         if not os.path.exists(marker):
             open(marker, "w").close()
@@ -86,14 +98,18 @@ def main() -> int:
         subprocess.Popen(
             [sys.executable, "-c", "import time; time.sleep(600)", "escaped-orphan", tag], start_new_session=True
         )
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", WORKER, mode, tag],
-            start_new_session=True,
-            env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "EXAMPLES_DIR": EXAMPLES},
-        )
-        for r in range(n)
-    ]
+
+    def group() -> list[subprocess.Popen[bytes]]:
+        return [
+            subprocess.Popen(
+                [sys.executable, "-c", WORKER, mode, tag],
+                start_new_session=True,
+                env={**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "EXAMPLES_DIR": EXAMPLES},
+            )
+            for r in range(n)
+        ]
+
+    procs, regrouped = group(), False
 
     def stop(signum: int, frame: object) -> None:
         for p in procs:
@@ -116,12 +132,22 @@ def main() -> int:
             exited = [os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) for p in procs]
             if any(e is not None and (e.si_code != os.CLD_EXITED or e.si_status != 0) for e in exited):
                 time.sleep(1.0)
+        if mode == "early-exit0" and any(
+            os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) for p in procs if p.returncode is None
+        ):
+            time.sleep(1.0)  # the launcher reads the exit status (code 0) before this agent reaps it
         codes = [p.poll() for p in procs]
         if any(c not in (None, 0) for c in codes):
             time.sleep(0.3)  # like torchrun's monitor interval
             for p in procs:
                 if p.poll() is None:
                     os.killpg(p.pid, signal.SIGTERM)
+            if mode.startswith("regroup") and not regrouped:
+                for p in procs:
+                    p.wait()
+                print("fake agent: a worker failed; restarting the worker group", flush=True)
+                procs, regrouped = group(), True
+                continue
             print("fake agent: a worker failed", flush=True)
             return 1
         if all(c == 0 for c in codes):

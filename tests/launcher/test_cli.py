@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import shlex
 from dataclasses import replace
 from pathlib import Path
@@ -455,3 +456,70 @@ def test_a_lock_test_that_fails_for_want_of_locks_is_not_a_holder(
     assert rundir.in_use(ctx) is None
     with pytest.raises(rundir.RunDirError, match=r"cannot lock .*No locks available"):
         rundir._flock(ctx, ".launcher.lock", True)
+
+
+@pytest.mark.parametrize(
+    ("where", "why"),
+    [
+        ("missing/p.json", "its folder {tmp}/missing does not exist"),
+        (".", "--output {tmp} is a directory"),
+        ("", "--output is empty"),
+    ],
+)
+@pytest.mark.parametrize("verb", ["probe", "bench"])
+def test_an_output_path_that_cannot_be_written_is_refused_before_anything_runs(
+    tmp_path: Path, verb: str, where: str, why: str
+) -> None:
+    """`probe --output /nonexistent/dir/p.json`, `probe --output /tmp` and `bench ... --output /nonexistent/x.json`
+    ran the whole probe or bench, then crashed with a traceback, exit 1 (QA 2026-12-07): refused first, exit 2, the
+    option named, no run directory made."""
+    output = str(tmp_path / where) if where and where != "." else (str(tmp_path) if where else "")
+    run_dir = tmp_path / "run"
+    args = ["--nodes", "1", "--gpus-per-node", "2"] if verb == "probe" else [str(write_plan(tmp_path, tiny_plan()))]
+    if verb == "bench":
+        args += ["--steps", "2", "--warmup", "0"]
+    done = run_launcher(verb, *args, "--run-dir", str(run_dir), "--output", output, timeout=60, cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert why.format(tmp=tmp_path) in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert not run_dir.exists()
+
+
+def test_an_output_folder_that_cannot_be_written_is_refused(tmp_path: Path) -> None:
+    """A read-only folder (a file in the way of the folder, as root ignores permission bits)."""
+    (tmp_path / "file").write_text("")
+    done = run_launcher("probe", "--gpus-per-node", "2", "--output", str(tmp_path / "file" / "p.json"), timeout=60)
+    assert done.returncode == 2 and "--output" in done.stderr and "does not exist" in done.stderr, done.stderr
+    from launcher.storage import output_refusal
+
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    why = output_refusal(str(locked / "p.json"))
+    denied = f"--output {locked}/p.json: cannot write in {locked}: Permission denied"
+    assert why == (None if os.geteuid() == 0 else denied)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "why"),
+    [
+        ("--hosts", ",,", "--hosts ',,' has an empty host name"),
+        ("--hosts", "a,,b", "--hosts 'a,,b' has an empty host name"),
+        ("--master-addr", "", "--master-addr is empty"),
+    ],
+)
+def test_probe_refuses_an_empty_host_or_master_address(tmp_path: Path, option: str, value: str, why: str) -> None:
+    """`probe --hosts ,,` read as no hosts and `--master-addr ''` as the default, silently (QA 2026-12-07)."""
+    done = run_launcher("probe", "--gpus-per-node", "2", option, value, "--run-dir", str(tmp_path / "run"), timeout=60)
+    assert done.returncode == 2 and why in done.stderr, done.stdout + done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_report_is_written_atomically(tmp_path: Path) -> None:
+    """write_atomic renames a whole file over the report; a write that fails leaves no temporary file behind."""
+    out = tmp_path / "bench.json"
+    rundir.write_atomic(out, "new\n")
+    assert out.read_text() == "new\n" and [p.name for p in tmp_path.iterdir()] == ["bench.json"]
+    blocked = tmp_path / "blocked.json"
+    (blocked / "inside").mkdir(parents=True)  # a folder in the way of the rename: the write fails
+    with pytest.raises(OSError):
+        rundir.write_atomic(blocked, "new\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json", "blocked.json"]

@@ -189,7 +189,9 @@ def test_launcher_restarts_a_failed_job_up_to_the_limit(tmp_path: Path) -> None:
     assert code == 1 and log.count("restart 1 of at most 1") == 1 and "restart 2" not in log
 
 
-def _running(tmp_path: Path, mode: str, grace_s: float) -> subprocess.Popen[bytes]:
+def _running(
+    tmp_path: Path, mode: str, grace_s: float, checkpoint_dirs: tuple[str, ...] = ()
+) -> subprocess.Popen[bytes]:
     """The runner on one fake agent of `mode` in its own process, once both workers are up (each prints "up" after
     it has set its signal handling)."""
     spec = {
@@ -198,6 +200,7 @@ def _running(tmp_path: Path, mode: str, grace_s: float) -> subprocess.Popen[byte
         "max_restarts": 0,
         "restarts_inside": True,
         "run_dir": str(tmp_path),
+        "checkpoint_dirs": checkpoint_dirs,
     }
     (tmp_path / "logs").mkdir()
     (tmp_path / "spec.json").write_text(json.dumps(spec))
@@ -303,3 +306,62 @@ def test_a_rank_that_fails_before_reporting_done_fails_the_job(tmp_path: Path) -
     assert "died first: rank 1 (local_rank 1, pid " in log and "killed by signal 6 (SIGABRT)" in log
     assert "after its training" not in log and "succeeded" not in log
     assert not processes_mentioning(str(tmp_path))
+
+
+def test_a_rank_that_exits_0_before_its_training_is_done_is_named_not_the_peer_that_failed_after_it(
+    tmp_path: Path,
+) -> None:
+    """QA 2026-12-07: rank 1 exited 0 at step 3 of 12 (its heartbeat, matched by pid, said phase train) and rank 0
+    then failed with code 1, its gloo peer gone. The launcher logged rank 1's exit as a plain "exited", named rank 0
+    as the first failure and blamed it in the summary. Rank 1 is the first failure, on its own heartbeat's word."""
+    command = agent(tmp_path, "early-exit0")
+    command = replace(command, env={**command.env, "TRAINPLAN_RUN_DIR": str(tmp_path)})
+    code, _, log = run(tmp_path, [command])
+    assert code == 1, log
+    early = "rank 1 (local_rank 1, pid "
+    said = " exited 0 at step 3 before its training was done"
+    lines = log.splitlines()
+    died = [line for line in lines if "died first: " in line]
+    assert len(died) == 1 and early in died[0] and died[0].endswith(f"{said}; rank 0 failed after it"), log
+    assert "died first: rank 0" not in log
+    assert early in lines[-1] and said in lines[-1] and "job failed: exit code 1" in lines[-1], lines[-1]
+    assert not processes_mentioning(str(tmp_path))
+
+
+def test_restarts_are_counted_over_the_job_and_a_spent_budget_is_said(tmp_path: Path) -> None:
+    """QA 2026-12-07 (max_restarts 2): the launcher restarted the agent ("restart 1 of at most 2"), then the agent
+    restarted its worker group and the log said "restart 1 of at most 2" again; it was the second. When the next
+    failure ended the job, the summary did not say the budget was spent."""
+    marker = tmp_path / "failed-once"
+    code, _, log = run(tmp_path, [agent(tmp_path, f"regroup:{marker}")], max_restarts=2)
+    assert code == 1, log
+    assert "restart 1 of at most 2: the agent failed (exit code 5) before using its restarts" in log
+    assert "node 0: worker group restarted by the agent (restart 2 of at most 2)" in log, log
+    assert "restart 1 of at most 2)" not in log
+    summary = log.splitlines()[-1]
+    assert "job failed: exit code 1" in summary and "; no restart left (2 of at most 2 used); logs: " in summary
+    assert not processes_mentioning(str(tmp_path))
+
+
+def test_a_stop_before_any_checkpoint_says_the_next_run_starts_from_step_0(tmp_path: Path) -> None:
+    """QA 2026-12-07: a SIGTERM before any checkpoint was saved still said "run the same command to go on from its
+    last checkpoint". With the job's --save directory missing or empty the summary says the next run starts from
+    step 0; with anything in it, the hint stands."""
+    checkpoints = tmp_path / "checkpoints"
+    proc = _running(tmp_path, "hang", 1.0, (str(checkpoints),))
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    summary = (tmp_path / "launcher.log").read_text().splitlines()[-1]
+    assert "job stopped: exit code 143" in summary, summary
+    assert (
+        f"stopped by SIGTERM; no checkpoint was saved yet ({checkpoints} empty): the next run starts from step 0"
+        in (summary)
+    )
+    assert "go on from its last checkpoint" not in summary
+    assert not processes_mentioning(str(tmp_path))
+    policy = RunPolicy(1.0, 0, True, tmp_path, checkpoint_dirs=(checkpoints,))
+    checkpoints.mkdir()
+    assert policy.resume().startswith("no checkpoint was saved yet")  # empty
+    (checkpoints / "latest").write_text("step5\n")
+    assert policy.resume() == "run the same command to go on from its last checkpoint"
+    assert replace(policy, checkpoint_dirs=()).resume() == policy.resume_hint  # not known here: the hint stands

@@ -264,3 +264,61 @@ def test_deepspeeds_code_of_a_later_failure_is_replaced_by_the_first_ranks() -> 
     assert job_code(1, DS_SAID_1, _watch_with_root(None), False, 0, lambda *a, **k: None) == 1
     assert job_code(1, DS_SAID_1, _watch_with_root(SIGKILLED), True, 0, lambda *a, **k: None) == 1  # stopping
     assert job_code(1, "torchrun output\n", _watch_with_root(SIGKILLED), False, 0, lambda *a, **k: None) == 1
+
+
+def _beats(directory: Path, records: list[tuple[int, subprocess.Popen[bytes], str]]) -> Path:
+    """Heartbeat records (rank, its process, phase) at step 3, as examples/heartbeat.py writes them."""
+    directory.mkdir()
+    for rank, child, phase in records:
+        record = {"rank": rank, "pid": child.pid, "seq": 7, "phase": phase, "step": 3}
+        (directory / f"rank{rank}.json").write_text(json.dumps(record).ljust(RECORD_BYTES))
+    return directory
+
+
+def _exits_with(code: int, after_s: float) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", f"import sys, time; time.sleep({after_s}); sys.exit({code})"])
+
+
+def test_a_rank_that_exits_0_mid_training_died_first_not_the_peer_that_failed_for_want_of_it(tmp_path: Path) -> None:
+    """QA 2026-12-07: rank 1 exited 0 at step 3 of 12 while its own heartbeat said phase train; rank 0 then failed
+    with code 1 (its gloo peer gone) and was named as the first failure, rank 1's exit logged as a plain "exited".
+    Rank 1 is named, with its step; alone, its exit 0 names nothing yet (every rank may stop early, exit 75)."""
+    early, peer = _exits_with(0, 0.2), _exits_with(1, 1.0)
+    watch, lines = _watching([peer, early])  # rank 0: peer, rank 1: early
+    watch.beats = _beats(tmp_path / "heartbeats", [(0, peer, "train"), (1, early, "train")])
+    _unreaped(early, None)
+    watch.on_exit(early.pid)
+    early.wait()
+    said = f"rank 1 (local_rank 1, pid {early.pid}, node 0) exited 0 at step 3 before its training was done"
+    assert watch.first_failure is None and lines[-1] == f"exited early: {said} (its own heartbeat says so)"
+    _unreaped(peer, None)
+    watch.on_exit(peer.pid)
+    peer.wait()
+    root = watch.first_failure
+    assert root is not None and root.worker.rank == 1 and root.status == 0
+    assert lines[-2:] == [
+        f"died first: {said}; rank 0 failed after it",
+        f"stopped: rank 0 (local_rank 0, pid {peer.pid}, node 0) exited with code 1",
+    ]
+    from launcher.recovery import summary
+
+    line = summary(1, 9.0, [(watch, "", "/run/logs/node0/agent.log")], None, None)
+    assert line == f"job failed: exit code 1 after 9.0 s; {said}; logs: /run/logs/node0"
+    # a DeepSpeed launcher's code is not replaced by the first failure's, 0 (the job would have "succeeded")
+    assert job_code(1, DS_SAID_1, watch, False, 0, lambda *a, **k: None) == 1
+
+
+def test_an_exit_0_after_done_or_without_its_own_heartbeat_is_not_blamed(tmp_path: Path) -> None:
+    """Rank 1 exits 0 after its heartbeat said done, or with another process's record: nothing shows it left early,
+    so rank 0's failure after it is the first."""
+    for phase, own in (("done", True), ("train", False)):
+        early, peer = _exits_with(0, 0.2), _exits_with(1, 1.0)
+        watch, lines = _watching([peer, early])
+        watch.beats = _beats(tmp_path / f"{phase}-{own}", [(1, early if own else peer, phase)])
+        for child in (early, peer):
+            _unreaped(child, None)
+            watch.on_exit(child.pid)
+            child.wait()
+        root = watch.first_failure
+        assert root is not None and root.worker.rank == 0, lines
+        assert lines[-2] == f"exited: rank 1 (local_rank 1, pid {early.pid}, node 0) exited with code 0"

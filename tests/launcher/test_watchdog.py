@@ -250,16 +250,28 @@ def test_a_torn_or_foreign_record_reads_as_nothing(tmp_path: Path) -> None:
     assert read_beat(tmp_path, 4) is None and read_beat(tmp_path, 5) is None
 
 
-def test_the_resume_is_timed_at_the_first_step_after_it_whichever_step_the_poll_sees(tmp_path: Path) -> None:
-    """Ranks resumed from step 1 after a failure; the first poll after the restart sees step 4 (three steps done
-    between two polls). The launcher named whichever step it saw first, so resume times did not compare (QA,
-    2026-12-06); it names step 2, timed from step 4's write less two steps of the reported step time."""
+@contextlib.contextmanager
+def _restarted_rank(tmp_path: Path) -> Iterator[tuple[procs.Worker, procs.Worker, ProgressWatch, Heartbeat, list[str]]]:
+    """Rank 0 before a failure (`old`) and after its restart (`new`): two sleeping processes, a watchdog on
+    `tmp_path` whose events are collected, and rank 0's heartbeat writer."""
     events: list[str] = []
     popens = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(2)]
     try:
         old, new = [procs.Worker(p.pid, 0, 0, 0) for p in popens]
         watch = ProgressWatch(limits(step_s=0.2, step_s_high=0.25), tmp_path, 0, lambda m, echo=True: events.append(m))
-        hb, t = Heartbeat(str(tmp_path), 0), 1000.0
+        yield old, new, watch, Heartbeat(str(tmp_path), 0), events
+    finally:
+        for p in popens:
+            p.kill()
+            p.wait()
+
+
+def test_the_resume_is_timed_at_the_first_step_after_it_whichever_step_the_poll_sees(tmp_path: Path) -> None:
+    """Ranks resumed from step 1 after a failure; the first poll after the restart sees step 4 (three steps done
+    between two polls). The launcher named whichever step it saw first, so resume times did not compare (QA,
+    2026-12-06); it names step 2, timed from step 4's write less two steps of the reported step time."""
+    with _restarted_rank(tmp_path) as (old, new, watch, hb, events):
+        t = 1000.0
         hb.beat(pid=old.pid)
         watch.poll([old], t)
         for step in (1, 2):
@@ -279,10 +291,6 @@ def test_the_resume_is_timed_at_the_first_step_after_it_whichever_step_the_poll_
         )
         assert found is not None and 1.8 <= float(found.group(1)) <= 2.0, said
         assert "resumed from step 1, 1 step(s) lost (last completed: 2)" in said[0]
-    finally:
-        for p in popens:
-            p.kill()
-            p.wait()
 
 
 @pytest.mark.parametrize(
@@ -410,3 +418,60 @@ def test_checkpoint_saves_that_failed_between_two_polls_are_counted(tmp_path: Pa
     watch.poll(sleepers, t + 0.3)
     assert watch.checkpoint_report() == "3 checkpoint save(s) failed; the last good checkpoint is step 50"
     assert sum("between polls" in e for e in events) == 1  # said once
+
+
+def test_a_heartbeat_that_goes_missing_is_lost_not_a_hang_and_judged_again_when_it_is_back(  # type: ignore[no-untyped-def]
+    tmp_path: Path, sleepers
+) -> None:
+    """QA 2026-12-07: the run directory's heartbeats folder deleted mid-run; the trainer wrote on into the unlinked
+    files, and the watchdog declared a hang at the last step it had read (7, while the ranks trained to 25), killed
+    the ranks and spent a restart. A file that was seen and is gone is "heartbeat lost", said once, and the rank is
+    not judged (no log line to go by here); the example writer makes its file again at its next write, and the rank
+    is judged from then on."""
+    import shutil
+
+    events: list[str] = []
+    beats_dir = tmp_path / "heartbeats"
+    watch = ProgressWatch(limits(step_s=0.2, step_s_high=0.25), beats_dir, 0, lambda m, echo=True: events.append(m))
+    hbs, t = beats(beats_dir, sleepers), 1000.0
+    watch.poll(sleepers, t)
+    for step in range(1, 8):
+        t += 0.2
+        for hb in hbs:
+            hb.beat(phase="train", step=step, step_s=0.2, compute_s=0.1)
+        watch.poll(sleepers, t)
+    shutil.rmtree(beats_dir)
+    for later in (1.0, 3.0, 30.0):  # far past the 2.5 s step timeout
+        assert watch.poll(sleepers, t + later) is None, events
+    lost = [e for e in events if "heartbeat lost" in e]
+    assert lost == [
+        f"node 0: heartbeat lost: rank {w.rank} (pid {w.pid}): {beats_dir}/rank{w.rank}.json is gone after step 7; "
+        f"not judged for hangs until it writes its heartbeat again (its log has no training line)"
+        for w in sleepers
+    ]
+    assert watch.next_deadline() is None
+    t += 31.0
+    for hb in hbs:  # the trainer's next write: examples/heartbeat.py sees its file unlinked and makes it again
+        hb.beat(phase="train", step=25, step_s=0.2, compute_s=0.1)
+    assert (beats_dir / "rank0.json").exists() and watch.poll(sleepers, t) is None
+    assert [e for e in events if "heartbeat back" in e] == [
+        f"node 0: heartbeat back: rank {w.rank} (pid {w.pid}) at step 25; judged again" for w in sleepers
+    ]
+    hang = watch.poll(sleepers, t + 2.6)  # no write since: judged again, overdue
+    assert hang is not None and "last completed step 25" in hang.describe()
+
+
+def test_the_last_completed_step_is_never_below_the_step_resumed_from(tmp_path: Path) -> None:
+    """QA 2026-12-07: "resumed from step 25, 0 step(s) lost (last completed: 7)": the watchdog had last read step 7,
+    the ranks had trained on to 25 unseen. A checkpoint resumed from was completed."""
+    with _restarted_rank(tmp_path) as (old, new, watch, hb, events):
+        t = 1000.0
+        hb.beat(pid=old.pid, phase="train", step=7, step_s=0.2)
+        watch.poll([old], t)
+        watch.note_failure(t + 1.0)
+        hb.beat(pid=new.pid, phase="load", step=25, resumed_from=25)
+        watch.poll([new], t + 2.0)
+        hb.beat(phase="train", step=26, step_s=0.2)
+        watch.poll([new], t + 3.0)
+        said = [e for e in events if "training again" in e]
+        assert len(said) == 1 and said[0].endswith("resumed from step 25, 0 step(s) lost (last completed: 25)"), said
