@@ -221,15 +221,25 @@ class Settings(BaseModel):
         return value
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
-        """Settings from the environment (or `environ`), then `overrides` (e.g. CLI flags)."""
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        override_names: Mapping[str, str] | None = None,
+        **overrides: object,
+    ) -> Settings:
+        """Settings from the environment (or `environ`), then `overrides` (e.g. CLI flags; None = not given). An
+        error names where the value came from: its variable, or for an override its name in `override_names` (the
+        CLI's `--port` said TRAINPLAN_PORT, QA)."""
         env = os.environ if environ is None else environ
         values: dict[str, object] = {name: env[var] for name, var in ENV_NAMES.items() if env.get(var, "") != ""}
-        values.update({k: v for k, v in overrides.items() if v is not None})
+        given = {k: v for k, v in overrides.items() if v is not None}
+        values.update(given)
+        names = {**ENV_NAMES, **{k: (override_names or {}).get(k, k) for k in given}}
         try:
             return cls(**values)
         except ValidationError as exc:
-            problems = [f"{ENV_NAMES.get(e.field, e.field)}: {e.message}" for e in field_errors(exc)]
+            problems = [f"{names.get(e.field, e.field)}: {e.message}" for e in field_errors(exc)]
             raise ValueError("invalid service settings: " + "; ".join(problems)) from None
 
     @property

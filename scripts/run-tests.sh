@@ -9,7 +9,7 @@ PY=${PY:-.venv/bin/python}
 logs=$(mktemp -d)
 "$PY" -m pytest -q "$@" tests/launcher tests/web > "$logs/processes.log" 2>&1 &
 processes=$!
-"$PY" -m pytest -q "$@" tests/api tests/service tests/planner tests/render tests/benchmarks > "$logs/planner.log" 2>&1 &
+"$PY" -m pytest -q "$@" tests/api tests/service tests/cli tests/planner tests/render tests/benchmarks > "$logs/planner.log" 2>&1 &
 planner=$!
 wait "$processes"; a=$?
 wait "$planner"; b=$?

@@ -57,16 +57,29 @@ def input_error(exc: ValueError, field: str = "") -> int:
     return fail(field_errors(exc) if isinstance(exc, ValidationError) else value_error(exc, field))
 
 
+def database_error(exc: Exception) -> FieldError:
+    """An unreachable or unreadable DATABASE_URL (SQLAlchemy's error) in one line: its driver's first line."""
+    first = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+    return FieldError("", f"DATABASE_URL: cannot open the database: {first}")
+
+
 def saved_clusters(name: str) -> Any:
-    """A saved cluster from the service's database (DATABASE_URL), for requests that name one."""
+    """A saved cluster from the service's database (DATABASE_URL), for requests that name one. A database that cannot
+    be opened is refused in a line, as the account verbs say it (it was SQLAlchemy's traceback, exit 1: QA)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
     from app.service.clusters import lookup
+    from app.service.errors import Refused
     from app.settings import Settings
     from app.store import ClusterStore, PlanStore
 
     settings = Settings.from_env()
-    store = PlanStore(settings.database_url, settings.sqlite_synchronous)
-    store.init()
     try:
-        return lookup(ClusterStore(store.engine))(name)
-    finally:
-        store.close()
+        store = PlanStore(settings.database_url, settings.sqlite_synchronous)
+        store.init()
+        try:
+            return lookup(ClusterStore(store.engine))(name)
+        finally:
+            store.close()
+    except SQLAlchemyError as exc:
+        raise Refused([database_error(exc)], status_code=503) from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from app.cli.common import fail, input_error, read_request, saved_clusters
 from app.planner import estimate, plan
@@ -112,6 +113,14 @@ def cmd_estimate(args: argparse.Namespace) -> int:
     return 0 if est.feasible else 1
 
 
+def _os_reason(exc: OSError, out: str) -> str:
+    """Why, and on which path when it is not the folder itself: `out/sbatch.sh: Is a directory`."""
+    reason = exc.strerror or str(exc)
+    if exc.filename is None or Path(exc.filename) == Path(out):
+        return reason
+    return f"{exc.filename}: {reason}"
+
+
 def cmd_render(args: argparse.Namespace) -> int:
     """Plan, then write the chosen plan's artifacts (request key 'render' holds the RenderOptions)."""
     from app.render import RenderOptions, render, write_artifacts
@@ -135,14 +144,17 @@ def cmd_render(args: argparse.Namespace) -> int:
         arts = render(result, rank=args.rank, options=options)
     except ValueError as exc:  # a plan the tools cannot run, or options that do not fit it
         return input_error(exc, "render")
+    removed: list[Path] = []
     try:
-        written = write_artifacts(arts, args.out)
-    except OSError as exc:  # not a directory, no permission, a full disk: named, not a traceback
-        return fail([FieldError("--out", f"cannot write the files into {args.out}: {exc.strerror or exc}")])
+        written = write_artifacts(arts, args.out, removed=removed)
+    except OSError as exc:  # not a directory, no permission, a full disk: named, not a traceback; nothing written
+        return fail([FieldError("--out", f"cannot write the files into {args.out}: {_os_reason(exc, args.out)}")])
     chosen = result.plans[args.rank - 1]
     print(f"plan #{args.rank}: {describe(chosen.parallel)} ({chosen.estimate.time.tokens_per_s:,.0f} tokens/s)")
     for path in written:
         print(f"  wrote {path}")
+    if removed:  # a previous render's files that this plan does not have (a DeepSpeed plan's hostfile, a plan.json)
+        print(f"  removed {', '.join(str(p) for p in removed)}: a previous render's, not this plan's")
     for note in arts.notes:
         print(f"  note: {note}")
     return 0

@@ -4,11 +4,12 @@ its accounts."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from typing import Any
 
-from app.cli.common import fail, input_error
+from app.cli.common import database_error, fail, input_error
 from app.planner.errors import FieldError
 
 
@@ -22,8 +23,7 @@ def _open_accounts() -> Any | None:
     except ValueError as exc:  # the settings' own check of DATABASE_URL
         fail([FieldError("", str(exc))])
     except SQLAlchemyError as exc:
-        first = str(getattr(exc, "orig", None) or exc).splitlines()[0]
-        fail([FieldError("", f"DATABASE_URL: cannot open the database: {first}")])
+        fail([database_error(exc)])
     return None
 
 
@@ -38,22 +38,27 @@ def _accounts(settings: Any = None) -> Any:
     return AccountStore(store.engine)
 
 
-def first_admin(settings: Any) -> None:
-    """On a database without users: create `admin` with a generated password and say how to log in."""
+def _users_store(settings: Any) -> Any | None:
+    """The account store of a database without users, on which `first_admin` makes one once the address is bound;
+    None when it has users, or cannot be reached yet (said: the server starts anyway, and its own start reports it,
+    retried under an orchestrator). ValueError: the SQLite file's folder cannot be made (app/store/db.py)."""
     from sqlalchemy.exc import SQLAlchemyError
-
-    from app.store import AccountError
-    from app.store.hashing import new_password
 
     try:
         accounts = _accounts(settings)
-        if accounts.count_users():
-            return
-    except SQLAlchemyError as exc:  # the server's own start reports it (and retries under an orchestrator)
+        return None if accounts.count_users() else accounts
+    except SQLAlchemyError as exc:
         print(
             f"trainplan: cannot check for users yet ({type(exc).__name__}); the server starts anyway", file=sys.stderr
         )
-        return
+        return None
+
+
+def first_admin(accounts: Any, settings: Any) -> None:
+    """On a database without users: create `admin` with a generated password and say how to log in."""
+    from app.store import AccountError
+    from app.store.hashing import new_password
+
     password = new_password()
     try:
         accounts.add_user("admin", "admin", password, actor="first start")
@@ -71,53 +76,95 @@ def first_admin(settings: Any) -> None:
     )
 
 
+SERVE_FLAGS = ("host", "port", "workers")
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
-    """The web service (uvicorn app.main:app); settings from the environment, host/port/workers also as flags."""
+    """The web service (uvicorn app.main:app); settings from the environment, host/port/workers also as flags.
+    The database is opened, then the address bound, and only then is a first admin made: a port in use or a host
+    that is not this machine's is said in a line, exit 2, with one worker or several, and nobody is made for a
+    server that never ran (it was a traceback with several workers, after the admin's login was printed: QA)."""
     import uvicorn
 
     from app.settings import ENV_NAMES, Settings
 
+    flags = {name: getattr(args, name) for name in SERVE_FLAGS}
     try:
-        settings = Settings.from_env(host=args.host, port=args.port, workers=args.workers)
+        settings = Settings.from_env(override_names={name: f"--{name}" for name in SERVE_FLAGS}, **flags)
     except ValueError as exc:
         return input_error(exc)
     try:
-        first_admin(settings)
-    except ValueError as exc:  # the SQLite file's folder cannot be made (app/store/db.py): nothing could be stored
+        accounts = _users_store(settings)
+    except ValueError as exc:  # the SQLite file's folder cannot be made: nothing could be stored
         return fail([FieldError("", str(exc))])
+    sock = _listen(args, settings)
+    if sock is None:
+        return 2
+    if accounts is not None:
+        first_admin(accounts, settings)
     # the app (in each worker) reads its settings from the environment: pass the flags on that way
-    os.environ.update(
-        {
-            ENV_NAMES["host"]: settings.host,
-            ENV_NAMES["port"]: str(settings.port),
-            ENV_NAMES["workers"]: str(settings.workers),
-        }
-    )
-    if settings.workers == 1:  # asyncio's own listening socket: TCP_NODELAY on every connection
-        uvicorn.run("app.main:app", host=settings.host, port=settings.port, log_level=settings.log_level)
-        return 0
-    from uvicorn.supervisors import Multiprocess
-
-    # uvicorn's --workers binds socket.socket(family) (protocol 0), on whose connections asyncio skips TCP_NODELAY:
-    # Nagle's algorithm and delayed ACKs then add ~40 ms to every keep-alive request (benchmarks/service_latency.py
-    # --keepalive). The same supervisor, on a socket that is TCP by protocol and has TCP_NODELAY set.
+    os.environ.update({ENV_NAMES[name]: str(getattr(settings, name)) for name in SERVE_FLAGS})
     config = uvicorn.Config(
         "app.main:app", host=settings.host, port=settings.port, workers=settings.workers, log_level=settings.log_level
     )
-    Multiprocess(config, sockets=[tcp_listener(settings.host, settings.port)]).run()
+    _log_running(settings.host, sock.getsockname()[1])
+    if settings.workers == 1:
+        server = uvicorn.Server(config)
+        with contextlib.suppress(KeyboardInterrupt):  # as uvicorn.run
+            server.run(sockets=[sock])
+        return 0 if server.started else 3  # uvicorn's STARTUP_FAILURE (the app's lifespan failed)
+    from uvicorn.supervisors import Multiprocess
+
+    Multiprocess(config, sockets=[sock]).run()
     return 0
 
 
+def _listen(args: argparse.Namespace, settings: Any) -> Any | None:
+    """`tcp_listener` on the settings' address, or None once why not is said in a line naming where host and port
+    came from: `--host/--port: cannot listen on host '127.0.0.1' port 8000: Address already in use`."""
+    try:
+        return tcp_listener(settings.host, settings.port)
+    except OSError as exc:  # socket.gaierror for a host that does not resolve
+        where = f"{_given_as(args, 'host')}/{_given_as(args, 'port')}"
+        reason = exc.strerror or str(exc)
+        fail([FieldError(where, f"cannot listen on host {settings.host!r} port {settings.port}: {reason}")])
+        return None
+
+
+def _given_as(args: argparse.Namespace, name: str) -> str:
+    """Where a serve setting came from, as the user would change it: its flag, or its variable when only that was
+    set."""
+    from app.settings import ENV_NAMES
+
+    var = ENV_NAMES[name]
+    return var if getattr(args, name) is None and os.environ.get(var, "") != "" else f"--{name}"
+
+
+def _log_running(host: str, port: int) -> None:
+    """uvicorn's own start line, which it logs only for an address it bound itself."""
+    import logging
+
+    shown = f"[{host}]" if ":" in host else host
+    logging.getLogger("uvicorn.error").info("Uvicorn running on http://%s:%d (Press CTRL+C to quit)", shown, port)
+
+
 def tcp_listener(host: str, port: int) -> Any:
-    """The listening socket for several workers (uvicorn's supervisor hands it to each)."""
+    """The listening socket of the server, bound before anything else is done, in the same way for one worker and
+    several (uvicorn's supervisor hands it to each). TCP by protocol, with TCP_NODELAY: on uvicorn's own
+    socket.socket(family) (protocol 0) asyncio skips TCP_NODELAY on the connections, and Nagle's algorithm with
+    delayed ACKs then adds ~40 ms to every keep-alive request (benchmarks/service_latency.py --keepalive)."""
     import socket
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((host, port))
-    sock.set_inheritable(True)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((host, port))
+        sock.set_inheritable(True)
+    except BaseException:
+        sock.close()
+        raise
     return sock
 
 

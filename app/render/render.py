@@ -7,8 +7,11 @@ shell words, `comment` for free text in comments).
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import re
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -309,14 +312,79 @@ def render(result: PlanResult, rank: int = 1, options: RenderOptions | None = No
     return Artifacts(files=ordered, notes=notes(f) + extra_notes)
 
 
-def write_artifacts(arts: Artifacts, out_dir: str | os.PathLike[str]) -> list[Path]:
-    """Write the files into out_dir (created if needed); scripts are made executable. Returns the paths."""
+def write_artifacts(
+    arts: Artifacts, out_dir: str | os.PathLike[str], *, removed: list[Path] | None = None
+) -> list[Path]:
+    """Write the files into out_dir (created if needed), all of them or none; scripts are made executable. Returns
+    the paths.
+
+    Every target is checked first, then each file is written (and synced) to a temporary name beside it, and only
+    when all are written are they renamed into place: an OSError (a target that is a folder, a full disk) leaves the
+    folder as it was, no temporaries behind, and names the path (a rename refused after others were done, which
+    takes a change to the folder meanwhile, is the one failure not undone). Then the files of the other
+    ARTIFACT_NAMES there (a previous render's, of a plan that had them) are removed, so that the folder holds this
+    plan's artifacts and no other's; they are appended to `removed` when it is given. Other names are left alone."""
     out = Path(out_dir)
+    made = _make_dirs(out)
+    stale = [out / name for name in ARTIFACT_NAMES if name not in arts.files and _file_or_link(out / name)]
+    temps: list[tuple[Path, Path]] = []
+    try:
+        targets = [_writable_target(out / name) for name in arts.files]
+        for path in targets:
+            temps.append((_write_temp(path, arts.files[path.name]), path))
+        for temp, path in temps:
+            os.replace(temp, path)
+    except BaseException:
+        for temp, _path in temps:
+            temp.unlink(missing_ok=True)
+        for folder in made:  # deepest first; one that holds anything now stays
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+    for path in stale:
+        path.unlink(missing_ok=True)
+    if removed is not None:
+        removed += stale
+    return targets
+
+
+def _make_dirs(out: Path) -> list[Path]:
+    """mkdir -p out; the folders it made, deepest first (removed again when the write fails)."""
+    missing = [folder for folder in (out, *out.parents) if not folder.exists() and not folder.is_symlink()]
     out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, text in arts.files.items():
-        path = out / name
-        path.write_text(text, encoding="utf-8")
-        path.chmod(0o755 if name.endswith(".sh") else 0o644)
-        paths.append(path)
-    return paths
+    return missing
+
+
+def _file_or_link(path: Path) -> bool:
+    """A file (or a link, removed itself, not what it points to); a folder of an artifact's name is not ours."""
+    return path.is_symlink() or path.is_file()
+
+
+def _writable_target(path: Path) -> Path:
+    """A folder in a file's place cannot be replaced by a rename: refused before anything is written."""
+    if path.is_dir() and not path.is_symlink():
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+    return path
+
+
+def _write_temp(path: Path, text: str) -> Path:
+    """`text` in a new file beside `path` (a hidden temporary name), synced to disk, with the mode `path` is to
+    have (755 for scripts, 644 else). An OSError names `path`, not the temporary."""
+    try:
+        fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
+    temp = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(text.encode("utf-8"))
+            fh.flush()
+            os.fsync(fh.fileno())
+        temp.chmod(0o755 if path.name.endswith(".sh") else 0o644)
+    except OSError as exc:
+        temp.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    return temp
