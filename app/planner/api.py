@@ -8,6 +8,7 @@ import time
 from app.planner import __version__, collector, rules, space, splits
 from app.planner.calibration import apply_profile, constants
 from app.planner.candidates import Found, SearchState
+from app.planner.clock import Deadline
 from app.planner.decisions import decide
 from app.planner.errors import InputError
 from app.planner.estimate import evaluate, step_lower_bound, time_estimate
@@ -63,11 +64,16 @@ def _check_fixed_layout(model: ModelSpec, cluster: ClusterSpec, training: Traini
 
 
 def _search(
-    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, deadline: float, offload: bool, state: SearchState
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    training: TrainingSpec,
+    deadline: Deadline,
+    offload: bool,
+    state: SearchState,
 ) -> None:
     floor = 0.0 if offload else fewest_gpus(model, cluster, training)
     for world in world_sizes(cluster, training):
-        if time.perf_counter() > deadline:
+        if deadline.passed():
             state.truncated = True
             return
         if world < floor and world < cluster.world_size:
@@ -251,7 +257,7 @@ def _plan(request: PlanRequest) -> PlanResult:
     cluster, notes = apply_profile(request.cluster, training)
     notes = [*notes, *cluster_notes(cluster), *model_notes(model, training)]
     start = time.perf_counter()
-    deadline = start + training.search_time_limit_s
+    deadline = Deadline.after(training.search_time_limit_s)
     # min_gpus ranks the plans of the smallest world that has any by throughput: bounded like throughput (a world
     # without a plan has no bar, so it is searched whole either way)
     bounded = training.objective in ("throughput", "min_gpus")
@@ -265,7 +271,14 @@ def _plan(request: PlanRequest) -> PlanResult:
     searched = {id(f) for f in state.found}  # and the headroom objective's other recomputation levels
     feasible = len(state.found) + sum(id(f) not in searched for f, _t in timed)
     plans = _plans(model, cluster, training, timed[: training.max_plans], feasible)
-    hints = [] if plans else suggestions(request.model_copy(update={"cluster": cluster}), state, deadline)
+    if plans and state.truncated:  # "fastest of N" is of what was searched; under a cap a faster plan may be unseen
+        plans[0].why.insert(
+            1,
+            f"the search stopped at its time cap ({training.search_time_limit_s:g} s of CPU time) after "
+            f"{state.candidates:,} candidates: a faster plan may exist; raise training.search_time_limit_s",
+        )
+    until = start + training.search_time_limit_s  # the suggestions' searches end within the request's cap
+    hints = [] if plans else suggestions(request.model_copy(update={"cluster": cluster}), state, until)
     return PlanResult(
         planner_version=__version__,
         model=model,
@@ -297,7 +310,7 @@ def feasible_layouts(request: PlanRequest) -> list[ParallelConfig]:
     training = request.training
     state = SearchState()
     with collector.paused():
-        _search(request.model, cluster, training, time.perf_counter() + training.search_time_limit_s, False, state)
+        _search(request.model, cluster, training, Deadline.after(training.search_time_limit_s), False, state)
     return [f.par for f in state.found]
 
 

@@ -15,7 +15,6 @@ best step found: nothing left could enter the ranking. Those placements are coun
 from __future__ import annotations
 
 import heapq
-import time
 from functools import partial
 
 from app.planner import space
@@ -28,6 +27,7 @@ from app.planner.candidates import (
     recompute_and_record,
     sharding_ok,
 )
+from app.planner.clock import Deadline
 from app.planner.estimate import (
     off_pipeline_floor,
     placement_lower_bound,
@@ -52,14 +52,14 @@ def search_world(
     training: TrainingSpec,
     world: int,
     state: SearchState,
-    deadline: float,
+    deadline: Deadline,
     offload: bool,
 ) -> None:
     """Every candidate on `world` GPUs: record the feasible ones and why the others fail."""
     budget = _budget(cluster, training)
     queue: list[tuple[float, int, Work]] = []
     for pl in placements(model, cluster, training, world):
-        if time.perf_counter() > deadline:
+        if deadline.passed():
             state.truncated = True
             break  # explore what has been bounded so far (the queue is checked against the deadline too)
         work = _work(model, cluster, training, world, pl, state, offload)
@@ -160,7 +160,7 @@ def _explore_queue(
     queue: list[tuple[float, int, Work]],
     state: SearchState,
     budget: Budget,
-    deadline: float,
+    deadline: Deadline,
 ) -> None:
     """The branch and bound over placements, best first: a placement comes off the queue by its one-evaluation
     bound and goes back on by its exact bounds per micro-batch size; when it comes off by those, it goes back on once
@@ -210,7 +210,7 @@ def _explore(
     work: Work,
     state: SearchState,
     budget: Budget,
-    deadline: float,
+    deadline: Deadline,
 ) -> bool:
     """Every sharding, micro-batch size and recomputation of one placement (the fastest level that fits, found with
     as few memory evaluations as the levels' order allows: candidates._try_recompute); False when the time cap
@@ -232,7 +232,7 @@ def _explore(
         # same sharding runs out again, unevaluated
         failed: set[space.Recompute] = set()
         for i, mbs in enumerate(sizes):
-            if time.perf_counter() > deadline:
+            if deadline.passed():
                 state.truncated = True
                 return False
             given = [level for level in levels if level not in failed] if failed else list(levels)  # (no hashing)

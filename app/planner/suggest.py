@@ -7,6 +7,7 @@ import math
 import time
 
 from app.planner.candidates import Found, SearchState
+from app.planner.clock import Deadline
 from app.planner.explain import describe
 from app.planner.search import fewest_gpus, search_world
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelPins, PlanRequest, TrainingSpec
@@ -25,7 +26,8 @@ def _best(
     if time.perf_counter() > deadline:
         return None
     state = SearchState(keep=1)  # branch and bound for the fastest: each found plan is timed once, as it is found
-    search_world(model, cluster, training, world, state, min(time.perf_counter() + SUB_SEARCH_S, deadline), offload)
+    cap = Deadline.at_wall(min(time.perf_counter() + SUB_SEARCH_S, deadline))
+    search_world(model, cluster, training, world, state, cap, offload)
     timed = [f for f in state.found if f.time is not None]
     if not timed:
         return None
@@ -59,7 +61,7 @@ def _fits_on(
     if not offload and trial.world_size < fewest_gpus(model, trial, training):
         return None, True  # the model states alone cannot fit in these GPUs' memory: known without a search
     state = SearchState(first_fit=True)
-    cap = min(time.perf_counter() + SUB_SEARCH_S, deadline)
+    cap = Deadline.at_wall(min(time.perf_counter() + SUB_SEARCH_S, deadline))
     search_world(model, trial, training, trial.world_size, state, cap, offload)
     return (state.found[0] if state.found else None), bool(state.found) or not state.truncated
 

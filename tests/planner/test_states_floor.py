@@ -10,6 +10,7 @@ import pytest
 
 from app.planner import PlanRequest, api, plan, suggest
 from app.planner.candidates import SearchState
+from app.planner.clock import Deadline
 from app.planner.memory import peak_memory
 from app.planner.search import fewest_gpus, search_world
 from app.planner.states import states_floor_bytes
@@ -49,7 +50,7 @@ def test_every_candidate_that_fits_keeps_at_least_the_floor(case: str) -> None:
                       training={"global_batch_size": 64, **training})  # fmt: skip
     model, cluster, training_spec = req.model, req.cluster, req.training
     state = SearchState()  # unbounded: every fitting candidate is kept
-    search_world(model, cluster, training_spec, cluster.world_size, state, time.perf_counter() + 120, False)
+    search_world(model, cluster, training_spec, cluster.world_size, state, Deadline.after(120), False)
     assert state.found, case
     floor = states_floor_bytes(model, training_spec)
     runtime = cluster.gpu.efficiency.runtime_overhead_bytes

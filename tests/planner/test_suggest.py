@@ -10,6 +10,7 @@ import pytest
 
 from app.planner import PlanRequest, plan, suggest
 from app.planner.candidates import SearchState
+from app.planner.clock import Deadline
 from app.planner.search import search_world
 
 LLAMA_405B = {"model": "llama-3-405b", "training": {"global_batch_size": 512}}
@@ -68,7 +69,7 @@ def test_a_yes_no_search_stops_at_the_first_plan() -> None:
     model, cluster, training = req.model, req.cluster, req.training
     full, first = SearchState(), SearchState(first_fit=True)
     for state in (full, first):
-        search_world(model, cluster, training, cluster.world_size, state, time.perf_counter() + 60, False)
+        search_world(model, cluster, training, cluster.world_size, state, Deadline.after(60), False)
     assert first.found and len(first.found) < len(full.found)
     assert first.evaluated < full.evaluated
     assert {f.par for f in first.found} <= {f.par for f in full.found}

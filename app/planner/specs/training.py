@@ -129,7 +129,13 @@ class TrainingSpec(Frozen):
         description="Tokens to train on, for time-to-train: at least one step's (global_batch_size x seq_length).",
     )
     max_plans: int = Field(10, ge=1, le=200, description="How many ranked plans to return.")
-    search_time_limit_s: float = Field(20.0, gt=0, le=600, description="Cap on search time.")
+    search_time_limit_s: float = Field(
+        20.0,
+        gt=0,
+        le=600,
+        description="Cap on the search's CPU time (the same plans on a busy machine), and on 1.5x as many wall-clock "
+        "seconds.",
+    )
 
     _software: Any = PrivateAttr(default=None)
 

@@ -1,0 +1,68 @@
+"""The search's time cap counts the searching thread's CPU time, with a wall-clock backstop (app/planner/clock.py):
+a DeepSeek-V3-like search that takes 4 s alone stopped at its 20 s wall-clock cap on a loaded 2-core machine and
+ranked a plan 3.9x slower first (QA 2026-12-07)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import app.planner.search as search
+from app.planner import PlanRequest, plan
+from app.planner.clock import WALL_FACTOR, Deadline
+
+REQUEST = {
+    "model": "llama-2-70b",
+    "cluster": {"num_nodes": 32, "gpu": "H100-SXM"},
+    "training": {"global_batch_size": 512, "search_time_limit_s": 2.0},
+}
+
+
+def test_waiting_is_not_searching_until_the_wall_clock_backstop() -> None:
+    waited = Deadline.after(0.2)
+    time.sleep(0.25)  # the thread waits (another process holds the core): no CPU time passes
+    assert not waited.passed()
+    time.sleep(0.2 * WALL_FACTOR - 0.25 + 0.05)
+    assert waited.passed()  # the wall clock ends it at WALL_FACTOR x the cap
+    spun = Deadline.after(0.05)
+    end = time.perf_counter() + 1.0
+    while time.perf_counter() < end and not spun.passed():
+        pass
+    assert spun.passed() and time.perf_counter() < end  # 0.05 s of CPU time
+
+
+def test_a_search_slowed_by_the_machine_finds_the_same_plans(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first placement explored waits 2.5 s, as a search does while other processes hold the cores: under the
+    2 s wall-clock cap the search stopped there with a partial ranking; its CPU time is far below the cap, and the
+    plans are those of the undisturbed search."""
+    alone = plan(PlanRequest.model_validate(REQUEST))
+    explore, waits = search._explore, []
+
+    def slowed(*args, **kwargs):  # type: ignore[no-untyped-def]
+        if not waits:
+            waits.append(time.sleep(2.5))
+        return explore(*args, **kwargs)
+
+    monkeypatch.setattr(search, "_explore", slowed)
+    loaded = plan(PlanRequest.model_validate(REQUEST))
+    assert waits and loaded.stats.seconds > 2.5
+    assert not loaded.stats.truncated
+    assert [p.parallel for p in loaded.plans] == [p.parallel for p in alone.plans]
+    assert not any("time cap" in line for line in loaded.plans[0].why)
+
+
+def test_a_capped_search_says_so_beside_its_first_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ "fastest of N feasible plans" is of what was searched: a search stopped by its cap (here after the clock's
+    800th look) says, beside its first plan, that a faster one may exist."""
+    looks = []
+
+    def passed(self: Deadline) -> bool:
+        looks.append(1)
+        return len(looks) > 800
+
+    monkeypatch.setattr(Deadline, "passed", passed)
+    result = plan(PlanRequest.model_validate(REQUEST))
+    assert result.stats.truncated and result.plans
+    assert result.plans[0].why[1].startswith("the search stopped at its time cap (2 s of CPU time) after ")
+    assert "a faster plan may exist" in result.plans[0].why[1]
