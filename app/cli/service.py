@@ -161,6 +161,9 @@ def tcp_listener(host: str, port: int) -> Any:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind((host, port))
+        # listening now: two sockets with SO_REUSEADDR may both bind one port until one listens, so a second
+        # `serve` got past the bind and created the first admin before uvicorn failed (review 2026-12-07)
+        sock.listen(2048)
         sock.set_inheritable(True)
     except BaseException:
         sock.close()

@@ -8,11 +8,20 @@ import time
 from app.planner import __version__, collector, rules, space, splits
 from app.planner.calibration import apply_profile, constants
 from app.planner.candidates import Found, SearchState
-from app.planner.clock import Deadline
+from app.planner.clock import Deadline, cap_words
 from app.planner.decisions import decide
 from app.planner.errors import InputError
 from app.planner.estimate import evaluate, step_lower_bound, time_estimate
-from app.planner.explain import cluster_notes, model_notes, why
+from app.planner.explain import (
+    SIMPLER_WITHIN,
+    cluster_notes,
+    describe,
+    mfu_words,
+    model_notes,
+    moving_parts,
+    simpler_by,
+    why,
+)
 from app.planner.goodput import checkpoint_plan
 from app.planner.layout import make_layout, stage_layer_kinds
 from app.planner.results import Estimate, Plan, PlanResult, RejectedGroup, SearchStats, TimeEstimate
@@ -261,7 +270,7 @@ def _plan(request: PlanRequest) -> PlanResult:
     # min_gpus ranks the plans of the smallest world that has any by throughput: bounded like throughput (a world
     # without a plan has no bar, so it is searched whole either way)
     bounded = training.objective in ("throughput", "min_gpus")
-    state = SearchState(keep=training.max_plans if bounded else 0)
+    state = SearchState(keep=_ranked_pool(training) if bounded else 0)
     _search(model, cluster, training, deadline, offload=False, state=state)
     if not state.found and training.software.can.offload and not state.truncated:
         _search(model, cluster, training, deadline, offload=True, state=state)
@@ -271,10 +280,12 @@ def _plan(request: PlanRequest) -> PlanResult:
     searched = {id(f) for f in state.found}  # and the headroom objective's other recomputation levels
     feasible = len(state.found) + sum(id(f) not in searched for f, _t in timed)
     plans = _plans(model, cluster, training, timed[: training.max_plans], feasible)
+    if training.objective == "throughput":
+        _say_simpler(plans, timed, feasible, training.precision)
     if plans and state.truncated:  # "fastest of N" is of what was searched; under a cap a faster plan may be unseen
         plans[0].why.insert(
             1,
-            f"the search stopped at its time cap ({training.search_time_limit_s:g} s of CPU time) after "
+            f"the search stopped at its time cap ({cap_words(deadline, training.search_time_limit_s)}) after "
             f"{state.candidates:,} candidates: a faster plan may exist; raise training.search_time_limit_s",
         )
     until = start + training.search_time_limit_s  # the suggestions' searches end within the request's cap
@@ -325,7 +336,7 @@ def _time_best(
         every = [(f, f.time or time_estimate(model, cluster, training, f.par)) for f in found]
         return sorted(every, key=lambda ft: _rank_key(training, *ft))
     headroom = training.objective == "headroom"
-    keep, slack = (1, 1 + HEADROOM_WITHIN) if headroom else (training.max_plans, 1.0)
+    keep, slack = (1, 1 + HEADROOM_WITHIN) if headroom else (_ranked_pool(training), 1.0)
     bounded = sorted(((step_lower_bound(model, cluster, training, f.par), i, f) for i, f in enumerate(found)))
     timed: list[tuple[Found, TimeEstimate]] = []
     best: list[float] = []  # max-heap (negated) of the `keep` shortest steps so far
@@ -341,7 +352,65 @@ def _time_best(
         bar = min(t.step_s for _, t in timed) * slack
         timed = [(f, t) for f, t in timed if t.step_s <= bar]
         timed += _more_recompute(model, cluster, training, timed, bar)
-    return sorted(timed, key=lambda ft: _rank_key(training, *ft))
+    ranked = sorted(timed, key=lambda ft: _rank_key(training, *ft))
+    return _simpler_first(ranked) if training.objective == "throughput" else ranked
+
+
+def _say_simpler(plans: list[Plan], timed: list[tuple[Found, TimeEstimate]], feasible: int, precision: str) -> None:
+    """The "why" of plans `_simpler_first` ordered: #1 against the fastest plan of the whole ranked pool (shown or
+    not: with max_plans 1 #1 said "fastest" beside a faster plan it did not show), and each plan shown below #1 that
+    is faster than it."""
+    if not plans or not timed:
+        return
+    first = plans[0]
+    step = first.estimate.time.step_s
+    fastest, quickest = min(timed, key=lambda ft: ft[1].step_s)
+    for p in plans[1:]:
+        if p.estimate.time.step_s < step:
+            gain = 100 * (step / p.estimate.time.step_s - 1)
+            p.why[0] = (
+                f"{gain:.1f}% faster than #1 by the model, ranked below it: within {100 * SIMPLER_WITHIN:.0f}% the "
+                f"model cannot tell them apart, and this plan adds {simpler_by(first.parallel, p.parallel)}"
+            )
+    if quickest.step_s < step and fastest.par != first.parallel:
+        shown = next((p.rank for p in plans if p.parallel == fastest.par), None)
+        where = f"#{shown}" if shown else f"{describe(fastest.par)}, not shown"
+        t = first.estimate.time
+        first.why[0] = (
+            f"within {100 * (step / quickest.step_s - 1):.1f}% of the fastest of {feasible} feasible plans ({where}, "
+            f"which adds {simpler_by(first.parallel, fastest.par)}), with fewer moving parts: "
+            f"{t.tokens_per_s:,.0f} tokens/s, {mfu_words(t.mfu, precision)}"
+        )
+
+
+SIMPLER_POOL = 10  # the fastest plans `_simpler_first` orders, whatever max_plans asks for
+
+
+def _ranked_pool(training: TrainingSpec) -> int:
+    """How many of the fastest plans the search keeps: max_plans, and for throughput at least SIMPLER_POOL, so that
+    #1 is the same whatever max_plans is (the deadline search asks for 1 and priced the fastest plan, while POST
+    /plans of its request ranked a simpler one first)."""
+    return max(training.max_plans, SIMPLER_POOL) if training.objective == "throughput" else training.max_plans
+
+
+def _simpler_first(ranked: list[tuple[Found, TimeEstimate]]) -> list[tuple[Found, TimeEstimate]]:
+    """Among the SIMPLER_POOL fastest, plans within SIMPLER_WITHIN of the faster plan above them (and of the
+    fastest) move above it when they have fewer moving parts (`explain.moving_parts`): differences the model cannot
+    resolve are left to simplicity."""
+    out, rest = list(ranked[:SIMPLER_POOL]), ranked[SIMPLER_POOL:]
+    fastest = min((t.step_s for _f, t in out), default=0.0)
+    weight = [sum(moving_parts(f.par).values()) for f, _t in out]
+    moved = True
+    while moved:
+        moved = False
+        for i in range(1, len(out)):
+            faster, slower = out[i - 1][1], out[i][1]
+            near = slower.step_s <= min(faster.step_s, fastest) * (1 + SIMPLER_WITHIN)
+            if weight[i] < weight[i - 1] and near:
+                out[i - 1], out[i] = out[i], out[i - 1]
+                weight[i - 1], weight[i] = weight[i], weight[i - 1]
+                moved = True
+    return out + rest
 
 
 HEADROOM_RECOMPUTE_PLANS = 64  # the plans of most headroom whose other recomputation levels the objective tries

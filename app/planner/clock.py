@@ -31,3 +31,14 @@ class Deadline(NamedTuple):
 
     def passed(self) -> bool:
         return time.perf_counter() > self.wall or time.thread_time() > self.cpu
+
+    def spent_cpu(self) -> bool:
+        """Whether the CPU time ran out (else, once `passed`, the wall-clock backstop ended the search)."""
+        return time.thread_time() > self.cpu
+
+
+def cap_words(deadline: Deadline, limit_s: float) -> str:
+    """Which end of `deadline` stopped a search capped at `limit_s`, in words."""
+    if deadline.spent_cpu():
+        return f"{limit_s:g} s of CPU time"
+    return f"its wall-clock backstop, {WALL_FACTOR * limit_s:g} s: the machine was busy"

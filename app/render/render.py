@@ -322,16 +322,18 @@ def write_artifacts(
     when all are written are they renamed into place: an OSError (a target that is a folder, a full disk) leaves the
     folder as it was, no temporaries behind, and names the path (a rename refused after others were done, which
     takes a change to the folder meanwhile, is the one failure not undone). Then the files of the other
-    ARTIFACT_NAMES there (a previous render's, of a plan that had them) are removed, so that the folder holds this
-    plan's artifacts and no other's; they are appended to `removed` when it is given. Other names are left alone."""
+    ARTIFACT_NAMES the previous render there wrote (its MANIFEST lists them) are removed, so that the folder holds
+    this plan's artifacts and no other's; they are appended to `removed` when it is given. A file of an artifact's
+    name that no render of ours wrote (a hand-made hostfile) is left alone, as are other names."""
     out = Path(out_dir)
     made = _make_dirs(out)
-    stale = [out / name for name in ARTIFACT_NAMES if name not in arts.files and _file_or_link(out / name)]
+    ours = _manifest(out / MANIFEST)
+    stale = [out / name for name in ours if name not in arts.files and _file_or_link(out / name)]
     temps: list[tuple[Path, Path]] = []
     try:
         targets = [_writable_target(out / name) for name in arts.files]
-        for path in targets:
-            temps.append((_write_temp(path, arts.files[path.name]), path))
+        for path, text in (*((p, arts.files[p.name]) for p in targets), (out / MANIFEST, "\n".join(arts.files) + "\n")):
+            temps.append((_write_temp(path, text), path))
         for temp, path in temps:
             os.replace(temp, path)
     except BaseException:
@@ -346,6 +348,18 @@ def write_artifacts(
     if removed is not None:
         removed += stale
     return targets
+
+
+MANIFEST = ".trainplan-render"  # the artifact names the last render into a folder wrote, one a line
+
+
+def _manifest(path: Path) -> list[str]:
+    """The artifact names a previous render listed in `path` (none: no render of ours, or an unreadable list)."""
+    try:
+        names = path.read_text(encoding="utf-8").split()
+    except (OSError, UnicodeDecodeError):
+        return []
+    return [name for name in names if name in ARTIFACT_NAMES]
 
 
 def _make_dirs(out: Path) -> list[Path]:

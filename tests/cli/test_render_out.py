@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from app.render import ARTIFACT_NAMES, Artifacts, write_artifacts
+from app.render.render import MANIFEST
 
 # a DeepSpeed plan's files, then a Megatron plan's (no ds_config.json, hostfile, deepspeed.sh)
 DEEPSPEED = Artifacts(files={n: f"old {n}\n" for n in ARTIFACT_NAMES if n not in ("megatron_args.txt", "train.sh")})
@@ -46,7 +47,8 @@ def test_a_render_removes_the_files_of_a_previous_plan_it_does_not_have(tmp_path
     assert [p.name for p in written] == list(MEGATRON.files)
     gone = ["ds_config.json", "torchrun.sh", "hostfile", "deepspeed.sh", "pytorchjob.yaml", "plan.json"]
     assert removed == [tmp_path / n for n in gone]  # in ARTIFACT_NAMES order
-    assert sorted(os.listdir(tmp_path)) == sorted([*MEGATRON.files, "notes.txt", "hostfile.bak"])
+    assert sorted(os.listdir(tmp_path)) == sorted([*MEGATRON.files, "notes.txt", "hostfile.bak", MANIFEST])
+    assert (tmp_path / MANIFEST).read_text().split() == list(MEGATRON.files)
     for name, text in MEGATRON.files.items():
         assert (tmp_path / name).read_text() == text
     assert (tmp_path / "notes.txt").read_text() == "mine"  # not a name trainplan renders: left alone
@@ -58,12 +60,15 @@ def test_a_link_or_folder_of_an_artifacts_name(tmp_path: Path) -> None:
     target = tmp_path / "elsewhere.json"
     target.write_text("{}")
     out = tmp_path / "out"
-    out.mkdir()
+    write_artifacts(DEEPSPEED, out)
+    (out / "plan.json").unlink()
     (out / "plan.json").symlink_to(target)
+    (out / "hostfile").unlink()
     (out / "hostfile").mkdir()
     removed: list[Path] = []
     write_artifacts(MEGATRON, out, removed=removed)
-    assert removed == [out / "plan.json"] and not (out / "plan.json").is_symlink()
+    gone = ["ds_config.json", "torchrun.sh", "deepspeed.sh", "pytorchjob.yaml", "plan.json"]
+    assert removed == [out / n for n in gone] and not (out / "plan.json").is_symlink()
     assert target.read_text() == "{}" and (out / "hostfile").is_dir()
 
 
@@ -84,7 +89,7 @@ def test_the_cli_says_which_files_it_removed(tmp_path: Path) -> None:
     said = [line for line in second.stdout.splitlines() if line.lstrip().startswith("removed")]
     assert said == [f"  removed {tmp_path / 'plan.json'}: a previous render's, not this plan's"], second.stdout
     wrote = {Path(line.split("wrote ", 1)[1]).name for line in second.stdout.splitlines() if "  wrote " in line}
-    assert set(os.listdir(tmp_path)) == wrote
+    assert set(os.listdir(tmp_path)) == {*wrote, MANIFEST}
 
 
 def test_a_folder_in_a_files_place_refuses_the_render_before_anything_is_written(tmp_path: Path) -> None:
@@ -137,7 +142,7 @@ def test_modes_are_kept_when_files_are_replaced(tmp_path: Path) -> None:
     (tmp_path / "nccl_env.sh").chmod(0o777)
     write_artifacts(MEGATRON, tmp_path)
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()}
-    assert modes == {n: 0o755 if n.endswith(".sh") else 0o644 for n in MEGATRON.files}
+    assert modes == {n: 0o755 if n.endswith(".sh") else 0o644 for n in (*MEGATRON.files, MANIFEST)}
 
 
 def test_the_cli_names_the_path_it_cannot_write_and_writes_nothing(tmp_path: Path) -> None:
@@ -153,3 +158,13 @@ def test_the_cli_names_the_path_it_cannot_write_and_writes_nothing(tmp_path: Pat
         f"error: --out: cannot write the files into {tmp_path}: {tmp_path / 'sbatch.sh'}: Is a directory\n"
     )
     assert os.listdir(tmp_path) == ["sbatch.sh"]
+
+
+def test_files_of_an_artifacts_name_that_no_render_wrote_are_left_alone(tmp_path: Path) -> None:
+    """Any hostfile, plan.json or train.sh in the folder was removed when the plan had none, whoever wrote it, and
+    called "a previous render's" (review 2026-12-07): only the names the last render listed in its MANIFEST go."""
+    (tmp_path / "hostfile").write_text("mine\n")
+    (tmp_path / "plan.json").write_text("{}")
+    removed: list[Path] = []
+    write_artifacts(MEGATRON, tmp_path, removed=removed)
+    assert removed == [] and (tmp_path / "hostfile").read_text() == "mine\n" and (tmp_path / "plan.json").exists()

@@ -78,3 +78,23 @@ def test_a_bad_value_names_the_flag_or_the_variable_it_came_from(
     done = serve(tmp_path, *args, **env)
     assert done.returncode == 2 and done.stderr.startswith(f"error: invalid service settings: {named}"), done.stderr
     assert ("TRAINPLAN_" in done.stderr) == (not args), done.stderr
+
+
+def test_a_second_listener_on_the_same_port_is_refused_at_once() -> None:
+    """SO_REUSEADDR lets two sockets bind one port until one listens: the second `serve` passed the bind check and
+    created the first admin before uvicorn failed (review 2026-12-07). The listener listens when it is made."""
+    import errno
+    import socket
+
+    from app.cli.service import tcp_listener
+
+    first = tcp_listener("127.0.0.1", 0)
+    try:
+        port = first.getsockname()[1]
+        with pytest.raises(OSError) as err:
+            tcp_listener("127.0.0.1", port).close()
+        assert err.value.errno == errno.EADDRINUSE
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass  # the first one accepts connections (queued until the server accepts them)
+    finally:
+        first.close()

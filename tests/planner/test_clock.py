@@ -33,28 +33,37 @@ def test_waiting_is_not_searching_until_the_wall_clock_backstop() -> None:
 
 
 def test_a_search_slowed_by_the_machine_finds_the_same_plans(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The first placement explored waits 2.5 s, as a search does while other processes hold the cores: under the
-    2 s wall-clock cap the search stopped there with a partial ranking; its CPU time is far below the cap, and the
-    plans are those of the undisturbed search."""
-    alone = plan(PlanRequest.model_validate(REQUEST))
-    explore, waits = search._explore, []
+    """After the first placement explored, the wall clock jumps 4.5 s, as it runs on while other processes hold the
+    cores: under the 4 s wall-clock cap the search stopped there with a partial ranking; its CPU time is far below
+    the cap (and the backstop, 6 s, leaves 1.5 s of real time), and the plans are those of the undisturbed search."""
+    request = {**REQUEST, "training": {**REQUEST["training"], "search_time_limit_s": 4.0}}
+    alone = plan(PlanRequest.model_validate(request))
+    explore, clock, jumped = search._explore, time.perf_counter, []
+
+    def later() -> float:
+        return clock() + (4.5 if jumped else 0.0)
 
     def slowed(*args, **kwargs):  # type: ignore[no-untyped-def]
-        if not waits:
-            waits.append(time.sleep(2.5))
+        jumped.append(1)
         return explore(*args, **kwargs)
 
+    monkeypatch.setattr(time, "perf_counter", later)
     monkeypatch.setattr(search, "_explore", slowed)
-    loaded = plan(PlanRequest.model_validate(REQUEST))
-    assert waits and loaded.stats.seconds > 2.5
+    loaded = plan(PlanRequest.model_validate(request))
+    assert jumped and loaded.stats.seconds > 4.5
     assert not loaded.stats.truncated
     assert [p.parallel for p in loaded.plans] == [p.parallel for p in alone.plans]
     assert not any("time cap" in line for line in loaded.plans[0].why)
 
 
-def test_a_capped_search_says_so_beside_its_first_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("cpu_spent", "words"), [(True, "(2 s of CPU time)"), (False, "(its wall-clock backstop, 3 s")]
+)
+def test_a_capped_search_says_so_beside_its_first_plan(
+    monkeypatch: pytest.MonkeyPatch, cpu_spent: bool, words: str
+) -> None:
     """ "fastest of N feasible plans" is of what was searched: a search stopped by its cap (here after the clock's
-    800th look) says, beside its first plan, that a faster one may exist."""
+    800th look) says, beside its first plan, that a faster one may exist, and which end of the cap stopped it."""
     looks = []
 
     def passed(self: Deadline) -> bool:
@@ -62,7 +71,8 @@ def test_a_capped_search_says_so_beside_its_first_plan(monkeypatch: pytest.Monke
         return len(looks) > 800
 
     monkeypatch.setattr(Deadline, "passed", passed)
+    monkeypatch.setattr(Deadline, "spent_cpu", lambda self: cpu_spent)
     result = plan(PlanRequest.model_validate(REQUEST))
     assert result.stats.truncated and result.plans
-    assert result.plans[0].why[1].startswith("the search stopped at its time cap (2 s of CPU time) after ")
+    assert result.plans[0].why[1].startswith(f"the search stopped at its time cap {words}"), result.plans[0].why[1]
     assert "a faster plan may exist" in result.plans[0].why[1]
