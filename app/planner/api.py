@@ -27,7 +27,7 @@ from app.planner.layout import make_layout, stage_layer_kinds
 from app.planner.results import Estimate, Plan, PlanResult, RejectedGroup, SearchStats, TimeEstimate
 from app.planner.rules.shape import layout_violation, uneven_split_violation
 from app.planner.rules.stack import fp8_recipe_runs, fp8_supported, recompute_modules_problem
-from app.planner.search import fewest_gpus, search_world
+from app.planner.search import fewest_gpus, memory_budget, search_world
 from app.planner.specs import ClusterSpec, EstimateRequest, ModelSpec, ParallelConfig, PlanRequest, TrainingSpec
 from app.planner.specs.common import HEADROOM_WITHIN
 from app.planner.suggest import suggestions
@@ -135,10 +135,9 @@ def _check_possible(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
 def _check_room(cluster: ClusterSpec, training: TrainingSpec) -> None:
     """A GPU whose usable memory the CUDA context and workspaces already fill holds no model: every layout fails
     (a custom GPU of 1 GiB crashed the suggestions' GPU count, QA 2026-12-07)."""
-    gpu = cluster.gpu
-    usable = gpu.memory_bytes * (1 - training.memory_headroom)
-    runtime = gpu.efficiency.runtime_overhead_bytes
-    if usable <= runtime:
+    gpu, budget = cluster.gpu, memory_budget(cluster, training)
+    usable, runtime = budget.usable, budget.runtime
+    if usable <= runtime:  # `fewest_gpus` would be infinite
         headroom = f" ({usable / GiB:.2f} GiB usable with {100 * training.memory_headroom:.0f}% headroom)"
         raise InputError(
             "cluster.gpu.memory_bytes",
@@ -394,19 +393,17 @@ def _ranked_pool(training: TrainingSpec) -> int:
 
 
 def _simpler_first(ranked: list[tuple[Found, TimeEstimate]]) -> list[tuple[Found, TimeEstimate]]:
-    """Among the SIMPLER_POOL fastest, plans within SIMPLER_WITHIN of the faster plan above them (and of the
-    fastest) move above it when they have fewer moving parts (`explain.moving_parts`): differences the model cannot
-    resolve are left to simplicity."""
+    """Among the SIMPLER_POOL fastest, plans within SIMPLER_WITHIN of the fastest (so of every faster plan above
+    them too) move above a faster plan when they have fewer moving parts (`explain.moving_parts`): differences the
+    model cannot resolve are left to simplicity."""
     out, rest = list(ranked[:SIMPLER_POOL]), ranked[SIMPLER_POOL:]
-    fastest = min((t.step_s for _f, t in out), default=0.0)
+    near = min((t.step_s for _f, t in out), default=0.0) * (1 + SIMPLER_WITHIN)
     weight = [sum(moving_parts(f.par).values()) for f, _t in out]
     moved = True
     while moved:
         moved = False
         for i in range(1, len(out)):
-            faster, slower = out[i - 1][1], out[i][1]
-            near = slower.step_s <= min(faster.step_s, fastest) * (1 + SIMPLER_WITHIN)
-            if weight[i] < weight[i - 1] and near:
+            if weight[i] < weight[i - 1] and out[i][1].step_s <= near:
                 out[i - 1], out[i] = out[i], out[i - 1]
                 weight[i - 1], weight[i] = weight[i], weight[i - 1]
                 moved = True

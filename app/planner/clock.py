@@ -30,7 +30,7 @@ class Deadline(NamedTuple):
         return cls(math.inf, wall)
 
     def passed(self) -> bool:
-        return time.perf_counter() > self.wall or time.thread_time() > self.cpu
+        return time.perf_counter() > self.wall or self.spent_cpu()
 
     def spent_cpu(self) -> bool:
         """Whether the CPU time ran out (else, once `passed`, the wall-clock backstop ended the search)."""

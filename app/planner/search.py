@@ -56,7 +56,7 @@ def search_world(
     offload: bool,
 ) -> None:
     """Every candidate on `world` GPUs: record the feasible ones and why the others fail."""
-    budget = _budget(cluster, training)
+    budget = memory_budget(cluster, training)
     queue: list[tuple[float, int, Work]] = []
     for pl in placements(model, cluster, training, world):
         if deadline.passed():
@@ -377,14 +377,16 @@ def fewest_gpus(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec) 
     (`states_floor_bytes` over the GPU count, at the upper end of the memory interval, with the runtime beside it):
     on fewer, every candidate runs out of memory, so a search there can be skipped (the `min_gpus` objective and the
     node-count hint try many counts). A bound, not a count that fits: divisibility and activations decide that."""
-    budget = _budget(cluster, training)
+    budget = memory_budget(cluster, training)
     room = budget.usable - budget.runtime
     if room <= 0:
         return float("inf")
     return states_floor_bytes(model, training) * budget.limit / room
 
 
-def _budget(cluster: ClusterSpec, training: TrainingSpec) -> Budget:
+def memory_budget(cluster: ClusterSpec, training: TrainingSpec) -> Budget:
+    """The memory a plan may use on one of the cluster's GPUs (and its host), as the search and the input checks
+    read it."""
     return Budget(
         usable=cluster.gpu.memory_bytes * (1 - training.memory_headroom),
         host=cluster.cpu_memory_GiB * 2**30 * 0.9,

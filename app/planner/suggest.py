@@ -28,10 +28,11 @@ def _best(
     state = SearchState(keep=1)  # branch and bound for the fastest: each found plan is timed once, as it is found
     cap = Deadline.at_wall(min(time.perf_counter() + SUB_SEARCH_S, deadline))
     search_world(model, cluster, training, world, state, cap, offload)
-    timed = [f for f in state.found if f.time is not None]
-    if not timed:
-        return None
-    return min(timed, key=lambda f: f.time.step_s if f.time else float("inf"))
+    return min((f for f in state.found if f.time is not None), key=_step, default=None)
+
+
+def _step(found: Found) -> float:
+    return found.time.step_s if found.time else float("inf")
 
 
 def _closest(state: SearchState) -> str | None:
@@ -192,13 +193,10 @@ def without_pins(
     if not pins:
         return None, False
     free = training.model_copy(update={"pinned": ParallelPins()})
-    found = None
-    for world in world_sizes(cluster, free):  # the GPU counts the unpinned search tries, idle nodes included
-        other = _best(model, cluster, free, world, training.software.can.offload, deadline)
-        if other is not None and (
-            found is None or (other.time and found.time and other.time.step_s < found.time.step_s)
-        ):
-            found = other
+    # the GPU counts the unpinned search tries, idle nodes included
+    offload = training.software.can.offload
+    fits = (_best(model, cluster, free, world, offload, deadline) for world in world_sizes(cluster, free))
+    found = min((f for f in fits if f is not None), key=_step, default=None)
     fixed = ", ".join(f"{k}={v}" for k, v in pins.items())
     if found is None:
         return f"even without your pinned {fixed}, nothing fits on this cluster", False

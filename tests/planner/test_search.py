@@ -399,7 +399,7 @@ def test_the_level_tried_first_that_fits_is_the_fastest_that_fits(model: str, gp
     request = PlanRequest(model=model, cluster={"num_nodes": nodes, "gpu": gpu}, training={"global_batch_size": batch})
     cluster, _ = apply_profile(request.cluster, request.training)
     m, training, world = request.model, request.training, cluster.world_size
-    budget = search._budget(cluster, training)
+    budget = search.memory_budget(cluster, training)
     checked = 0
     for pl in list(placements(m, cluster, training, world))[::10]:
         work = search._work(m, cluster, training, world, pl, SearchState(), False)
