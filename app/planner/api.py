@@ -18,11 +18,12 @@ from app.planner.explain import (
     describe,
     mfu_words,
     model_notes,
-    moving_parts,
     simpler_by,
+    simplicity,
     why,
 )
 from app.planner.goodput import checkpoint_plan
+from app.planner.interning import interned
 from app.planner.layout import make_layout, stage_layer_kinds
 from app.planner.results import Estimate, Plan, PlanResult, RejectedGroup, SearchStats, TimeEstimate
 from app.planner.rules.shape import layout_violation, uneven_split_violation
@@ -260,9 +261,10 @@ def _check_pinned_features(model: ModelSpec, training: TrainingSpec) -> None:
 
 
 def _plan(request: PlanRequest) -> PlanResult:
-    model, training = request.model, request.training
+    model, training = interned(request.model), interned(request.training)
     _check_possible(model, request.cluster, training)
     cluster, notes = apply_profile(request.cluster, training)
+    cluster = interned(cluster)
     notes = [*notes, *cluster_notes(cluster), *model_notes(model, training)]
     start = time.perf_counter()
     deadline = Deadline.after(training.search_time_limit_s)
@@ -394,11 +396,11 @@ def _ranked_pool(training: TrainingSpec) -> int:
 
 def _simpler_first(ranked: list[tuple[Found, TimeEstimate]]) -> list[tuple[Found, TimeEstimate]]:
     """Among the SIMPLER_POOL fastest, plans within SIMPLER_WITHIN of the fastest (so of every faster plan above
-    them too) move above a faster plan when they have fewer moving parts (`explain.moving_parts`): differences the
-    model cannot resolve are left to simplicity."""
+    them too) move above a faster plan when they are simpler (`explain.simplicity`: fewer moving parts, then fewer
+    pipeline chunks): differences the model cannot resolve are left to simplicity."""
     out, rest = list(ranked[:SIMPLER_POOL]), ranked[SIMPLER_POOL:]
     near = min((t.step_s for _f, t in out), default=0.0) * (1 + SIMPLER_WITHIN)
-    weight = [sum(moving_parts(f.par).values()) for f, _t in out]
+    weight = [simplicity(f.par) for f, _t in out]
     moved = True
     while moved:
         moved = False

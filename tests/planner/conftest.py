@@ -35,12 +35,12 @@ __all__ = ["ParallelConfig", "korthikanti_training", "preset"]
 def assert_throughput_ranking(plans: list[Plan]) -> None:
     """Ranked by throughput, except that a plan with fewer moving parts within 1 % of the fastest may stand above a
     faster one (api._simpler_first)."""
-    from app.planner.explain import SIMPLER_WITHIN, moving_parts
+    from app.planner.explain import SIMPLER_WITHIN, simplicity
 
     fastest = min((p.estimate.time.step_s for p in plans), default=0.0)
     for above, below in itertools.pairwise(plans):
         a, b = above.estimate.time, below.estimate.time
-        simpler = sum(moving_parts(above.parallel).values()) < sum(moving_parts(below.parallel).values())
+        simpler = simplicity(above.parallel) < simplicity(below.parallel)
         assert a.tokens_per_s >= b.tokens_per_s or (simpler and a.step_s <= fastest * (1 + SIMPLER_WITHIN)), (
             above.parallel,
             below.parallel,

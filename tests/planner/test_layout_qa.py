@@ -135,3 +135,15 @@ def test_the_flex_dispatcher_is_named_for_what_it_is_not_one_backend() -> None:
     """The plan said "DeepEP" where the rendered backend is HybridEP (GB200 NVL72): the name is the dispatcher's."""
     par = ParallelConfig(tp=1, pp=1, dp=8, ep=8, moe_token_dispatcher="flex")
     assert "flex-dispatch" in describe(par) and "DeepEP" not in describe(par)
+
+
+def test_an_uneven_split_that_vpp_does_not_divide_names_each_stage_in_order() -> None:
+    """Llama-3 70B on PP3 with first 18 and last 14 layers was refused as "stage layers [18, 14, 48] not divisible by
+    vpp(4)": first, last, then the middle, unnamed, read as three stages in that order (practitioner QA)."""
+    est = _estimate("llama-3-70b", 3, 96, tp=8, pp=3, dp=1, vpp=4, first_stage_layers=18, last_stage_layers=14)
+    said = [r for r in est.reasons if "vpp(4)" in r]
+    assert said, est.reasons
+    assert "(first stage 18, 1 middle stage 48, last stage 14)" in said[0], said[0]
+    only_last = _estimate("llama-3-70b", 3, 96, tp=8, pp=3, dp=1, vpp=4, last_stage_layers=14)
+    said = [r for r in only_last.reasons if "vpp(4)" in r]
+    assert said and "(2 other stages 33 each, last stage 14)" in said[0], said[0]

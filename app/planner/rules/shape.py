@@ -112,9 +112,18 @@ def _uneven_rule(c: Ctx) -> Violation | None:
         return bad
     fixed = [x for x in (p.first_stage_layers, p.last_stage_layers) if x is not None]
     middle_stages, rest = p.pp - len(fixed), c.model.num_layers - sum(fixed)
-    counts = [*fixed, *([rest // middle_stages] if middle_stages else [])]
-    if any(n % p.vpp for n in counts):
-        return Violation("layers_divisible_by_vpp", f"stage layers {counts} not divisible by vpp({p.vpp})")
+    # in stage order and named ("stage layers [18, 14, 48]" read as three stages of 80 layers in that order, QA)
+    stages = [(f"first stage {p.first_stage_layers}", p.first_stage_layers)] if p.first_stage_layers is not None else []
+    if middle_stages:
+        share = rest // middle_stages
+        kind = "middle" if len(fixed) == 2 else "other"
+        many = f"{middle_stages} {kind} stages {share} each" if middle_stages > 1 else f"1 {kind} stage {share}"
+        stages.append((many, share))
+    if p.last_stage_layers is not None:
+        stages.append((f"last stage {p.last_stage_layers}", p.last_stage_layers))
+    if any(n % p.vpp for _said, n in stages):
+        listed = ", ".join(said for said, _n in stages)
+        return Violation("layers_divisible_by_vpp", f"layers per stage ({listed}) not divisible by vpp({p.vpp})")
     return None
 
 

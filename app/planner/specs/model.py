@@ -189,6 +189,10 @@ class ModelSpec(Frozen):
             alive.setdefault(id(owner), owner)
         return value
 
+    def memo_size(self) -> int:
+        """How many derived values the spec holds (interning.py bounds it)."""
+        return len(self.__pydantic_private__["_memo"])  # type: ignore[index]
+
     @model_validator(mode="after")
     def _fill_defaults(self) -> ModelSpec:
         """Megatron's defaults for the optional shape fields, filled after the numbers are validated."""
