@@ -8,7 +8,7 @@ from urllib.parse import quote
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
@@ -19,6 +19,8 @@ from app.service.auth import AuthError, LoginRequired
 from app.service.errors import NotFound, Refused, error_list
 from app.service.jsonbody import BodyError
 from app.store import NotOwner
+from app.web import prefs as prefs_mod
+from app.web.respond import html as web_html
 
 
 def error_response(
@@ -111,11 +113,14 @@ def _browser_get(request: Request) -> bool:
     return request.method in ("GET", "HEAD") and "text/html" in request.headers.get("accept", "")
 
 
-def _page(request: Request, status: int, heading: str, message: str) -> HTMLResponse:
+def _page(request: Request, status: int, heading: str, message: str) -> Response:
+    """The site's page for an address no route answers, with the site's own CSP (the API's `default-src 'none'`
+    blocked its stylesheet) and the viewer's units and theme (QA 2026-12-07)."""
+    prefs = prefs_mod.parse(request.cookies.get(prefs_mod.COOKIE))
     page = request.app.state.templates.render(
-        "not_found.html", heading=heading, message=message, planner_version=__version__, self_url="/"
+        "not_found.html", heading=heading, message=message, planner_version=__version__, self_url="/", prefs=prefs
     )
-    return HTMLResponse(page, status)
+    return web_html(request, page, status)
 
 
 _METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")

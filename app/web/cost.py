@@ -33,6 +33,17 @@ def _number(query: Mapping[str, str], name: str, upper: float, errors: list[Fiel
     return value
 
 
+def exact_text(value: float | None) -> str:
+    """A number for an input that gives it back unchanged: "1e+12", but 123456789 whole (":g" keeps six digits, so
+    the panel's input said 1.23457e+08 for a request's 123,456,789 tokens, and "Show time and cost" used that)."""
+    if value is None:
+        return ""
+    short = f"{value:g}"
+    if float(short) == value:
+        return short
+    return f"{value:.0f}" if float(value).is_integer() else repr(float(value))
+
+
 def cost_context(result: PlanResult, query: Mapping[str, str]) -> dict[str, Any]:
     """The cost panel: its inputs as typed, their errors, and one row per ranked plan. Fewer tokens than one step are
     refused as POST /deadline refuses train_tokens (all rows read "0.0 s" at tokens=1, QA 2026-12-07); a refused
@@ -48,7 +59,7 @@ def cost_context(result: PlanResult, query: Mapping[str, str]) -> dict[str, Any]
         refused = True
     rows = [plan_cost(p, tokens, price) for p in result.plans] if tokens and not refused else []
     return {
-        "tokens_text": query.get("tokens", "") or (f"{result.training.train_tokens:g}" if tokens else ""),
+        "tokens_text": query.get("tokens", "") or (exact_text(result.training.train_tokens) if tokens else ""),
         "price_text": query.get("price", ""),
         "tokens": tokens,
         "price": price,

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from threading import Lock
 from typing import Any
 from urllib.parse import urlencode
 
@@ -146,17 +148,44 @@ def memory_bytes(mem: MemoryEstimate) -> tuple[float, ...]:
     )
 
 
-def rejected_rows(result: PlanResult) -> list[RejectedRow]:
+# the byte counts behind each rejected group's message, per stored plan: worked out once (the planner's memory
+# estimate of the group's example), not on every render of its page (`rejected_rows`)
+_EXACT: OrderedDict[tuple[object, ...], tuple[tuple[float, ...], ...]] = OrderedDict()
+_EXACT_MAX = 512
+_EXACT_LOCK = Lock()
+
+
+def rejected_rows(record: PlanRecord, prefs: Prefs) -> list[RejectedRow]:
     """The rejected groups, each with the byte counts of its example's memory where its message gives GiB (the
-    message was written from that example's memory)."""
-    rows = []
-    for g in result.rejected:
-        example = g.examples[0] if g.examples else None
-        exact: tuple[float, ...] = ()
-        if example is not None and " GiB" in g.message:
-            exact = memory_bytes(estimated_memory(result.model, result.cluster, result.training, example))
-        rows.append(RejectedRow(g.reason, g.message, g.count, describe(example) if example else "", exact))
-    return rows
+    message was written from that example's memory) and GB is chosen: only then are they needed (`in_units`), and
+    they are estimated once per stored plan. The page re-ran the planner's memory estimate for every such group on
+    every render, GiB or GB (review 2026-12-07)."""
+    result = record.result
+    exact = _rejected_bytes(record) if prefs.units != "GiB" else tuple(() for _ in result.rejected)
+    return [
+        RejectedRow(g.reason, g.message, g.count, describe(g.examples[0]) if g.examples else "", numbers)
+        for g, numbers in zip(result.rejected, exact, strict=True)
+    ]
+
+
+def _rejected_bytes(record: PlanRecord) -> tuple[tuple[float, ...], ...]:
+    result = record.result
+    key = (record.id, record.created_at, record.planner_version, tuple(g.message for g in result.rejected))
+    with _EXACT_LOCK:
+        if key in _EXACT:
+            _EXACT.move_to_end(key)
+            return _EXACT[key]
+    exact = tuple(
+        memory_bytes(estimated_memory(result.model, result.cluster, result.training, g.examples[0]))
+        if g.examples and " GiB" in g.message
+        else ()
+        for g in result.rejected
+    )
+    with _EXACT_LOCK:
+        _EXACT[key] = exact
+        while len(_EXACT) > _EXACT_MAX:
+            _EXACT.popitem(last=False)
+    return exact
 
 
 def spreads(plan: Plan, prefs: Prefs) -> list[Spread]:
@@ -224,7 +253,7 @@ def result_context(
     result = record.result
     plan = result.plans[rank - 1] if result.plans else None
     gpu = result.cluster.gpu
-    rejected = rejected_rows(result)
+    rejected = rejected_rows(record, prefs)
     context: dict[str, Any] = {
         "record": record,
         "result": result,

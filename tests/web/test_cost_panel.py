@@ -30,3 +30,18 @@ def test_one_step_of_tokens_is_priced(web: Any) -> None:
     step = created["result"]["training"]["global_batch_size"] * created["result"]["model"]["seq_length"]
     page = web.get(f"/p/{created['id']}", params={"tokens": str(step)})
     assert '<table class="cost">' in page.text and "is less than one step" not in page.text
+
+
+@pytest.mark.parametrize("train_tokens", [123_456_789, 1e12, 2.5e11 + 1])
+def test_the_requests_token_count_is_prefilled_as_it_is(web: Any, train_tokens: float) -> None:
+    """The panel's input was filled with f"{train_tokens:g}" (six digits): a request's 123,456,789 tokens read
+    1.23457e+08, and pressing "Show time and cost" (to add a price) priced 123,457,000 tokens; the note under the
+    table said the same rounded number."""
+    created = web.post("/plans", json={**SMALL, "training": {**SMALL["training"], "train_tokens": train_tokens}})
+    assert created.status_code == 201, created.text
+    page = web.get(f"/p/{created.json()['id']}").text
+    value = next(a.get("value") for tag, a in element(page, "field-tokens")[1] if a.get("name") == "tokens")
+    assert value is not None and float(value) == train_tokens
+    assert f"{train_tokens:,.0f} tokens at each plan's predicted tokens/s" in page
+    again = web.get(f"/p/{created.json()['id']}", params={"tokens": value, "price": "2"}).text
+    assert f"{train_tokens:,.0f} tokens at each plan's predicted tokens/s" in again

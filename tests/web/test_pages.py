@@ -328,6 +328,12 @@ def test_a_browser_at_an_unknown_address_gets_the_not_found_page(web: Any) -> No
     page = web.get("/no/such/page", headers={"Accept": "text/html,application/xhtml+xml"})
     assert page.status_code == 404 and page.headers["content-type"].startswith("text/html")
     assert "<h1>Not found</h1>" in page.text and "No page at /no/such/page." in page.text
+    # the site's CSP, so its stylesheet loads (the API's default-src 'none' blocked it), and the viewer's units
+    assert "style-src 'self'" in page.headers["content-security-policy"], page.headers["content-security-policy"]
+    web.cookies.set("tp_prefs", "GB.dark")
+    in_gb = web.get("/no/such/page", headers={"Accept": "text/html"})
+    web.cookies.delete("tp_prefs")
+    assert in_gb.status_code == 404 and "GB → GiB" in in_gb.text and "GiB → GB" not in in_gb.text
     api = web.get("/no/such/page")
     assert api.status_code == 404 and api.json()["detail"] == "Not Found"
     assert api.json()["errors"] == [  # it had an empty error list
