@@ -372,7 +372,17 @@ def overlap_options(
     primary weights with the distributed optimizer; and the FP8 recipe of the GPU generation when the request leaves
     it open."""
     can, pins = training.software.can, training.pinned
-    tp_overlap = can.tp_comm_overlap and tp > 1 and can.sequence_parallel and userbuffers_multicast(cluster)
+    # not with multi-latent attention: megatron-core's TELinear turns tp_comm_overlap off on the config every layer
+    # shares at the first projection whose userbuffer is not qkv/proj/fc1/fc2 (MLA's q_down_proj), so the model's
+    # later layers run their TP communication exposed (rules.stack.overlap_supported; NVIDIA's MLA recipes leave
+    # it off)
+    tp_overlap = (
+        can.tp_comm_overlap
+        and tp > 1
+        and can.sequence_parallel
+        and userbuffers_multicast(cluster)
+        and not model.multi_latent_attention
+    )
     if pins.tp_comm_overlap is not None:
         tp_overlap = pins.tp_comm_overlap and tp > 1
     ep_overlap = can.ep_overlap and ep_overlap_runs(ep, recompute, pp, vpp)

@@ -147,3 +147,24 @@ def test_an_uneven_split_that_vpp_does_not_divide_names_each_stage_in_order() ->
     only_last = _estimate("llama-3-70b", 3, 96, tp=8, pp=3, dp=1, vpp=4, last_stage_layers=14)
     said = [r for r in only_last.reasons if "vpp(4)" in r]
     assert said and "(2 other stages 33 each, last stage 14)" in said[0], said[0]
+
+
+def test_multi_latent_attention_gets_no_tp_comm_overlap() -> None:
+    """megatron-core's TELinear turns tp_comm_overlap off on the shared config at MLA's first projection (userbuffers
+    for qkv, proj, fc1, fc2 only), so every later layer's TP communication is exposed; the planner credited the
+    overlap and rendered --tp-comm-overlap for DeepSeek-V3-like TP4 (render review 2026-12-07)."""
+    mla = plan(
+        PlanRequest(
+            model="deepseek-v3-like",
+            cluster={"num_nodes": 32, "gpu": "H100-SXM"},
+            training={"global_batch_size": 2048, "precision": "fp8", "pinned": {"tp": 4}},
+        )
+    )
+    assert mla.plans and all(p.parallel.tp == 4 for p in mla.plans)
+    assert not any(p.parallel.tp_comm_overlap for p in mla.plans), [describe(p.parallel) for p in mla.plans]
+    pinned = _estimate("deepseek-v3-like", 32, 2048, tp=4, dp=64, ep=64, etp=1, sequence_parallel=True,
+                       tp_comm_overlap=True)  # fmt: skip
+    assert not pinned.feasible and any("multi-latent attention" in r for r in pinned.reasons), pinned.reasons
+    dense = plan(PlanRequest(model="llama-3-70b", cluster={"num_nodes": 8, "gpu": "H100-SXM"},
+                             training={"global_batch_size": 512, "pinned": {"tp": 4}}))  # fmt: skip
+    assert any(p.parallel.tp_comm_overlap for p in dense.plans)

@@ -75,6 +75,15 @@ def overlap_supported(c: Ctx) -> Violation | None:
     p, s = c.par, c.training.software
     if p.tp_comm_overlap and not (s.can.tp_comm_overlap and p.sequence_parallel and p.tp > 1):
         return Violation("tp_comm_overlap", "tp_comm_overlap needs sequence parallelism, TP > 1 and Megatron-core")
+    if p.tp_comm_overlap and c.model.multi_latent_attention:
+        # megatron/core/extensions/transformer_engine.py TELinear.__init__ (core_v0.16.1 L531-541): a userbuffer
+        # name other than qkv, proj, fc1, fc2 sets config.tp_comm_overlap = False on the config all layers share
+        return Violation(
+            "tp_comm_overlap",
+            "tp_comm_overlap with multi-latent attention: megatron-core turns it off for every later layer at the "
+            "first MLA projection (Transformer Engine userbuffers exist for qkv, proj, fc1 and fc2 only), so the "
+            "TP communication would run exposed",
+        )
     if p.moe_ep_overlap and not (s.can.ep_overlap and p.ep > 1 and p.recompute != "full"):
         return Violation("moe_ep_overlap", "EP overlap needs EP > 1, Megatron-core and no full recompute")
     if p.moe_ep_overlap and p.pp > 1 and p.vpp == 1:

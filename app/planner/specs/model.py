@@ -102,7 +102,10 @@ class ModelSpec(Frozen):
         "softmax", description="MoE router scores (--moe-router-score-function): softmax, or sigmoid (DeepSeek-V3)."
     )
     moe_router_pre_softmax: bool = Field(
-        False, description="Softmax over all experts before top-k, no renormalisation (--moe-router-pre-softmax)."
+        False,
+        description="Softmax over all experts before top-k, no renormalisation (--moe-router-pre-softmax). Softmax "
+        "routers only: with sigmoid scores megatron-core always renormalises the top-k and ignores it (moe_utils.py "
+        "topk_routing_with_score_function); the DeepSeek-V3 presets keep it, as Megatron-Bridge's bridge sets it.",
     )
     moe_router_topk_scaling_factor: float | None = Field(
         None, gt=0, le=100, description="Routed-weight scale (--moe-router-topk-scaling-factor; DeepSeek-V3 2.5)."
