@@ -28,6 +28,8 @@ from typing import Literal
 
 from app.planner.specs import ClusterSpec
 
+TREE_ALLREDUCE_BW = 0.92  # NCCL's tree all-reduce bus bandwidth over the ring's (src/graph/tuning.cc)
+
 Op = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
 
 
@@ -114,14 +116,31 @@ def latency(op: Op, g: Group, cluster: ClusterSpec) -> float:
     if op == "send_recv":
         return base + (inter if g.crosses else intra)
     if op == "all_reduce":
-        steps, inter_steps = 2 * (n - 1), (2 * (nodes - 1) if nodes > 1 else 0)
-        ring = base + (steps - inter_steps) * intra + inter_steps * inter
-        if nodes == 1:
-            return ring
-        tree = base + 2 * ((n // nodes - 1) * intra + math.ceil(math.log2(nodes)) * inter)
-        return min(ring, tree)
+        return min(_all_reduce_latencies(g, cluster))
     steps, inter_steps = n - 1, nodes - 1
     return base + (steps - inter_steps) * intra + inter_steps * inter
+
+
+def _all_reduce_latencies(g: Group, cluster: ClusterSpec) -> tuple[float, float]:
+    """(ring, tree) fixed cost of one all-reduce: the ring's 2(N-1) network steps against the tree's 2 log2(N)
+    (the tree only where the group crosses domains)."""
+    eff = cluster.gpu.efficiency
+    base, intra, inter = eff.collective_latency_s, eff.intra_step_latency_s, eff.network_hop_latency_s
+    n, nodes = g.size, g.domains
+    steps, inter_steps = 2 * (n - 1), (2 * (nodes - 1) if nodes > 1 else 0)
+    ring = base + (steps - inter_steps) * intra + inter_steps * inter
+    if nodes == 1:
+        return ring, ring
+    return ring, base + 2 * ((n // nodes - 1) * intra + math.ceil(math.log2(nodes)) * inter)
+
+
+def all_reduce_ring_and_tree(size_bytes: float, g: Group, cluster: ClusterSpec) -> tuple[float, float]:
+    """Seconds of one all-reduce of `size_bytes` over `g` as a ring and as a tree, as NCCL's tuning model weighs
+    them: the tree saves network steps and moves the bytes at TREE_ALLREDUCE_BW of the ring's bus bandwidth
+    (src/graph/tuning.cc: `busBw = min(busBw * .92, nChannels * perChMaxTreeBw)` for a tree all-reduce)."""
+    ring, tree = _all_reduce_latencies(g, cluster)
+    wire = size_bytes * bus_factor("all_reduce", g.size) / bus_bandwidth(g, cluster)
+    return ring + wire, tree + wire / TREE_ALLREDUCE_BW
 
 
 def collective_time(op: Op, size_bytes: float, g: Group, cluster: ClusterSpec, calls: int = 1) -> float:

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import math
 
+from app.planner import comm, space
 from app.planner import layout as lay
-from app.planner import space
 from app.planner.goodput import save_seconds
 from app.planner.results import (
     Decisions,
@@ -39,6 +39,7 @@ from app.planner.states import (
     zero_buckets,
     zero_overlap_comm,
 )
+from app.planner.traffic import MEGATRON_BUCKET_PARAMS, grad_bytes, railed
 
 # DeepSpeed's NVMe buffers as the memory model counts them (memory._offload_buffers: 4 x 1e8 fp32 optimizer
 # elements, 5 x 1e8 16-bit parameter elements); offload_config.py defaults: buffer_count 4 / 5, buffer_size 1e8.
@@ -154,40 +155,76 @@ def _gradient_all_reduce(training: TrainingSpec, par: ParallelConfig) -> bool:
     return par.zero_stage == 0 or deepspeed_uses_bf16_optimizer(training, par)
 
 
-def nccl_decision(training: TrainingSpec, par: ParallelConfig, cluster: ClusterSpec) -> NcclDecision:
+# a tree all-reduce is pinned where NCCL's own tuning model has it at most this share of the ring's time for the
+# plan's all-reduces: there the tree's saved network steps outweigh its lower bandwidth; elsewhere NCCL chooses
+TREE_PAYS = 0.9
+
+
+def _cross_node_all_reduces(
+    model: ModelSpec, training: TrainingSpec, par: ParallelConfig, cluster: ClusterSpec
+) -> list[tuple[str, float, comm.Group]]:
+    """(what, bytes of one call, group) of the plan's all-reduces that cross nodes: the data-parallel gradient
+    buckets (Megatron DDP: max(40M, 1M x DP) elements, distributed_data_parallel.py; DeepSpeed: 5e8 elements,
+    engine.py MEMORY_OPT_ALLREDUCE_SIZE), at most the stage's parameters; the tensor-parallel activation
+    all-reduces without sequence parallelism (one [s, b, h] 16-bit tensor each)."""
     groups = cross_node_groups(par, cluster)
-    allreduce_groups, spans = [], []
+    out: list[tuple[str, float, comm.Group]] = []
     if "data-parallel" in groups and _gradient_all_reduce(training, par):
-        allreduce_groups.append("the data-parallel gradient all-reduce")
-        spans.append(lay.dp_group(par, cluster).domains)
+        g = railed(lay.dp_group(par, cluster), training)
+        per_call = max(MEGATRON_BUCKET_PARAMS, 1_000_000 * g.size) if training.framework == "megatron" else 5e8
+        stage = model.num_parameters / (par.tp * par.pp)
+        out.append(("the data-parallel gradient all-reduce", grad_bytes(training, par) * min(per_call, stage), g))
     if "tensor-parallel" in groups and not par.sequence_parallel:
-        allreduce_groups.append("the tensor-parallel all-reduces")
-        spans.append(lay.tp_group(par, cluster).domains)
-    if not allreduce_groups:
+        tokens = model.seq_length // par.cp * par.micro_batch_size
+        out.append(("the tensor-parallel all-reduces", 2.0 * tokens * model.hidden_size, lay.tp_group(par, cluster)))
+    return out
+
+
+def nccl_decision(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, cluster: ClusterSpec) -> NcclDecision:
+    """NCCL_ALGO, which is process-wide: a tree all-reduce only where NCCL's tuning model has the tree well ahead of
+    the ring for every all-reduce of the plan that crosses nodes. For Megatron's 40M-element gradient buckets on a
+    few nodes the bytes dominate, the tree's 0.92 bandwidth costs more than its saved steps win, and NCCL picks the
+    ring itself; pinning the tree there for its log2 latency slowed the bulk all-reduce (render review 2026-12-07).
+    The step time assumes NCCL's choice either way (comm.latency)."""
+    groups = cross_node_groups(par, cluster)
+    reduces = _cross_node_all_reduces(model, training, par, cluster)
+    if not reduces:
         return NcclDecision(
             reason="no all-reduce of the plan crosses nodes (reduce-scatter, all-gather, all-to-all "
             "and pipeline/context p2p traffic have no tree algorithm): NCCL chooses",
             cross_node_groups=groups,
         )
+    named = " and ".join(what for what, _b, _g in reduces)
     gpu = cluster.gpu
     if gpu.generation in NVLS_GENERATIONS and cluster.nvlink_domain >= 4:
         return NcclDecision(
-            reason=f"{' and '.join(allreduce_groups)} cross nodes, but NCCL_ALGO is process-wide: "
-            f"on {gpu.name} NCCL runs them as NVLSTree (NVLink SHARP inside the node, a tree "
-            f"across), which a forced tree would disable: NCCL chooses",
+            reason=f"{named} cross nodes, but NCCL_ALGO is process-wide: on {gpu.name} NCCL runs them as NVLSTree "
+            f"(NVLink SHARP inside the node, a tree across), which a forced tree would disable: NCCL chooses",
             cross_node_groups=groups,
         )
     # the nodes one all-reduce group spans (it said the job's node count: a DP group of TP2 PP2 DP8 on 4 nodes
     # spans 2, QA 2026-12-07)
-    nodes = max(spans)
+    nodes = max(g.domains for _w, _b, g in reduces)
+    times = [(what, *comm.all_reduce_ring_and_tree(size, g, cluster)) for what, size, g in reduces]
+    worst = max(times, key=lambda t: t[2] / t[1])
+    shares = ", ".join(
+        f"{what} {1e3 * tree:.2f} ms as a tree vs {1e3 * ring:.2f} ms as a ring" for what, ring, tree in times
+    )
+    if worst[2] > TREE_PAYS * worst[1]:
+        return NcclDecision(
+            reason=f"{named} cross {nodes} nodes; by NCCL's tuning model ({shares}: the bytes dominate and the "
+            f"tree moves them at {comm.TREE_ALLREDUCE_BW} of the ring's bandwidth) the tree saves too little to pin "
+            f"it process-wide: NCCL chooses",
+            cross_node_groups=groups,
+        )
     return NcclDecision(
         all_reduce_algo=TREE_ALLREDUCE,
         min_nccl_version=PER_COLLECTIVE_ALGO_NCCL,
         cross_node_groups=groups,
-        reason=f"{' and '.join(allreduce_groups)} cross {nodes} nodes: a tree all-reduce takes log2(nodes) network "
-        f"steps where a ring takes 2(nodes-1) (NCCL tuning.cc); only AllReduce is pinned, the other collectives "
-        f"keep NCCL's choice (per-collective syntax, NCCL >= {PER_COLLECTIVE_ALGO_NCCL}); it also turns off "
-        f"CollNet/SHARP for all-reduce",
+        reason=f"{named} cross {nodes} nodes: a tree all-reduce takes log2(nodes) network steps where a ring takes "
+        f"2(nodes-1) (NCCL tuning.cc; {shares}); only AllReduce is pinned, the other collectives keep NCCL's choice "
+        f"(per-collective syntax, NCCL >= {PER_COLLECTIVE_ALGO_NCCL}); it also turns off CollNet/SHARP for "
+        f"all-reduce",
     )
 
 
@@ -267,7 +304,7 @@ def decide(
         )
     return Decisions(
         deepspeed=deepspeed_decision(model, training, par) if training.framework != "megatron" else None,
-        nccl=nccl_decision(training, par, cluster),
+        nccl=nccl_decision(model, training, par, cluster),
         cuda_device_max_connections=connections,
         cuda_device_max_connections_reason=connections_reason,
         userbuffers_skip_multicast=bool(par.tp_comm_overlap) and not space.userbuffers_multicast(cluster),

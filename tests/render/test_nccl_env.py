@@ -1,7 +1,8 @@
 """Issue 12, defect 4: the NCCL environment. NCCL_ALGO is process-wide, so it is pinned (to a tree all-reduce only)
-where the plan's cross-node all-reduce calls for it, with the reason, and only for an NCCL that parses the
-per-collective syntax; values that leave collectives without an algorithm are refused; NCCL_NET_GDR_LEVEL is not
-set; GLOO_SOCKET_IFNAME follows NCCL_SOCKET_IFNAME, with the exact-match form for full interface names."""
+where NCCL's tuning model has the tree well ahead of the ring for the plan's cross-node all-reduces, with the reason,
+and only for an NCCL that parses the per-collective syntax; values that leave collectives without an algorithm are
+refused; NCCL_NET_GDR_LEVEL is not set; GLOO_SOCKET_IFNAME follows NCCL_SOCKET_IFNAME, with the exact-match form for
+full interface names."""
 
 from __future__ import annotations
 
@@ -36,12 +37,34 @@ def nccl(req: dict, par: dict, **options: object) -> tuple[dict[str, str], str, 
     return exports(arts.files["nccl_env.sh"]), arts.files["nccl_env.sh"], arts.notes
 
 
-def test_tree_allreduce_where_a_cross_node_allreduce_calls_for_it_with_the_reason() -> None:
-    env, text, _ = nccl(request(), DP_ALLREDUCE, nccl_version="2.27.5")
+# a model so small that its gradient bucket moves in a fraction of a millisecond: across 64 nodes the ring's 126
+# network steps cost more than the bytes, and a tree takes 12
+TINY = {"name": "tiny", "num_layers": 2, "hidden_size": 256, "num_attention_heads": 4, "seq_length": 512,
+        "vocab_size": 1024}  # fmt: skip
+MANY_NODES = {**request(nodes=64), "model": TINY, "training": {"global_batch_size": 512, "framework": "megatron"}}
+TINY_DP = {"tp": 1, "dp": 512}
+
+
+def test_tree_allreduce_where_nccls_model_has_it_well_ahead_with_the_reason() -> None:
+    env, text, _ = nccl(MANY_NODES, TINY_DP, nccl_version="2.27.5")
     assert env["NCCL_ALGO"] == "allreduce:tree"
     line = next(line for line in text.splitlines() if line.startswith("export NCCL_ALGO"))
-    assert "data-parallel gradient all-reduce cross 2 nodes" in line and "log2(nodes)" in line
+    assert "data-parallel gradient all-reduce cross 64 nodes" in line and "log2(nodes)" in line
+    tree, ring = (float(x) for x in re.search(r"([\d.]+) ms as a tree vs ([\d.]+) ms as a ring", line).groups())
+    assert tree <= 0.9 * ring, line
     assert "pipeline" not in line and "context" not in line  # p2p traffic has no all-reduce algorithm
+
+
+def test_no_tree_where_the_bytes_dominate() -> None:
+    """Megatron's 40M-element fp32 gradient buckets across 2 nodes: the tree's 0.92 bandwidth costs more than its
+    saved network steps win, and NCCL picks the ring itself; the tree was pinned for its log2 latency (render review
+    2026-12-07)."""
+    env, _, _ = nccl(request(), DP_ALLREDUCE, nccl_version="2.27.5")
+    assert "NCCL_ALGO" not in env
+    reason = fixed_result(request(), DP_ALLREDUCE).plans[0].decisions.nccl.reason
+    assert "NCCL chooses" in reason and "the bytes dominate" in reason, reason
+    tree, ring = (float(x) for x in re.search(r"([\d.]+) ms as a tree vs ([\d.]+) ms as a ring", reason).groups())
+    assert tree > 0.9 * ring, reason
 
 
 def test_no_algo_where_no_allreduce_crosses_nodes() -> None:
@@ -62,7 +85,7 @@ def test_no_algo_on_nvls_systems_where_it_would_disable_nvlstree() -> None:
 )
 def test_never_on_an_nccl_that_misparses_the_syntax(version: str | None, written: bool) -> None:
     """NCCL 2.23 reads 'allreduce:tree' as one unknown algorithm name and enables none (tuning.cc parseList)."""
-    env, _, notes = nccl(request(), DP_ALLREDUCE, nccl_version=version)
+    env, _, notes = nccl(MANY_NODES, TINY_DP, nccl_version=version)
     assert ("NCCL_ALGO" in env) == written
     if not written:
         assert any("needs NCCL >= 2.24" in n for n in notes), notes
