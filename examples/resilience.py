@@ -14,8 +14,13 @@ resumed exactly (with Megatron's LR schedule), and stack dumps on SIGUSR1.
   (deepspeed/runtime/engine.py save_checkpoint) before the ranks agree on the outcome, so the ranks stay in step.
 - A resume takes the checkpoint `latest` names, else (a truncated file, an empty `latest`, a tag that is gone)
   the newest earlier step<N> that loads, naming the broken one; with none, the rank stops naming each.
-- ExitSignal is Megatron's --exit-signal-handler (megatron/training/dist_signal_handler.py): SIGTERM or SIGINT
-  set a flag, the flag is reduced with the step's loss, and every rank saves after the same step and exits.
+- ExitSignal (examples/exit_signal.py, installed before the trainer's imports) is Megatron's --exit-signal-handler
+  (megatron/training/dist_signal_handler.py): SIGTERM or SIGINT set a flag, the flag is reduced with the step's loss,
+  and every rank saves after the same step and exits. A signal before the first step (the imports, the process
+  group's start, the model's construction, the resume) is agreed on by `stop_before_training` as soon as the process
+  group exists, and again before the first step: every rank then exits 0 without training or saving. No step was
+  trained, so nothing is lost: the checkpoint the run would have resumed from stays `latest`, and with none yet the
+  next run starts from step 0.
 """
 
 from __future__ import annotations
@@ -36,33 +41,28 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from exit_signal import ExitSignal
 from heartbeat import Heartbeat
 
 STEP_TAG = re.compile(r"step(\d+)")  # the tags this trainer saves under
 BYTES_PER_PARAM = 14  # 2 (16-bit weights) + 12 (fp32 master weights, exp_avg, exp_avg_sq): ZeRO §3.1
 SPACE_MARGIN = 1.1
-
-
-class ExitSignal:
-    """SIGTERM/SIGINT/SIGHUP: finish the step, save, exit (all ranks after the same step: the flag is all-reduced).
-    SIGHUP is what a closed terminal or a dropped ssh session sends the launcher, which forwards it (torchrun
-    passes it on to the ranks): without a handler the ranks died of it and lost the steps since the last save."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.received: int | None = None
-        if enabled:
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                signal.signal(sig, self._handler)
-
-    def _handler(self, signum: int, frame: object) -> None:
-        self.received = signum
+__all__ = ["Checkpointer", "ExitSignal", "dump_stacks_on_sigusr1", "lr_factor", "stop_before_training"]
 
 
 def _agree(ok: bool) -> bool:
-    """True on every rank iff `ok` is true on every rank."""
-    flag = torch.tensor([1 if ok else 0], dtype=torch.int32)
+    """True on every rank iff `ok` is true on every rank. The flag lives where the backend reduces: NCCL takes CUDA
+    tensors only (the current device, set at start-up), gloo CPU ones."""
+    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    flag = torch.tensor([1 if ok else 0], dtype=torch.int32, device=device)
     dist.all_reduce(flag, op=dist.ReduceOp.MIN)
     return bool(flag.item())
+
+
+def stop_before_training(exit_signal: ExitSignal) -> bool:
+    """Whether a rank received a termination signal before training began: True on every rank iff on any (one
+    all-reduce; call it at the same point on every rank, once the process group exists)."""
+    return not _agree(exit_signal.received is None)
 
 
 def _free_bytes(directory: Path) -> int:

@@ -15,7 +15,9 @@ gloo (set DS_ACCELERATOR=cpu). Rank 0 logs loss and tokens/s per step; `--metric
 Resilience: every rank writes a heartbeat file ($TRAINPLAN_RUN_DIR/heartbeats, examples/heartbeat.py) that
 `python -m launcher run` watches for hangs and stragglers; SIGUSR1 dumps every thread's stack (faulthandler) to
 $TRAINPLAN_RUN_DIR/stacks/rank<R>.txt; SIGTERM or SIGINT save a checkpoint after the current step and exit
-(Megatron's --exit-signal-handler, on by default here; --no-exit-signal-handler turns it off). A resume restores
+(Megatron's --exit-signal-handler, on by default here; --no-exit-signal-handler turns it off). Its handler is the
+script's first statement (examples/exit_signal.py): a signal during the start-up stops every rank before its first
+step, exit 0, nothing trained and nothing saved (the checkpoint it would resume from stays the last). A resume restores
 the step, the data position and the LR schedule (examples/checkpointing.py). The schedule takes Megatron's
 --lr-decay-style (constant by default here), --lr-warmup-iters, --lr-decay-iters and --min-lr.
 
@@ -28,6 +30,14 @@ CUDA, the flash kernel on CPU) never keeps them.
 """
 
 from __future__ import annotations
+
+# ruff: noqa: E402 (the handler below comes before the imports on purpose)
+from exit_signal import ExitSignal  # standard library only
+
+# Megatron's --exit-signal-handler, as the script's first statement: torch's import alone takes 1-2 s, and a
+# SIGTERM in the imports, the process group's start or the model's construction killed the rank outright before
+# (QA 2026-12-07). main() turns it off for --no-exit-signal-handler; imported as a module, this sets nothing.
+EXIT_SIGNAL = ExitSignal() if __name__ == "__main__" else None
 
 import argparse
 import contextlib
@@ -44,7 +54,7 @@ from typing import Any
 import torch
 from gpt_model import GPT, GPTConfig, Recompute, SyntheticTokens, num_parameters
 from heartbeat import Heartbeat, heartbeat_dir
-from resilience import Checkpointer, ExitSignal, dump_stacks_on_sigusr1, lr_factor
+from resilience import Checkpointer, dump_stacks_on_sigusr1, lr_factor, stop_before_training
 
 PROCESS_START = time.time()
 
@@ -285,7 +295,8 @@ def init_process_group(backend: str) -> None:
     )
 
 
-def init_engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any], torch.device]:
+def init_distributed() -> torch.device:
+    """The process group (NCCL on GPUs, gloo on CPU); the device this rank trains on."""
     import deepspeed
 
     on_cuda = torch.cuda.is_available() and os.environ.get("DS_ACCELERATOR", "cuda") != "cpu"
@@ -295,6 +306,13 @@ def init_engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any], torch.de
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if on_cuda else torch.device("cpu")
     if on_cuda:
         torch.cuda.set_device(device)
+    return device
+
+
+def init_engine(args: argparse.Namespace, device: torch.device) -> tuple[Any, dict[str, Any]]:
+    import deepspeed
+
+    on_cuda = device.type == "cuda"
     torch.manual_seed(args.seed)
     cfg_model = model_config(args)
     with device:  # initialised where it trains: a 7B model is built in seconds on a GPU, in minutes on the CPU
@@ -315,7 +333,7 @@ def init_engine(args: argparse.Namespace) -> tuple[Any, dict[str, Any], torch.de
         else torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(args, step))
     )
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config, lr_scheduler=scheduler)
-    return engine, config, device
+    return engine, config
 
 
 def log(message: str) -> None:
@@ -369,15 +387,53 @@ def current_lr(engine: Any) -> float:
     return float(engine.optimizer.param_groups[0]["lr"])
 
 
+def stopped_before_training(
+    args: argparse.Namespace, device: torch.device, exit_signal: ExitSignal, start: int | None
+) -> dict[str, Any]:
+    """Every rank stops before its first step: a rank received a termination signal during the start-up. No step was
+    trained, so none is saved, and the checkpoint the run would have resumed from (`start`, None: not loaded yet)
+    stays the last one."""
+    latest = Path(args.load, "latest") if args.load else None
+    if start:
+        resumes = f"the next run resumes from step {start} again"
+    elif start is None and latest is not None and latest.exists():
+        resumes = f"the next run resumes from the checkpoint {latest} names, as this one would have"
+    else:
+        resumes = "no checkpoint exists yet: the next run starts from step 0"
+    own = f" (this one: {exit_signal.name})" if exit_signal.received else ""
+    log(
+        f"stopping before training: a rank received a termination signal during start-up{own}; no step was "
+        f"trained, so nothing is saved and nothing is lost; {resumes}"
+    )
+    memory, kind, reserved = peak_memory(device)
+    return {
+        "resumed_from": start or 0,
+        "stopped_after": start or 0,
+        "tokens_per_step": None,
+        "steps": [],
+        "peak_memory_bytes": memory,
+        "memory_kind": kind,
+        "peak_reserved_bytes": reserved,
+        "recompute": describe_recompute(args),
+        "device": str(device),
+    }
+
+
 def train(args: argparse.Namespace, heartbeat: Heartbeat, exit_signal: ExitSignal) -> dict[str, Any]:
     import torch.distributed as dist
 
-    engine, config, device = init_engine(args)
+    device = init_distributed()
+    # A signal in the imports or the process group's start: every rank agrees now, before building the model
+    if stop_before_training(exit_signal):
+        return stopped_before_training(args, device, exit_signal, None)
+    engine, config = init_engine(args, device)
     gas, gbs = config["gradient_accumulation_steps"], config["train_batch_size"]
     data = SyntheticTokens(args.vocab_size, args.seq_length, args.seed)
     stream = {"seed": args.seed, "global_batch_size": gbs, "seq_length": args.seq_length, "vocab_size": args.vocab_size}
     ckpt = Checkpointer(engine, args.save, args.load, stream, heartbeat, num_parameters(engine.module), log)
     start = ckpt.resume()
+    if stop_before_training(exit_signal):  # one in the model's construction, DeepSpeed's set-up or the resume
+        return stopped_before_training(args, device, exit_signal, start)
     log(
         f"{num_parameters(engine.module):,} parameters, ZeRO stage {engine.zero_optimization_stage()}, "
         f"batch {gbs} x {args.seq_length} tokens, recompute {describe_recompute(args)}, "
@@ -451,12 +507,14 @@ def write_metrics(args: argparse.Namespace, result: dict[str, Any], rank: int) -
         log(f"metrics not written to {args.metrics_dir}: {exc}")
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], exit_signal: ExitSignal | None = None) -> int:
+    exit_signal = exit_signal or ExitSignal()
     args = parse_args(argv)
+    if not args.exit_signal_handler:
+        exit_signal.disable()  # a signal that came already ends the process now, as without the handler
     rank = int(os.environ.get("RANK", 0))
     heartbeat = Heartbeat(args.heartbeat_dir, rank)
     heartbeat.beat(stacks=dump_stacks_on_sigusr1(rank))
-    exit_signal = ExitSignal(args.exit_signal_handler)
     result = train(args, heartbeat, exit_signal)
     if args.metrics_dir:
         write_metrics(args, result, rank)
@@ -484,4 +542,4 @@ def exit_now(code: int) -> None:
 
 
 if __name__ == "__main__":
-    exit_now(main(sys.argv[1:]))
+    exit_now(main(sys.argv[1:], EXIT_SIGNAL))

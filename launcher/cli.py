@@ -126,7 +126,7 @@ def quick_run_args(argv: list[str]) -> argparse.Namespace | None:
             value = next(words, "-")
             if value.startswith("-") or (key == "backend" and value not in BACKEND_CHOICES):
                 return None
-            if key == "node_rank" and not value.isdigit():
+            if key == "node_rank" and not value.isdecimal():  # what int() takes: "²" is a digit, not a decimal
                 return None
             values[key] = int(value) if key == "node_rank" else value
         elif word.startswith("-") or plan is not None:
@@ -162,6 +162,10 @@ def main(argv: list[str] | None = None) -> int:
     except (RunDirError, WorkingDirError) as exc:
         sys.stderr.write(f"launcher: refusing to start: {exc}\n")
         return 2
+    except KeyboardInterrupt:  # Ctrl-C in a verb that does not take signals itself (preflight asking every node's
+        # interpreter, up to 120 s each): one line, not a traceback (QA 2026-12-07); `run` forwards SIGINT to its job
+        sys.stderr.write("launcher: interrupted (SIGINT)\n")
+        return 128 + 2
     except BrokenPipeError:  # `dry-run plan.json | head`: the reader has what it wanted; end quietly, as cat does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # stdout is flushed again at exit
         return 141  # 128 + SIGPIPE

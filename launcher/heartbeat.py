@@ -7,6 +7,7 @@ Only the ranks the launcher runs on this node are read, so the cost is one small
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -55,7 +56,15 @@ class Beat:
 
 
 def _num(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    """A finite number, else None (not reported). JSON's Infinity as a step time made every rank's step timeout
+    infinite (the slowest recent step bounds it): hangs went undetected for the rest of the job (QA 2026-12-07)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past float's range
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _checkpoint(value: object) -> dict[str, Any] | None:
@@ -70,10 +79,12 @@ def _checkpoint(value: object) -> dict[str, Any] | None:
 
 def read_beat(directory: Path, rank: int) -> Beat | None:
     """The rank's last record, stamped with when it was written: progress is timed from the write, not from the
-    poll that saw it."""
+    poll that saw it. The file's name says whose record it is: a record's own "rank" field that differs (a trainer
+    writing its local rank into rank<global>.json) made the watchdog look up a rank it does not watch, and the
+    launcher died of a KeyError and killed the healthy job (QA 2026-12-07); the pid ties it to the process."""
     try:
         with open(directory / f"rank{rank}.json", "rb") as f:
             beat = Beat.parse(f.read(RECORD_BYTES))
-            return beat and replace(beat, written=os.fstat(f.fileno()).st_mtime)
+            return beat and replace(beat, rank=rank, written=os.fstat(f.fileno()).st_mtime)
     except OSError:
         return None

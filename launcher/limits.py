@@ -104,12 +104,14 @@ def log_interval(args: tuple[str, ...]) -> int:
 
 def int_arg(args: tuple[str, ...], flag: str) -> int | None:
     """The positive integer a training argument `flag` is given (`--flag N` or `--flag=N`; the last one, as
-    argparse takes it), None where it is absent or not a positive integer."""
+    argparse takes it), None where it is absent or not a positive integer. isdecimal, not isdigit: "²" is a digit
+    that int() refuses, and `--log-interval ²` in a plan's arguments crashed `show` and `run` with a traceback, the
+    latter after it had made the run directory (QA 2026-12-07)."""
     found = None
     for i, word in enumerate(args):
         value = word.partition("=")[2] if word.startswith(flag + "=") else None
         if word == flag and i + 1 < len(args):
             value = args[i + 1]
-        if value is not None and value.isdigit() and int(value) > 0:
+        if value is not None and value.isdecimal() and int(value) > 0:
             found = int(value)
     return found

@@ -35,7 +35,10 @@ def tear_down_hung(
     log(hang.describe())
     workers = watch.workers()
     if take_stacks:
-        ranks = [(w.rank, w.pid, b.stacks if (b := read_beat(progress.directory, w.rank)) else None) for w in workers]
+        # only a process's own record says it listens for SIGUSR1: after a restart a rank's file can still hold the
+        # previous process's, and SIGUSR1's default action killed a rank not listening yet (QA 2026-12-07)
+        beats = [(w, read_beat(progress.directory, w.rank)) for w in workers]
+        ranks = [(w.rank, w.pid, b.stacks if b is not None and b.pid == w.pid else None) for w, b in beats]
         log(stacks.collect(ranks, run_dir))
     watch.killed.update(w.pid for w in workers)
     killed = procs.signal_pids([w.pid for w in workers], signal.SIGKILL)

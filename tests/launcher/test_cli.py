@@ -8,11 +8,23 @@ import io
 import json
 import os
 import shlex
+import signal
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import foreign_addresses, run_launcher, write_plan
+from conftest import (
+    ROOT,
+    foreign_addresses,
+    free_port,
+    launcher_env,
+    processes_mentioning,
+    run_launcher,
+    wait_for,
+    write_plan,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from make_plan import tiny_plan
@@ -259,7 +271,7 @@ WORDS = (
     "--run-dir=d",
     "--node_rank",
 )
-WORDS += ("0", "7", "+1", "-1", "٣", "torchrun", "slurm", "bogus", "-h", "--help", "dry-run", "--steps")
+WORDS += ("0", "7", "+1", "-1", "٣", "²", "torchrun", "slurm", "bogus", "-h", "--help", "dry-run", "--steps")
 
 
 def argparse_reads(argv: list[str]) -> argparse.Namespace | None:
@@ -292,6 +304,21 @@ def test_the_usual_run_command_lines_are_read_quickly() -> None:
         assert quick is not None and read is not None and vars(quick) == vars(read), argv
     for argv in (["run", "plan.json", "--run-dir=r"], ["run", "p", "--run-dir", "a", "--run-dir", "b"], ["run", "-h"]):
         assert quick_run_args(argv) is None  # argparse's to read: it agrees, or says what is wrong
+
+
+def test_a_number_int_cannot_read_is_an_error_not_a_traceback(tmp_path: Path) -> None:
+    """QA 2026-12-07: "²" is a digit (str.isdigit) that int() refuses. `run plan --node-rank ²` died of a ValueError in
+    the quick reading of the command line, and `--log-interval ²` among the plan's arguments crashed `show`, and `run`
+    after it had made the run directory. argparse now says what is wrong (exit 2); the plan's argument is no number
+    the launcher can use (the trainer's own argparse refuses it), as "abc" is not."""
+    path = write_plan(tmp_path, tiny_plan(extra_args=("--log-interval", "²", "--train-iters", "²")))
+    assert quick_run_args(["run", str(path), "--node-rank", "²"]) is None
+    done = run_launcher("run", str(path), "--node-rank", "²", "--run-dir", str(tmp_path / "never"))
+    assert done.returncode == 2 and "argument --node-rank: invalid int value: '²'" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "never").exists()
+    shown = run_launcher("show", str(path))
+    assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
+    assert "watchdog" in shown.stdout
 
 
 def test_a_run_directory_in_use_by_another_launcher_is_refused(tmp_path: Path) -> None:
@@ -523,3 +550,33 @@ def test_a_report_is_written_atomically(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         rundir.write_atomic(blocked, "new\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json", "blocked.json"]
+
+
+def test_ctrl_c_during_preflight_ends_it_with_one_line_not_a_traceback(tmp_path: Path) -> None:
+    """QA 2026-12-07: preflight asks the job's interpreter on every node (up to 120 s each, over ssh where remote); a
+    Ctrl-C while it waited printed a KeyboardInterrupt traceback. It now says it was interrupted and exits 130 (128 +
+    SIGINT), and the interpreter it was asking is gone."""
+    marker = tmp_path / "slow-python"
+    marker.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(30)\n")
+    marker.chmod(0o755)
+    plan = tiny_plan(master_port=free_port())
+    plan = replace(plan, entrypoint=replace(plan.entrypoint, python=str(marker)))
+    argv = [sys.executable, "-m", "launcher", "preflight", str(write_plan(tmp_path, plan)), "--run-dir", str(tmp_path)]
+    # SIGINT as a terminal's foreground job has it: a shell starts background jobs (pytest under `nohup ... &`) with
+    # SIGINT ignored, and the children inherit that
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+        env=launcher_env(),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    wait_for(lambda: processes_mentioning(str(marker)), 30, "preflight to ask the interpreter")
+    proc.send_signal(signal.SIGINT)
+    out = proc.communicate(timeout=30)[0]
+    assert proc.returncode == 130, out
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
+    assert out.rstrip().splitlines()[-1] == "launcher: interrupted (SIGINT)", out
+    assert not processes_mentioning(str(marker))

@@ -322,3 +322,36 @@ def test_an_exit_0_after_done_or_without_its_own_heartbeat_is_not_blamed(tmp_pat
         root = watch.first_failure
         assert root is not None and root.worker.rank == 0, lines
         assert lines[-2] == f"exited: rank 1 (local_rank 1, pid {early.pid}, node 0) exited with code 0"
+
+
+def test_a_hang_asks_for_stacks_only_where_the_ranks_own_heartbeat_says_it_listens(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """QA 2026-12-07: the teardown of a hang sent SIGUSR1 to every local rank whose heartbeat FILE said faulthandler
+    listens, without checking the record was that process's. After a restart, a rank still in its imports (its file
+    holds the previous process's record) does not listen yet, and SIGUSR1's default action killed it: it died "killed
+    by signal 10 (SIGUSR1)", not by the watchdog's SIGKILL, and the launcher waited 3 s for a dump that never came."""
+    from launcher.limits import Limits
+    from launcher.recovery import tear_down_hung
+    from launcher.watchdog import Culprit, Hang, ProgressWatch
+
+    children = [_child(), _child()]  # neither listens for SIGUSR1
+    monkeypatch.setenv("PATH", str(tmp_path))  # no py-spy: the stacks are asked for with SIGUSR1
+    watch, lines = _watching(children)
+    beats = tmp_path / "heartbeats"
+    beats.mkdir()
+    for rank, child in enumerate(children):  # rank 1's file: the record of the process before the restart
+        record = {"rank": rank, "pid": child.pid if rank == 0 else 1, "seq": 3, "phase": "train", "step": 5}
+        stale = {"stacks": "SIGUSR1"} if rank == 1 else {}
+        (beats / f"rank{rank}.json").write_text(json.dumps({**record, **stale}).ljust(RECORD_BYTES))
+    limits = Limits(2.0, 2.0, 10.0, 0.25, 0.0, 60.0, 1.5, 5, True)
+    progress = ProgressWatch(limits, beats, 0, lambda msg, **_: lines.append(msg))
+    hang = Hang((Culprit(0, children[0].pid, 5, "train", False),), 2.6, 2.5, "test", 0)
+    try:
+        tear_down_hung(watch, progress, hang, tmp_path, True, lambda msg, **_: lines.append(msg))
+        for child in children:
+            child.wait(timeout=10)
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+    assert [c.returncode for c in children] == [-signal.SIGKILL, -signal.SIGKILL], lines
+    assert "no stack traces: py-spy is not on PATH and no rank listens for SIGUSR1" in lines, lines

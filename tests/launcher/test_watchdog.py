@@ -4,6 +4,7 @@ writes them) and real processes; the guardian (launcher/guardian.py) with a real
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import signal
@@ -66,11 +67,8 @@ def beats(directory: Path, workers: list[procs.Worker]) -> list[Heartbeat]:
     return out
 
 
-def test_a_stopped_rank_is_named_once_it_is_past_the_step_timeout(tmp_path: Path, sleepers) -> None:  # type: ignore[no-untyped-def]
-    events: list[str] = []
-    watch = ProgressWatch(limits(step_s=0.2, step_s_high=0.25), tmp_path, 0, lambda m, echo=True: events.append(m))
-    hbs, t = beats(tmp_path, sleepers), 1000.0
-    assert watch.poll(sleepers, t) is None  # first heartbeats: start phase, 10 s + ... allowed
+def _three_steps_then_stop_rank_1(watch: ProgressWatch, sleepers, hbs, t: float) -> float:  # type: ignore[no-untyped-def]
+    """Every rank completes steps 1-3 of 0.2 s (no hang seen), then rank 1 is SIGSTOPped; the time of step 3."""
     for step in range(1, 4):
         t += 0.2
         for hb in hbs:
@@ -78,6 +76,15 @@ def test_a_stopped_rank_is_named_once_it_is_past_the_step_timeout(tmp_path: Path
         assert watch.poll(sleepers, t) is None
     os.kill(sleepers[1].pid, signal.SIGSTOP)
     wait_for(lambda: procs.state(sleepers[1].pid) == "T", 5, "the stop")
+    return t
+
+
+def test_a_stopped_rank_is_named_once_it_is_past_the_step_timeout(tmp_path: Path, sleepers) -> None:  # type: ignore[no-untyped-def]
+    events: list[str] = []
+    watch = ProgressWatch(limits(step_s=0.2, step_s_high=0.25), tmp_path, 0, lambda m, echo=True: events.append(m))
+    hbs, t = beats(tmp_path, sleepers), 1000.0
+    assert watch.poll(sleepers, t) is None  # first heartbeats: start phase, 10 s + ... allowed
+    t = _three_steps_then_stop_rank_1(watch, sleepers, hbs, t)
     assert watch.poll(sleepers, t + 2.49) is None  # 2 x 0.25 + 2 = 2.5 s
     hang = watch.poll(sleepers, t + 2.51)
     assert hang is not None and [c.rank for c in hang.culprits] == [1] and hang.culprits[0].stopped
@@ -248,6 +255,40 @@ def test_a_torn_or_foreign_record_reads_as_nothing(tmp_path: Path) -> None:
     assert read_beat(tmp_path, 4) is None
     (tmp_path / "rank4.json").write_text('{"rank": 4, "pid": 1, "seq": 1, "phase": "dancing"}')
     assert read_beat(tmp_path, 4) is None and read_beat(tmp_path, 5) is None
+
+
+def test_a_record_whose_rank_field_is_not_its_files_is_the_files_rank(tmp_path: Path, sleepers) -> None:  # type: ignore[no-untyped-def]
+    """rank1.json written with "rank": 7 (a trainer writing another numbering into it): the watchdog looked up rank 7
+    at the first completed step, and the launcher died of a KeyError, killing the healthy job (QA 2026-12-07). The
+    file's name decides: rank 1 is judged, and named when it stops."""
+    watch = ProgressWatch(limits(step_s=0.2, step_s_high=0.25), tmp_path, 0, lambda m, echo=True: None)
+    hbs, t = beats(tmp_path, sleepers), 1000.0
+    hbs[1].beat(rank=7)
+    assert watch.poll(sleepers, t) is None
+    t = _three_steps_then_stop_rank_1(watch, sleepers, hbs, t)
+    hang = watch.poll(sleepers, t + 2.51)
+    os.kill(sleepers[1].pid, signal.SIGCONT)
+    assert hang is not None and [c.rank for c in hang.culprits] == [1], hang
+
+
+def test_a_step_time_of_infinity_does_not_switch_hang_detection_off(tmp_path: Path, sleepers) -> None:  # type: ignore[no-untyped-def]
+    """Rank 0 reports its step time as JSON's Infinity (a garbled record): the slowest recent step bounds every rank's
+    step timeout, which became infinite, and a rank SIGSTOPped after it was never named (QA 2026-12-07). A number
+    that is not finite is no step time: rank 1's hang is found at 2 x 0.25 s + 2 s."""
+    watch = ProgressWatch(limits(step_s=0.2, step_s_high=0.25), tmp_path, 0, lambda m, echo=True: None)
+    hbs, t = beats(tmp_path, sleepers), 1000.0
+    assert watch.poll(sleepers, t) is None
+    for step in range(1, 6):
+        t += 0.2
+        for hb, step_s in zip(hbs, (math.inf, 0.2), strict=True):
+            hb.beat(phase="train", step=step, step_s=step_s, compute_s=0.1)
+        assert watch.poll(sleepers, t) is None
+    assert "Infinity" in (tmp_path / "rank0.json").read_text()
+    os.kill(sleepers[1].pid, signal.SIGSTOP)
+    wait_for(lambda: procs.state(sleepers[1].pid) == "T", 5, "the stop")
+    hang = watch.poll(sleepers, t + 2.51)
+    os.kill(sleepers[1].pid, signal.SIGCONT)
+    assert hang is not None and [c.rank for c in hang.culprits] == [1], hang
 
 
 @contextlib.contextmanager
