@@ -6,6 +6,7 @@ Everything the launcher process imports is the standard library: no torch, nothi
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterable
 from types import SimpleNamespace
@@ -137,6 +138,17 @@ def quick_run_args(argv: list[str]) -> argparse.Namespace | None:
     return None if plan is None else cast("argparse.Namespace", SimpleNamespace(verb="run", plan=plan, **values))
 
 
+class Terminated(BaseException):
+    """SIGTERM in a verb that does not take signals itself: it unwinds as Ctrl-C does, so that the process the verb
+    waits on goes with it (subprocess.run kills its child on any exception). SIGTERM's default action ended the
+    launcher during preflight and left the interpreter or ssh it was asking running until its own timeout (QA
+    2026-12-07). `run` forwards signals to its job (runner.py) and keeps its own handlers."""
+
+
+def _terminated(_signum: int, _frame: object) -> None:
+    raise Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra: list[str] = []
@@ -154,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.verb != "run":  # `run` resumes collection once its agents run (launcher/startup.py)
         startup.resume_collection()
+        signal.signal(signal.SIGTERM, _terminated)  # the runner, where a verb starts one, installs its own
     try:
         return VERBS[args.verb][0](args)
     except PlanError as exc:
@@ -166,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
         # interpreter, up to 120 s each): one line, not a traceback (QA 2026-12-07); `run` forwards SIGINT to its job
         sys.stderr.write("launcher: interrupted (SIGINT)\n")
         return 128 + 2
+    except Terminated:
+        sys.stderr.write("launcher: terminated (SIGTERM)\n")
+        return 128 + signal.SIGTERM
     except BrokenPipeError:  # `dry-run plan.json | head`: the reader has what it wanted; end quietly, as cat does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # stdout is flushed again at exit
         return 141  # 128 + SIGPIPE

@@ -552,10 +552,17 @@ def test_a_report_is_written_atomically(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json", "blocked.json"]
 
 
-def test_ctrl_c_during_preflight_ends_it_with_one_line_not_a_traceback(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("sig", "code", "said"),
+    [(signal.SIGINT, 130, "launcher: interrupted (SIGINT)"), (signal.SIGTERM, 143, "launcher: terminated (SIGTERM)")],
+)
+def test_a_signal_during_preflight_ends_it_with_one_line_and_no_orphan(
+    tmp_path: Path, sig: signal.Signals, code: int, said: str
+) -> None:
     """QA 2026-12-07: preflight asks the job's interpreter on every node (up to 120 s each, over ssh where remote); a
-    Ctrl-C while it waited printed a KeyboardInterrupt traceback. It now says it was interrupted and exits 130 (128 +
-    SIGINT), and the interpreter it was asking is gone."""
+    Ctrl-C while it waited printed a KeyboardInterrupt traceback, and a SIGTERM ended the launcher by its default
+    action with the interpreter it was asking left running. Each now says so in one line, exits 128 + the signal,
+    and the interpreter it was asking is gone."""
     marker = tmp_path / "slow-python"
     marker.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(30)\n")
     marker.chmod(0o755)
@@ -574,9 +581,9 @@ def test_ctrl_c_during_preflight_ends_it_with_one_line_not_a_traceback(tmp_path:
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     wait_for(lambda: processes_mentioning(str(marker)), 30, "preflight to ask the interpreter")
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     out = proc.communicate(timeout=30)[0]
-    assert proc.returncode == 130, out
+    assert proc.returncode == code, out
     assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
-    assert out.rstrip().splitlines()[-1] == "launcher: interrupted (SIGINT)", out
+    assert out.rstrip().splitlines()[-1] == said, out
     assert not processes_mentioning(str(marker))
