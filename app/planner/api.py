@@ -16,6 +16,7 @@ from app.planner.explain import (
     SIMPLER_WITHIN,
     cluster_notes,
     describe,
+    fewer_words,
     mfu_words,
     model_notes,
     simpler_by,
@@ -379,7 +380,7 @@ def _say_simpler(plans: list[Plan], timed: list[tuple[Found, TimeEstimate]], fea
         t = first.estimate.time
         first.why[0] = (
             f"within {100 * (step / quickest.step_s - 1):.1f}% of the fastest of {feasible} feasible plans ({where}, "
-            f"which adds {simpler_by(first.parallel, fastest.par)}), with fewer moving parts: "
+            f"which adds {simpler_by(first.parallel, fastest.par)}), with {fewer_words(first.parallel, fastest.par)}: "
             f"{t.tokens_per_s:,.0f} tokens/s, {mfu_words(t.mfu, precision)}"
         )
 

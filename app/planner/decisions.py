@@ -164,15 +164,19 @@ def _cross_node_all_reduces(
     model: ModelSpec, training: TrainingSpec, par: ParallelConfig, cluster: ClusterSpec
 ) -> list[tuple[str, float, comm.Group]]:
     """(what, bytes of one call, group) of the plan's all-reduces that cross nodes: the data-parallel gradient
-    buckets (Megatron DDP: max(40M, 1M x DP) elements, distributed_data_parallel.py; DeepSpeed: 5e8 elements,
-    engine.py MEMORY_OPT_ALLREDUCE_SIZE), at most the stage's parameters; the tensor-parallel activation
-    all-reduces without sequence parallelism (one [s, b, h] 16-bit tensor each)."""
+    buckets (Megatron DDP: max(40M, 1M x DP x CP) elements, one bucket of the whole stage without overlapped
+    reduction, distributed_data_parallel.py; DeepSpeed: 5e8 elements, engine.py MEMORY_OPT_ALLREDUCE_SIZE), at most
+    the stage's parameters; the tensor-parallel activation all-reduces without sequence parallelism (one [s, b, h]
+    16-bit tensor each)."""
     groups = cross_node_groups(par, cluster)
     out: list[tuple[str, float, comm.Group]] = []
     if "data-parallel" in groups and _gradient_all_reduce(training, par):
         g = railed(lay.dp_group(par, cluster), training)
-        per_call = max(MEGATRON_BUCKET_PARAMS, 1_000_000 * g.size) if training.framework == "megatron" else 5e8
         stage = model.num_parameters / (par.tp * par.pp)
+        per_call = 5e8
+        if training.framework == "megatron":
+            overlapped = training.overlap_grad_reduce and training.software.can.overlap_grad_reduce
+            per_call = max(MEGATRON_BUCKET_PARAMS, 1_000_000 * par.dp * par.cp) if overlapped else stage
         out.append(("the data-parallel gradient all-reduce", grad_bytes(training, par) * min(per_call, stage), g))
     if "tensor-parallel" in groups and not par.sequence_parallel:
         tokens = model.seq_length // par.cp * par.micro_batch_size

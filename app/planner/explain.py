@@ -189,10 +189,17 @@ def moving_parts(par: ParallelConfig) -> dict[str, int]:
 def simplicity(par: ParallelConfig) -> tuple[int, int]:
     """What ranks plans within SIMPLER_WITHIN (smaller first): the weight of their moving parts, then how many pipeline
     chunks each micro-batch passes through (PP x VPP). VPP counted once whatever its size ranked one-layer chunks
-    first: Llama-3 70B on 64 H100 put PP2 x VPP40 0.1 % ahead of VPP20, where recipes run 2-5 layers a chunk
-    (Megatron-Bridge's 70B PP4 VP5, 405B PP8 VP8) for fewer sends and launches per micro-batch and less warm-up
-    memory (practitioner QA 2026-12-07)."""
+    first: Llama-3 70B on 64 nodes (512 H100) put PP2 x VPP40 0.1 % ahead of VPP20, where recipes run 2-5 layers a
+    chunk (Megatron-Bridge's 70B PP4 VP5, 405B PP8 VP8) for fewer sends and launches per micro-batch and less warm-up
+    memory (practitioner QA 2026-12-07). Within the 1 % the fewest chunks win, however many layers each then holds:
+    the model counts the larger bubble of fewer chunks, so it is inside the 1 % too."""
     return sum(moving_parts(par).values()), par.pp * par.vpp
+
+
+def fewer_words(simple: ParallelConfig, other: ParallelConfig) -> str:
+    """What makes `simple` the simpler of two plans (`simplicity`): its moving parts, or with as many, its chunks."""
+    mine, theirs = simplicity(simple), simplicity(other)
+    return "fewer pipeline chunks" if mine[0] == theirs[0] else "fewer moving parts"
 
 
 def simpler_by(simple: ParallelConfig, other: ParallelConfig) -> str:

@@ -6,9 +6,12 @@ instances. The service parses every request into new instances, so each request 
 Llama-2 70B request of benchmarks/service_latency.py took 195 ms with it empty and 156 ms with it full (2-core VM,
 2026-12-07). Specs are frozen, so two that dump to the same JSON derive the same values: `interned` returns the one
 seen first. The table keeps the most recently used `MAX_SPECS`, and the least recently used models go while their
-caches together hold more than `MAX_MEMO` entries (one 70B search leaves about 2,000, 3 MB; the Kimi-K2-like preset
-on 2,048 GPUs 19,000, 12 MB): a service's planner process (RLIMIT_AS 2 GiB by default) keeps under 100 MB of them. A
-model whose cache alone has outgrown that (planned under very many clusters and trainings) is replaced by the newcomer.
+caches together hold more than `MAX_MEMO` entries (one 70B search leaves about 2,000, 0.9 MB; the Kimi-K2-like preset
+on 2,048 GPUs 17,500, 7.9 MB; about 450-650 bytes an entry): a service's planner process (RLIMIT_AS 2 GiB by default)
+keeps under 100 MB of them. A model whose cache alone has outgrown that (planned under very many clusters and
+trainings) is replaced by the newcomer. A search stopped by its time cap explores more candidates with the caches full
+than empty, so under a cap the plans can depend on what the planner process planned before (the first plan's "why"
+says the search was capped).
 """
 
 from __future__ import annotations

@@ -65,6 +65,11 @@ def test_no_tree_where_the_bytes_dominate() -> None:
     assert "NCCL chooses" in reason and "the bytes dominate" in reason, reason
     tree, ring = (float(x) for x in re.search(r"([\d.]+) ms as a tree vs ([\d.]+) ms as a ring", reason).groups())
     assert tree > 0.9 * ring, reason
+    # without overlapped reduction Megatron's DDP makes one bucket of the stage: 6.7B fp32 gradients, not 40M
+    whole = {**request(), "training": {**request()["training"], "overlap_grad_reduce": False}}
+    one = fixed_result(whole, DP_ALLREDUCE).plans[0].decisions.nccl.reason
+    ring_whole = float(re.search(r"([\d.]+) ms as a ring", one).group(1))
+    assert ring_whole > 100 * ring, (one, reason)
 
 
 def test_no_algo_where_no_allreduce_crosses_nodes() -> None:
