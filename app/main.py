@@ -26,6 +26,7 @@ from app.service.compute import PlannerPool
 from app.service.planning import PlanCache
 from app.settings import Settings
 from app.store import AccountStore, ClusterStore, PlanStore
+from app.web.respond import site_page
 from app.web.routes import router as web_router
 from app.web.templates import WebTemplates
 
@@ -75,7 +76,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(deadline_router)
     app.include_router(docs.router)
     app.include_router(web_router)
-    errors.install(app)
+    errors.install(app, site_page)
     openapi.install(app, settings.anonymous_read)
 
     @app.exception_handler(OperationalError)

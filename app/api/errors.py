@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -13,14 +13,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from app.api.schemas import ErrorBody, FieldErrorOut
-from app.planner import __version__
 from app.planner.errors import FieldError
 from app.service.auth import AuthError, LoginRequired
 from app.service.errors import NotFound, Refused, error_list
 from app.service.jsonbody import BodyError
 from app.store import NotOwner
-from app.web import prefs as prefs_mod
-from app.web.respond import html as web_html
 
 
 def error_response(
@@ -51,7 +48,10 @@ def request_errors(errors: Iterable[Mapping[str, Any]]) -> list[FieldError]:
     return out
 
 
-def install(app: FastAPI) -> None:
+def install(app: FastAPI, site_page: Page) -> None:
+    """The error handlers; `site_page` renders what a browser reads instead of the API's JSON."""
+    app.state.site_page = site_page
+
     @app.exception_handler(Refused)
     def _input(_request: Request, exc: Refused) -> Response:
         if exc.status_code == 499:  # the client left: nobody reads this
@@ -113,14 +113,14 @@ def _browser_get(request: Request) -> bool:
     return request.method in ("GET", "HEAD") and "text/html" in request.headers.get("accept", "")
 
 
+Page = Callable[[Request, int, str, str], Response]  # (request, status, heading, message) -> the site's page
+
+
 def _page(request: Request, status: int, heading: str, message: str) -> Response:
-    """The site's page for an address no route answers, with the site's own CSP (the API's `default-src 'none'`
-    blocked its stylesheet) and the viewer's units and theme (QA 2026-12-07)."""
-    prefs = prefs_mod.parse(request.cookies.get(prefs_mod.COOKIE))
-    page = request.app.state.templates.render(
-        "not_found.html", heading=heading, message=message, planner_version=__version__, self_url="/", prefs=prefs
-    )
-    return web_html(request, page, status)
+    """The site's page (app.web.respond.site_page, which app.main hands to `install`: the API does not import the
+    web package) for a browser at an address no route answers or with a query a page does not take."""
+    page: Page = request.app.state.site_page
+    return page(request, status, heading, message)
 
 
 _METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")

@@ -65,6 +65,17 @@ def bad_address(
     return _message_page(request, templates, message, viewer, prefs, self_url, "Bad address", 422)
 
 
+def site_page(request: Request, status_code: int, heading: str, message: str) -> Response:
+    """The site's message page for an address no route answers, or a route's error a browser reads (the API's error
+    handlers call it, app/api/errors.py install): the site's CSP (the API's `default-src 'none'` blocked the
+    stylesheet) and the viewer's units and theme from the cookie (QA 2026-12-07)."""
+    prefs = prefs_mod.parse(request.cookies.get(prefs_mod.COOKIE))
+    page = request.app.state.templates.render(
+        "not_found.html", heading=heading, message=message, planner_version=__version__, self_url="/", prefs=prefs
+    )
+    return html(request, page, status_code)
+
+
 def _message_page(
     request: Request,
     templates: WebTemplates,
