@@ -3,7 +3,9 @@
 `t = latency + S x factor / busbw`; factor = 2(n-1)/n for all-reduce, (n-1)/n for all-gather, reduce-scatter (S the
 full n x per-rank size), 1 for point-to-point. Where the group lands decides `busbw`:
 
-- inside one NVLink domain (a node, or a GB200 NVL72 rack of trays): the NVLink figure x `efficiency.nvlink`;
+- inside one NVLink domain (a node, or a GB200 NVL72 rack of trays): the NVLink figure x `efficiency.nvlink`; on a
+  full mesh without a switch (MI300X's Infinity Fabric, `GPUSpec.fabric_mesh`) only the share of the links that join
+  the group's members of the domain (k - 1 of the domain's d - 1);
 - across domains with k ranks of the group in each: on a rail-optimised cluster NCCL runs k rings (channels) that
   leave each domain through k NICs, so `busbw = min(k x NIC x efficiency.network, NVLink x efficiency.nvlink)`;
   a group with one rank per node (DP across TP=8 nodes) has one NIC.
@@ -92,8 +94,16 @@ def bus_factor(op: Op, n: int) -> float:
     return (n - 1) / n
 
 
-def _nvlink_bw(cluster: ClusterSpec) -> float:
-    return cluster.intra_bw * cluster.gpu.efficiency.nvlink
+def _nvlink_bw(cluster: ClusterSpec, members: int = 0) -> float:
+    """Bus bandwidth inside the domain of `members` ranks of a group there (0: every GPU of the domain). Behind a
+    switch each GPU uses all of its links whatever the group; on a full mesh (`GPUSpec.fabric_mesh`, MI300X) only
+    the k - 1 links to the group's other members of its domain - 1: a pair of MI300X shares one 64 GB/s link, where
+    all eight were credited to it (practitioner review 2026-12-07)."""
+    bw = cluster.intra_bw * cluster.gpu.efficiency.nvlink
+    links = cluster.gpu.nvlink_domain - 1
+    if cluster.gpu.fabric_mesh and members and links > 0:
+        return bw * min(max(members - 1, 1), links) / links
+    return bw
 
 
 def _nic_bw(cluster: ClusterSpec) -> float:
@@ -103,8 +113,8 @@ def _nic_bw(cluster: ClusterSpec) -> float:
 def bus_bandwidth(g: Group, cluster: ClusterSpec) -> float:
     """Achievable bus bandwidth in bytes/s per rank of the group."""
     if not g.crosses:
-        return _nvlink_bw(cluster)
-    return min(g.nics * _nic_bw(cluster), _nvlink_bw(cluster))
+        return _nvlink_bw(cluster, g.size)
+    return min(g.nics * _nic_bw(cluster), _nvlink_bw(cluster, g.per_domain))
 
 
 def latency(op: Op, g: Group, cluster: ClusterSpec) -> float:
@@ -151,11 +161,11 @@ def collective_time(op: Op, size_bytes: float, g: Group, cluster: ClusterSpec, c
     fixed = calls * latency(op, g, cluster)
     if op == "all_to_all":
         n, k = g.size, g.per_domain
-        local = size_bytes * (k - 1) / n / _nvlink_bw(cluster)
+        local = size_bytes * (k - 1) / n / _nvlink_bw(cluster, k)
         remote = size_bytes * (n - k) / n / (_nic_bw(cluster) * g.nics / k) if g.crosses else 0.0
         return fixed + max(local, remote)
-    if op == "send_recv":
-        bw = _nic_bw(cluster) if g.crosses else _nvlink_bw(cluster)
+    if op == "send_recv":  # one peer: on a mesh one link
+        bw = _nic_bw(cluster) if g.crosses else _nvlink_bw(cluster, 2)
         return fixed + size_bytes / bw
     return fixed + size_bytes * bus_factor(op, g.size) / bus_bandwidth(g, cluster)
 

@@ -69,6 +69,12 @@ class GPUSpec(BaseModel):
     nvlink_spans_nodes: bool = Field(
         False, description="The NVLink domain spans several nodes (trays), as in GB200 NVL72 racks."
     )
+    fabric_mesh: bool = Field(
+        False,
+        description="The domain's GPUs are joined point to point, one link to each peer (AMD Infinity Fabric on an "
+        "8-GPU MI300X platform), not through a switch: nvlink_GBps is then the sum of the links, and a group of k "
+        "GPUs of the domain uses the k - 1 links between them.",
+    )
     gpus_per_node: int = Field(
         8,
         ge=1,

@@ -59,3 +59,26 @@ def test_tp_across_trays_is_judged_on_the_jobs_segments() -> None:
     assert ClusterSpec(num_nodes=19, gpu="GB200").nvlink_domain == 4
     assert result.plans and all((p.parallel.world_size, p.parallel.tp) == (64, 8) for p in result.plans)
     assert not any(g.reason == "tp_within_nvlink_domain" for g in result.rejected)
+
+
+def test_a_full_mesh_gives_a_group_only_the_links_between_its_members() -> None:
+    """MI300X: 7 Infinity Fabric links of 64 GB/s, one to each peer, no switch. A pair shares one link and a group of
+    4 three, where every group inside the node was given all seven (practitioner review 2026-12-07); behind a
+    switch (H100) a group of any size uses all of a GPU's NVLink."""
+    from app.planner.comm import bus_bandwidth, collective_time
+
+    mi300 = ClusterSpec(num_nodes=2, gpu="MI300X")
+    full = bus_bandwidth(Group(8, 8, 1), mi300)
+    assert bus_bandwidth(Group(2, 2, 1), mi300) == pytest.approx(full / 7)
+    assert bus_bandwidth(Group(4, 4, 1), mi300) == pytest.approx(full * 3 / 7)
+    assert full == pytest.approx(448e9 * mi300.gpu.efficiency.nvlink)
+    # a pair's point-to-point transfer takes one link; a group crossing nodes with 2 ranks a node is capped by them
+    one_link = 64e9 * mi300.gpu.efficiency.nvlink
+    assert collective_time("send_recv", 64e9, Group(2, 2, 1), mi300) == pytest.approx(64e9 / one_link, rel=0.01)
+    assert bus_bandwidth(Group(4, 2, 2), mi300) <= full / 7
+    h100 = ClusterSpec(num_nodes=1, gpu="H100-SXM")
+    assert bus_bandwidth(Group(2, 2, 1), h100) == bus_bandwidth(Group(8, 8, 1), h100)
+    # so on one MI300X node a 70B plan keeps its tensor-parallel groups out of the mesh's single links
+    best = plan(PlanRequest(model="llama-3-70b", cluster={"num_nodes": 1, "gpu": "MI300X"},
+                            training={"global_batch_size": 64})).plans[0]  # fmt: skip
+    assert best.parallel.tp == 1, best.parallel
