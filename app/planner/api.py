@@ -189,6 +189,15 @@ def _check_pinned_shape(model: ModelSpec, training: TrainingSpec) -> None:
         raise InputError("training.pinned.pp", f"{p.pp} > model.num_layers({L}): each stage needs a layer")
     if p.vpp and p.vpp > 1 and p.pp == 1:
         raise InputError("training.pinned.vpp", f"{p.vpp} needs pipeline parallelism; training.pinned.pp is 1")
+    k = p.recompute_num_layers
+    if k is not None and p.pp and k > L // p.pp:
+        # every candidate breaks rules.stack.recompute_supported, and the search counted them as out of memory
+        # ("140 of 168 candidates fail out_of_memory" for 50 on PP4 of 80 layers, practitioner review 2026-12-07)
+        raise InputError(
+            "training.pinned.recompute_num_layers",
+            f"{k} > the {L // p.pp} layers of each pipeline stage (num_layers({L}) / pinned pp({p.pp})): full "
+            f"recomputation counts layers per stage and model chunk",
+        )
     if p.vpp and p.vpp > 1 and p.pp and not splits.split_options(model, training, p.pp, p.vpp):
         raise InputError(
             "training.pinned.vpp",

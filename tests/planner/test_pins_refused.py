@@ -284,3 +284,30 @@ def test_a2a_p2p_pinned_where_no_split_holds_whole_heads_is_never_planned_as_p2p
         result = plan(request)
         assert all(p.parallel.cp_comm_type == "a2a+p2p" for p in result.plans), [p.parallel for p in result.plans]
     assert caught.value.field == "training.pinned"
+
+
+def test_a_pinned_recompute_layer_count_beyond_the_stage_is_an_input_error() -> None:
+    """recompute_num_layers 50 with pp 4 of 80 layers: every candidate broke the 1..layers-per-stage rule and the
+    search reported "140 of 168 candidates fail out_of_memory" (practitioner review 2026-12-07)."""
+    pins = {"tp": 8, "pp": 4, "recompute": "full", "recompute_num_layers": 50}
+    with pytest.raises(InputError) as caught:
+        plan(PlanRequest(model="llama-3-70b", cluster={"num_nodes": 4, "gpu": "H100-SXM"},
+                         training={"global_batch_size": 128, "pinned": pins}))  # fmt: skip
+    assert caught.value.field == "training.pinned.recompute_num_layers"
+    assert "50 > the 20 layers of each pipeline stage" in str(caught.value)
+    fits = {**pins, "recompute_num_layers": 20}
+    ok = plan(PlanRequest(model="llama-3-70b", cluster={"num_nodes": 4, "gpu": "H100-SXM"},
+                          training={"global_batch_size": 128, "pinned": fits}))  # fmt: skip
+    assert ok.plans and all(p.parallel.recompute_num_layers == 20 for p in ok.plans)
+
+
+def test_tp_beyond_a_gpu_without_nvlink_names_pcie_not_nodes() -> None:
+    """L40S has no NVLink: TP 2 inside one node was refused as if it crossed nodes (practitioner review)."""
+    result = plan(PlanRequest(model="llama-3-8b", cluster={"num_nodes": 1, "gpu": "L40S"},
+                              training={"global_batch_size": 64, "pinned": {"tp": 2}}))  # fmt: skip
+    said = [g.message for g in result.rejected if g.reason == "tp_within_nvlink_domain"]
+    assert said and "over PCIe or the network" in said[0] and "across nodes;" not in said[0], said
+    h100 = plan(PlanRequest(model="llama-3-8b", cluster={"num_nodes": 2, "gpu": "H100-SXM"},
+                            training={"global_batch_size": 64, "pinned": {"tp": 16}}))  # fmt: skip
+    said = [g.message for g in h100.rejected if g.reason == "tp_within_nvlink_domain"]
+    assert said and "across nodes" in said[0], said

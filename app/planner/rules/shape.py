@@ -45,9 +45,13 @@ def tp_within_nvlink_domain(c: Ctx) -> Violation | None:
     if c.training.allow_tp_across_nodes:
         return None
     if c.par.tp > domain:
+        # without NVLink (L40S, a PCIe H100 beyond its bridged pair) the group may sit inside one node and still
+        # leave the fabric: "across nodes" named the wrong thing (practitioner review 2026-12-07)
+        where = "over PCIe or the network" if domain < c.cluster.gpus_per_node else "across nodes"
         return Violation(
             "tp_within_nvlink_domain",
-            f"tp({c.par.tp}) > GPUs sharing NVLink({domain}); set training.allow_tp_across_nodes to force it",
+            f"tp({c.par.tp}) > GPUs sharing NVLink({domain}): its all-reduces would run {where}; set "
+            "training.allow_tp_across_nodes to force it",
         )
     if domain % c.par.tp and c.par.world_size > domain:
         # TP groups are runs of consecutive ranks: with 6 GPUs a node, TP 4 puts ranks 4-7 on two nodes (a pinned
