@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from app.planner.results import PlanResult
 from app.planner.specs import PlanRequest
+from app.planner.suggest import NVME_EXAMPLE
 from app.service.requests import SavedSpec, hosts_for_nodes, hosts_kept
 from app.store import PlanRecord
 from app.web import forms
@@ -220,6 +221,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^(\d+) nodes \(.*\) would fit.*\(with ZeRO offload\)$"), "offload_nodes"),
     (re.compile(r"^(\d+) nodes \(.*\) would fit"), "nodes"),
     (re.compile(r"^framework ([a-z-]+) with ZeRO offload would fit"), "framework_offload"),
+    (re.compile(r"^with cluster\.nvme_path set to .*, framework ([a-z-]+) with ZeRO-Infinity would fit"), "nvme"),
     (re.compile(r"^framework ([a-z-]+) would fit"), "framework"),
     (re.compile(r"^seq_length (\d+) \(instead of \d+\) would fit"), "seq"),
     (re.compile(r"^optimizer_states (bf16) \(.*\) would fit"), "states"),
@@ -241,6 +243,8 @@ def _action(text: str, kind: str, value: str) -> Action:
             ("training.pinned.offload_optimizer", "cpu"),
         ),
         "framework": (("training.framework", value), (CLEAR_PINS, "1")),
+        # the planner's trial mount point: the form shows it, for the user to put the nodes' own before planning on
+        "nvme": (("training.framework", value), ("cluster.nvme_path", NVME_EXAMPLE), (CLEAR_PINS, "1")),
         "seq": ((SEQ, value), (CLEAR_PINS, "1")),
         "unpin": ((CLEAR_PINS, "1"),),
         "states": (("training.optimizer_states", value), (CLEAR_PINS, "1")),
@@ -250,6 +254,7 @@ def _action(text: str, kind: str, value: str) -> Action:
         "offload_nodes": f"Plan on {value} nodes with CPU offload",
         "framework_offload": f"Plan with {value} and CPU offload",
         "framework": f"Plan with {value}",
+        "nvme": f"Plan with {value} and NVMe offload at {NVME_EXAMPLE}",
         "seq": f"Plan at {value} tokens",
         "unpin": "Plan without the pins",
         "states": f"Plan with {value} optimizer states",

@@ -97,3 +97,18 @@ def test_a_capped_search_on_a_cluster_the_states_alone_overflow_says_so() -> Non
     state = SearchState(truncated=True)
     hint = suggest.suggestions(PlanRequest(**small), state)
     assert len(hint) == 1 and "raise training.search_time_limit_s" in hint[0]
+
+
+def test_where_the_host_cannot_hold_the_offloaded_states_nvme_is_suggested() -> None:
+    """70B on 4 H100 with 512 GiB of host memory: plans offloading to NVMe were refused for want of
+    cluster.nvme_path and no hint said so, only "8 nodes would fit" (practitioner review 2026-12-07)."""
+    cluster = {"num_nodes": 1, "gpus_per_node": 4, "gpu": "H100-SXM", "cpu_memory_GiB": 512}
+    result = plan(PlanRequest(model="llama-3-70b", cluster=cluster,
+                              training={"global_batch_size": 32, "framework": "deepspeed"}))  # fmt: skip
+    assert not result.plans and any(g.reason == "nvme_needs_path" for g in result.rejected)
+    said = [h for h in result.suggestions if "cluster.nvme_path" in h]
+    assert said and "ZeRO-3" in said[0] and "nvme" in said[0], result.suggestions
+    # and the plan it names is what the search finds once the path is given
+    given = plan(PlanRequest(model="llama-3-70b", cluster={**cluster, "nvme_path": "/local_nvme"},
+                             training={"global_batch_size": 32, "framework": "deepspeed"}))  # fmt: skip
+    assert given.plans and "nvme" in (given.plans[0].parallel.offload_optimizer, given.plans[0].parallel.offload_param)

@@ -381,6 +381,38 @@ def test_suggestions_become_re_plans() -> None:
     assert ("cluster.num_nodes", "3") in actions[0][1].fields  # type: ignore[union-attr]
 
 
+def test_the_nvme_suggestion_is_a_re_plan_with_the_path_filled_in() -> None:
+    """The planner's own sentence (suggest.nvme), read back into a re-plan: framework deepspeed and the trial mount
+    point in cluster.nvme_path, which the form shows for the user to put the nodes' own."""
+    from app.planner import PlanRequest, plan
+
+    result = plan(PlanRequest(model="llama-3-70b",
+                              cluster={"num_nodes": 1, "gpus_per_node": 4, "gpu": "H100-SXM", "cpu_memory_GiB": 512},
+                              training={"global_batch_size": 32, "framework": "deepspeed"}))  # fmt: skip
+    actions = [a for text, a in suggestion_actions(result) if "nvme_path" in text]
+    assert actions and actions[0] is not None, suggestion_actions(result)
+    assert actions[0].label == "Plan with deepspeed and NVMe offload at /local_nvme"
+    assert ("cluster.nvme_path", "/local_nvme") in actions[0].fields
+    assert ("training.framework", "deepspeed") in actions[0].fields
+
+
+def test_the_nvme_re_plan_fits(web: Any) -> None:
+    """Clicking it (the form posted with its fields) plans ZeRO-Infinity on the same 4 GPUs."""
+    body = {
+        "model": "llama-3-70b",
+        "cluster": {"num_nodes": 1, "gpus_per_node": 4, "gpu": "H100-SXM", "cpu_memory_GiB": 512},
+        "training": {"global_batch_size": 32, "framework": "deepspeed"},
+    }
+    created = web.post("/plans", json=body).json()
+    assert created["result"]["plans"] == []
+    r = web.post("/whatif", data={"whatif.from": created["id"], "cluster.nvme_path": "/local_nvme"},
+                 follow_redirects=False)  # fmt: skip
+    assert r.status_code == 303, r.text
+    again = web.get("/plans/" + r.headers["location"].rsplit("/", 1)[1]).json()
+    best = again["result"]["plans"][0]["parallel"]
+    assert "nvme" in (best["offload_optimizer"], best["offload_param"]), best
+
+
 def test_plan_list_filters_and_exports_csv(web: Any) -> None:
     a = stored(web, SMALL)
     b = stored(web, {**SMALL, "model": "llama-2-13b"})
