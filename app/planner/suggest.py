@@ -35,6 +35,21 @@ def _step(found: Found) -> float:
     return found.time.step_s if found.time else float("inf")
 
 
+def _shown(found: Found) -> str:
+    """A found plan as the hints name it: its layout and its peak memory per GPU."""
+    return f"{describe(found.par)}, {found.peak_bytes / GiB:.1f} GiB per GPU"
+
+
+def _revalidated(training: TrainingSpec, **changes: object) -> TrainingSpec | None:
+    """The training with `changes`, validated again, so that the spec's own checks say whether the changed setting
+    runs (another framework's stack, bf16 optimizer states); None where they refuse it (e.g. a gradient-reduce dtype
+    the other framework's stack does not run)."""
+    try:
+        return TrainingSpec.model_validate({**training.model_dump(), **changes})
+    except ValueError:
+        return None
+
+
 def _closest(state: SearchState) -> str | None:
     oom = state.rejected.examples.get("out_of_memory")
     if not oom:
@@ -105,10 +120,7 @@ def _fewest_nodes(
     fastest = _best(model, trial, training, trial.world_size, offload, final)
     shown = fastest or found
     caveat = "" if settled else f" (fewer than {hi} may fit too: the time ran out before every count was checked)"
-    return (
-        f"{hi} nodes ({hi * cluster.gpus_per_node} x {cluster.gpu.name}) would fit: "
-        f"{describe(shown.par)}, {shown.peak_bytes / GiB:.1f} GiB per GPU{caveat}"
-    )
+    return f"{hi} nodes ({hi * cluster.gpus_per_node} x {cluster.gpu.name}) would fit: {_shown(shown)}{caveat}"
 
 
 def more_nodes(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, deadline: float) -> str | None:
@@ -133,16 +145,14 @@ def offload(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, dead
                 "distributed_optimizer": None,
             }
         )
-        try:  # validated again: the framework's own stack, not the one the request named for its framework
-            trial = TrainingSpec.model_validate(
-                {**training.model_dump(), "framework": framework, "stack": None, "pinned": pins.model_dump()}
-            )
-        except ValueError:  # a setting the other framework's stack does not run (e.g. its gradient-reduce dtype)
+        # the framework's own stack, not the one the request named for its framework
+        trial = _revalidated(training, framework=framework, stack=None, pinned=pins.model_dump())
+        if trial is None:
             continue
         found = _best(model, cluster, trial, cluster.world_size, True, deadline)
         if found is None:
             continue
-        plan = f"{describe(found.par)}, {found.peak_bytes / GiB:.1f} GiB per GPU"
+        plan = _shown(found)
         if found.par.offload_optimizer == "none" and found.par.offload_param == "none":
             if framework == training.framework:  # what the request asked for already: no news
                 continue
@@ -164,9 +174,8 @@ def nvme(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, deadlin
     review 2026-12-07)."""
     if cluster.nvme_path:
         return None
-    try:
-        trial = TrainingSpec.model_validate({**training.model_dump(), "framework": "deepspeed", "stack": None})
-    except ValueError:  # a setting DeepSpeed's stack does not run
+    trial = _revalidated(training, framework="deepspeed", stack=None)
+    if trial is None:
         return None
     found = _best(model, cluster.model_copy(update={"nvme_path": NVME_EXAMPLE}), trial, cluster.world_size, True,
                   deadline)  # fmt: skip
@@ -174,8 +183,8 @@ def nvme(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, deadlin
         return None
     return (
         f"with cluster.nvme_path set to each node's local NVMe mount, framework deepspeed with ZeRO-Infinity would "
-        f"fit on this cluster: {describe(found.par)}, {found.peak_bytes / GiB:.1f} GiB per GPU (much slower: the "
-        f"states stream from NVMe at cluster.nvme_GBps, {cluster.nvme_GBps:g} GB/s a node)"
+        f"fit on this cluster: {_shown(found)} (much slower: the states stream from NVMe at cluster.nvme_GBps, "
+        f"{cluster.nvme_GBps:g} GB/s a node)"
     )
 
 
@@ -186,16 +195,15 @@ def bf16_optimizer_states(
     optimizer state, on the same cluster and without the CPU."""
     if training.optimizer_states != "fp32":
         return None
-    try:  # the spec's own check says where bf16 states can run (stack, precision)
-        trial = TrainingSpec.model_validate({**training.model_dump(), "optimizer_states": "bf16"})
-    except ValueError:
+    trial = _revalidated(training, optimizer_states="bf16")  # the spec says where bf16 states run (stack, precision)
+    if trial is None:
         return None
     found = _best(model, cluster, trial, cluster.world_size, False, deadline)
     if found is None:
         return None
     return (
         "optimizer_states bf16 (Adam's moments in bf16, --use-precision-aware-optimizer) would fit on this cluster: "
-        f"{describe(found.par)}, {found.peak_bytes / GiB:.1f} GiB per GPU"
+        f"{_shown(found)}"
     )
 
 

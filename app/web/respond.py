@@ -70,23 +70,25 @@ def site_page(request: Request, status_code: int, heading: str, message: str) ->
     handlers call it, app/api/errors.py install): the site's CSP (the API's `default-src 'none'` blocked the
     stylesheet) and the viewer's units and theme from the cookie (QA 2026-12-07)."""
     prefs = prefs_mod.parse(request.cookies.get(prefs_mod.COOKIE))
-    page = request.app.state.templates.render(
-        "not_found.html", heading=heading, message=message, planner_version=__version__, self_url="/", prefs=prefs
-    )
-    return html(request, page, status_code)
+    templates = request.app.state.templates
+    return _message_page(request, templates, message, None, prefs, "/", heading, status_code)
 
 
 def _message_page(
     request: Request,
     templates: WebTemplates,
     message: str,
-    viewer: Principal,
+    viewer: Principal | None,
     prefs: Prefs,
     self_url: str,
     heading: str,
     status_code: int,
 ) -> Response:
-    context = {"message": message, "heading": heading, "viewer": viewer, "prefs": prefs, "self_url": self_url}
+    """The message page; without a `viewer` (an address no route answers: nobody was authenticated) the header has
+    no login line."""
+    context: dict[str, object] = {"message": message, "heading": heading, "prefs": prefs, "self_url": self_url}
+    if viewer is not None:
+        context["viewer"] = viewer
     page = templates.render("not_found.html", planner_version=__version__, **context)
     return html(request, page, status_code)
 
