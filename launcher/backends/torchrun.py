@@ -14,12 +14,17 @@ from launcher.spec import Watchdog
 # every node after a membership change, which only the failed node counts as a restart (torch/distributed/
 # elastic/agent/server/local_elastic_agent.py sets it from its own remaining restarts; rendezvous.py relies on
 # "a new TCPStore for every retry"). Opt-out of the sharing: dynamic_rendezvous.py, TORCH_DISABLE_SHARE_RDZV_TCP_STORE.
+# Only where there is a membership to change, several nodes: on one node every round's workers come from the one
+# agent with the same restart count, and the fresh store costs the job's start (the workers' process group waits
+# for the store its rank 0 starts: +7 % to the first step of benchmarks/launcher_overhead.py's job, docs/launcher.md).
 AGENT_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 
 def agent_env(ctx: LaunchContext, node_rank: int | None, extra_prefixes: tuple[str, ...] = ()) -> dict[str, str]:
-    """The torchrun agent's environment: the workers' (launcher/context.py) and AGENT_ENV, unless the plan sets it."""
-    return {**AGENT_ENV, **ctx.worker_env(node_rank, extra_prefixes)}
+    """The torchrun agent's environment: the workers' (launcher/context.py), and on several nodes AGENT_ENV, unless
+    the plan sets it."""
+    shared = AGENT_ENV if ctx.plan.world.num_nodes > 1 else {}
+    return {**shared, **ctx.worker_env(node_rank, extra_prefixes)}
 
 
 def torchrun_argv(ctx: LaunchContext, node_rank: int | None, rdzv_host: str, rdzv_id: str) -> list[str]:

@@ -113,11 +113,21 @@ def test_environment_is_explicit() -> None:
         "DS_ACCELERATOR",
         "NCCL_SOCKET_IFNAME",
         "WHERE",
-        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE",  # a fresh store per rendezvous round (launcher/backends/torchrun.py)
-    }
-    assert cmd.env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
-    own = build(ctx_for(tiny_plan(env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"})))[1][0]
-    assert own.env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "0"  # the plan's explicit value wins
+    }  # one node: the workers share the agent's store (no TORCH_DISABLE_SHARE_RDZV_TCP_STORE, it slows the start)
+
+
+def test_multi_node_agents_get_a_fresh_store_per_round() -> None:
+    """Several nodes: every rendezvous round gets a fresh store (launcher/backends/torchrun.py), under torchrun and
+    under Slurm's srun; the plan's explicit value wins, on one node as on several."""
+    for backend in ("torchrun", "slurm"):
+        plan = tiny_plan(backend=backend, nodes=2, procs=2, hosts=("n0", "n1"), master_addr="n0")
+        commands = build(ctx_for(plan, backend, node_rank=0 if backend == "torchrun" else None))[1]
+        assert [c.env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] for c in commands] == ["1"] * len(commands)
+    for nodes in (1, 2):
+        plan = tiny_plan(nodes=nodes, hosts=("n0", "n1")[:nodes], master_addr="n0",
+                         env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"})  # fmt: skip
+        own = build(ctx_for(plan, node_rank=0))[1][0]
+        assert own.env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "0"
 
 
 def test_deepspeed_single_node() -> None:
