@@ -13,13 +13,18 @@ The launcher's modules are byte-compiled first, as an installed package's are: w
 and sources newer than their .pyc, every run would otherwise compile them again (tens of ms that torch, whose
 .pyc files pip wrote, does not pay).
 
-    python benchmarks/launcher_overhead.py [--runs 5] [--steps 40]
+    python benchmarks/launcher_overhead.py [--runs 5] [--steps 40] [--agent-command]
+
+With --agent-command a third way runs the launcher's own agent command (argv and environment) without the launcher,
+in rotating order, and the paired differences split the launcher's extra time into its agent's flags and
+environment and its own process.
 """
 
 from __future__ import annotations
 
 import argparse
 import compileall
+import itertools
 import json
 import math
 import os
@@ -37,6 +42,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 from make_plan import tiny_plan  # noqa: E402
 
+from launcher.backends import build  # noqa: E402
 from launcher.context import make_context  # noqa: E402
 from launcher.spec import Model, Plan, dump  # noqa: E402
 
@@ -69,6 +75,20 @@ def bare_torchrun(plan: Plan, plan_path: Path, run_dir: Path) -> tuple[list[str]
         str(run_dir / "metrics"),
     ]
     return argv, ctx.worker_env(0)
+
+
+def agent_command(plan: Plan, plan_path: Path, run_dir: Path) -> tuple[list[str], dict[str, str]]:
+    """The agent command the launcher starts (its argv and its `env -i` environment, from the launcher's own
+    backend), run without the launcher: what the launcher adds through its agent's flags and environment, apart
+    from its own process (a fresh rendezvous store per round cost this job's first step 7 %, docs/launcher.md)."""
+    run_dir.mkdir(parents=True)
+    metrics = ("--metrics-dir", str(run_dir / "metrics"))
+    ctx = make_context(plan, plan_path, run_dir=str(run_dir), caller_env=CALLER_ENV, extra_args=metrics)
+    backend, (command,) = build(ctx)
+    for name, text in {**plan.files, **backend.derived_files(ctx)}.items():
+        (run_dir / name).write_text(text)
+    Path(command.log).parent.mkdir(parents=True, exist_ok=True)  # the launcher makes its agents' log directories
+    return list(command.argv), dict(command.env)
 
 
 def via_launcher(plan: Plan, plan_path: Path, run_dir: Path) -> tuple[list[str], dict[str, str]]:
@@ -148,6 +168,21 @@ def median_interval(values: list[float], confidence: float = 0.9) -> tuple[float
     return statistics.median(xs), xs[k - 1], xs[n - k]
 
 
+def rotation(ways: list[str], i: int) -> list[str]:
+    """Round i's order: two ways alternate (AB, BA); three rotate through all six orders, so that no way always
+    follows the same other one."""
+    if len(ways) == 2:
+        return ways if i % 2 == 0 else ways[::-1]
+    orders = [list(p) for p in itertools.permutations(ways)]
+    return orders[i % len(orders)]
+
+
+def paired_first_step(base: list[Run], other: list[Run]) -> tuple[float, float, float]:
+    """(median, low, high) of the relative differences of the first step, run i of `other` against run i of
+    `base`: runs of one round ran next to each other."""
+    return median_interval([(b[0] - a[0]) / a[0] for a, b in zip(base, other, strict=True)])
+
+
 def help_startup_s(repeats: int) -> tuple[float, float]:
     """Median wall time of `python -m launcher --help`, and of `python -c pass` for reference."""
 
@@ -165,18 +200,25 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--runs", type=int, default=5, help="runs of each way (alternating)")
     p.add_argument("--steps", type=int, default=40, help="training steps per run")
+    p.add_argument(
+        "--agent-command",
+        action="store_true",
+        help="a third way: the launcher's agent command run without the launcher (rotating order)",
+    )
     args = p.parse_args()
     compileall.compile_dir(ROOT / "launcher", quiet=1)
     work = Path(tempfile.mkdtemp(prefix="launcher-overhead-"))
     plan = tiny_plan("overhead", procs=2, steps=args.steps, model=MODEL, mbs=2)
     plan_path = work / "plan.json"
     dump(plan, plan_path)
-    results: dict[str, list[Run]] = {"torchrun": [], "launcher": []}
+    ways = {"torchrun": bare_torchrun, "launcher": via_launcher}
+    if args.agent_command:
+        ways["agent"] = agent_command
+    results: dict[str, list[Run]] = {way: [] for way in ways}
     for i in range(args.runs):
-        for way in ("torchrun", "launcher") if i % 2 == 0 else ("launcher", "torchrun"):
+        for way in rotation(list(ways), i):
             run_dir = work / f"{way}-{i}"
-            build = bare_torchrun if way == "torchrun" else via_launcher
-            argv, env = build(plan, plan_path, run_dir)
+            argv, env = ways[way](plan, plan_path, run_dir)
             results[way].append(one_run(argv, env, run_dir, cwd=work))  # the plan's directory, for both
             r = results[way][-1]
             print(
@@ -198,13 +240,20 @@ def main() -> int:
         f"   ratio {first['launcher'] / first['torchrun']:.3f}   (target: within 1 %)"
     )
     # Runs alternate, so run i of each way ran next to the other's: their differences cancel the machine's drift.
-    paired = [(b[0] - a[0]) / a[0] for a, b in zip(results["torchrun"], results["launcher"], strict=True)]
-    mid, low, high = median_interval(paired)
+    mid, low, high = paired_first_step(results["torchrun"], results["launcher"])
     verdict = "within 1 %" if high <= 0.01 else "not shown within 1 %" if low <= 0.01 else "over 1 %"
     print(
         f"  paired (run i of each way): the launcher's first step later by {100 * mid:+.1f} %, 90 % interval "
-        f"{100 * low:+.1f} .. {100 * high:+.1f} % over {len(paired)} pairs: {verdict}"
+        f"{100 * low:+.1f} .. {100 * high:+.1f} % over {args.runs} pairs: {verdict}"
     )
+    if "agent" in results:
+        print(f"  the launcher's agent command without the launcher: first step {first['agent'] * 1e3:7.0f} ms")
+        for what, base, other in (
+            ("the agent command's flags and environment", "torchrun", "agent"),
+            ("the launcher's own process", "agent", "launcher"),
+        ):
+            mid, low, high = paired_first_step(results[base], results[other])
+            print(f"    {what}: {100 * mid:+.1f} % ({100 * low:+.1f} .. {100 * high:+.1f} %)")
     if popens:
         print(
             f"  launcher's start to its Popen of the agent {statistics.median(popens) * 1e3:5.0f} ms "
