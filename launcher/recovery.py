@@ -119,6 +119,7 @@ def summary(
     resume: str = "",
     agent_killed: str | None = None,
     spent: str = "",
+    unrecorded: bool = False,
 ) -> str:
     """The last line a user reads: the exit code, the first cause found (a signal, a hang, the first rank that
     died, the agent's own report) and where the logs are. `watched`: (worker watch, agent output, agent log);
@@ -126,9 +127,17 @@ def summary(
     checkpoint, said where the launcher was asked to stop the job (it said "job failed", QA 2026-12-07);
     `agent_killed`: an agent killed by a signal the launcher did not send, the cause where no rank failed first (the
     summary blamed a rank the launcher had killed itself as the agent's leftover, QA 2026-12-07); `spent`: that the
-    restart budget is used up, said of a failure (QA 2026-12-07)."""
+    restart budget is used up, said of a failure (QA 2026-12-07); `unrecorded`: that a job of --train-iters
+    finished without any rank reporting a step (no heartbeat, no training log line), so how far it trained is not
+    known (it read as a finished training, QA 2026-12-07)."""
     if code == 0:
-        return f"job finished: exit code 0 after {elapsed_s:.1f} s"
+        unknown = (
+            "; no rank reported a training step (no heartbeat, no iteration line in its log): how far it trained is "
+            "not known"
+            if unrecorded
+            else ""
+        )
+        return f"job finished: exit code 0 after {elapsed_s:.1f} s{unknown}"
     if short:
         return f"job stopped early: exit code {code} after {elapsed_s:.1f} s; {short}"
     logs = ", ".join(sorted({str(Path(log).parent) for _, _, log in watched}))

@@ -128,6 +128,7 @@ class Runner:
         self.hang: Hang | None = None
         self.hang_group: tuple[WorkerWatch, int] | None = None  # the watch and worker group the hang was in
         self.short: str | None = None  # why a job that exited 0 stopped short of its last step
+        self.unrecorded = False  # a job of --train-iters that exited 0 with no step reported by any rank
         self.progress: dict[int | None, ProgressWatch] = {}
         self.next_poll = 0.0
         self.guardian: Guardian | None = None
@@ -194,6 +195,9 @@ class Runner:
                 if steps:
                     reached, logged = max(steps), True
         if reached is None:
+            # no heartbeat and no training log line: how far it trained is not known (said, not failed: a run
+            # resumed from its last iteration's checkpoint trains nothing and exits 0 rightly)
+            self.unrecorded = True
             return None
         unlogged = self.policy.log_interval - 1 if logged else 0  # steps after the last log line
         if reached + unlogged >= total:
@@ -580,6 +584,7 @@ class Runner:
             self.policy.resume(),
             self.agent_killed,
             spent,
+            self.unrecorded,
         )
         seen = [pid for r in self.running if r.watch for pid in r.watch.seen]  # a rank that ended before a poll
         notes = [note for p in self.progress.values() if (note := p.checkpoint_report(seen))]

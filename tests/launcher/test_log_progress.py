@@ -108,4 +108,18 @@ def test_a_job_whose_ranks_exit_0_short_of_train_iters_stopped_early(
         ), log
     else:
         assert "job finished: exit code 0" in log and "stopped early" not in log
+        assert "no rank reported a training step" not in log  # its log lines reported step 10
+    assert not processes_mentioning(str(tmp_path))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_job_that_reports_no_step_finishes_saying_so(tmp_path: Path) -> None:
+    """Ranks that exit 0 after --train-iters 3 without a log line (--log-interval 100) or a heartbeat: exit 0, and
+    the summary says that no rank reported a step, so how far it trained is not known (it read "job finished"
+    alone, as a completed training)."""
+    args = ("--train-iters", "3", "--log-interval", "100", "--step-s", "0.15")
+    done, log = run_fake_megatron(tmp_path, args, Prediction(step_s=0.15, step_s_high=0.5), floor_s=5.0)
+    assert done.returncode == 0, log
+    assert "job finished: exit code 0 after " in log and "no rank reported a training step" in log, log
     assert not processes_mentioning(str(tmp_path))
