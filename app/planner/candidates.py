@@ -13,7 +13,7 @@ from typing import overload
 
 from app.planner import rules, space
 from app.planner.estimate import StageFloors, step_lower_bound, time_estimate
-from app.planner.memory import peak_memory
+from app.planner.memory import over, peak_memory
 from app.planner.placement import Placement, make_config
 from app.planner.results import TimeEstimate
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
@@ -60,6 +60,7 @@ class SearchState:
     skipped: int = 0  # candidates a bounded search never needed to look at
     truncated: bool = False
     keep: int = 0  # bounded search: how many best steps to keep (0: not bounded)
+    within: float = 0.0  # bounded search: the bar is the `keep`-th best step x (1 + within) (headroom: 0.10)
     first_fit: bool = False  # unbounded: a yes/no question (does anything fit?), stop at the first placement with one
     best: list[float] = field(default_factory=list)  # max-heap (negated) of the `keep` shortest steps found
 
@@ -78,8 +79,9 @@ class SearchState:
             setattr(self, name, getattr(other, name))
 
     def bar(self) -> float:
-        """The step a placement's lower bound must beat to matter (infinite until `keep` plans are timed)."""
-        return -self.best[0] if self.keep and len(self.best) >= self.keep else float("inf")
+        """The step a placement's lower bound must beat to matter (infinite until `keep` plans are timed): the
+        `keep`-th best step, or for the headroom objective (`within`) the step within which plans are ranked."""
+        return -self.best[0] * (1 + self.within) if self.keep and len(self.best) >= self.keep else float("inf")
 
     def known_out_of_memory(self, count: int) -> None:
         """`count` candidates that run out of memory by monotonicity alone (memory never shrinks with a larger
@@ -110,7 +112,7 @@ class SearchState:
 
 
 # what a search found and counted, as against its settings (`keep`, `first_fit`)
-_RESULTS = tuple(f.name for f in fields(SearchState) if f.name not in ("keep", "first_fit"))
+_RESULTS = tuple(f.name for f in fields(SearchState) if f.name not in ("keep", "first_fit", "within"))
 
 
 @dataclass
@@ -498,10 +500,11 @@ def _fits(
     upper = (peak - budget.runtime) * budget.limit + budget.runtime
     if upper <= budget.usable:
         return Found(par, par.world_size, peak)
+    needed, usable = over(upper, budget.usable)
     state.rejected.add(
         "out_of_memory",
         f"needs {peak / 2**30:.1f} GiB per GPU on stage {stage}; at the upper end of its 80% interval "
-        f"{upper / 2**30:.1f} GiB > usable {budget.usable / 2**30:.1f} GiB",
+        f"{needed} GiB > usable {usable} GiB",
         par,
         score=peak,
     )

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from app.planner import compute, rules, uncertainty
 from app.planner.layout import StageShape, alike_stages, num_microbatches, stage_layer_kinds, stage_shapes
-from app.planner.memory import memory_estimate
+from app.planner.memory import memory_estimate, over
 from app.planner.pipeline import pipeline_time, unpaired_share
 from app.planner.results import Estimate, MemoryEstimate, TimeEstimate
 from app.planner.specs import ClusterSpec, ModelSpec, ParallelConfig, TrainingSpec
@@ -282,6 +282,7 @@ def fits(mem: MemoryEstimate) -> list[rules.Violation]:
     out = []
     if mem.peak_upper_bytes > mem.usable_bytes:
         stage = mem.stages[mem.peak_stage]
+        needed, usable = over(mem.peak_upper_bytes, mem.usable_bytes)
         out.append(
             rules.Violation(
                 "out_of_memory",
@@ -289,7 +290,7 @@ def fits(mem: MemoryEstimate) -> list[rules.Violation]:
                 f"(weights {stage.weights_bytes / 2**30:.1f}, grads {stage.gradients_bytes / 2**30:.1f}, "
                 f"optimizer {stage.optimizer_bytes / 2**30:.1f}, activations {stage.activations_bytes / 2**30:.1f}, "
                 f"other {stage.other_bytes / 2**30:.1f}; peak in {stage.peak_phase}); at the upper end of its 80% "
-                f"interval {mem.peak_upper_bytes / 2**30:.1f} GiB > usable {mem.usable_bytes / 2**30:.1f} GiB of "
+                f"interval {needed} GiB > usable {usable} GiB of "
                 f"{mem.capacity_bytes / 2**30:.1f} GiB",
             )
         )

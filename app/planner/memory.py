@@ -22,6 +22,16 @@ from app.planner.states import ZERO3_NVME_SUB_GROUP_SIZE, States, stage_states
 from app.planner.traffic import recomputed_layers
 
 
+def over(needed: float, limit: float) -> tuple[str, str]:
+    """`needed` > `limit` bytes as GiB, each with one decimal, or as many more (up to three) as it takes for the two to
+    read apart: a miss by a few MiB read "79.6 GiB > usable 79.6 GiB" (QA 2026-12-07)."""
+    for decimals in (1, 2, 3):
+        a, b = f"{needed / 2**30:.{decimals}f}", f"{limit / 2**30:.{decimals}f}"
+        if a != b:
+            break
+    return a, b
+
+
 def static_bytes(model: ModelSpec, training: TrainingSpec, par: ParallelConfig, stage: int) -> float:
     """Reserved bytes a stage needs for its model states alone (no activations, no step temporaries)."""
     shapes = stage_shapes(model, training, par)

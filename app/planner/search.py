@@ -37,7 +37,7 @@ from app.planner.estimate import (
     step_lower_bound,
 )
 from app.planner.layout import alike_stages, num_microbatches
-from app.planner.memory import static_bytes
+from app.planner.memory import over, static_bytes
 from app.planner.pipeline import pipeline_time
 from app.planner.placement import Placement, make_config, placements
 from app.planner.specs import ClusterSpec, ModelSpec, TrainingSpec
@@ -351,11 +351,12 @@ def _states_fit(
         return False
     count = len(sizes) * len(levels)
     state.candidates += count
+    needed, usable = over(upper, budget.usable)
     state.rejected.add(
         "out_of_memory",
         f"model states alone need {worst / 2**30:.1f} GiB per GPU{f' on stage {stage}' if par.pp > 1 else ''} "
         "before any activation; at the upper end of its "
-        f"80% interval {upper / 2**30:.1f} GiB > usable {budget.usable / 2**30:.1f} GiB",
+        f"80% interval {needed} GiB > usable {usable} GiB",
         par,
         score=worst,
         count=count,

@@ -427,3 +427,13 @@ def test_a_stage_counts_its_decoder_layers_as_the_layout_does_with_mtp() -> None
     assert result.model.mtp_num_layers and result.plans
     for p in result.plans:
         assert [s.layers for s in p.estimate.memory.stages] == p.layout.stage_layers
+
+
+def test_a_near_miss_reads_apart() -> None:
+    """A miss by a few MiB read "79.6 GiB > usable 79.6 GiB" (QA 2026-12-07): the two sides take more decimals
+    until they differ, and one decimal where that already tells them apart."""
+    from app.planner.memory import over
+
+    assert over(80.5 * GiB, 79.6 * GiB) == ("80.5", "79.6")
+    assert over(79.64 * GiB, 79.59 * GiB) == ("79.64", "79.59")
+    assert over(79.6004 * GiB, 79.5999 * GiB) == ("79.600", "79.600")  # under a MiB apart: three decimals at most
