@@ -137,6 +137,9 @@ def _model_sections() -> dict[str, list[FormField]]:
     seq_help = ModelSpec.model_fields["seq_length"].description or ""
     dims = spec_fields(ModelSpec, "model", overrides={k: {"default": v} for k, v in DIMS_DEFAULTS.items()})
     dims_main, dims_more = _split(dims, MODEL_MAIN, "model.")
+    # the preset's and config.json's sequence length take the spec's bounds: they said "(1 – …)" (QA 2026-12-07)
+    seq_attrs = next(f for f in dims if f.name == "model.seq_length").attrs
+    seq_bounds = {k: v for k, v in seq_attrs.items() if k in ("min", "max")}
     return {
         "model_preset": [
             FormField(
@@ -148,7 +151,7 @@ def _model_sections() -> dict[str, list[FormField]]:
                 "llama-2-7b",
                 {"required": "required"},
             ),
-            FormField("preset.seq_length", "Sequence length (override)", seq_help, "int", attrs={"min": "1"}),
+            FormField("preset.seq_length", "Sequence length (override)", seq_help, "int", attrs=dict(seq_bounds)),
         ],
         "model_dims": dims_main,
         "model_dims_more": dims_more,
@@ -168,7 +171,7 @@ def _model_sections() -> dict[str, list[FormField]]:
                 seq_help + " Required: config.json only gives "
                 "the longest context the model supports (max_position_embeddings).",
                 "int",
-                attrs={"min": "1", "required": "required"},
+                attrs={**seq_bounds, "required": "required"},
             ),
             FormField("hf.name", "Name", "A label for the plan (default: config.json's _name_or_path).", "text"),
         ],

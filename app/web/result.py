@@ -198,7 +198,7 @@ def spreads(plan: Plan, prefs: Prefs) -> list[Spread]:
         out.append(Spread("tokens/s", f"{iv.low:,.0f}", f"{iv.high:,.0f}", iv.basis))
     if t.step_interval is not None:
         iv = t.step_interval
-        out.append(Spread("step", seconds(iv.low), seconds(iv.high), iv.basis))
+        out.append(Spread("step", seconds(iv.low, t.step_s), seconds(iv.high, t.step_s), iv.basis))
     if m.peak_interval is not None:
         iv = m.peak_interval
         out.append(Spread(f"peak memory ({prefs.units})", prefs.mem(iv.low), prefs.mem(iv.high), iv.basis))

@@ -27,16 +27,18 @@ def num(value: float, digits: int = 0) -> str:
     return f"{value:,.{digits}f}"
 
 
-def seconds(value: float) -> str:
-    """Seconds for people: ms below a second, days above two days."""
-    if value < 1:
-        return f"{1000 * value:.1f} ms"
-    if value < 120:
-        return f"{value:.2f} s"
-    if value < 7200:
-        return f"{value / 60:.1f} min"
-    if value < 172800:
-        return f"{value / 3600:.1f} h"
+# (below this many seconds, seconds per unit, unit, decimals)
+SECOND_UNITS = ((1.0, 0.001, "ms", 1), (120.0, 1.0, "s", 2), (7200.0, 60.0, "min", 1), (172800.0, 3600.0, "h", 1))
+
+
+def seconds(value: float, like: float | None = None) -> str:
+    """Seconds for people: ms below a second, days above two days. `like` picks the unit instead of `value`: an
+    interval's ends are written in the unit of the estimate they bound (a 117.17 s step's interval read
+    "109.27 s–2.1 min", QA 2026-12-07)."""
+    pick = value if like is None else like
+    for below, size, unit, decimals in SECOND_UNITS:
+        if pick < below:
+            return f"{value / size:.{decimals}f} {unit}"
     return f"{value / 86400:.1f} days"
 
 
@@ -66,7 +68,9 @@ def in_units(text: str, prefs: Prefs, exact: Iterable[float] = ()) -> str:
 
     def gb(number: str) -> str:
         written = number.replace(",", "")
-        return f"{exact_bytes(written, known) / 1e9:,.1f}"
+        # as many decimals as the GiB had (a near miss is written with more so that its sides read apart)
+        decimals = max(1, len(written.partition(".")[2]))
+        return f"{exact_bytes(written, known) / 1e9:,.{decimals}f}"
 
     def convert(m: re.Match[str]) -> str:
         first = f"{gb(m.group(1))}{m.group(2)}" if m.group(1) else ""

@@ -86,7 +86,12 @@ def controls(record: PlanRecord, units: str = "GiB") -> list[tuple[FormField, st
 def _gpu_control(values: Mapping[str, str], units: str) -> FormField:
     """The GPU select; where the plan's GPU has custom numbers, its option says so (it read as the catalogue GPU,
     QA 2026-12-06): keeping it keeps them, another GPU takes that GPU's catalogue numbers (`apply`)."""
-    f = replace(_FIELDS["cluster.gpu"], options=forms.gpu_options(units))
+    # the form's help says "change its numbers below"; here they are not below (QA 2026-12-07)
+    f = replace(
+        _FIELDS["cluster.gpu"],
+        options=forms.gpu_options(units),
+        help="A catalogue GPU with its catalogue numbers; the full form changes them.",
+    )
     custom = [o.name.removeprefix("cluster.gpu.") for o in SECTIONS["gpu_overrides"] if values.get(o.name, "").strip()]
     if not custom:
         return f

@@ -33,7 +33,7 @@ def test_the_page_shows_interval_and_goodput(web: Any) -> None:
     cp = result["plans"][0]["checkpoint"]
     page = web.get(f"/p/{pid}")
     assert page.status_code == 200
-    assert f"checkpoint every {cp['interval_steps']} steps" in page.text and ">goodput<" in page.text
+    assert f"checkpoint every {cp['interval_steps']:,} steps" in page.text and ">goodput<" in page.text
     assert f"{100 * cp['goodput']:.1f}%" in page.text or f"{100 * cp['goodput']:.0f}%" in page.text
 
 

@@ -1,0 +1,84 @@
+"""QA 2026-12-07: numbers of one kind read alike on a page. A step's 80 % interval was written in two units under
+its KPI ("117.17 s" over "109.27 s–2.1 min": the upper end rounded to 6 s and in another unit), the goodput KPI
+wrote its checkpoint interval ungrouped beside the grouped sentence below it ("13347" and "13,347"), and the plan
+form's sequence length said "(1 – …)" where the spec, the API and the what-if control allow up to 4194304."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from app.planner.results import Interval
+from app.web.prefs import Prefs
+from app.web.result import spreads
+from app.web.templates import seconds
+from tests.api.conftest import SMALL
+from tests.web.conftest import synthetic_plan
+
+UNIT = re.compile(r"[\d.,]+ (ms|s|min|h|days)")
+
+
+def units_of(text: str) -> list[str]:
+    return UNIT.findall(text)
+
+
+def test_an_interval_is_written_in_the_unit_of_its_estimate() -> None:
+    assert seconds(126.03) == "2.1 min"  # alone, a number takes its own unit
+    assert seconds(126.03, like=117.17) == "126.03 s"
+    assert seconds(109.27, like=117.17) == "109.27 s"
+    assert seconds(0.95, like=1.2) == "0.95 s" and seconds(1.3, like=0.9) == "1300.0 ms"
+    assert seconds(7300.0, like=7000.0) == "121.7 min" and seconds(200000.0, like=180000.0) == "2.3 days"
+
+
+def test_the_step_interval_line_has_one_unit() -> None:
+    plan = synthetic_plan(step_s=117.17)
+    time = plan.estimate.time.model_copy(update={"step_interval": Interval(low=109.27, high=126.03, basis="runs")})
+    plan = plan.model_copy(update={"estimate": plan.estimate.model_copy(update={"time": time})})
+    step = next(s for s in spreads(plan, Prefs()) if s.what == "step")
+    assert (step.low, step.high) == ("109.27 s", "126.03 s")
+
+
+def test_the_step_kpi_and_its_interval_share_a_unit(web: Any) -> None:
+    """A plan of a 70B model on 32 H100 whose step is near two minutes; whatever the step, the KPI's value and both
+    ends of its interval are in one unit."""
+    body = {
+        "model": "llama-3-70b",
+        "cluster": {"num_nodes": 4, "gpu": "H100-SXM"},
+        "training": {"global_batch_size": 512, "max_plans": 3},
+    }
+    r = web.post("/plans", json=body)
+    assert r.status_code == 201, r.text
+    page = web.get(f"/p/{r.json()['id']}").text
+    kpi = page.split('<span class="k">step</span>', 1)[1].split("</div>", 1)[0]
+    assert len(set(units_of(kpi))) == 1, kpi
+    line = next(li for li in re.findall(r"<li>80% interval [^<]*</li>", page) if " step, " in li)
+    assert units_of(line) == units_of(kpi)[:1] * 2, (line, kpi)
+
+
+def test_the_goodput_kpi_groups_its_step_count(web: Any) -> None:
+    r = web.post("/plans", json={**SMALL, "cluster": {**SMALL["cluster"], "mtbf_hours": 1e6}})
+    assert r.status_code == 201, r.text
+    steps = r.json()["result"]["plans"][0]["checkpoint"]["interval_steps"]
+    assert steps >= 1000  # a failure a million hours apart: checkpoints thousands of steps apart
+    page = web.get(f"/p/{r.json()['id']}").text
+    assert f"checkpoint every {steps:,} steps</small>" in page
+    assert f"Checkpoint every {steps:,} steps" in page
+
+
+def test_the_forms_sequence_length_names_its_upper_bound(web: Any) -> None:
+    page = web.get("/").text
+    for name in ("preset.seq_length", "hf.seq_length"):
+        help_text = page.split(f'id="help-{name}"', 1)[1].split("</p>", 1)[0]
+        assert "(1 – 4194304)" in help_text, help_text
+
+
+def test_the_what_if_gpu_control_does_not_point_at_numbers_it_lacks(web: Any) -> None:
+    """The What if panel's GPU said "change its numbers below", and below it are the batch, precision and pins; the
+    GPU's numbers are in the full form."""
+    r = web.post("/plans", json=SMALL)
+    assert r.status_code == 201, r.text
+    page = web.get(f"/p/{r.json()['id']}").text
+    panel = page.split('id="whatif"', 1)[1].split("</section>", 1)[0]
+    help_text = panel.split('id="help-cluster.gpu"', 1)[1].split("</p>", 1)[0]
+    assert "below" not in help_text and "full form" in help_text, help_text
+    assert "change its numbers below" in web.get("/").text  # the form itself has them below
