@@ -82,3 +82,20 @@ def test_the_what_if_gpu_control_does_not_point_at_numbers_it_lacks(web: Any) ->
     help_text = panel.split('id="help-cluster.gpu"', 1)[1].split("</p>", 1)[0]
     assert "below" not in help_text and "full form" in help_text, help_text
     assert "change its numbers below" in web.get("/").text  # the form itself has them below
+
+
+def test_the_ranked_tables_steps_share_the_first_plans_unit(web: Any) -> None:
+    """Llama-3 70B on 32 H100 at global batch 524: the ranked steps straddle two minutes (119.9-120.4 s), and each
+    row picked its own unit ("119.92 s" above "2.0 min"); the column now reads in #1's unit."""
+    body = {
+        "model": "llama-3-70b",
+        "cluster": {"num_nodes": 4, "gpu": "H100-SXM"},
+        "training": {"global_batch_size": 524},
+    }
+    r = web.post("/plans", json=body)
+    assert r.status_code == 201, r.text
+    steps = [p["estimate"]["time"]["step_s"] for p in r.json()["result"]["plans"]]
+    assert min(steps) < 120 < max(steps)  # the case: without one unit the column mixes s and min
+    table = web.get(f"/p/{r.json()['id']}").text.split('<table class="plans">', 1)[1].split("</table>", 1)[0]
+    cells = re.findall(r'<td class="num">([0-9.,]+ (?:ms|s|min|h|days))</td>', table)
+    assert len(cells) == len(steps) and {c.split()[1] for c in cells} == {"s"}, cells
