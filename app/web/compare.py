@@ -21,7 +21,7 @@ from app.web.pages import svg
 from app.web.pipeline_chart import pipeline_chart
 from app.web.prefs import Prefs
 from app.web.schedule import stage_timing
-from app.web.templates import WebTemplates
+from app.web.templates import WebTemplates, seconds
 
 MIN_PLANS, MAX_PLANS = 2, 4
 LETTERS = "ABCD"
@@ -139,7 +139,8 @@ def number_rows(columns: list[Column], prefs: Prefs) -> list[Row]:
             lambda c: f"{t(c).tokens_per_s / c.plan.layout.world_size:,.0f}",
             True,
         ),
-        _row("step", columns, lambda c: t(c).step_s, lambda c: f"{t(c).step_s:.3f} s", False),
+        # as the result page writes a step, in the first column's unit (it read "27.022 s" beside "27.02 s")
+        _row("step", columns, lambda c: t(c).step_s, lambda c: seconds(t(c).step_s, t(columns[0]).step_s), False),
         _row(mfu_label(columns), columns, lambda c: t(c).mfu, lambda c: f"{100 * t(c).mfu:.1f}%", True),
         _row(
             "bubble",

@@ -99,3 +99,15 @@ def test_the_ranked_tables_steps_share_the_first_plans_unit(web: Any) -> None:
     table = web.get(f"/p/{r.json()['id']}").text.split('<table class="plans">', 1)[1].split("</table>", 1)[0]
     cells = re.findall(r'<td class="num">([0-9.,]+ (?:ms|s|min|h|days))</td>', table)
     assert len(cells) == len(steps) and {c.split()[1] for c in cells} == {"s"}, cells
+
+
+def test_compare_writes_a_step_as_the_result_page_does(web: Any) -> None:
+    """Compare wrote a step with three decimals ("27.022 s") where the result page's KPI said "27.02 s"."""
+    r = web.post("/plans", json=SMALL)
+    assert r.status_code == 201, r.text
+    plan_id = r.json()["id"]
+    kpi = web.get(f"/p/{plan_id}").text.split('<span class="k">step</span><span class="v">', 1)[1].split("<", 1)[0]
+    page = web.get(f"/compare?p={plan_id}:1&p={plan_id}:2").text
+    row = page.split('<th scope="row">step</th>', 1)[1].split("</tr>", 1)[0]
+    first = re.sub(r"<[^>]+>", "", row.split("</td>", 1)[0]).strip()
+    assert first.replace("\u200b", "") == kpi, (first, kpi)
