@@ -199,11 +199,14 @@ def confirm_delete_page(
         why = f"plan {plan_id} is {record.owner or 'nobody'}'s: only its owner or an admin may delete it"
         return refused(request, templates, why, viewer, prefs, "/recent")
     filters = query_of(_back_filters(back))
+    # "Keep it" goes back to the page of the list the user was on, not its first (QA 2026-12-07)
+    offset = dict(parse_qsl(back)[:8]).get("offset", "")
+    page_of = f"offset={offset}" if offset.isdecimal() and 0 < int(offset) <= 10**12 else ""
     page = templates.render(
         "confirm_delete.html",
         record=record,
         back=filters,
-        cancel_url=f"/recent?{filters}",
+        cancel_url="/recent?" + "&".join(part for part in (filters, page_of) if part),
         csrf_token=viewer.csrf_token if viewer.via == "session" else "",
         planner_version=__version__,
         viewer=viewer,

@@ -111,3 +111,30 @@ def test_compare_writes_a_step_as_the_result_page_does(web: Any) -> None:
     row = page.split('<th scope="row">step</th>', 1)[1].split("</tr>", 1)[0]
     first = re.sub(r"<[^>]+>", "", row.split("</td>", 1)[0]).strip()
     assert first.replace("\u200b", "") == kpi, (first, kpi)
+
+
+def test_keep_it_goes_back_to_the_page_of_the_list(web: Any) -> None:
+    """The list's Delete, from a later page of the list, offered "Keep it" back to the list's first page: the offset
+    now rides along with the filters (a bad one is dropped)."""
+    ids = [web.post("/plans", json=SMALL).json()["id"] for _ in range(2)]
+    # the list offers Delete to a logged-in session (not to an API token): log in as a browser would
+    web.app.state.accounts.add_user("keeper", "admin", "correct horse battery staple")
+    web.headers.pop("Authorization", None)
+    form = web.get("/login?next=/recent").text
+    csrf = re.search(r'name="csrf_token" value="([^"]*)"', form)
+    assert csrf
+    login = {
+        "csrf_token": csrf.group(1),
+        "next": "/recent",
+        "name": "keeper",
+        "password": "correct horse battery staple",
+    }
+    assert web.post("/login", data=login, follow_redirects=False).status_code == 303
+    listed = web.get("/recent", params={"offset": 1}).text
+    link = re.search(r'href="(/p/[0-9a-f]{16}/delete\?back=[^"]+)"', listed)
+    assert link and "offset%3D1" in link.group(1), listed[-3000:]
+    asked = web.get(link.group(1).replace("&amp;", "&"))
+    assert 'href="/recent?offset=1" id="cancel-delete"' in asked.text, re.findall(r"<a[^>]*cancel-delete[^>]*>", asked.text)
+    for bad in ("-1", "x", "1" * 20):
+        asked = web.get(f"/p/{ids[0]}/delete", params={"back": f"q=llama&offset={bad}"})
+        assert 'href="/recent?q=llama" id="cancel-delete"' in asked.text, bad
