@@ -138,6 +138,20 @@ def quick_run_args(argv: list[str]) -> argparse.Namespace | None:
     return None if plan is None else cast("argparse.Namespace", SimpleNamespace(verb="run", plan=plan, **values))
 
 
+def probe_option_refusal(args: argparse.Namespace) -> str | None:
+    """Why `probe`'s own world (no plan.json) cannot be, in the options' names: `--nodes 0` was refused as
+    "plan refused: world.num_nodes(0) must be >= 1", with no plan given and no such option (QA 2026-12-08)."""
+    if args.verb != "probe" or args.plan is not None:
+        return None
+    if args.nodes < 1:
+        return f"--nodes({args.nodes}) must be >= 1"
+    if args.gpus_per_node is not None and args.gpus_per_node < 1:
+        return f"--gpus-per-node({args.gpus_per_node}) must be >= 1"
+    if not 1 <= args.master_port <= 65535:
+        return f"--master-port({args.master_port}) must be between 1 and 65535"
+    return None
+
+
 class Terminated(BaseException):
     """SIGTERM in a verb that does not take signals itself: it unwinds as Ctrl-C does, so that the process the verb
     waits on goes with it (subprocess.run kills its child on any exception). SIGTERM's default action ended the
@@ -163,6 +177,10 @@ def main(argv: list[str] | None = None) -> int:
         parser().error(f"extra script arguments after -- are only for run, dry-run and bench, not {args.verb}")
     if getattr(args, "run_dir", None) == "":  # an unset $RUN_DIR: it ran in a new ./runs/<name>-<time> (QA)
         sys.stderr.write("launcher: --run-dir is empty: give the run directory, or leave the option out\n")
+        return 2
+    why = probe_option_refusal(args)
+    if why:
+        sys.stderr.write(f"launcher probe: {why}\n")
         return 2
     if args.verb != "run":  # `run` resumes collection once its agents run (launcher/startup.py)
         startup.resume_collection()

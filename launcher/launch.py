@@ -150,7 +150,7 @@ def show(args: argparse.Namespace) -> int:
             )
         )
     if plan.strategy:
-        rows.append(("strategy", strategy_summary(plan.strategy)))
+        rows.append(("strategy", strategy_summary(plan.strategy, plan.parallel.cp)))
     if plan.prediction:
         pr = plan.prediction
         mem = ", ".join(f"{b / 2**30:.2f}" for b in pr.peak_memory_bytes) or "-"
@@ -170,9 +170,10 @@ def show(args: argparse.Namespace) -> int:
     return 0
 
 
-def strategy_summary(st: Strategy) -> str:
+def strategy_summary(st: Strategy, cp: int = 1) -> str:
     """What megatron_args.txt / ds_config.json set, in the words of their flags: the schedule and the pipeline
-    split, the sharding, recomputation and offload, CP communication, precision and the overlaps."""
+    split, the sharding, recomputation and offload, CP communication (with context parallelism `cp` > 1: a plan
+    without it read "CP p2p", QA 2026-12-08), precision and the overlaps."""
     split = (
         f"layout {st.pipeline_layout}"
         if st.pipeline_layout
@@ -201,7 +202,9 @@ def strategy_summary(st: Strategy) -> str:
         f"activation offload {st.cpu_offloading_num_layers} layers" if st.cpu_offloading_num_layers else "",
         f"offload optimizer {st.offload_optimizer}" if st.offload_optimizer != "none" else "",
         f"offload params {st.offload_param}" if st.offload_param != "none" else "",
-        f"CP {st.cp_comm_type}" + (f" {list(st.hierarchical_cp_sizes)}" if st.hierarchical_cp_sizes else ""),
+        (f"CP {st.cp_comm_type}" + (f" {list(st.hierarchical_cp_sizes)}" if st.hierarchical_cp_sizes else ""))
+        if cp > 1
+        else "",
         st.precision + (f" ({st.fp8_recipe}{', FP8 weights' if st.fp8_param_gather else ''})" if st.fp8_recipe else ""),
         f"grads reduced in {st.grad_reduce_dtype}",
         "TP overlap" if st.tp_comm_overlap else "",

@@ -316,9 +316,10 @@ class Plan:
         return json.loads(json.dumps(out))  # tuples -> lists, dicts copied
 
     @classmethod
-    def from_dict(cls, data: object) -> Plan:
+    def from_dict(cls, data: object, where: str = "plan.json") -> Plan:
+        """`where`: the file the data came from, named where the top is not an object (it said "plan.json" of any)."""
         if not isinstance(data, dict):
-            raise PlanError(f"plan.json: expected a JSON object at the top, got {type(data).__name__}")
+            raise PlanError(f"{where}: expected a JSON object at the top, got {type(data).__name__}")
         if data.get("kind") != KIND:
             raise PlanError(f"kind: {data.get('kind')!r} is not {KIND!r} (is this a trainplan plan.json?)")
         check_version(data.get("schema_version"))
@@ -367,7 +368,7 @@ def loads(text: str, where: str = "plan.json") -> Plan:
     except ValueError as exc:  # e.g. an integer of more than 4300 digits
         raise PlanError(f"{where}: not valid JSON: {exc}") from None
     try:
-        return Plan.from_dict(data)
+        return Plan.from_dict(data, where)
     except RecursionError:
         raise PlanError(f"{where}: a value is nested too deeply") from None
 

@@ -52,6 +52,14 @@ def fail(errors: list[FieldError]) -> int:
     return 2
 
 
+def notify(notices: list[str]) -> None:
+    """What the service says about how it read a request (a plan's `notices`: a config.json model trained past its
+    context, a saved cluster's hosts cut to the node count), on stderr so that `--json` stays JSON. The CLI dropped
+    them and planned in silence (QA 2026-12-08)."""
+    for notice in notices:
+        print(f"note: {notice}", file=sys.stderr)
+
+
 def input_error(exc: ValueError, field: str = "") -> int:
     """Report bad input (pydantic's errors field by field, the planner's InputError with its field); exit code 2."""
     return fail(field_errors(exc) if isinstance(exc, ValidationError) else value_error(exc, field))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from app.cli.common import fail, input_error, read_request, saved_clusters
+from app.cli.common import fail, input_error, notify, read_request, saved_clusters
 from app.planner import estimate, plan
 from app.planner.errors import FieldError
 from app.planner.explain import describe
@@ -89,7 +89,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from app.service.requests import parse_plan_request
 
     try:
-        result = plan(parse_plan_request(read_request(args.request), saved_clusters).request)
+        parsed = parse_plan_request(read_request(args.request), saved_clusters)
+        notify(parsed.notices)
+        result = plan(parsed.request)
     except Refused as exc:  # the same reading as the service's: bodies, presets, config.json, bounds
         return fail(exc.errors)
     except ValueError as exc:  # the planner's own (pydantic's ValidationError, its InputError)
@@ -117,6 +119,8 @@ def _os_reason(exc: OSError, out: str) -> str:
     """Why, and on which path when it is not the folder itself: `out/sbatch.sh: Is a directory`."""
     reason = exc.strerror or str(exc)
     if exc.filename is None or Path(exc.filename) == Path(out):
+        if Path(out).exists() and not Path(out).is_dir():  # mkdir's "File exists" read as if it had to be new (QA)
+            return "it is a file, not a directory"
         return reason
     return f"{exc.filename}: {reason}"
 
@@ -127,9 +131,12 @@ def cmd_render(args: argparse.Namespace) -> int:
     from app.service.errors import Refused
     from app.service.requests import parse_plan_request
 
+    if not args.out.strip():  # `--out "$OUT"` with $OUT unset wrote every file into the current directory (QA)
+        return fail([FieldError("--out", "is empty: give the directory to write the files into")])
     try:
         parsed = parse_plan_request(read_request(args.request), saved_clusters)
         options = parsed.options or RenderOptions()
+        notify(parsed.notices)
         result = plan(parsed.request)
     except Refused as exc:
         return fail(exc.errors)

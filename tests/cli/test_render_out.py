@@ -168,3 +168,38 @@ def test_files_of_an_artifacts_name_that_no_render_wrote_are_left_alone(tmp_path
     removed: list[Path] = []
     write_artifacts(MEGATRON, tmp_path, removed=removed)
     assert removed == [] and (tmp_path / "hostfile").read_text() == "mine\n" and (tmp_path / "plan.json").exists()
+
+
+SMALL_REQUEST = {
+    "model": "tiny-gpt",
+    "cluster": {"num_nodes": 1, "gpu": "A100-80GB"},
+    "training": {"global_batch_size": 8},
+}
+
+
+@pytest.mark.parametrize("out", ["", " "])
+def test_an_empty_out_is_refused_and_nothing_is_written(tmp_path: Path, out: str) -> None:
+    """`trainplan render req.json --out "$OUT"` with $OUT unset wrote every file into the current directory and
+    exited 0 (QA 2026-12-08), as an empty `--run-dir` did in the launcher."""
+    done = subprocess.run(
+        [sys.executable, "-m", "app", "render", "--out", out],
+        input=json.dumps(SMALL_REQUEST),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    assert done.returncode == 2, done.stdout
+    assert done.stderr == "error: --out: is empty: give the directory to write the files into\n"
+    assert os.listdir(tmp_path) == []
+
+
+def test_an_out_that_is_a_file_says_so(tmp_path: Path) -> None:
+    """`--out plan.txt` (a file) said only "File exists", which reads as if the folder had to be new."""
+    target = tmp_path / "plan.txt"
+    target.write_text("mine\n")
+    done = run("render", "--out", str(target), stdin=json.dumps(SMALL_REQUEST))
+    assert done.returncode == 2, done.stdout
+    assert done.stderr == f"error: --out: cannot write the files into {target}: it is a file, not a directory\n"
+    assert target.read_text() == "mine\n"

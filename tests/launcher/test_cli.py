@@ -82,7 +82,9 @@ def test_show_says_what_the_strategy_sets(tmp_path: Path) -> None:
     strategy = Strategy(schedule="1f1b", account_for_embedding_in_pipeline_split=True, sequence_parallel=True,
                         distributed_optimizer=True, recompute="selective", recompute_modules=("mlp",),
                         cp_comm_type="a2a", precision="fp8", fp8_recipe="mxfp8", fp8_param_gather=True)  # fmt: skip
-    plan = replace(tiny_plan(procs=2), model=model, strategy=strategy)
+    base = tiny_plan(procs=2)
+    cp2 = replace(base.parallel, cp=2, dp=1, gradient_accumulation_steps=None)
+    plan = replace(base, model=model, strategy=strategy, parallel=cp2)
     done = run_launcher("show", str(write_plan(tmp_path, plan)))
     assert done.returncode == 0, done.stderr
     assert "16 heads of 64" in done.stdout
@@ -91,6 +93,10 @@ def test_show_says_what_the_strategy_sets(tmp_path: Path) -> None:
                   "CP a2a", "fp8 (mxfp8, FP8 weights)", "grads reduced in fp32"):  # fmt: skip
         assert words in row, row
     assert "TP overlap" not in row and "offload" not in row
+    # without context parallelism the CP communication type is not the plan's (it read "CP a2a", QA 2026-12-08)
+    done = run_launcher("show", str(write_plan(tmp_path, replace(plan, parallel=base.parallel))))
+    row = next(line for line in done.stdout.splitlines() if line.startswith("strategy"))
+    assert done.returncode == 0 and "CP " not in row and "distributed optimizer" in row, row
 
 
 def test_show_rounds_the_prediction_and_says_what_is_unset(tmp_path: Path) -> None:
@@ -587,3 +593,23 @@ def test_a_signal_during_preflight_ends_it_with_one_line_and_no_orphan(
     assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
     assert out.rstrip().splitlines()[-1] == said, out
     assert not processes_mentioning(str(marker))
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "why"),
+    [
+        ("--nodes", "0", "--nodes(0) must be >= 1"),
+        ("--nodes", "-2", "--nodes(-2) must be >= 1"),
+        ("--gpus-per-node", "-1", "--gpus-per-node(-1) must be >= 1"),
+        ("--master-port", "0", "--master-port(0) must be between 1 and 65535"),
+        ("--master-port", "70000", "--master-port(70000) must be between 1 and 65535"),
+    ],
+)
+def test_probe_without_a_plan_names_the_option_it_refuses(tmp_path: Path, option: str, value: str, why: str) -> None:
+    """`probe --nodes 0` said "plan refused: world.num_nodes(0) must be >= 1": no plan was given, and no option is
+    called world.num_nodes (QA 2026-12-08)."""
+    args = [option, value] if option == "--gpus-per-node" else ["--gpus-per-node", "2", option, value]
+    done = run_launcher("probe", *args, "--run-dir", str(tmp_path / "run"), timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr == f"launcher probe: {why}\n"
+    assert not (tmp_path / "run").exists()

@@ -103,7 +103,7 @@ def test_bench_reports_measured_next_to_predicted(tmp_path: Path) -> None:
 def test_probe_refuses_zero_gpus_per_node(tmp_path: Path) -> None:
     """--gpus-per-node 0 was read as "not given": two processes measured and exit 0 (QA 2026-12-07)."""
     done = run_launcher("probe", "--nodes", "1", "--gpus-per-node", "0", timeout=60, cwd=tmp_path)
-    assert done.returncode == 2 and "gpus_per_node(0)" in done.stderr, done.stdout + done.stderr
+    assert done.returncode == 2 and "--gpus-per-node(0) must be >= 1" in done.stderr, done.stdout + done.stderr
     assert not (tmp_path / "cluster_profile.json").exists()
 
 

@@ -213,3 +213,11 @@ def test_a_head_size_of_its_own_needs_no_divisible_width() -> None:
         Model(num_layers=2, hidden_size=8, num_attention_heads=16, vocab_size=100, seq_length=64)
     with pytest.raises(PlanError, match=r"model\.kv_channels"):
         Model(num_layers=2, hidden_size=8, num_attention_heads=16, vocab_size=100, seq_length=64, kv_channels=0)
+
+
+def test_a_top_that_is_not_an_object_names_the_file_it_came_from(tmp_path: Path) -> None:
+    """`show arr.json` of a file holding `[]` said "plan.json: expected a JSON object" (QA 2026-12-08)."""
+    path = tmp_path / "arr.json"
+    path.write_text("[]")
+    with pytest.raises(PlanError, match=rf"^{path}: expected a JSON object at the top, got list$"):
+        spec.load(path)
