@@ -38,8 +38,7 @@ def field_errors(exc: ValidationError, prefix: str = "") -> list[FieldError]:
     for err in exc.errors(include_url=False):
         loc = _loc(tuple(err.get("loc", ())))
         field = ".".join(x for x in (prefix, loc) if x)
-        msg = str(err.get("msg", "invalid"))
-        msg = msg.removeprefix("Value error, ")
+        msg = error_text(err)
         named = named_field(err, loc, prefix)
         if named is not None:
             field, msg = named.field, named.message
@@ -51,6 +50,14 @@ def field_errors(exc: ValidationError, prefix: str = "") -> list[FieldError]:
             msg = "unknown field"
         out.append(FieldError(field, msg))
     return out
+
+
+def error_text(err: Any) -> str:
+    """pydantic's message for one error, in the planner's words: without its "Value error, " prefix, and for a number
+    too large to be an integer (1e30) not its "Unable to parse input string as an integer" (QA 2026-12-08)."""
+    if err.get("type") == "int_parsing_size":
+        return "a number too large for this whole-number field"
+    return str(err.get("msg", "invalid")).removeprefix("Value error, ")
 
 
 def named_field(err: Any, loc: str, prefix: str = "") -> FieldError | None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.planner.errors import FieldError, field_errors, named_field, value_error
+from app.planner.errors import FieldError, error_text, field_errors, named_field, value_error
 
 TAG_PREFIX = "as:"  # union tags of the request bodies (app/service/bodies.py); field names never contain ':'
 _LOCATIONS = ("body", "query", "path", "header", "cookie")
@@ -53,7 +53,7 @@ def _message(err: Mapping[str, Any]) -> str:
     kind = err.get("type")
     if kind == "extra_forbidden":
         return "unknown field"
-    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    msg = error_text(err)
     given = err.get("input")
     if isinstance(given, str) and tuple(err.get("loc", ()))[:1] == ("header",):
         given = _header_text(given)

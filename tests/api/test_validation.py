@@ -54,6 +54,8 @@ def _with(path: str, value: Any, base: dict[str, Any] = TINY) -> dict[str, Any]:
         ("render.job_name", "Bad Name!", "render.job_name", "not a job name"),
         ("render.master_port", 80, "render.master_port", "greater than or equal to 1024"),
         ("model", {"preset": "llama-2-7b", "name": "n" * 300}, "model.name", "300 characters, at most 100"),
+        # pydantic said "Unable to parse input string as an integer" of the number 1e30 (QA 2026-12-08)
+        ("training.global_batch_size", 1e30, "training.global_batch_size", "too large for this whole-number field"),
     ],
 )
 def test_bad_field_is_named_with_its_reason(sqlite_client: Any, path: str, value: Any, field: str, words: str) -> None:

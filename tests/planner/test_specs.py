@@ -324,3 +324,22 @@ def test_a_cluster_without_a_node_size_has_its_gpus_own_node() -> None:
     with pytest.raises(ValidationError) as bad:  # an unknown GPU is still named under `gpu`
         ClusterSpec(num_nodes=2, gpu="GB900")
     assert bad.value.errors()[0]["loc"] == ("gpu",) and "unknown gpu 'GB900'" in str(bad.value)
+
+
+def test_a_number_too_large_for_an_integer_field_is_said_so() -> None:
+    """1e30 as a batch size: pydantic's "Unable to parse input string as an integer" spoke of a string (QA)."""
+    from pydantic import ValidationError
+
+    from app.planner import PlanRequest
+    from app.planner.errors import field_errors
+
+    body = {
+        "model": "llama-2-7b",
+        "cluster": {"num_nodes": 1, "gpu": "H100-SXM"},
+        "training": {"global_batch_size": 1e30},
+    }
+    with pytest.raises(ValidationError) as caught:
+        PlanRequest.model_validate(body)
+    (error,) = field_errors(caught.value)
+    assert error.field == "training.global_batch_size"
+    assert error.message == "a number too large for this whole-number field (got 1e+30)"
