@@ -66,7 +66,7 @@ def test_render_into_a_path_it_cannot_write_names_out(tmp_path: Path) -> None:
     (before, a FileExistsError / FileNotFoundError traceback after the plan was made)."""
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    for out_dir, reason in ((blocker, "File exists"), (blocker / "sub", "Not a directory")):
+    for out_dir, reason in ((blocker, "it is a file, not a directory"), (blocker / "sub", "Not a directory")):
         done = run("render", "--out", str(out_dir), stdin=json.dumps(REQUEST))
         assert done.returncode == 2, done.stderr
         assert "Traceback" not in done.stderr

@@ -282,7 +282,12 @@ def test_units_and_theme_switches(page: Any, server: str, tmp_path: Path) -> Non
     page.click("a.pref >> text=GiB → GB")
     assert "PEAK GB" in page.locator("table.plans thead").inner_text().upper()
     page.click("a.pref >> text=theme: system")  # -> light
+    page.wait_for_load_state()
     page.click("a.pref >> text=theme: light")  # -> dark
+    page.wait_for_load_state()
+    # the click's navigation (/prefs, a 303 back to the page) may still be under way: evaluating then read a
+    # document without its root (a CI run of 2026-12-08); wait for the page that says dark (a timeout if none does)
+    page.wait_for_function("document.documentElement && document.documentElement.dataset.theme === 'dark'")
     assert page.evaluate("document.documentElement.dataset.theme") == "dark"
     background = page.evaluate("getComputedStyle(document.body).backgroundColor")
     assert background == "rgb(18, 21, 27)"
