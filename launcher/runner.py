@@ -162,24 +162,23 @@ class Runner:
             attempt += 1
             self.restarts = attempt
             self.log(f"restart {self.restarts + self.agent_restarts} of at most {self.policy.max_restarts}: {reason}")
-        if code == 0 and not self.signalled:
-            self.short = self._short_of_last_step()
+        if code == 0 and not self.signalled and self.policy.train_iters is not None:
+            reached, logged = self._last_step()
+            # no heartbeat and no training log line: how far it trained is not known (said, not failed: a run
+            # resumed from its last iteration's checkpoint trains nothing and exits 0 rightly)
+            self.unrecorded = reached is None
+            self.short = None if reached is None else self._short_of(reached, logged, self.policy.train_iters)
             code = STOPPED_SHORT if self.short else 0
         self._summary(code, time.monotonic() - started)
         return code
 
-    def _short_of_last_step(self) -> str | None:
-        """Why a job whose ranks all exited 0, with no stop asked of the launcher, did not finish its training: the
-        last step its ranks reported (heartbeats, else the training log) is short of --train-iters. A signal sent to
-        the ranks themselves (an operator's kill, a health daemon, Slurm's --signal without B:), Megatron's
-        --exit-duration-in-mins or --exit-interval all end a run so, with exit code 0 (training.py `sys.exit(
-        exit_code)`); reported as success, a workflow went on as if the training had finished (QA, 2026-12-07)."""
+    def _last_step(self) -> tuple[int | None, bool]:
+        """The last step the ranks of the job's last worker groups reported, and whether it came from the training
+        log (None: none reported one): their heartbeats, else the log each agent captured, read to the end (the
+        ranks may have logged after the watchdog's last poll)."""
         from launcher.heartbeat import HEARTBEAT_DIR, read_beat
         from launcher.logprogress import LogProgress
 
-        total = self.policy.train_iters
-        if total is None:
-            return None
         reached, logged = None, False
         for r in self.running:
             if r.watch is None:
@@ -188,17 +187,20 @@ class Runner:
                 beat = read_beat(self.policy.run_dir / HEARTBEAT_DIR, death.worker.rank)
                 if beat is not None and beat.pid == death.worker.pid:
                     reached = max(reached or 0, beat.step, beat.resumed_from or 0)
-            if reached is None:  # read to the end: the ranks may have logged after the watchdog's last poll
+            if reached is None:
                 progress = self.progress.get(r.command.node_rank)
                 logs = progress.logs if progress and progress.logs else LogProgress(Path(r.command.log).parent)
                 steps = [b.step for d in r.watch.deaths[-r.watch.expected :] if (b := logs.beat(d.worker))]
                 if steps:
                     reached, logged = max(steps), True
-        if reached is None:
-            # no heartbeat and no training log line: how far it trained is not known (said, not failed: a run
-            # resumed from its last iteration's checkpoint trains nothing and exits 0 rightly)
-            self.unrecorded = True
-            return None
+        return reached, logged
+
+    def _short_of(self, reached: int, logged: bool, total: int) -> str | None:
+        """Why a job whose ranks all exited 0, with no stop asked of the launcher, did not finish its training: the
+        last step its ranks reported (`_last_step`) is short of --train-iters. A signal sent to the ranks themselves
+        (an operator's kill, a health daemon, Slurm's --signal without B:), Megatron's --exit-duration-in-mins or
+        --exit-interval all end a run so, with exit code 0 (training.py `sys.exit(exit_code)`); reported as success,
+        a workflow went on as if the training had finished (QA, 2026-12-07)."""
         unlogged = self.policy.log_interval - 1 if logged else 0  # steps after the last log line
         if reached + unlogged >= total:
             return None
