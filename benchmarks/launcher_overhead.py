@@ -169,10 +169,8 @@ def median_interval(values: list[float], confidence: float = 0.9) -> tuple[float
 
 
 def rotation(ways: list[str], i: int) -> list[str]:
-    """Round i's order: two ways alternate (AB, BA); three rotate through all six orders, so that no way always
-    follows the same other one."""
-    if len(ways) == 2:
-        return ways if i % 2 == 0 else ways[::-1]
+    """Round i's order, through every order of the ways in turn: two alternate (AB, BA), three go through all six, so
+    that no way always follows the same other one."""
     orders = [list(p) for p in itertools.permutations(ways)]
     return orders[i % len(orders)]
 
