@@ -18,6 +18,8 @@ OK, WARN, FAIL = "ok", "warn", "fail"
 
 @dataclass(frozen=True)
 class Check:
+    """One check of the plan against this machine: its status and, where it is not ok, what to do."""
+
     name: str
     status: str  # ok | warn | fail
     detail: str

@@ -10,13 +10,13 @@ import signal
 import sys
 from collections.abc import Callable, Iterable
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, cast
 
 from launcher import startup
 from launcher.context import WorkingDirError
 from launcher.fields import PlanError
 from launcher.rundir import RunDirError
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING (mypy reads it so), without importing typing: docs/launcher.md
 if TYPE_CHECKING:
     import argparse  # built only for what quick_run_args leaves to it: `run` starts without it (3-4 ms)
 
@@ -135,7 +135,7 @@ def quick_run_args(argv: list[str]) -> argparse.Namespace | None:
         else:
             plan = word
     # the attributes argparse's Namespace would carry, in the plain namespace it is (argparse is not imported)
-    return None if plan is None else cast("argparse.Namespace", SimpleNamespace(verb="run", plan=plan, **values))
+    return None if plan is None else SimpleNamespace(verb="run", plan=plan, **values)  # type: ignore[return-value]
 
 
 def probe_option_refusal(args: argparse.Namespace) -> str | None:

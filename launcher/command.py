@@ -5,7 +5,10 @@ from __future__ import annotations
 import contextlib
 import shlex
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING (mypy reads it so), without importing typing: docs/launcher.md
+if TYPE_CHECKING:
+    from typing import Any
 
 LOCAL_NAMES = ("localhost", "127.0.0.1", "::1")
 # ConnectTimeout: an unreachable host fails its node's agent (ssh exits 255) in 30 s; without it the launcher waited

@@ -31,6 +31,8 @@ BASIC_ENV = (
 
 @dataclass(frozen=True)
 class LaunchContext:
+    """The plan with where it runs: its directory, the run directory, the backend, the node and the caller."""
+
     plan: Plan
     plan_dir: Path
     run_dir: Path

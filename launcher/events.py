@@ -10,7 +10,10 @@ import contextlib
 import sys
 import time
 from pathlib import Path
-from typing import TextIO
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING (mypy reads it so), without importing typing: docs/launcher.md
+if TYPE_CHECKING:
+    from typing import TextIO
 
 
 class EventLog:

@@ -11,13 +11,17 @@ import re
 import reprlib
 from collections.abc import Mapping
 from dataclasses import MISSING, fields, is_dataclass
-from typing import Any, TypeVar
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING (mypy reads it so), without importing typing: docs/launcher.md
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PLAIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:\-]*$")
 FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
 
-T = TypeVar("T")
 MAX_STRING = 1 << 16  # a path, an argument or an env value; file contents may be longer (MAX_FILE)
 MAX_FILE = 16 << 20
 _REPR = reprlib.Repr()  # errors show values bounded in length and depth

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import shlex
 import sys
-from typing import TYPE_CHECKING, BinaryIO
 
 from launcher import rundir, spec
-from launcher.backends import Backend, build
+from launcher.backends import build
 from launcher.checks import FAIL, Check, is_local_command
 from launcher.command import Command, launch_argv
 from launcher.context import LaunchContext, make_context
@@ -16,9 +15,12 @@ from launcher.limits import Limits, int_arg, log_interval
 from launcher.runner import Runner, RunPolicy
 from launcher.storage import check_run_dir, quick_checks, save_dirs
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING (mypy reads it so), without importing typing: docs/launcher.md
 if TYPE_CHECKING:
     import argparse
+    from typing import BinaryIO
 
+    from launcher.backends import Backend
     from launcher.strategy import Strategy
 
 

@@ -17,6 +17,8 @@ DEFAULT_CHECKPOINT_S = 1800.0
 
 @dataclass(frozen=True)
 class Limits:
+    """The watchdog's limits for one job (timeouts in seconds, the straggler test), worked out by from_plan."""
+
     k: float
     floor_s: float
     startup_s: float

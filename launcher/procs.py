@@ -11,8 +11,8 @@ import contextlib
 import os
 import signal
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING (mypy reads it so), without importing typing: docs/launcher.md
 if TYPE_CHECKING:
     from collections.abc import Collection
 
@@ -21,6 +21,8 @@ PROC = "/proc"
 
 @dataclass(frozen=True)
 class Worker:
+    """A training rank's process, as /proc shows it."""
+
     pid: int
     rank: int
     local_rank: int

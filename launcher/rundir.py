@@ -12,11 +12,14 @@ import json
 import os
 from contextlib import ExitStack
 from pathlib import Path
-from typing import IO
 
 from launcher.command import Command
 from launcher.context import LaunchContext
 from launcher.spec import dump
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING (mypy reads it so), without importing typing: docs/launcher.md
+if TYPE_CHECKING:
+    from typing import IO
 
 
 class RunDirError(Exception):

@@ -25,30 +25,35 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
 
 from launcher import procs, startup
 from launcher.command import Command, is_local, launch_argv, with_max_restarts
 from launcher.events import EventLog
 from launcher.guardian import TOKEN_ENV, Guardian
 
-if TYPE_CHECKING:  # imported where used, once the agents run: not on the way to their start (below)
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING (mypy reads it so), without importing typing: docs/launcher.md
+if TYPE_CHECKING:  # types only: the modules are imported where used, once the agents run (not before their start)
+    from typing import BinaryIO
+
     from launcher.follow import Follower
     from launcher.limits import Limits
     from launcher.linger import Linger
     from launcher.watch import WorkerWatch
     from launcher.watchdog import Hang, ProgressWatch
 
+    Started = tuple[Command, subprocess.Popen[bytes], BinaryIO | None, bool]  # an agent, its log, whether it is local
+
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 PREEMPT = signal.SIGUSR1  # Slurm's `--signal=B:USR1@T`: stop gracefully (the job saves), then requeue
 STOPPED_SHORT = 75  # sysexits.h EX_TEMPFAIL: the ranks exited 0 before the last step; running it again goes on
 TAIL_BYTES = 64 * 1024
 DEADLINE_SLACK_S = 0.002  # the watchdog's next poll: this long after the first rank's deadline, at the soonest
-Started = tuple[Command, subprocess.Popen[bytes], BinaryIO | None, bool]  # an agent, its log, whether it is local
 
 
 @dataclass
 class Running:
+    """An agent of the current attempt: its process, its log, what watches it and the tail of its output."""
+
     command: Command
     popen: subprocess.Popen[bytes]
     pidfd: int
@@ -62,6 +67,8 @@ class Running:
 
 @dataclass(frozen=True)
 class RunPolicy:
+    """What the runner does about restarts, stops and progress: derived from the plan once, in launch.py."""
+
     grace_s: float
     max_restarts: int
     restarts_inside: bool  # the agent restarts workers itself (torchrun); else the launcher re-runs the job

@@ -6,7 +6,6 @@ Frozen dataclasses that validate on construction, like every part of the plan (d
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from launcher.fields import PlanError, need_bool, need_float, need_int, need_opt, need_str
 
@@ -15,6 +14,8 @@ DAY_S = 86_400.0
 
 @dataclass(frozen=True)
 class Model:
+    """plan.json's optional `model` section: the network's shape, in Megatron's terms."""
+
     num_layers: int
     hidden_size: int
     num_attention_heads: int
@@ -98,6 +99,17 @@ class Prediction:
         )
 
 
+# Hardware's rates (a module constant, not a ClassVar: see launcher/strategy.py's)
+HARDWARE_RATES = (
+    "bf16_TFLOPs",
+    "fp16_TFLOPs",
+    "intra_node_GBps",
+    "inter_node_GBps",
+    "host_to_device_GBps",
+    "cpu_adam_params_per_s",
+)
+
+
 @dataclass(frozen=True)
 class Hardware:
     """Catalogue numbers for the plan's GPU and cluster (per GPU, per direction), for `launcher probe`."""
@@ -111,19 +123,10 @@ class Hardware:
     host_to_device_GBps: float | None = None
     cpu_adam_params_per_s: float | None = None
 
-    NUMBERS: ClassVar[tuple[str, ...]] = (
-        "bf16_TFLOPs",
-        "fp16_TFLOPs",
-        "intra_node_GBps",
-        "inter_node_GBps",
-        "host_to_device_GBps",
-        "cpu_adam_params_per_s",
-    )
-
     def __post_init__(self) -> None:
         need_str("hardware.name", self.name, max_len=256)
         need_opt("hardware.memory_bytes", self.memory_bytes, need_int, 1, 1 << 62)
-        for name in self.NUMBERS:
+        for name in HARDWARE_RATES:
             need_opt(f"hardware.{name}", getattr(self, name), need_float, True, 1e15)
 
 

@@ -12,7 +12,6 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
 
 from launcher.fields import (
     ENV_NAME,
@@ -29,6 +28,10 @@ from launcher.fields import (
 )
 from launcher.sections import DAY_S, Hardware, Model, Prediction, Watchdog
 from launcher.strategy import Strategy
+
+TYPE_CHECKING = False  # as typing.TYPE_CHECKING (mypy reads it so), without importing typing: docs/launcher.md
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "Entrypoint",
@@ -97,6 +100,8 @@ def _check_placeholders(where: str, text: str) -> None:
 
 @dataclass(frozen=True)
 class Job:
+    """plan.json's `job` section: the name, the backend and how the launcher runs and restarts the job."""
+
     name: str
     run_dir: str | None = None
     backend: str = "torchrun"
@@ -119,6 +124,8 @@ class Job:
 
 @dataclass(frozen=True)
 class World:
+    """plan.json's `world` section: the nodes, the processes per node and the rendezvous address."""
+
     num_nodes: int = 1
     gpus_per_node: int = 1
     hosts: tuple[str, ...] = ()
@@ -150,6 +157,8 @@ class World:
 
 @dataclass(frozen=True)
 class Parallel:
+    """plan.json's `parallel` section: the parallel sizes and the batch (mbs x gas x dp)."""
+
     dp: int
     global_batch_size: int
     tp: int = 1
@@ -199,6 +208,8 @@ class Parallel:
 
 @dataclass(frozen=True)
 class Entrypoint:
+    """plan.json's `entrypoint` section: the training script, its arguments and interpreter."""
+
     script: str
     args: tuple[str, ...] = ()
     working_dir: str | None = None
@@ -216,8 +227,26 @@ class Entrypoint:
         need_opt("entrypoint.python", self.python, need_str)
 
 
+# The plan's sections and their classes, and those it may leave out (module constants, not ClassVars of Plan:
+# see launcher/strategy.py's)
+SECTIONS: dict[str, type] = {
+    "job": Job,
+    "world": World,
+    "parallel": Parallel,
+    "entrypoint": Entrypoint,
+    "model": Model,
+    "prediction": Prediction,
+    "hardware": Hardware,
+    "watchdog": Watchdog,
+    "strategy": Strategy,
+}
+OPTIONAL_SECTIONS = ("model", "prediction", "hardware", "watchdog", "strategy")
+
+
 @dataclass(frozen=True)
 class Plan:
+    """A whole plan.json, valid once constructed (from the renderer, or from JSON by `load`)."""
+
     job: Job
     world: World
     parallel: Parallel
@@ -233,26 +262,13 @@ class Plan:
     schema_version: int = SCHEMA_VERSION
     kind: str = KIND
 
-    SECTIONS: ClassVar[dict[str, type]] = {
-        "job": Job,
-        "world": World,
-        "parallel": Parallel,
-        "entrypoint": Entrypoint,
-        "model": Model,
-        "prediction": Prediction,
-        "hardware": Hardware,
-        "watchdog": Watchdog,
-        "strategy": Strategy,
-    }
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("model", "prediction", "hardware", "watchdog", "strategy")
-
     def __post_init__(self) -> None:
         if self.kind != KIND:
             raise PlanError(f"kind: {self.kind!r} is not {KIND!r}")
         check_version(self.schema_version)
-        for name, cls in self.SECTIONS.items():
+        for name, cls in SECTIONS.items():
             value = getattr(self, name)
-            if not isinstance(value, cls) and not (value is None and name in self.OPTIONAL):
+            if not isinstance(value, cls) and not (value is None and name in OPTIONAL_SECTIONS):
                 raise PlanError(f"{name}: expected a {cls.__name__}, got {type(value).__name__}")
         object.__setattr__(self, "env", need_str_map("env", self.env, ENV_NAME))
         object.__setattr__(self, "files", need_str_map("files", self.files, FILE_NAME, multiline=True))
@@ -325,7 +341,7 @@ class Plan:
         check_version(data.get("schema_version"))
         sections = {
             name: None if data.get(name) is None else build(sec, data[name], name)
-            for name, sec in cls.SECTIONS.items()
+            for name, sec in SECTIONS.items()
             if name in data
         }
         return build(cls, {**data, **sections}, "plan")

@@ -9,22 +9,23 @@ plan.json without the section (or from an older renderer) still loads (schema_ve
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
 
 from launcher.fields import PlanError, need_bool, need_int, need_opt, need_str, need_str_tuple
+
+# What each field may be (module constants, not ClassVars: `run` starts without importing typing, and without it
+# dataclasses would take a ClassVar annotation for a field; docs/launcher.md "Overhead")
+SCHEDULES = ("1f1b", "interleaved")
+RECOMPUTE = ("none", "selective", "full")
+OFFLOAD = ("none", "cpu", "nvme")
+CP_COMM = ("p2p", "all_gather", "a2a", "a2a+p2p")
+PRECISION = ("bf16", "fp16", "fp8")
+DISPATCHERS = ("alltoall", "flex")
 
 
 @dataclass(frozen=True)
 class Strategy:
     """How the plan arranges what `parallel` sizes (optional; what megatron_args.txt / ds_config.json set): the
     pipeline split, recomputation, sharding, context-parallel communication and precision."""
-
-    SCHEDULES: ClassVar[tuple[str, ...]] = ("1f1b", "interleaved")
-    RECOMPUTE: ClassVar[tuple[str, ...]] = ("none", "selective", "full")
-    OFFLOAD: ClassVar[tuple[str, ...]] = ("none", "cpu", "nvme")
-    CP_COMM: ClassVar[tuple[str, ...]] = ("p2p", "all_gather", "a2a", "a2a+p2p")
-    PRECISION: ClassVar[tuple[str, ...]] = ("bf16", "fp16", "fp8")
-    DISPATCHERS: ClassVar[tuple[str, ...]] = ("alltoall", "flex")
 
     schedule: str = "1f1b"
     first_stage_layers: int | None = None
@@ -57,15 +58,15 @@ class Strategy:
 
     def __post_init__(self) -> None:
         for name, choices in (
-            ("schedule", self.SCHEDULES),
-            ("recompute", self.RECOMPUTE),
-            ("cp_comm_type", self.CP_COMM),
-            ("offload_optimizer", self.OFFLOAD),
-            ("offload_param", self.OFFLOAD),
-            ("precision", self.PRECISION),
+            ("schedule", SCHEDULES),
+            ("recompute", RECOMPUTE),
+            ("cp_comm_type", CP_COMM),
+            ("offload_optimizer", OFFLOAD),
+            ("offload_param", OFFLOAD),
+            ("precision", PRECISION),
             ("grad_reduce_dtype", ("fp32", "bf16", "fp16")),
             ("optimizer_states", ("fp32", "bf16")),
-            ("moe_token_dispatcher", self.DISPATCHERS),
+            ("moe_token_dispatcher", DISPATCHERS),
         ):
             need_str(f"strategy.{name}", getattr(self, name), choices)
         for name in ("first_stage_layers", "last_stage_layers", "recompute_num_layers", "cpu_offloading_num_layers"):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -90,11 +92,15 @@ DEFERRED = (
     "shutil",
     "socket",
     "argparse",  # the usual `run` command line is read without it (launcher/cli.py quick_run_args)
+    # types only on the way to the agents' start: TYPE_CHECKING = False, module constants instead of ClassVars, no
+    # Protocol or cast at run time (typing cost 3-5 ms of ~50 on the 2-core machine, docs/launcher.md "Overhead")
+    "typing",
+    "_typing",
 )
 
 
-def test_run_starts_the_agent_before_importing_what_only_a_running_job_needs(tmp_path: Path) -> None:
-    """The way from `python -m launcher run` to the agents' Popen is short (docs/launcher.md, "Overhead")."""
+def modules_at_popen(tmp_path: Path) -> set[str]:
+    """The modules `run` has loaded when it starts the agent (its Popen), in a fresh interpreter."""
     plan = write_plan(tmp_path, tiny_plan())
     code = f"""
 import subprocess, sys
@@ -117,4 +123,24 @@ except Started:
     assert done.returncode == 0, done.stderr
     at_popen = set(done.stdout.split())
     assert "launcher.runner" in at_popen and "launcher.spec" in at_popen  # it did get to the Popen
+    return at_popen
+
+
+def test_run_starts_the_agent_before_importing_what_only_a_running_job_needs(tmp_path: Path) -> None:
+    """The way from `python -m launcher run` to the agents' Popen is short (docs/launcher.md, "Overhead")."""
+    at_popen = modules_at_popen(tmp_path)
     assert not at_popen & set(DEFERRED), sorted(at_popen & set(DEFERRED))
+
+
+def test_the_dataclasses_run_builds_before_the_agent_starts_have_docstrings(tmp_path: Path) -> None:
+    """A dataclass without a docstring gets one made from inspect.signature(cls) when it is built: some 50 us each on
+    the way to the agents' start (docs/launcher.md, "Overhead"). A docstring of its own is read by people too."""
+    built = [
+        cls
+        for name in sorted(m for m in modules_at_popen(tmp_path) if m.split(".")[0] == "launcher")
+        for cls in vars(importlib.import_module(name)).values()
+        if isinstance(cls, type) and dataclasses.is_dataclass(cls) and cls.__module__ == name
+    ]
+    assert len(built) >= 10  # the plan's classes at least
+    undocumented = [f"{c.__module__}.{c.__name__}" for c in built if (c.__doc__ or "").startswith(f"{c.__name__}(")]
+    assert not undocumented, undocumented  # what dataclasses writes where a class has no docstring
