@@ -129,6 +129,8 @@ class Work:
     slacks: dict[int, float] = field(default_factory=dict)  # per sharding (by id): `off_pipeline_floor`
     stage_params: list[tuple[int, int]] = field(default_factory=list)  # `stage_param_pairs`, for the slacks
     level_bounds: dict[tuple[int, space.Recompute], float] = field(default_factory=dict)  # `_level_bound`
+    traffic_bounds: dict[tuple[int, int], float] = field(default_factory=dict)  # (mbs, sharding id): search's
+    states: dict[int, tuple[float, int]] = field(default_factory=dict)  # sharding id: heaviest stage's states, stage
 
 
 @dataclass(frozen=True, slots=True)

@@ -163,11 +163,13 @@ def _explore_queue(
     deadline: Deadline,
 ) -> None:
     """The branch and bound over placements, best first: a placement comes off the queue by its one-evaluation
-    bound and goes back on by its exact bounds per micro-batch size; when it comes off by those, it goes back on once
-    more by what its shardings spend after the pipeline at the least added (worked out only then); it is explored
-    when it comes off again. Placements are so explored in the order of their exact bounds and the bar falls as
-    early as it can. The rest are skipped once the smallest bound on the queue exceeds the bar."""
-    # (bound, queue position, stage: 0 the one-evaluation bound, 1 the exact bounds, 2 and the slacks, placement)
+    bound and goes back on by its exact bounds per micro-batch size; when it comes off by those, it goes back on
+    by what its shardings spend after the pipeline at the least added (worked out only then), and once more by what
+    the traffic of shardings that move parameters or gradients in every micro-batch adds (`_moving_bound`); it is
+    explored when it comes off by that. Placements are so explored in the order of their tightest bounds and the
+    bar falls as early as it can. The rest are skipped once the smallest bound on the queue exceeds the bar."""
+    # (bound, queue position, stage: 0 the one-evaluation bound, 1 the exact bounds, 2 and the slacks, 3 and the
+    # per-micro-batch traffic, placement)
     heap: list[tuple[float, int, int, Work]] = [(bound, seq, 0, work) for bound, seq, work in queue]
     heapq.heapify(heap)
     while heap:
@@ -177,6 +179,11 @@ def _explore_queue(
             state.skipped += sum(len(w.shardings) * len(w.sizes) * len(w.levels) for *_rest, w in heap)
             return
         if stage == 2:
+            moving = _moving_bound(model, cluster, training, work, budget)
+            if moving > bound:  # its shardings' per-micro-batch traffic puts it later: back on by that
+                heapq.heappush(heap, (moving, seq, 3, work))
+                continue
+        if stage >= 2:
             if not _explore(model, cluster, training, world, work, state, budget, deadline):
                 return
             continue
@@ -215,7 +222,7 @@ def _explore(
     """Every sharding, micro-batch size and recomputation of one placement (the fastest level that fits, found with
     as few memory evaluations as the levels' order allows: candidates._try_recompute); False when the time cap
     stopped it."""
-    pl, levels, sizes = work.pl, work.levels, work.sizes
+    levels, sizes = work.levels, work.sizes
     # Every sharding gets every level: none is known to be no faster than another at the same micro-batch and
     # recomputation (ZeRO-2 overlaps the reduce-scatter that ZeRO-1, as rendered, runs in blocking hooks; Megatron-FSDP
     # optim_grads reduce-scatters in every backward what the distributed optimizer reduces at the end of the step;
@@ -223,7 +230,7 @@ def _explore(
     for sharding in work.shardings:
         if not sharding_ok(model, cluster, training, world, work, sharding, state):
             continue
-        if sizes and not _states_fit(model, cluster, training, pl, sizes, levels, sharding, state, budget):
+        if sizes and not _states_fit(model, cluster, training, work, sharding, state, budget):
             continue
         # the most a sharding's per-micro-batch traffic can add to a stage's micro-batch (0: it moves none), worked
         # out when a micro-batch size first gets past the placement's bounds
@@ -307,6 +314,40 @@ def _pipeline_slots(model: ModelSpec, cluster: ClusterSpec, training: TrainingSp
     return pipeline_time([(1.0, par.pp)], par, max(1, num_microbatches(training, par))).total_s
 
 
+def _moving_bound(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, work: Work, budget: Budget) -> float:
+    """The placement's least `_candidate_bound` over the shardings whose model states fit (`_states_fit`; `_explore`
+    rejects the others before any candidate) and its micro-batch sizes: a placement whose model states fit only
+    under a sharding that moves parameters or gradients in every micro-batch (70B on TP1 x PP1 x DP256: Megatron-FSDP)
+    is explored after the placements that could beat it, when the bar has fallen. Sizes by their bounds, so a
+    sharding stops at the first size that cannot improve on the least found. Infinite where no sharding's states
+    fit."""
+    least = float("inf")
+    sizes = sorted(work.sizes, key=work.bounds.__getitem__)
+    for sharding in work.shardings:
+        if not _states_fit(model, cluster, training, work, sharding, None, budget):
+            continue
+        slack = work.slacks.get(id(sharding), 0.0)
+        for mbs in sizes:
+            if work.bounds[mbs] + slack >= least:
+                break
+            least = min(least, _candidate_bound(model, cluster, training, work, mbs, sharding))
+    return least
+
+
+def _candidate_bound(
+    model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, work: Work, mbs: int, sharding: dict[str, object]
+) -> float:
+    """A bound below the step of every candidate of the placement at `mbs` under `sharding`: the placement's exact
+    bound at that size (or, for a sharding that moves parameters or gradients in every micro-batch, the bound with
+    that traffic, `_traffic_bound`) plus what the sharding spends after the pipeline at the least (its slack)."""
+    slack = work.slacks.get(id(sharding), 0.0)
+    bound = work.bounds[mbs]
+    probe = make_config(model, cluster, training, work.pl, work.sizes[0], work.levels[0], sharding)
+    if moves_per_microbatch(training, probe):
+        bound = max(bound, _traffic_bound(model, cluster, training, work, mbs, sharding))
+    return bound + slack
+
+
 def _traffic_bound(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -319,31 +360,37 @@ def _traffic_bound(
     in every micro-batch, with what that traffic adds (`step_lower_bound` of the layout without recomputation);
     the placement's bounds leave it out. Computed only where those bounds do not rule the micro-batch size out, from
     the layer costs of the placement's probe at that size (the same layout under its first sharding)."""
-    base = make_config(model, cluster, training, work.pl, mbs, work.levels[0], work.shardings[0])
-    par = make_config(model, cluster, training, work.pl, mbs, work.levels[0], sharding)
-    return step_lower_bound(model, cluster, training, base, sharded=par)
+    key = (mbs, id(sharding))
+    value = work.traffic_bounds.get(key)
+    if value is None:
+        base = make_config(model, cluster, training, work.pl, mbs, work.levels[0], work.shardings[0])
+        par = make_config(model, cluster, training, work.pl, mbs, work.levels[0], sharding)
+        value = work.traffic_bounds[key] = step_lower_bound(model, cluster, training, base, sharded=par)
+    return value
 
 
 def _states_fit(
     model: ModelSpec,
     cluster: ClusterSpec,
     training: TrainingSpec,
-    pl: Placement,
-    sizes: list[int],
-    levels: list[space.Recompute],
+    work: Work,
     sharding: dict[str, object],
     state: SearchState | None,
     budget: Budget,
 ) -> bool:
     """Model states alone (weights, gradients, optimizer, buckets) must fit before any activation does: one check
     per placement and sharding rejects every micro-batch size and recomputation of a placement that cannot (recorded
-    in `state`; None: only asked)."""
-    par = make_config(model, cluster, training, pl, sizes[0], levels[-1], sharding)
-    # every stage shape: a middle stage of an uneven split holds more layers than the first and the last (the
-    # message said 129.0 GiB for a stage of 9 layers where those of 18 needed 240.5, QA 2026-12-07)
-    worst, stage = max(
-        (static_bytes(model, training, par, first), first) for first, *_ in alike_stages(model, training, par)
-    )
+    in `state`; None: only asked). The heaviest stage is worked out once per placement and sharding."""
+    sizes, levels = work.sizes, work.levels
+    par = make_config(model, cluster, training, work.pl, sizes[0], levels[-1], sharding)
+    heaviest = work.states.get(id(sharding))
+    if heaviest is None:
+        # every stage shape: a middle stage of an uneven split holds more layers than the first and the last (the
+        # message said 129.0 GiB for a stage of 9 layers where those of 18 needed 240.5, QA 2026-12-07)
+        heaviest = work.states[id(sharding)] = max(
+            (static_bytes(model, training, par, first), first) for first, *_ in alike_stages(model, training, par)
+        )
+    worst, stage = heaviest
     upper = worst * budget.limit + budget.runtime
     if upper <= budget.usable:
         return True
@@ -367,9 +414,8 @@ def _states_fit(
 def _no_states_fit(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec, work: Work, budget: Budget) -> bool:
     """True when the model states of every sharding of the placement overflow the GPU: `_explore` would reject
     them all before timing anything, so the placement's bounds need not be worked out."""
-    pl, sizes, levels = work.pl, work.sizes, work.levels
-    return bool(sizes) and not any(
-        _states_fit(model, cluster, training, pl, sizes, levels, s, None, budget) for s in work.shardings
+    return bool(work.sizes) and not any(
+        _states_fit(model, cluster, training, work, s, None, budget) for s in work.shardings
     )
 
 

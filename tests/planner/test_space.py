@@ -7,13 +7,14 @@ import re
 
 import pytest
 
-from app.planner import PlanRequest, plan, rules, space, splits
+from app.planner import PlanRequest, plan, rules, search, space, splits
 from app.planner.api import feasible_layouts
 from app.planner.estimate import evaluate, off_pipeline_floor, stage_floors, step_lower_bound, time_estimate
 from app.planner.explain import SIMPLER_WITHIN
 from app.planner.layout import parse_layout
 from app.planner.placement import placements
 from app.planner.specs import ParallelConfig
+from app.planner.specs.parallel import PARALLEL_DEFAULTS
 from app.planner.traffic import moves_per_microbatch
 from app.planner.validation import tinyllama
 
@@ -244,6 +245,45 @@ def test_the_sharding_traffic_bound_is_below_every_step(req: PlanRequest, shardi
             other = plain.model_copy(update={"zero_stage": 1, "megatron_fsdp": None})
             assert step_lower_bound(model, cluster, training, other, sharded=plain) == pytest.approx(bound, rel=1e-12)
     assert checked >= 18 and raised > 0
+
+
+def test_the_moving_bound_is_below_every_plan_of_its_placement(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Llama-2 70B on 256 H100: the bound each candidate set of a placement gets before the placement is explored
+    (search._candidate_bound: the exact bound at the micro-batch size or, under a sharding that moves parameters or
+    gradients in every micro-batch, that traffic's, plus the sharding's slack) is below the step of every plan found
+    with that sharding and size, and the placement's least of them (search._moving_bound) below all its plans. It
+    puts placements whose states fit only under Megatron-FSDP (TP1 x PP1 x DP256) later than their compute floors
+    did; the ranking is the exhaustive one (test above)."""
+    req = request("llama-2-70b", 32, 512)
+    budget = search.memory_budget(req.cluster, req.training)
+    explore, seen, checked = search._explore, [], []
+
+    def bounded(model, cluster, training, world, work, state, *rest):  # type: ignore[no-untyped-def]
+        moving = search._moving_bound(model, cluster, training, work, budget)
+        before = len(state.found)
+        done = explore(model, cluster, training, world, work, state, *rest)
+        steps = []
+        for found in state.found[before:]:
+            step = time_estimate(model, cluster, training, found.par).step_s
+            keys = set().union(*work.shardings)
+            (sharding,) = [
+                s for s in work.shardings if all(getattr(found.par, k) == s.get(k, PARALLEL_DEFAULTS[k]) for k in keys)
+            ]
+            mbs = found.par.micro_batch_size
+            bound = search._candidate_bound(model, cluster, training, work, mbs, sharding)
+            assert bound <= step * (1 + 1e-12), (found.par, bound, step)
+            checked.append(bound / step)
+            steps.append(step)
+        seen.append((work, moving, min(work.bounds.values()), steps))
+        return done
+
+    monkeypatch.setattr(search, "_explore", bounded)
+    assert plan(req).plans
+    assert len(checked) >= 30 and max(checked) > 0.98  # some bounds are tight
+    assert all(moving <= min(steps) * (1 + 1e-12) for _w, moving, _least, steps in seen if steps)
+    assert any(moving > least * 1.01 for _w, moving, least, _s in seen), "the moving bound raised no placement"
+    fsdp_only = [(moving, least) for w, moving, least, _s in seen if (w.pl.tp, w.pl.pp) == (1, 1)]
+    assert fsdp_only and all(moving > least * 1.02 for moving, least in fsdp_only)
 
 
 def _pipe_specs(layers: int) -> list[str]:

@@ -5,6 +5,8 @@ pipeline engine)."""
 
 from __future__ import annotations
 
+from functools import partial
+
 from app.planner.attention import a2a_splits, heads_per_rank
 from app.planner.layout import layout_vpp, num_microbatches, parse_layout, parse_layout_text
 from app.planner.rules.base import Ctx, Violation
@@ -68,7 +70,25 @@ def pipeline_layers(c: Ctx) -> Violation | None:
     """validate_args / TransformerConfig pipeline checks: even split, uneven first/last stages (each and every
     middle stage divisible by VPP), account-for-embedding/loss (`(L + accounted) % (PP x VPP) == 0`), or a layout
     string (stages a multiple of PP, VPP = stages / PP, E first and L last, `t` count = num_layers). DeepSpeed's
-    PipelineModule balances any layer count itself."""
+    PipelineModule balances any layer count itself. Once per split and stack: the search asks it of every
+    placement, and placements share their splits."""
+    p = c.par
+    key = (
+        "rule.pipeline_layers",
+        p.pp,
+        p.vpp,
+        p.pipeline_layout,
+        p.first_stage_layers,
+        p.last_stage_layers,
+        p.account_for_embedding_in_pipeline_split,
+        p.account_for_loss_in_pipeline_split,
+    )
+    return c.model.memo(key, partial(_pipeline_layers, c), c.training)
+
+
+def _pipeline_layers(c: Ctx) -> Violation | None:
+    """`pipeline_layers`, worked out: it reads the split's fields in its key, the model's layers (and MTP layers)
+    and the stack's pipeline capabilities."""
     p, L = c.par, c.model.num_layers
     if p.pp > L:
         return Violation("layers_divisible_by_pp", f"pp({p.pp}) > num_layers({L})")
