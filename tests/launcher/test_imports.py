@@ -93,7 +93,7 @@ DEFERRED = (
     "socket",
     "argparse",  # the usual `run` command line is read without it (launcher/cli.py quick_run_args)
     # types only on the way to the agents' start: TYPE_CHECKING = False, module constants instead of ClassVars, no
-    # Protocol or cast at run time (typing cost 3-5 ms of ~50 on the 2-core machine, docs/launcher.md "Overhead")
+    # Protocol or cast at run time (about 2 ms of the ~40 ms start on the 2-core machine, docs/launcher.md "Overhead")
     "typing",
     "_typing",
 )
