@@ -180,7 +180,9 @@ def _explore_queue(
             return
         if stage == 2:
             moving = _moving_bound(model, cluster, training, work, budget)
-            if moving > bound:  # its shardings' per-micro-batch traffic puts it later: back on by that
+            # its shardings' per-micro-batch traffic puts it later: back on by that; where no sharding's model states
+            # fit, `_explore` rejects each on them now (cheaply, before any candidate) rather than skip them
+            if bound < moving < float("inf"):
                 heapq.heappush(heap, (moving, seq, 3, work))
                 continue
         if stage >= 2:
@@ -320,7 +322,7 @@ def _moving_bound(model: ModelSpec, cluster: ClusterSpec, training: TrainingSpec
     under a sharding that moves parameters or gradients in every micro-batch (70B on TP1 x PP1 x DP256: Megatron-FSDP)
     is explored after the placements that could beat it, when the bar has fallen. Sizes by their bounds, so a
     sharding stops at the first size that cannot improve on the least found. Infinite where no sharding's states
-    fit."""
+    fit (the placement is then explored at once, and rejected on them)."""
     least = float("inf")
     sizes = sorted(work.sizes, key=work.bounds.__getitem__)
     for sharding in work.shardings:
