@@ -161,6 +161,7 @@ class Created:
     record: PlanRecord
     cache_hit: bool
     replayed: bool  # an Idempotency-Key retry: the plan made the first time
+    files: list[str]  # the names of the rank-1 files stored with it, sorted
 
 
 def create_plan(
@@ -181,7 +182,7 @@ def create_plan(
     except KeyReused as exc:
         raise Refused([FieldError("Idempotency-Key", str(exc))]) from None
     if earlier is not None:
-        return Created(earlier, cache_hit=False, replayed=True)
+        return Created(earlier, cache_hit=False, replayed=True, files=_file_names(store, earlier))
     parsed = parse()
     outcome = search(parsed.request, work, cache)
     notices = parsed.notices + outcome.notices
@@ -204,7 +205,13 @@ def create_plan(
         )
     except KeyReused as exc:
         raise Refused([FieldError("Idempotency-Key", str(exc))]) from None
-    return Created(record, outcome.cache_hit, replayed)
+    # a concurrent twin with the same Idempotency-Key committed first: its files, not the ones rendered here
+    names = _file_names(store, record) if replayed else sorted(files)
+    return Created(record, outcome.cache_hit, replayed, names)
+
+
+def _file_names(store: PlanStore, record: PlanRecord) -> list[str]:
+    return sorted(store.artifacts(record.id, 1) or {})
 
 
 def stored_render_options(request: Mapping[str, Any]) -> RenderOptions | None:

@@ -10,7 +10,21 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, Row, Select, and_, delete, false, func, or_, select, text
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    Row,
+    Select,
+    and_,
+    delete,
+    false,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+)
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -212,35 +226,40 @@ class PlanStore:
             owner=owner,
             cluster_name=cluster_name,
         )
-        row = PlanRow(
-            id=record.id,
-            created_at=record.created_at,
-            planner_version=record.planner_version,
-            request_json=json.dumps(request, separators=(",", ":")),
-            result_json=result_json or result.model_dump_json(),
-            notices_json=json.dumps(record.notices),
-            owner=owner,
-            cluster_name=cluster_name,
+        row = {
+            "id": record.id,
+            "created_at": record.created_at,
+            "planner_version": record.planner_version,
+            "request_json": json.dumps(request, separators=(",", ":")),
+            "result_json": result_json or result.model_dump_json(),
+            "notices_json": json.dumps(record.notices),
+            "owner": owner,
+            "cluster_name": cluster_name,
             **_summary_columns(result),
-        )
-        row.artifacts = [
-            ArtifactRow(rank=1, name=name, content=content, renderer_version=renderer_version)
+        }
+        files = [
+            {"plan_id": record.id, "rank": 1, "name": name, "content": content, "renderer_version": renderer_version}
             for name, content in (artifacts or {}).items()
         ]
         try:
-            with Session(self.engine) as session, session.begin():
-                session.add(row)
+            # plain inserts in one transaction (the ORM's unit of work took 2 ms of a POST /plans for the same rows)
+            with self.engine.begin() as conn:
+                conn.execute(insert(PlanRow), [row])
+                if files:
+                    conn.execute(insert(ArtifactRow), files)
                 if idempotency is not None:
-                    self._purge_expired_keys(session)
-                    session.flush()
-                    session.add(
-                        IdempotencyRow(
-                            owner=idempotency.owner,
-                            key=idempotency.key,
-                            plan_id=record.id,
-                            request_sha256=idempotency.request_sha256,
-                            created_at=record.created_at,
-                        )
+                    self._purge_expired_keys(conn)
+                    conn.execute(
+                        insert(IdempotencyRow),
+                        [
+                            {
+                                "owner": idempotency.owner,
+                                "key": idempotency.key,
+                                "plan_id": record.id,
+                                "request_sha256": idempotency.request_sha256,
+                                "created_at": record.created_at,
+                            }
+                        ],
                     )
         except IntegrityError:
             earlier = self.idempotent_plan(idempotency) if idempotency else None
@@ -249,9 +268,9 @@ class PlanStore:
             return earlier, True
         return record, False
 
-    def _purge_expired_keys(self, session: Session) -> None:
+    def _purge_expired_keys(self, conn: Connection) -> None:
         cutoff = datetime.now(UTC) - self.idempotency_window
-        session.execute(delete(IdempotencyRow).where(IdempotencyRow.created_at < cutoff))
+        conn.execute(delete(IdempotencyRow).where(IdempotencyRow.created_at < cutoff))
 
     def idempotent_plan(self, key: IdempotencyKey) -> PlanRecord | None:
         """The plan this key made within the window; KeyReused if the key came with another request then."""

@@ -176,3 +176,18 @@ def test_a_busy_service_is_not_blamed_on_a_field(kind: str, status: int, field: 
     assert exc.value.status_code == status and [(e.field, e.message) for e in exc.value.errors] == [
         (field, f"the {kind} message")
     ]
+
+
+def test_the_created_plan_reads_as_the_stored_plan_it_is(sqlite_client: Any) -> None:
+    """POST /plans serialises its StoredPlan once (api/plans.py): the body is what GET /plans/{id} returns for it, a
+    valid StoredPlan, with its 201, Location and content type, and the links to the files stored with it."""
+    from app.api.schemas import StoredPlan
+
+    created = sqlite_client.post("/plans", json=SMALL)
+    assert created.status_code == 201 and created.headers["content-type"] == "application/json"
+    body = created.json()
+    assert created.headers["location"] == f"/plans/{body['id']}"
+    assert StoredPlan.model_validate(body).id == body["id"]
+    assert sqlite_client.get(created.headers["location"]).json() == body
+    names = [a["name"] for a in body["links"]["artifacts"]]
+    assert names == sorted(names) and len(names) >= 3
