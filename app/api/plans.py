@@ -167,7 +167,7 @@ def list_plans(
 @router.get("/{plan_id}", response_model=StoredPlan, responses=ERRORS, summary="One stored plan")
 def get_plan_by_id(plan_id: PlanId, store: StoreDep, who: ReaderDep) -> StoredPlan:
     record = get_plan(store, plan_id)
-    return stored_plan(record, sorted(store.artifacts(plan_id, 1) or {}))
+    return stored_plan(record, store.artifact_names(plan_id, 1))
 
 
 @router.delete(

@@ -182,7 +182,7 @@ def create_plan(
     except KeyReused as exc:
         raise Refused([FieldError("Idempotency-Key", str(exc))]) from None
     if earlier is not None:
-        return Created(earlier, cache_hit=False, replayed=True, files=_file_names(store, earlier))
+        return Created(earlier, cache_hit=False, replayed=True, files=store.artifact_names(earlier.id, 1))
     parsed = parse()
     outcome = search(parsed.request, work, cache)
     notices = parsed.notices + outcome.notices
@@ -206,12 +206,8 @@ def create_plan(
     except KeyReused as exc:
         raise Refused([FieldError("Idempotency-Key", str(exc))]) from None
     # a concurrent twin with the same Idempotency-Key committed first: its files, not the ones rendered here
-    names = _file_names(store, record) if replayed else sorted(files)
+    names = store.artifact_names(record.id, 1) if replayed else sorted(files)
     return Created(record, outcome.cache_hit, replayed, names)
-
-
-def _file_names(store: PlanStore, record: PlanRecord) -> list[str]:
-    return sorted(store.artifacts(record.id, 1) or {})
 
 
 def stored_render_options(request: Mapping[str, Any]) -> RenderOptions | None:

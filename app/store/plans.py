@@ -400,6 +400,13 @@ class PlanStore:
             rows = session.execute(query).all()
         return {name: content for name, content in rows} if rows else None
 
+    def artifact_names(self, plan_id: str, rank: int) -> list[str]:
+        """The names of one rank's frozen files, sorted (empty if that rank was never rendered), without reading
+        the files."""
+        query = select(ArtifactRow.name).where(ArtifactRow.plan_id == plan_id, ArtifactRow.rank == rank)
+        with Session(self.engine) as session:
+            return sorted(session.scalars(query))
+
     def rendered_ranks(self, plan_id: str) -> list[int]:
         query = select(ArtifactRow.rank).where(ArtifactRow.plan_id == plan_id).distinct().order_by(ArtifactRow.rank)
         with Session(self.engine) as session:
